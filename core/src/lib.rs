@@ -1,0 +1,5 @@
+//! allocsim-core: the allocator models, the PyTorch snapshot import, the replay engine
+//! and the metrics of allocsim. No UI, no GPU, no files, no threads: it builds for wasm32
+//! and every other crate of the workspace stands on it.
+
+pub mod snapshot;

@@ -1,0 +1,157 @@
+//! Interned strings, frames and stacks: a snapshot repeats the same few hundred frames
+//! millions of times, so each is stored once and events point at a [`StackId`].
+
+use std::collections::HashMap;
+
+/// Index into [`FrameTable::strings`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+pub struct StrId(pub u32);
+
+/// Index into [`FrameTable::frames`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+pub struct FrameId(pub u32);
+
+/// Index into the stack table; `StackId::EMPTY` (0) is the empty stack.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+pub struct StackId(pub u32);
+
+impl StackId {
+    /// The empty stack (no `frames`, or `frames == []`).
+    pub const EMPTY: StackId = StackId(0);
+}
+
+/// One stack frame (`{"name", "filename", "line"}`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Frame {
+    pub name: StrId,
+    pub filename: StrId,
+    pub line: i64,
+}
+
+/// Strings, frames and stacks, each stored once.
+///
+/// Invariants: `stack_offsets[0] == 0`, stack 0 is empty; `stack_offsets` is
+/// non-decreasing and its last element is `stack_frames.len()`.
+#[derive(Debug, Clone)]
+pub struct FrameTable {
+    strings: Vec<Box<str>>,
+    frames: Vec<Frame>,
+    stack_offsets: Vec<u32>,
+    stack_frames: Vec<FrameId>,
+    string_index: HashMap<Box<str>, StrId>,
+    frame_index: HashMap<Frame, FrameId>,
+    stack_index: HashMap<Box<[FrameId]>, StackId>,
+}
+
+impl Default for FrameTable {
+    fn default() -> Self {
+        FrameTable {
+            strings: Vec::new(),
+            frames: Vec::new(),
+            stack_offsets: vec![0, 0],
+            stack_frames: Vec::new(),
+            string_index: HashMap::new(),
+            frame_index: HashMap::new(),
+            stack_index: HashMap::new(),
+        }
+    }
+}
+
+impl FrameTable {
+    /// Interns a string.
+    pub fn intern_str(&mut self, s: &str) -> StrId {
+        if let Some(&id) = self.string_index.get(s) {
+            return id;
+        }
+        let id = StrId(self.strings.len() as u32);
+        self.strings.push(s.into());
+        self.string_index.insert(s.into(), id);
+        id
+    }
+
+    /// Interns a frame.
+    pub fn intern_frame(&mut self, frame: Frame) -> FrameId {
+        if let Some(&id) = self.frame_index.get(&frame) {
+            return id;
+        }
+        let id = FrameId(self.frames.len() as u32);
+        self.frames.push(frame);
+        self.frame_index.insert(frame, id);
+        id
+    }
+
+    /// Interns a stack (innermost frame first, as PyTorch lists them).
+    pub fn intern_stack(&mut self, frames: &[FrameId]) -> StackId {
+        if frames.is_empty() {
+            return StackId::EMPTY;
+        }
+        if let Some(&id) = self.stack_index.get(frames) {
+            return id;
+        }
+        let id = StackId((self.stack_offsets.len() - 1) as u32);
+        self.stack_frames.extend_from_slice(frames);
+        self.stack_offsets.push(self.stack_frames.len() as u32);
+        self.stack_index.insert(frames.into(), id);
+        id
+    }
+
+    /// The string behind an id ("" for an id this table does not hold).
+    #[must_use]
+    pub fn str(&self, id: StrId) -> &str {
+        self.strings.get(id.0 as usize).map_or("", |s| s)
+    }
+
+    /// The frame behind an id.
+    #[must_use]
+    pub fn frame(&self, id: FrameId) -> Option<&Frame> {
+        self.frames.get(id.0 as usize)
+    }
+
+    /// The frames of a stack, innermost first (empty for an unknown id).
+    #[must_use]
+    pub fn stack(&self, id: StackId) -> &[FrameId] {
+        let i = id.0 as usize;
+        match (self.stack_offsets.get(i), self.stack_offsets.get(i + 1)) {
+            (Some(&a), Some(&b)) => &self.stack_frames[a as usize..b as usize],
+            _ => &[],
+        }
+    }
+
+    /// Number of distinct stacks, the empty one included.
+    #[must_use]
+    pub fn stack_count(&self) -> usize {
+        self.stack_offsets.len() - 1
+    }
+
+    /// Number of distinct frames.
+    #[must_use]
+    pub fn frame_count(&self) -> usize {
+        self.frames.len()
+    }
+
+    /// A stack as text, one `name (filename:line)` per frame, innermost first.
+    #[must_use]
+    pub fn format_stack(&self, id: StackId) -> Vec<String> {
+        self.stack(id)
+            .iter()
+            .filter_map(|&f| self.frame(f))
+            .map(|f| format!("{} ({}:{})", self.str(f.name), self.str(f.filename), f.line))
+            .collect()
+    }
+
+    /// Drops the look-up indexes once decoding is done (they are only needed to intern).
+    pub fn finish(&mut self) {
+        self.string_index = HashMap::new();
+        self.frame_index = HashMap::new();
+        self.stack_index = HashMap::new();
+    }
+
+    /// Approximate heap bytes held by the table.
+    #[must_use]
+    pub fn heap_bytes(&self) -> usize {
+        self.strings.iter().map(|s| s.len() + 16).sum::<usize>()
+            + self.frames.len() * std::mem::size_of::<Frame>()
+            + self.stack_offsets.len() * 4
+            + self.stack_frames.len() * 4
+    }
+}

@@ -1,0 +1,1 @@
+//! JSON snapshots (what memory_viz accepts besides pickles).

@@ -1,0 +1,1 @@
+//! A pickle decoder for the subset snapshots use; it never executes anything.

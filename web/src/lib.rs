@@ -1,0 +1,1 @@
+//! The WebAssembly entry point of the allocsim app. Thin: index.html, this entry and the build.
