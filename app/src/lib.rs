@@ -1,0 +1,1 @@
+//! allocsim-app: the eframe app (desktop and web) and the `allocsim` command line.

@@ -1,0 +1,5 @@
+//! The `allocsim` binary: the desktop app, or a command-line subcommand.
+
+fn main() {
+    println!("allocsim");
+}
