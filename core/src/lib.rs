@@ -3,3 +3,6 @@
 //! and every other crate of the workspace stands on it.
 
 pub mod snapshot;
+pub mod device;
+pub mod models;
+pub mod units;

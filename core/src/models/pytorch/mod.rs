@@ -1,0 +1,1165 @@
+//! PyTorch's CUDA caching allocator (`DeviceCachingAllocator`, PyTorch 2.5–2.11), rule for
+//! rule as shared/docs/pytorch-allocator.md describes it: rounding, small/large pools per
+//! stream, best fit ordered by (stream, size, address), splitting and merging, the
+//! oversize rules, the OOM ladder, the memory-fraction cap, garbage collection, deferred
+//! frees, private pools and expandable segments.
+//!
+//! Config keys (`--config`, PyTorch's own syntax): `max_split_size_mb`,
+//! `max_non_split_rounding_mb`, `roundup_power2_divisions`, `garbage_collection_threshold`,
+//! `expandable_segments`, `large_segment_size_mb`, `per_process_memory_fraction`.
+
+pub mod config;
+
+use std::collections::{BTreeMap, HashMap};
+
+pub use config::{ConfigError, PyTorchConfig};
+
+use super::{
+    AllocRequest, Allocator, Layout, LayoutBlock, LayoutBlockState, LayoutSegment, ModelError, ModelEvent, ModelStats,
+    OomInfo, PoolId,
+};
+use crate::device::Device;
+use crate::snapshot::Action;
+
+/// `kMinBlockSize`: every size is rounded to at least 512 bytes.
+pub const MIN_BLOCK_BYTES: u64 = 512;
+/// `kSmallSize`: largest rounded size served from the small pool.
+pub const SMALL_SIZE_BYTES: u64 = 1 << 20;
+/// `kSmallBuffer`: small-pool segment size and small expandable page.
+pub const SMALL_BUFFER_BYTES: u64 = 2 << 20;
+/// `kMinLargeAlloc`: rounded requests below this get a large-segment-size segment.
+pub const MIN_LARGE_ALLOC_BYTES: u64 = 10 << 20;
+/// `kRoundLarge`: larger segments are rounded to 2 MiB.
+pub const ROUND_LARGE_BYTES: u64 = 2 << 20;
+
+const NIL: u32 = u32::MAX;
+
+/// One block: a piece of a segment, allocated, free (cached), pending or unmapped.
+#[derive(Debug, Clone)]
+struct Block {
+    addr: u64,
+    size: u64,
+    /// Un-rounded size of the last allocation the block served.
+    requested: u64,
+    stream: u64,
+    /// Index into `pools`.
+    pool: u32,
+    /// Index into `segments`.
+    seg: u32,
+    /// Address-order neighbours inside the segment (NIL at the ends).
+    prev: u32,
+    next: u32,
+    allocated: bool,
+    /// Freed by the program but waiting for `record_stream` events.
+    pending: bool,
+    mapped: bool,
+    /// The pool's `get_free_blocks_call_count` when last inserted into the pool.
+    gc_base: u64,
+}
+
+/// One cudaMalloc'd segment or one expandable reservation.
+#[derive(Debug, Clone)]
+struct Segment {
+    base: u64,
+    size: u64,
+    stream: u64,
+    pool: u32,
+    expandable: bool,
+    /// Expandable page size (2 MiB small, large segment size large).
+    page: u64,
+    live: bool,
+}
+
+/// A BlockPool: the free mapped blocks ordered by (stream, size, addr), and the unmapped
+/// ranges ordered by (stream, addr). Each free block is in exactly one of them.
+#[derive(Debug, Clone)]
+struct Pool {
+    id: PoolId,
+    small: bool,
+    blocks: BTreeMap<(u64, u64, u64), u32>,
+    unmapped: BTreeMap<(u64, u64), u32>,
+    get_free_blocks_call_count: u64,
+}
+
+/// A private pool's bookkeeping.
+#[derive(Debug, Clone)]
+struct PrivatePool {
+    small: u32,
+    large: u32,
+    /// `use_count == 0`: its cached segments go on the next `release_cached_blocks`.
+    freeable: bool,
+}
+
+/// The PyTorch caching allocator of one device.
+#[derive(Debug, Clone)]
+pub struct PyTorchModel {
+    cfg: PyTorchConfig,
+    /// The per-process memory limit (`set_per_process_memory_fraction`), if any.
+    limit_bytes: Option<u64>,
+    blocks: Vec<Block>,
+    free_slots: Vec<u32>,
+    segments: Vec<Segment>,
+    free_segment_slots: Vec<u32>,
+    pools: Vec<Pool>,
+    /// Private pools by id, with their two `pools` indexes.
+    private: BTreeMap<PoolId, PrivatePool>,
+    /// Live (allocated or pending) blocks by address.
+    active: HashMap<u64, u32>,
+    /// Pending-free blocks in the order their frees were requested.
+    pending_order: Vec<u32>,
+    /// `total_allocated_memory`: bytes of segments and mapped pages (= reserved).
+    reserved_bytes: u64,
+    allocated_bytes: u64,
+    requested_bytes: u64,
+    free_holes: u64,
+    segment_ops: u64,
+    /// Counters of `memory_stats()` that tests cross-check.
+    pub num_alloc_retries: u64,
+    pub num_ooms: u64,
+}
+
+/// The small and large default pools are `pools[0]` and `pools[1]`.
+const DEFAULT_SMALL: u32 = 0;
+const DEFAULT_LARGE: u32 = 1;
+
+impl PyTorchModel {
+    /// A model with this configuration and an optional per-process memory limit in bytes.
+    #[must_use]
+    pub fn new(cfg: PyTorchConfig, limit_bytes: Option<u64>) -> PyTorchModel {
+        let limit_bytes = limit_bytes.or_else(|| {
+            (cfg.per_process_memory_fraction < 1.0)
+                .then(|| (cfg.per_process_memory_fraction * cfg.device_total_bytes as f64).round() as u64)
+        });
+        let mk = |small| Pool {
+            id: PoolId::DEFAULT,
+            small,
+            blocks: BTreeMap::new(),
+            unmapped: BTreeMap::new(),
+            get_free_blocks_call_count: 0,
+        };
+        PyTorchModel {
+            cfg,
+            limit_bytes,
+            blocks: Vec::new(),
+            free_slots: Vec::new(),
+            segments: Vec::new(),
+            free_segment_slots: Vec::new(),
+            pools: vec![mk(true), mk(false)],
+            private: BTreeMap::new(),
+            active: HashMap::new(),
+            pending_order: Vec::new(),
+            reserved_bytes: 0,
+            allocated_bytes: 0,
+            requested_bytes: 0,
+            free_holes: 0,
+            segment_ops: 0,
+            num_alloc_retries: 0,
+            num_ooms: 0,
+        }
+    }
+
+    /// The configuration in force.
+    #[must_use]
+    pub fn config(&self) -> &PyTorchConfig {
+        &self.cfg
+    }
+
+    /// The memory limit in force.
+    #[must_use]
+    pub fn limit_bytes(&self) -> Option<u64> {
+        self.limit_bytes
+    }
+
+    /// `round_size`: the block size a request of `size` bytes needs (§4.1).
+    #[must_use]
+    pub fn round_size(&self, size: u64) -> u64 {
+        if size < MIN_BLOCK_BYTES {
+            return MIN_BLOCK_BYTES;
+        }
+        let divisions = u64::from(self.divisions_for(size));
+        if divisions > 1 && size > MIN_BLOCK_BYTES * divisions {
+            return roundup_power2_next_division(size, divisions);
+        }
+        size.div_ceil(MIN_BLOCK_BYTES) * MIN_BLOCK_BYTES
+    }
+
+    fn divisions_for(&self, size: u64) -> u32 {
+        let log = 63 - size.leading_zeros() as u64;
+        let idx = log.saturating_sub(20).min(15) as usize;
+        self.cfg.roundup_power2_divisions[idx]
+    }
+
+    /// `get_allocation_size`: the cudaMalloc size for a new segment (§4.3).
+    #[must_use]
+    pub fn allocation_size(&self, rounded: u64) -> u64 {
+        if rounded <= SMALL_SIZE_BYTES {
+            SMALL_BUFFER_BYTES
+        } else if rounded < MIN_LARGE_ALLOC_BYTES {
+            self.cfg.large_segment_size_bytes
+        } else {
+            rounded.div_ceil(ROUND_LARGE_BYTES) * ROUND_LARGE_BYTES
+        }
+    }
+
+    fn gc_enabled(&self) -> bool {
+        self.limit_bytes.is_some() && self.cfg.garbage_collection_threshold > 0.0
+    }
+
+    fn pool_index(&mut self, pool: PoolId, small: bool) -> u32 {
+        if !pool.is_private() {
+            return if small { DEFAULT_SMALL } else { DEFAULT_LARGE };
+        }
+        if let Some(p) = self.private.get(&pool) {
+            return if small { p.small } else { p.large };
+        }
+        let mk = |small| Pool {
+            id: pool,
+            small,
+            blocks: BTreeMap::new(),
+            unmapped: BTreeMap::new(),
+            get_free_blocks_call_count: 0,
+        };
+        let s = self.pools.len() as u32;
+        self.pools.push(mk(true));
+        self.pools.push(mk(false));
+        self.private.insert(pool, PrivatePool { small: s, large: s + 1, freeable: false });
+        if small { s } else { s + 1 }
+    }
+
+    /// Gives a private pool another id (used when the pool a request went to is learned
+    /// after the fact). No-op if `to` already exists.
+    pub fn rename_pool(&mut self, from: PoolId, to: PoolId) {
+        if self.private.contains_key(&to) {
+            return;
+        }
+        if let Some(p) = self.private.remove(&from) {
+            self.pools[p.small as usize].id = to;
+            self.pools[p.large as usize].id = to;
+            self.private.insert(to, p);
+        }
+    }
+
+    /// The private pools the model knows.
+    #[must_use]
+    pub fn private_pools(&self) -> Vec<PoolId> {
+        self.private.keys().copied().collect()
+    }
+
+    /// The pool and stream of the segment holding `addr`, if any.
+    #[must_use]
+    pub fn segment_of(&self, addr: u64) -> Option<(PoolId, u64, bool)> {
+        self.segments
+            .iter()
+            .filter(|s| s.live && addr >= s.base && addr < s.base + s.size)
+            .map(|s| (self.pools[s.pool as usize].id, s.stream, self.pools[s.pool as usize].small))
+            .next()
+    }
+
+    // ---- arena helpers -------------------------------------------------------------
+
+    fn new_block(&mut self, b: Block) -> u32 {
+        if let Some(i) = self.free_slots.pop() {
+            self.blocks[i as usize] = b;
+            i
+        } else {
+            self.blocks.push(b);
+            (self.blocks.len() - 1) as u32
+        }
+    }
+
+    fn delete_block(&mut self, i: u32) {
+        self.free_slots.push(i);
+    }
+
+    fn new_segment(&mut self, s: Segment) -> u32 {
+        if let Some(i) = self.free_segment_slots.pop() {
+            self.segments[i as usize] = s;
+            i
+        } else {
+            self.segments.push(s);
+            (self.segments.len() - 1) as u32
+        }
+    }
+
+    fn b(&self, i: u32) -> &Block {
+        &self.blocks[i as usize]
+    }
+
+    fn bm(&mut self, i: u32) -> &mut Block {
+        &mut self.blocks[i as usize]
+    }
+
+    fn is_split(&self, i: u32) -> bool {
+        let b = self.b(i);
+        b.prev != NIL || b.next != NIL
+    }
+
+    fn is_expandable(&self, i: u32) -> bool {
+        self.segments[self.b(i).seg as usize].expandable
+    }
+
+    fn insert_free(&mut self, i: u32) {
+        let (pool, stream, size, addr) = {
+            let b = self.b(i);
+            (b.pool, b.stream, b.size, b.addr)
+        };
+        let count = self.pools[pool as usize].get_free_blocks_call_count;
+        self.bm(i).gc_base = count;
+        self.pools[pool as usize].blocks.insert((stream, size, addr), i);
+        self.free_holes += 1;
+    }
+
+    fn remove_free(&mut self, i: u32) {
+        let b = self.b(i);
+        let key = (b.stream, b.size, b.addr);
+        let pool = b.pool as usize;
+        if self.pools[pool].blocks.remove(&key).is_some() {
+            self.free_holes -= 1;
+        }
+    }
+
+    fn insert_unmapped(&mut self, i: u32) {
+        let b = self.b(i);
+        let key = (b.stream, b.addr);
+        let pool = b.pool as usize;
+        self.pools[pool].unmapped.insert(key, i);
+    }
+
+    fn remove_unmapped(&mut self, i: u32) {
+        let b = self.b(i);
+        let key = (b.stream, b.addr);
+        let pool = b.pool as usize;
+        self.pools[pool].unmapped.remove(&key);
+    }
+
+    fn free_mergeable(&self, i: u32) -> bool {
+        i != NIL && {
+            let b = self.b(i);
+            !b.allocated && !b.pending
+        }
+    }
+
+    /// `try_merge_blocks(dst, src)`: absorbs the free neighbour `src` into `dst`.
+    fn try_merge(&mut self, dst: u32, src: u32) -> u64 {
+        if src == NIL || !self.free_mergeable(src) || self.b(dst).mapped != self.b(src).mapped {
+            return 0;
+        }
+        if self.b(src).mapped {
+            self.remove_free(src);
+        } else {
+            self.remove_unmapped(src);
+        }
+        let s = self.b(src).clone();
+        if self.b(dst).prev == src {
+            let d = self.bm(dst);
+            d.addr = s.addr;
+            d.prev = s.prev;
+            if s.prev != NIL {
+                self.bm(s.prev).next = dst;
+            }
+        } else {
+            self.bm(dst).next = s.next;
+            if s.next != NIL {
+                self.bm(s.next).prev = dst;
+            }
+        }
+        self.bm(dst).size += s.size;
+        self.delete_block(src);
+        s.size
+    }
+
+    // ---- malloc ------------------------------------------------------------------------
+
+    /// `get_free_block` (§5.2).
+    fn get_free_block(&mut self, pool: u32, stream: u64, size: u64) -> Option<u32> {
+        if self.gc_enabled() {
+            self.pools[pool as usize].get_free_blocks_call_count += 1;
+        }
+        let p = &self.pools[pool as usize];
+        let mut it = p.blocks.range((stream, size, 0)..);
+        let (mut key, mut idx) = it.next().map(|(k, v)| (*k, *v))?;
+        if key.0 != stream {
+            return None;
+        }
+        if self.segments[self.b(idx).seg as usize].expandable {
+            if self.cfg.expandable_segments {
+                let xsize = |m: &PyTorchModel, i: u32| {
+                    let b = m.b(i);
+                    b.size + if b.next != NIL && !m.b(b.next).mapped { m.b(b.next).size } else { 0 }
+                };
+                loop {
+                    if !self.segments[self.b(idx).seg as usize].expandable {
+                        break;
+                    }
+                    let Some((nk, nv)) = it.next().map(|(k, v)| (*k, *v)) else { break };
+                    if nk.0 != stream || xsize(self, nv) >= xsize(self, idx) {
+                        break;
+                    }
+                    key = nk;
+                    idx = nv;
+                }
+            } else {
+                while self.segments[self.b(idx).seg as usize].expandable {
+                    let (nk, nv) = it.next().map(|(k, v)| (*k, *v))?;
+                    if nk.0 != stream {
+                        return None;
+                    }
+                    key = nk;
+                    idx = nv;
+                }
+            }
+        }
+        let m = self.cfg.max_split_size_bytes;
+        let bsize = key.1;
+        if size < m && bsize >= m {
+            return None;
+        }
+        if size >= m && bsize >= size.saturating_add(self.cfg.max_non_split_rounding_bytes) {
+            return None;
+        }
+        self.remove_free(idx);
+        Some(idx)
+    }
+
+    /// `alloc_block` (§5.5): a new segment (or mapped pages) for the request.
+    fn alloc_block(
+        &mut self,
+        dev: &mut dyn Device,
+        pool: u32,
+        stream: u64,
+        size: u64,
+        alloc_size: u64,
+        is_retry: bool,
+        out: &mut Vec<ModelEvent>,
+    ) -> Option<u32> {
+        if is_retry {
+            self.num_alloc_retries += 1;
+        }
+        if let Some(limit) = self.limit_bytes {
+            if self.reserved_bytes + alloc_size > limit {
+                return None;
+            }
+        }
+        if self.cfg.expandable_segments {
+            return self.try_allocate_expandable_block(dev, pool, stream, size, out);
+        }
+        let addr = dev.malloc(alloc_size, stream).ok()?;
+        self.reserved_bytes += alloc_size;
+        self.segment_ops += 1;
+        let seg = self.new_segment(Segment {
+            base: addr,
+            size: alloc_size,
+            stream,
+            pool,
+            expandable: false,
+            page: 0,
+            live: true,
+        });
+        let b = self.new_block(Block {
+            addr,
+            size: alloc_size,
+            requested: 0,
+            stream,
+            pool,
+            seg,
+            prev: NIL,
+            next: NIL,
+            allocated: false,
+            pending: false,
+            mapped: true,
+            gc_base: 0,
+        });
+        out.push(ModelEvent { action: Action::SegmentAlloc, addr, size: alloc_size, stream });
+        Some(b)
+    }
+
+    /// `find_expandable_block` (§7.2 step 1).
+    fn find_expandable_block(&mut self, dev: &mut dyn Device, pool: u32, stream: u64, size: u64) -> Option<u32> {
+        let allocatable = |m: &PyTorchModel, i: u32| i != NIL && !m.b(i).allocated && !m.b(i).pending;
+        let candidates: Vec<u32> = self.pools[pool as usize]
+            .unmapped
+            .range((stream, 0)..)
+            .take_while(|(k, _)| k.0 == stream)
+            .map(|(_, v)| *v)
+            .collect();
+        for mut c in candidates {
+            let prev = self.b(c).prev;
+            if allocatable(self, prev) {
+                c = prev;
+            }
+            let mut bytes = 0;
+            let mut x = c;
+            while bytes < size && allocatable(self, x) {
+                bytes += self.b(x).size;
+                x = self.b(x).next;
+            }
+            if bytes >= size {
+                return Some(c);
+            }
+        }
+        let page = if self.pools[pool as usize].small { SMALL_BUFFER_BYTES } else { self.cfg.large_segment_size_bytes };
+        let total = self.cfg.device_total_bytes;
+        let reserve = (total + total / 8).div_ceil(page) * page;
+        let base = dev.reserve(reserve, page, stream).ok()?;
+        let seg = self.new_segment(Segment { base, size: reserve, stream, pool, expandable: true, page, live: true });
+        let b = self.new_block(Block {
+            addr: base,
+            size: reserve,
+            requested: 0,
+            stream,
+            pool,
+            seg,
+            prev: NIL,
+            next: NIL,
+            allocated: false,
+            pending: false,
+            mapped: false,
+            gc_base: 0,
+        });
+        self.insert_unmapped(b);
+        Some(b)
+    }
+
+    /// `map_block` (§7.2): maps the pages covering the first `size` bytes of the unmapped
+    /// block `b`; returns the (merged) free block.
+    fn map_block(&mut self, dev: &mut dyn Device, b: u32, size: u64, out: &mut Vec<ModelEvent>) -> Option<u32> {
+        let seg = &self.segments[self.b(b).seg as usize];
+        let page = seg.page;
+        let base = seg.base;
+        let (addr, bsize, stream) = (self.b(b).addr, self.b(b).size, self.b(b).stream);
+        let first = (addr - base) / page;
+        let last = (addr + size - base).div_ceil(page);
+        let mapped = ((last - first) * page).min(bsize);
+        dev.map(addr, mapped, stream).ok()?;
+        self.remove_unmapped(b);
+        if mapped < bsize {
+            let rest = self.new_block(Block {
+                addr: addr + mapped,
+                size: bsize - mapped,
+                requested: 0,
+                stream,
+                pool: self.b(b).pool,
+                seg: self.b(b).seg,
+                prev: b,
+                next: self.b(b).next,
+                allocated: false,
+                pending: false,
+                mapped: false,
+                gc_base: 0,
+            });
+            let nx = self.b(b).next;
+            if nx != NIL {
+                self.bm(nx).prev = rest;
+            }
+            self.bm(b).next = rest;
+            self.insert_unmapped(rest);
+        }
+        {
+            let blk = self.bm(b);
+            blk.mapped = true;
+            blk.size = mapped;
+        }
+        let prev = self.b(b).prev;
+        self.try_merge(b, prev);
+        let next = self.b(b).next;
+        self.try_merge(b, next);
+        self.insert_free(b);
+        self.reserved_bytes += mapped;
+        self.segment_ops += 1;
+        out.push(ModelEvent { action: Action::SegmentMap, addr, size: mapped, stream });
+        Some(b)
+    }
+
+    /// `try_allocate_expandable_block` (§7.2).
+    fn try_allocate_expandable_block(
+        &mut self,
+        dev: &mut dyn Device,
+        pool: u32,
+        stream: u64,
+        size: u64,
+        out: &mut Vec<ModelEvent>,
+    ) -> Option<u32> {
+        let mut c = self.find_expandable_block(dev, pool, stream, size)?;
+        if !self.b(c).mapped {
+            let n = self.b(c).size.min(size);
+            c = self.map_block(dev, c, n, out)?;
+        }
+        while self.b(c).size < size {
+            let remaining = size - self.b(c).size;
+            let n = self.b(c).next;
+            if n == NIL {
+                return None;
+            }
+            let len = remaining.min(self.b(n).size);
+            c = self.map_block(dev, n, len, out)?;
+        }
+        self.remove_free(c);
+        Some(c)
+    }
+
+    /// `release_block`: cudaFree of a whole cached segment.
+    fn release_block(&mut self, dev: &mut dyn Device, i: u32, out: &mut Vec<ModelEvent>) {
+        self.remove_free(i);
+        let (addr, size, stream, seg) = {
+            let b = self.b(i);
+            (b.addr, b.size, b.stream, b.seg)
+        };
+        dev.free(addr, size);
+        self.reserved_bytes -= size;
+        self.segment_ops += 1;
+        self.segments[seg as usize].live = false;
+        self.free_segment_slots.push(seg);
+        self.delete_block(i);
+        out.push(ModelEvent { action: Action::SegmentFree, addr, size, stream });
+    }
+
+    /// `unmap_block` (§7.4): unmaps the whole pages inside a free mapped block.
+    fn unmap_block(&mut self, dev: &mut dyn Device, i: u32, out: &mut Vec<ModelEvent>) {
+        let (addr, size, stream, segi, pool) = {
+            let b = self.b(i);
+            (b.addr, b.size, b.stream, b.seg, b.pool)
+        };
+        let seg = &self.segments[segi as usize];
+        let (base, page) = (seg.base, seg.page);
+        let first = (addr - base).div_ceil(page);
+        let last = (addr + size - base) / page;
+        if last <= first {
+            return;
+        }
+        let un_addr = base + first * page;
+        let un_size = (last - first) * page;
+        dev.unmap(un_addr, un_size);
+        self.remove_free(i);
+        let before = un_addr - addr;
+        if before > 0 {
+            let prev = self.b(i).prev;
+            let bf = self.new_block(Block {
+                addr,
+                size: before,
+                requested: 0,
+                stream,
+                pool,
+                seg: segi,
+                prev,
+                next: i,
+                allocated: false,
+                pending: false,
+                mapped: true,
+                gc_base: 0,
+            });
+            if prev != NIL {
+                self.bm(prev).next = bf;
+            }
+            self.bm(i).prev = bf;
+            self.insert_free(bf);
+        }
+        let after = size - before - un_size;
+        if after > 0 {
+            let next = self.b(i).next;
+            let af = self.new_block(Block {
+                addr: un_addr + un_size,
+                size: after,
+                requested: 0,
+                stream,
+                pool,
+                seg: segi,
+                prev: i,
+                next,
+                allocated: false,
+                pending: false,
+                mapped: true,
+                gc_base: 0,
+            });
+            if next != NIL {
+                self.bm(next).prev = af;
+            }
+            self.bm(i).next = af;
+            self.insert_free(af);
+        }
+        {
+            let b = self.bm(i);
+            b.addr = un_addr;
+            b.size = un_size;
+            b.mapped = false;
+        }
+        let prev = self.b(i).prev;
+        self.try_merge(i, prev);
+        let next = self.b(i).next;
+        self.try_merge(i, next);
+        self.insert_unmapped(i);
+        self.reserved_bytes -= un_size;
+        self.segment_ops += 1;
+        out.push(ModelEvent { action: Action::SegmentUnmap, addr: un_addr, size: un_size, stream });
+    }
+
+    /// `release_blocks(pool)` (§5.7, §7.4).
+    fn release_blocks(&mut self, dev: &mut dyn Device, pool: u32, out: &mut Vec<ModelEvent>) {
+        let all: Vec<u32> = self.pools[pool as usize].blocks.values().copied().collect();
+        let mut to_unmap = Vec::new();
+        for i in all {
+            if self.is_expandable(i) {
+                to_unmap.push(i);
+            } else if !self.is_split(i) {
+                self.release_block(dev, i, out);
+            }
+        }
+        for i in to_unmap {
+            self.unmap_block(dev, i, out);
+            if !self.b(i).mapped && !self.is_split(i) {
+                // The whole reservation is unmapped: release the address range (no event).
+                let segi = self.b(i).seg;
+                let (base, size) = (self.segments[segi as usize].base, self.segments[segi as usize].size);
+                self.remove_unmapped(i);
+                dev.release(base, size);
+                self.segments[segi as usize].live = false;
+                self.free_segment_slots.push(segi);
+                self.delete_block(i);
+            }
+        }
+    }
+
+    /// Completes every pending free (`synchronize_and_free_events`).
+    fn synchronize_and_free_events(&mut self, out: &mut Vec<ModelEvent>) {
+        let pending = std::mem::take(&mut self.pending_order);
+        for i in pending {
+            if self.b(i).pending {
+                self.free_block(i, out);
+            }
+        }
+    }
+
+    /// `release_cached_blocks` (§5.7): also what `empty_cache()` does.
+    fn release_cached_blocks(&mut self, dev: &mut dyn Device, out: &mut Vec<ModelEvent>) {
+        self.synchronize_and_free_events(out);
+        self.release_blocks(dev, DEFAULT_LARGE, out);
+        self.release_blocks(dev, DEFAULT_SMALL, out);
+        let freeable: Vec<PoolId> = self.private.iter().filter(|(_, p)| p.freeable).map(|(k, _)| *k).collect();
+        for id in freeable {
+            let p = self.private[&id].clone();
+            self.release_blocks(dev, p.small, out);
+            self.release_blocks(dev, p.large, out);
+            let any_left = self.segments.iter().any(|s| s.live && (s.pool == p.small || s.pool == p.large));
+            if !any_left {
+                self.private.remove(&id);
+                // The two pool slots stay in `pools` (empty) so indexes remain valid.
+            }
+        }
+    }
+
+    /// `release_available_cached_blocks` (§5.6).
+    fn release_available_cached_blocks(&mut self, dev: &mut dyn Device, pool: u32, stream: u64, size: u64, out: &mut Vec<ModelEvent>) -> bool {
+        let m = self.cfg.max_split_size_bytes;
+        if m == u64::MAX {
+            return false;
+        }
+        let key_size = size.max(m);
+        let p = &self.pools[pool as usize];
+        let at = p.blocks.range((stream, key_size, 0)..).next().map(|(k, v)| (*k, *v));
+        if let Some((k, v)) = at {
+            if k.0 == stream && !self.is_expandable(v) {
+                self.release_block(dev, v, out);
+                return true;
+            }
+        }
+        let below: Vec<((u64, u64, u64), u32)> =
+            p.blocks.range(..(stream, key_size, 0)).rev().map(|(k, v)| (*k, *v)).collect();
+        let mut released = 0;
+        for (k, v) in below {
+            if released >= key_size || k.1 < m || k.0 != stream {
+                break;
+            }
+            if !self.is_expandable(v) {
+                released += k.1;
+                self.release_block(dev, v, out);
+            }
+        }
+        released >= key_size
+    }
+
+    /// `garbage_collect_cached_blocks` (§5.4).
+    fn garbage_collect(&mut self, dev: &mut dyn Device, out: &mut Vec<ModelEvent>) {
+        let Some(limit) = self.limit_bytes else { return };
+        let threshold = (self.cfg.garbage_collection_threshold * limit as f64) as u64;
+        if self.reserved_bytes <= threshold {
+            return;
+        }
+        let target = self.reserved_bytes - threshold;
+        let count_now = self.pools[DEFAULT_LARGE as usize].get_free_blocks_call_count;
+        let mut total_age = 0.0f64;
+        let mut count = 0u64;
+        for &i in self.pools[DEFAULT_LARGE as usize].blocks.values() {
+            if !self.is_split(i) {
+                total_age += (count_now - self.b(i).gc_base) as f64;
+                count += 1;
+            }
+        }
+        if count == 0 {
+            return;
+        }
+        let mut reclaimed = 0u64;
+        let mut freed = true;
+        while reclaimed < target && freed && count > 0 {
+            let avg = total_age / count as f64;
+            freed = false;
+            let all: Vec<u32> = self.pools[DEFAULT_LARGE as usize].blocks.values().copied().collect();
+            for i in all {
+                if !self.is_split(i) && !self.is_expandable(i) {
+                    let age = (count_now - self.b(i).gc_base) as f64;
+                    if age >= avg {
+                        freed = true;
+                        reclaimed += self.b(i).size;
+                        total_age -= age;
+                        count -= 1;
+                        self.release_block(dev, i, out);
+                    }
+                }
+            }
+        }
+    }
+
+    fn should_split(&self, i: u32, size: u64) -> bool {
+        let b = self.b(i);
+        let remaining = b.size - size;
+        if self.pools[b.pool as usize].small || self.cfg.expandable_segments {
+            remaining >= MIN_BLOCK_BYTES
+        } else {
+            size < self.cfg.max_split_size_bytes && remaining > SMALL_SIZE_BYTES
+        }
+    }
+
+    /// `alloc_found_block`: carves the request from the low end of the block.
+    fn alloc_found_block(&mut self, i: u32, orig: u64, size: u64, split: bool) -> u32 {
+        let blk = if split {
+            let r = self.b(i).clone();
+            let nb = self.new_block(Block {
+                addr: r.addr,
+                size,
+                requested: orig,
+                stream: r.stream,
+                pool: r.pool,
+                seg: r.seg,
+                prev: r.prev,
+                next: i,
+                allocated: true,
+                pending: false,
+                mapped: true,
+                gc_base: 0,
+            });
+            if r.prev != NIL {
+                self.bm(r.prev).next = nb;
+            }
+            {
+                let rem = self.bm(i);
+                rem.prev = nb;
+                rem.addr += size;
+                rem.size -= size;
+            }
+            self.insert_free(i);
+            nb
+        } else {
+            let b = self.bm(i);
+            b.allocated = true;
+            b.requested = orig;
+            i
+        };
+        let (addr, bsize) = (self.b(blk).addr, self.b(blk).size);
+        self.allocated_bytes += bsize;
+        self.requested_bytes += orig;
+        self.active.insert(addr, blk);
+        blk
+    }
+
+    /// `free_block`: back to the pool, merged with free neighbours.
+    fn free_block(&mut self, i: u32, out: &mut Vec<ModelEvent>) {
+        let (addr, req, stream) = {
+            let b = self.b(i);
+            (b.addr, b.requested, b.stream)
+        };
+        out.push(ModelEvent { action: Action::FreeCompleted, addr, size: req, stream });
+        self.active.remove(&addr);
+        self.requested_bytes -= req;
+        {
+            let b = self.bm(i);
+            b.pending = false;
+            b.allocated = false;
+        }
+        let prev = self.b(i).prev;
+        self.try_merge(i, prev);
+        let next = self.b(i).next;
+        self.try_merge(i, next);
+        self.insert_free(i);
+    }
+
+    /// Free bytes and holes of one pool on one stream, and its largest free block.
+    fn pool_stream_free(&self, pool: u32, stream: u64) -> (u64, u64, u64) {
+        let mut bytes = 0;
+        let mut holes = 0;
+        let mut largest = 0;
+        for (k, _) in self.pools[pool as usize].blocks.range((stream, 0, 0)..).take_while(|(k, _)| k.0 == stream) {
+            bytes += k.1;
+            holes += 1;
+            largest = largest.max(k.1);
+        }
+        (bytes, holes, largest)
+    }
+
+    /// Marks the block at `addr` as allocated (for rebuilding a start state).
+    fn largest_free(&self) -> u64 {
+        let mut best = 0;
+        for p in &self.pools {
+            // The last key of each stream is its largest block.
+            let mut upper: Option<u64> = None;
+            loop {
+                let last = match upper {
+                    None => p.blocks.iter().next_back(),
+                    Some(s) => p.blocks.range(..(s, 0, 0)).next_back(),
+                };
+                let Some((k, _)) = last else { break };
+                best = best.max(k.1);
+                upper = Some(k.0);
+            }
+        }
+        best
+    }
+}
+
+/// `roundup_power2_next_division` (§4.1).
+fn roundup_power2_next_division(size: u64, divisions: u64) -> u64 {
+    if size.is_power_of_two() {
+        return size;
+    }
+    let floor2 = 1u64 << (63 - size.leading_zeros());
+    let step = floor2 >> (63 - divisions.leading_zeros());
+    if step == 0 {
+        return floor2 << 1;
+    }
+    let r = size & !(step - 1);
+    if r == size { size } else { r + step }
+}
+
+impl Allocator for PyTorchModel {
+    fn name(&self) -> &'static str {
+        "pytorch"
+    }
+
+    fn config_string(&self) -> String {
+        self.cfg.canonical()
+    }
+
+    fn malloc(&mut self, dev: &mut dyn Device, req: &AllocRequest, out: &mut Vec<ModelEvent>) -> Result<u64, OomInfo> {
+        let orig = req.size_bytes;
+        let stream = req.stream;
+        let size = self.round_size(orig);
+        let small = size <= SMALL_SIZE_BYTES;
+        let pool = self.pool_index(req.pool, small);
+        let alloc_size = self.allocation_size(size);
+        let mut found = self.get_free_block(pool, stream, size);
+        if found.is_none() {
+            if self.gc_enabled() {
+                self.garbage_collect(dev, out);
+            }
+            found = self.alloc_block(dev, pool, stream, size, alloc_size, false, out);
+            if found.is_none() && self.release_available_cached_blocks(dev, pool, stream, size, out) {
+                found = self.alloc_block(dev, pool, stream, size, alloc_size, false, out);
+            }
+            if found.is_none() {
+                self.release_cached_blocks(dev, out);
+                found = self.alloc_block(dev, pool, stream, size, alloc_size, true, out);
+            }
+        }
+        let Some(i) = found else {
+            self.num_ooms += 1;
+            let (pool_free, holes, largest) = self.pool_stream_free(pool, stream);
+            let device_free = dev.free_bytes();
+            out.push(ModelEvent { action: Action::Oom, addr: device_free, size, stream });
+            let reason = match self.limit_bytes {
+                Some(l) if self.reserved_bytes + alloc_size > l => format!(
+                    "the memory cap of {} would be exceeded by a new {} segment",
+                    crate::units::format_size(l),
+                    crate::units::format_size(alloc_size)
+                ),
+                _ => "the device refused a new segment".to_string(),
+            };
+            return Err(OomInfo {
+                rounded_bytes: size,
+                alloc_bytes: alloc_size,
+                reserved_bytes: self.reserved_bytes,
+                allocated_bytes: self.allocated_bytes,
+                largest_free_bytes: largest,
+                free_holes: holes,
+                pool_free_bytes: pool_free,
+                reason,
+            });
+        };
+        let split = self.should_split(i, size);
+        let blk = self.alloc_found_block(i, orig, size, split);
+        let addr = self.b(blk).addr;
+        out.push(ModelEvent { action: Action::Alloc, addr, size: orig, stream: self.b(blk).stream });
+        Ok(addr)
+    }
+
+    fn free(&mut self, _dev: &mut dyn Device, addr: u64, deferred: bool, out: &mut Vec<ModelEvent>) -> Result<(), ModelError> {
+        let &i = self.active.get(&addr).ok_or(ModelError::UnknownAddress(addr))?;
+        if !self.b(i).allocated {
+            return Err(ModelError::UnknownAddress(addr));
+        }
+        let (size, req, stream) = (self.b(i).size, self.b(i).requested, self.b(i).stream);
+        self.allocated_bytes -= size;
+        out.push(ModelEvent { action: Action::FreeRequested, addr, size: req, stream });
+        if deferred {
+            let b = self.bm(i);
+            b.allocated = false;
+            b.pending = true;
+            self.pending_order.push(i);
+        } else {
+            self.free_block(i, out);
+        }
+        Ok(())
+    }
+
+    fn complete_free(&mut self, _dev: &mut dyn Device, addr: u64, out: &mut Vec<ModelEvent>) -> Result<(), ModelError> {
+        let &i = self.active.get(&addr).ok_or(ModelError::NotPending(addr))?;
+        if !self.b(i).pending {
+            return Err(ModelError::NotPending(addr));
+        }
+        self.pending_order.retain(|&p| p != i);
+        self.free_block(i, out);
+        Ok(())
+    }
+
+    fn empty_cache(&mut self, dev: &mut dyn Device, out: &mut Vec<ModelEvent>) {
+        self.release_cached_blocks(dev, out);
+    }
+
+    fn release_pool(&mut self, pool: PoolId) {
+        if let Some(p) = self.private.get_mut(&pool) {
+            p.freeable = true;
+        }
+    }
+
+    fn stats(&self) -> ModelStats {
+        ModelStats {
+            reserved_bytes: self.reserved_bytes,
+            allocated_bytes: self.allocated_bytes,
+            requested_bytes: self.requested_bytes,
+            largest_free_bytes: self.largest_free(),
+            free_holes: self.free_holes,
+            segment_ops: self.segment_ops,
+        }
+    }
+
+    fn layout(&self) -> Layout {
+        let mut segs: Vec<LayoutSegment> = Vec::new();
+        // Walk every live segment's block chain from its lowest block.
+        let mut heads: Vec<u32> = Vec::new();
+        let mut live_block = vec![false; self.blocks.len()];
+        for (i, b) in self.blocks.iter().enumerate() {
+            let _ = b;
+            live_block[i] = true;
+        }
+        for &f in &self.free_slots {
+            live_block[f as usize] = false;
+        }
+        for (i, b) in self.blocks.iter().enumerate() {
+            if live_block[i] && b.prev == NIL && self.segments[b.seg as usize].live {
+                heads.push(i as u32);
+            }
+        }
+        for h in heads {
+            let s = &self.segments[self.b(h).seg as usize];
+            let mut blocks = Vec::new();
+            let mut x = h;
+            while x != NIL {
+                let b = self.b(x);
+                let state = if b.allocated {
+                    LayoutBlockState::Allocated
+                } else if b.pending {
+                    LayoutBlockState::PendingFree
+                } else if !b.mapped {
+                    LayoutBlockState::Unmapped
+                } else {
+                    LayoutBlockState::Free
+                };
+                blocks.push(LayoutBlock { addr: b.addr, size_bytes: b.size, requested_bytes: b.requested, state });
+                x = b.next;
+            }
+            let p = &self.pools[s.pool as usize];
+            segs.push(LayoutSegment {
+                addr: s.base,
+                size_bytes: s.size,
+                stream: s.stream,
+                pool: p.id,
+                small: p.small,
+                expandable: s.expandable,
+                blocks,
+            });
+        }
+        segs.sort_by_key(|s| (s.pool, s.stream, s.addr));
+        Layout { segments: segs }
+    }
+
+    fn check_invariants(&self) -> Result<(), String> {
+        let layout = self.layout();
+        let mut reserved = 0u64;
+        let mut allocated = 0u64;
+        let mut free_count = 0u64;
+        for s in &layout.segments {
+            let mut at = s.addr;
+            let mut prev_free_state: Option<LayoutBlockState> = None;
+            for b in &s.blocks {
+                if b.addr != at {
+                    return Err(format!("segment {:#x}: block at {:#x} does not follow the previous one (expected {at:#x})", s.addr, b.addr));
+                }
+                if b.size_bytes == 0 {
+                    return Err(format!("segment {:#x}: empty block at {:#x}", s.addr, b.addr));
+                }
+                at += b.size_bytes;
+                match b.state {
+                    LayoutBlockState::Allocated => allocated += b.size_bytes,
+                    LayoutBlockState::Free => free_count += 1,
+                    _ => {}
+                }
+                let mergeable = matches!(b.state, LayoutBlockState::Free | LayoutBlockState::Unmapped);
+                if mergeable && prev_free_state == Some(b.state) {
+                    return Err(format!("segment {:#x}: two adjacent {:?} blocks at {:#x}", s.addr, b.state, b.addr));
+                }
+                prev_free_state = if mergeable { Some(b.state) } else { None };
+                if b.state != LayoutBlockState::Unmapped {
+                    reserved += b.size_bytes;
+                }
+            }
+            if at != s.addr + s.size_bytes {
+                return Err(format!("segment {:#x}: blocks cover {} bytes of {}", s.addr, at - s.addr, s.size_bytes));
+            }
+            if s.small && !s.expandable && s.size_bytes != SMALL_BUFFER_BYTES {
+                return Err(format!("small segment {:#x} is {} bytes, not 2 MiB", s.addr, s.size_bytes));
+            }
+        }
+        if reserved != self.reserved_bytes {
+            return Err(format!("reserved {} != sum of mapped blocks {}", self.reserved_bytes, reserved));
+        }
+        if allocated != self.allocated_bytes {
+            return Err(format!("allocated {} != sum of allocated blocks {}", self.allocated_bytes, allocated));
+        }
+        let indexed: u64 = self.pools.iter().map(|p| p.blocks.len() as u64).sum();
+        if indexed != free_count || free_count != self.free_holes {
+            return Err(format!("free blocks: {free_count} in segments, {indexed} in pools, {} counted", self.free_holes));
+        }
+        for p in &self.pools {
+            for (k, &i) in &p.blocks {
+                let b = self.b(i);
+                if (b.stream, b.size, b.addr) != *k || b.allocated || b.pending || !b.mapped {
+                    return Err(format!("pool index entry {k:?} does not match its block"));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn clone_box(&self) -> Box<dyn Allocator> {
+        Box::new(self.clone())
+    }
+}
+
+#[cfg(test)]
+mod tests;

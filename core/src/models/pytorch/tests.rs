@@ -1,0 +1,179 @@
+//! Golden cases of pytorch-allocator.md and the PyTorch devlog, and rule-level checks.
+
+use super::*;
+use crate::device::SimulatedDevice;
+
+const MIB: u64 = 1 << 20;
+
+struct Run {
+    model: PyTorchModel,
+    dev: SimulatedDevice,
+    out: Vec<ModelEvent>,
+}
+
+impl Run {
+    fn new(conf: &str) -> Run {
+        Run::with_limit(conf, None)
+    }
+
+    fn with_limit(conf: &str, limit: Option<u64>) -> Run {
+        Run {
+            model: PyTorchModel::new(PyTorchConfig::parse(conf).unwrap(), limit),
+            dev: SimulatedDevice::new(config::H200_TOTAL_BYTES, None),
+            out: Vec::new(),
+        }
+    }
+
+    fn alloc(&mut self, size: u64) -> u64 {
+        let r = AllocRequest { size_bytes: size, stream: 0, pool: PoolId::DEFAULT };
+        let a = self.model.malloc(&mut self.dev, &r, &mut self.out).unwrap();
+        self.model.check_invariants().unwrap();
+        a
+    }
+
+    fn try_alloc(&mut self, size: u64) -> Result<u64, OomInfo> {
+        let r = AllocRequest { size_bytes: size, stream: 0, pool: PoolId::DEFAULT };
+        let a = self.model.malloc(&mut self.dev, &r, &mut self.out);
+        self.model.check_invariants().unwrap();
+        a
+    }
+
+    fn free(&mut self, addr: u64) {
+        self.model.free(&mut self.dev, addr, false, &mut self.out).unwrap();
+        self.model.check_invariants().unwrap();
+    }
+
+    fn reserved(&self) -> u64 {
+        self.model.stats().reserved_bytes
+    }
+}
+
+#[test]
+fn golden_16_then_32_reserves_256_mib() {
+    let mut r = Run::new("");
+    let a: Vec<u64> = (0..8).map(|_| r.alloc(16 * MIB)).collect();
+    a.into_iter().for_each(|x| r.free(x));
+    let b: Vec<u64> = (0..4).map(|_| r.alloc(32 * MIB)).collect();
+    assert_eq!(r.reserved(), 256 * MIB);
+    b.into_iter().for_each(|x| r.free(x));
+}
+
+#[test]
+fn golden_32_then_16_reserves_128_mib() {
+    let mut r = Run::new("");
+    let a: Vec<u64> = (0..4).map(|_| r.alloc(32 * MIB)).collect();
+    a.into_iter().for_each(|x| r.free(x));
+    for _ in 0..8 {
+        r.alloc(16 * MIB);
+    }
+    assert_eq!(r.reserved(), 128 * MIB);
+}
+
+#[test]
+fn golden_expandable_16_then_32_maps_140_mib() {
+    let mut r = Run::new("expandable_segments:True");
+    let a: Vec<u64> = (0..8).map(|_| r.alloc(16 * MIB)).collect();
+    a.into_iter().for_each(|x| r.free(x));
+    for _ in 0..4 {
+        r.alloc(32 * MIB);
+    }
+    assert_eq!(r.reserved(), 140 * MIB);
+}
+
+#[test]
+fn golden_one_mib_loophole_reserves_22_mib() {
+    let mut r = Run::new("");
+    r.alloc(2 * MIB);
+    r.alloc(MIB / 2);
+    assert_eq!(r.reserved(), 22 * MIB);
+}
+
+#[test]
+fn rounding_and_segment_sizes_follow_the_table() {
+    let m = PyTorchModel::new(PyTorchConfig::default(), None);
+    for (req, rounded, seg) in [
+        (1, 512, 2 * MIB),
+        (1000, 1024, 2 * MIB),
+        (MIB, MIB, 2 * MIB),
+        (MIB + 1, MIB + 512, 20 * MIB),
+        (10 * MIB, 10 * MIB, 10 * MIB),
+        (11 * MIB + 5, 11 * MIB + 512, 12 * MIB),
+        (100 * MIB + 1, 100 * MIB + 512, 102 * MIB),
+    ] {
+        assert_eq!(m.round_size(req), rounded, "round_size({req})");
+        assert_eq!(m.allocation_size(rounded), seg, "allocation_size({rounded})");
+    }
+    let p = PyTorchModel::new(PyTorchConfig::parse("roundup_power2_divisions:4").unwrap(), None);
+    assert_eq!(p.round_size(1_258_291), 1_310_720);
+    assert_eq!(p.round_size(1200), 1536);
+}
+
+#[test]
+fn a_19_mib_request_takes_the_whole_20_mib_segment() {
+    let mut r = Run::new("");
+    let a = r.alloc(19 * MIB);
+    let layout = r.model.layout();
+    assert_eq!(layout.segments.len(), 1);
+    assert_eq!(layout.segments[0].blocks.len(), 1);
+    assert_eq!(layout.segments[0].blocks[0].size_bytes, 20 * MIB);
+    r.free(a);
+}
+
+#[test]
+fn equal_size_ties_go_to_the_lowest_address() {
+    let mut r = Run::new("");
+    let a = r.alloc(3 * MIB);
+    let b = r.alloc(3 * MIB);
+    let c = r.alloc(3 * MIB);
+    let _d = r.alloc(3 * MIB);
+    r.free(c);
+    r.free(a);
+    assert_eq!(r.alloc(3 * MIB), a);
+    let _ = b;
+}
+
+#[test]
+fn oom_under_a_cap_flushes_and_reports() {
+    let mut r = Run::with_limit("", Some(100 * MIB));
+    let a = r.alloc(60 * MIB);
+    r.free(a);
+    // The cached 60 MiB segment is released by the ladder, then 80 MiB fits.
+    let b = r.alloc(80 * MIB);
+    assert!(r.out.iter().any(|e| e.action == Action::SegmentFree));
+    assert_eq!(r.model.num_alloc_retries, 1);
+    let err = r.try_alloc(40 * MIB).unwrap_err();
+    assert_eq!(err.rounded_bytes, 40 * MIB);
+    assert_eq!(r.out.last().unwrap().action, Action::Oom);
+    r.free(b);
+}
+
+#[test]
+fn max_split_size_keeps_oversize_blocks_whole() {
+    let mut r = Run::new("max_split_size_mb:64");
+    let a = r.alloc(100 * MIB);
+    r.free(a);
+    // A small large-pool request may not use the 100 MiB oversize block.
+    let b = r.alloc(3 * MIB);
+    assert_ne!(b, a);
+    // A 90 MiB request may (100 < 90 + 20).
+    assert_eq!(r.alloc(90 * MIB), a);
+}
+
+#[test]
+fn expandable_grows_at_the_segment_edge() {
+    let mut r = Run::new("expandable_segments:True");
+    let a = r.alloc(3 * MIB);
+    let maps: Vec<_> = r.out.iter().filter(|e| e.action == Action::SegmentMap).collect();
+    assert_eq!(maps.len(), 1);
+    assert_eq!((maps[0].addr, maps[0].size), (a, 20 * MIB));
+    let b = r.alloc(25 * MIB);
+    assert_eq!(b, a + 3 * MIB);
+    let maps: Vec<_> = r.out.iter().filter(|e| e.action == Action::SegmentMap).collect();
+    assert_eq!((maps[1].addr, maps[1].size), (a + 20 * MIB, 20 * MIB));
+    r.free(b);
+    r.model.empty_cache(&mut r.dev, &mut r.out);
+    r.model.check_invariants().unwrap();
+    let last = r.out.last().unwrap();
+    assert_eq!((last.action, last.addr, last.size), (Action::SegmentUnmap, a + 20 * MIB, 20 * MIB));
+    assert_eq!(r.reserved(), 20 * MIB);
+}

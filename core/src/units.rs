@@ -1,0 +1,77 @@
+//! Byte sizes: parsing the CLI's `SIZE` and printing sizes the way PyTorch prints them.
+
+/// Parses `SIZE`: bytes, or a number with a unit (`B`, `KiB`, `MiB`, `GiB`, `TiB` powers
+/// of 2; `KB`, `MB`, `GB`, `TB` powers of 10). Decimals are allowed and rounded down.
+pub fn parse_size(text: &str) -> Result<u64, String> {
+    let t = text.trim();
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let unit = unit.trim();
+    let mult: f64 = match unit {
+        "" | "B" => 1.0,
+        "KiB" => 1024.0,
+        "MiB" => 1024.0 * 1024.0,
+        "GiB" => 1024.0 * 1024.0 * 1024.0,
+        "TiB" => 1024.0 * 1024.0 * 1024.0 * 1024.0,
+        "KB" => 1e3,
+        "MB" => 1e6,
+        "GB" => 1e9,
+        "TB" => 1e12,
+        _ => return Err(format!("bad size '{text}': unknown unit '{unit}' (use B, KiB, MiB, GiB, TiB, KB, MB, GB or TB)")),
+    };
+    if num.is_empty() || num.matches('.').count() > 1 {
+        return Err(format!("bad size '{text}': expected a number with an optional unit, e.g. 2.2GiB"));
+    }
+    if !num.contains('.') && mult == 1.0 {
+        return num.parse::<u64>().map_err(|e| format!("bad size '{text}': {e}"));
+    }
+    let v: f64 = num.parse().map_err(|e| format!("bad size '{text}': {e}"))?;
+    let bytes = (v * mult).floor();
+    if !(0.0..1.8e19).contains(&bytes) {
+        return Err(format!("bad size '{text}': out of range"));
+    }
+    Ok(bytes as u64)
+}
+
+/// Formats bytes as PyTorch's `format_size` does: `512.00 KiB`, `20.00 MiB`, `1.50 GiB`.
+#[must_use]
+pub fn format_size(bytes: u64) -> String {
+    const KIB: f64 = 1024.0;
+    let b = bytes as f64;
+    if bytes < 1024 {
+        format!("{bytes} bytes")
+    } else if b < KIB * KIB {
+        format!("{:.2} KiB", b / KIB)
+    } else if b < KIB * KIB * KIB {
+        format!("{:.2} MiB", b / (KIB * KIB))
+    } else {
+        format!("{:.2} GiB", b / (KIB * KIB * KIB))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_parse_with_binary_and_decimal_units() {
+        assert_eq!(parse_size("1024").unwrap(), 1024);
+        assert_eq!(parse_size("2MiB").unwrap(), 2 << 20);
+        assert_eq!(parse_size("2.2GiB").unwrap(), (2.2 * (1u64 << 30) as f64) as u64);
+        assert_eq!(parse_size("1.5 KB").unwrap(), 1500);
+        assert_eq!(parse_size("0.5B").unwrap(), 0);
+        assert!(parse_size("12XB").is_err());
+        assert!(parse_size("").is_err());
+        assert!(parse_size("1.2.3MiB").is_err());
+    }
+
+    #[test]
+    fn sizes_print_like_pytorch() {
+        assert_eq!(format_size(400 << 20), "400.00 MiB");
+        assert_eq!(format_size(3 << 29), "1.50 GiB");
+        assert_eq!(format_size(512), "512 bytes");
+        assert_eq!(format_size(1536), "1.50 KiB");
+    }
+}
