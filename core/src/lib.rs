@@ -6,3 +6,17 @@ pub mod snapshot;
 pub mod device;
 pub mod models;
 pub mod units;
+pub mod start;
+pub mod trace;
+pub mod validate;
+
+/// Any error of the core, for callers that do not need to tell them apart.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error(transparent)]
+    Import(#[from] snapshot::ImportError),
+    #[error(transparent)]
+    Trace(#[from] trace::TraceError),
+    #[error("bad allocator config: {0}")]
+    Config(String),
+}

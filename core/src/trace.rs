@@ -1,0 +1,130 @@
+//! The replayable trace: the requests of a recording (allocs, frees and their completion
+//! points, streams, private-pool scopes, `empty_cache()` points) with what the snapshot
+//! leaves implicit made explicit, plus the state at the start of a trace whose ring
+//! buffer wrapped (pytorch-allocator.md §13).
+//!
+//! Built by [`crate::validate::annotate`], which replays the recording through the
+//! PyTorch model on the recorded device to infer what the file does not say.
+
+use crate::models::PoolId;
+use crate::snapshot::{RawSnapshot, StackId};
+
+/// What a request does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OpKind {
+    /// Allocate `size_bytes` on `stream` in `pool`. `recorded_oom`: the recording failed
+    /// here and the program went on.
+    Alloc { size_bytes: u64, stream: u64, pool: PoolId, recorded_oom: bool },
+    /// Free the allocation made by op `alloc` (an index into [`DeviceTrace::ops`]);
+    /// `deferred`: it waits for other streams (`record_stream`) until a `CompleteFree`.
+    Free { alloc: u32, deferred: bool },
+    /// A deferred free completes.
+    CompleteFree { alloc: u32 },
+    /// `torch.cuda.empty_cache()` (inferred).
+    EmptyCache,
+    /// A private pool was released (graph or MemPool deleted; inferred).
+    ReleasePool { pool: PoolId },
+}
+
+/// One request, with where it came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Op {
+    pub kind: OpKind,
+    /// Index of the trace entry this op comes from in `device_traces[d]`.
+    pub event_index: u32,
+    /// Recorded address of an alloc (0 for other ops or a recorded OOM).
+    pub recorded_addr: u64,
+    pub stack: StackId,
+    pub time_us: i64,
+}
+
+/// A block alive when the trace window opens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StartBlock {
+    pub addr: u64,
+    /// Rounded block size (with the slack reconstruction of §13.2 step 4).
+    pub size_bytes: u64,
+    pub requested_bytes: u64,
+    /// Freed already, waiting for `record_stream` events.
+    pub pending: bool,
+}
+
+/// A segment present when the trace window opens.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StartSegment {
+    pub addr: u64,
+    pub size_bytes: u64,
+    pub stream: u64,
+    pub pool: PoolId,
+    pub small: bool,
+    pub expandable: bool,
+    /// Live blocks, in address order; the gaps are free.
+    pub blocks: Vec<StartBlock>,
+}
+
+/// Something the file did not say, and what allocsim concluded.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Inference {
+    pub event_index: u32,
+    /// `private_pool`, `empty_cache`, `pool_released`, `start_state`, `unknown`.
+    pub kind: &'static str,
+    pub detail: String,
+}
+
+/// The replayable requests of one device.
+#[derive(Debug, Clone, Default)]
+pub struct DeviceTrace {
+    pub device: u32,
+    pub ops: Vec<Op>,
+    /// Segments and live blocks before the first event (empty when the trace starts
+    /// from an empty allocator).
+    pub start: Vec<StartSegment>,
+    pub inferred: Vec<Inference>,
+    /// Number of recorded events.
+    pub events: usize,
+    /// The first `initial_ops` ops allocate the blocks alive at the start (in address
+    /// order): a model that cannot load [`DeviceTrace::start`] replays them first.
+    pub initial_ops: usize,
+}
+
+impl DeviceTrace {
+    /// Whether the trace starts from an empty allocator.
+    #[must_use]
+    pub fn starts_empty(&self) -> bool {
+        self.start.is_empty()
+    }
+
+    /// Number of allocation requests.
+    #[must_use]
+    pub fn requests(&self) -> usize {
+        self.ops.iter().filter(|o| matches!(o.kind, OpKind::Alloc { .. })).count()
+    }
+}
+
+/// A whole trace: the snapshot it came from and the replayable requests of each device.
+#[derive(Debug, Clone, Default)]
+pub struct Trace {
+    pub snapshot: RawSnapshot,
+    pub devices: Vec<DeviceTrace>,
+}
+
+impl Trace {
+    /// The device with the most events (the default `--trace-device`).
+    #[must_use]
+    pub fn busiest_device(&self) -> usize {
+        self.devices
+            .iter()
+            .enumerate()
+            .max_by_key(|(i, d)| (d.events, std::cmp::Reverse(*i)))
+            .map_or(0, |(i, _)| i)
+    }
+}
+
+/// A trace that cannot be replayed: the event index says where.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("device {device}, event {event_index}: {message}")]
+pub struct TraceError {
+    pub device: u32,
+    pub event_index: usize,
+    pub message: String,
+}

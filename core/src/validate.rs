@@ -1,0 +1,685 @@
+//! `validate`: the PyTorch model on the recorded device, compared event by event with what
+//! PyTorch really did — and, in the same pass, the inference of what the snapshot leaves
+//! implicit (private pools, `empty_cache()` points), which builds the replayable
+//! [`DeviceTrace`].
+
+use std::collections::{BTreeMap, HashMap};
+
+use crate::device::{Device, DeviceOom, SimulatedDevice};
+use crate::models::pytorch::{PyTorchConfig, PyTorchModel};
+use crate::models::{AllocRequest, Allocator, LayoutBlockState, ModelEvent, PoolId};
+use crate::snapshot::{Action, BlockState, RawEvent, RawSnapshot, SegmentType};
+use crate::trace::{DeviceTrace, Inference, Op, OpKind, Trace, TraceError};
+
+/// The recorded device: hands out the addresses of the recording's own segment events for
+/// the malloc being replayed. With `oracle`, it refuses a segment request exactly where the
+/// recording shows that malloc went down the out-of-memory path (a release is recorded
+/// before the next segment, or nothing is recorded at all).
+#[derive(Debug, Clone)]
+pub struct RecordedDevice {
+    group: Vec<RawEvent>,
+    cursor: usize,
+    oracle: bool,
+    synth: SimulatedDevice,
+}
+
+impl RecordedDevice {
+    fn new(group: Vec<RawEvent>, oracle: bool, synth: SimulatedDevice) -> RecordedDevice {
+        RecordedDevice { group, cursor: 0, oracle, synth }
+    }
+
+    fn peek(&self) -> Option<&RawEvent> {
+        self.group.get(self.cursor)
+    }
+}
+
+impl Device for RecordedDevice {
+    fn malloc(&mut self, size: u64, stream: u64) -> Result<u64, DeviceOom> {
+        match self.peek().copied() {
+            Some(e) if e.action == Action::SegmentAlloc => {
+                self.cursor += 1;
+                if e.size == size { Ok(e.addr) } else { self.synth.malloc(size, stream) }
+            }
+            _ if self.oracle => Err(DeviceOom),
+            _ => self.synth.malloc(size, stream),
+        }
+    }
+
+    fn free(&mut self, addr: u64, _size: u64) {
+        if self.peek().is_some_and(|e| e.action == Action::SegmentFree && e.addr == addr) {
+            self.cursor += 1;
+        }
+    }
+
+    fn reserve(&mut self, size: u64, page: u64, stream: u64) -> Result<u64, DeviceOom> {
+        match self.peek() {
+            Some(e) if e.action == Action::SegmentMap => Ok(e.addr),
+            _ if self.oracle => Err(DeviceOom),
+            _ => self.synth.reserve(size, page, stream),
+        }
+    }
+
+    fn release(&mut self, _addr: u64, _size: u64) {}
+
+    fn map(&mut self, _addr: u64, _size: u64, _stream: u64) -> Result<(), DeviceOom> {
+        match self.peek().copied() {
+            Some(e) if e.action == Action::SegmentMap => {
+                self.cursor += 1;
+                Ok(())
+            }
+            _ if self.oracle => Err(DeviceOom),
+            _ => Ok(()),
+        }
+    }
+
+    fn unmap(&mut self, addr: u64, _size: u64) {
+        if self.peek().is_some_and(|e| e.action == Action::SegmentUnmap && e.addr == addr) {
+            self.cursor += 1;
+        }
+    }
+
+    fn free_bytes(&self) -> u64 {
+        self.group.iter().rev().find(|e| e.action == Action::Oom).map_or(0, |e| e.addr)
+    }
+}
+
+/// A recorded or simulated event in a report.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct EventView {
+    pub action: &'static str,
+    pub addr: u64,
+    pub size: u64,
+    pub stream: u64,
+}
+
+impl EventView {
+    fn recorded(e: &RawEvent) -> EventView {
+        EventView { action: e.action.as_str(), addr: e.addr, size: e.size, stream: e.stream }
+    }
+    fn simulated(e: &ModelEvent) -> EventView {
+        EventView { action: e.action.as_str(), addr: e.addr, size: e.size, stream: e.stream }
+    }
+}
+
+/// Where the simulation first left the recording.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Divergence {
+    pub device: u32,
+    /// Index into `device_traces[device]`.
+    pub event_index: usize,
+    pub recorded: Option<EventView>,
+    pub simulated: Option<EventView>,
+    pub context: String,
+}
+
+/// The validation of one device.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct DeviceReport {
+    pub device: u32,
+    pub exact: bool,
+    pub events_compared: u64,
+    pub events_matched: u64,
+    pub end_state_matches: bool,
+    pub end_state_difference: Option<String>,
+    pub first_divergence: Option<Divergence>,
+    pub peak_reserved_recorded: u64,
+    pub peak_reserved_simulated: u64,
+    pub inferred: Vec<Inference>,
+    pub starts_empty: bool,
+}
+
+fn compared(a: Action) -> bool {
+    matches!(
+        a,
+        Action::Alloc | Action::SegmentAlloc | Action::SegmentFree | Action::SegmentMap | Action::SegmentUnmap | Action::Oom
+    )
+}
+
+fn same(r: &RawEvent, s: &ModelEvent) -> bool {
+    r.action == s.action && r.size == s.size && r.stream == s.stream && (r.action == Action::Oom || r.addr == s.addr)
+}
+
+/// How a group of recorded events with leading segment releases is explained.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Interp {
+    /// The malloc itself released them (GC or the OOM ladder).
+    Ladder,
+    /// An `empty_cache()` released them, then the malloc ran.
+    EmptyFirst,
+}
+
+struct Annotator<'a> {
+    snap: &'a RawSnapshot,
+    device: u32,
+    events: &'a [RawEvent],
+    capacity: Option<u64>,
+    model: PyTorchModel,
+    synth: SimulatedDevice,
+    ops: Vec<Op>,
+    inferred: Vec<Inference>,
+    live: HashMap<u64, u32>,
+    pending: HashMap<u64, u32>,
+    scope: BTreeMap<u64, PoolId>,
+    renames: BTreeMap<PoolId, PoolId>,
+    next_provisional: u64,
+    compared: u64,
+    matched: u64,
+    divergence: Option<Divergence>,
+    peak_sim: u64,
+}
+
+impl Annotator<'_> {
+    fn err(&self, i: usize, m: String) -> TraceError {
+        TraceError { device: self.device, event_index: i, message: m }
+    }
+
+    fn op(&mut self, i: usize, kind: OpKind, recorded_addr: u64) -> u32 {
+        let e = &self.events[i];
+        self.ops.push(Op { kind, event_index: i as u32, recorded_addr, stack: e.stack, time_us: e.time_us });
+        (self.ops.len() - 1) as u32
+    }
+
+    fn note_peak(&mut self) {
+        self.peak_sim = self.peak_sim.max(self.model.stats().reserved_bytes);
+    }
+
+    /// Compares the model's events with the recorded slice; counts and keeps the first
+    /// divergence.
+    fn compare(&mut self, first: usize, recorded: &[RawEvent], out: &[ModelEvent], context: &dyn Fn() -> String) {
+        let rec: Vec<(usize, &RawEvent)> =
+            recorded.iter().enumerate().filter(|(_, e)| compared(e.action)).map(|(k, e)| (first + k, e)).collect();
+        let sim: Vec<&ModelEvent> = out.iter().filter(|e| compared(e.action)).collect();
+        self.compared += rec.len() as u64;
+        let mut bad: Option<(usize, Option<EventView>, Option<EventView>)> = None;
+        for k in 0..rec.len().max(sim.len()) {
+            match (rec.get(k), sim.get(k)) {
+                (Some((_, r)), Some(s)) if same(r, s) => self.matched += 1,
+                (r, s) => {
+                    if bad.is_none() {
+                        let idx = r.map_or_else(|| first + recorded.len().saturating_sub(1), |(i, _)| *i);
+                        bad = Some((idx, r.map(|(_, e)| EventView::recorded(e)), s.map(|e| EventView::simulated(e))));
+                    }
+                }
+            }
+        }
+        if let (Some((idx, r, s)), None) = (bad, &self.divergence) {
+            self.divergence = Some(Divergence { device: self.device, event_index: idx, recorded: r, simulated: s, context: context() });
+        }
+    }
+
+    fn matches(recorded: &[RawEvent], out: &[ModelEvent]) -> bool {
+        let mut r = recorded.iter().filter(|e| compared(e.action));
+        let mut s = out.iter().filter(|e| compared(e.action));
+        loop {
+            match (r.next(), s.next()) {
+                (None, None) => return true,
+                (Some(a), Some(b)) if same(a, b) => {}
+                _ => return false,
+            }
+        }
+    }
+
+    fn segment_group(&self, from: usize, to: usize) -> Vec<RawEvent> {
+        self.events[from..to].iter().filter(|e| compared(e.action) && e.action != Action::Alloc).copied().collect()
+    }
+
+    /// Runs one interpretation of a malloc group on `model`.
+    fn run_malloc(
+        &self,
+        model: &mut PyTorchModel,
+        interp: Interp,
+        req: &AllocRequest,
+        group: &[RawEvent],
+        out: &mut Vec<ModelEvent>,
+    ) -> Result<u64, ()> {
+        let mut dev = RecordedDevice::new(group.to_vec(), self.capacity.is_none(), self.synth.clone());
+        if interp == Interp::EmptyFirst {
+            model.empty_cache(&mut dev, out);
+        }
+        model.malloc(&mut dev, req, out).map_err(|_| ())
+    }
+
+    fn end_state_pool(&self, addr: u64) -> Option<PoolId> {
+        self.snap
+            .segments
+            .iter()
+            .filter(|s| s.device == self.device)
+            .find(|s| addr >= s.address && addr < s.address + s.total_size.max(1))
+            .map(|s| PoolId(s.segment_pool_id.0, s.segment_pool_id.1))
+    }
+
+    fn release_private_pools_in(&mut self, i: usize, group: &[RawEvent]) {
+        let mut seen = Vec::new();
+        for e in group.iter().filter(|e| matches!(e.action, Action::SegmentFree | Action::SegmentUnmap)) {
+            if let Some((pool, _, _)) = self.model.segment_of(e.addr) {
+                if pool.is_private() && !seen.contains(&pool) {
+                    seen.push(pool);
+                }
+            }
+        }
+        for pool in seen {
+            self.model.release_pool(pool);
+            self.op(i, OpKind::ReleasePool { pool }, 0);
+            self.inferred.push(Inference {
+                event_index: i as u32,
+                kind: "pool_released",
+                detail: format!("private pool {pool:?} was released before event {i} (its cached segments are freed there)"),
+            });
+        }
+    }
+
+    fn malloc_group(&mut self, i: usize, j: usize) {
+        let last = self.events[j];
+        let is_oom = last.action == Action::Oom;
+        let group_all = &self.events[i..=j];
+        let seg_events = self.segment_group(i, j + 1);
+        let leading_free = matches!(self.events[i].action, Action::SegmentFree | Action::SegmentUnmap);
+        let first_new = seg_events.iter().find(|e| matches!(e.action, Action::SegmentAlloc | Action::SegmentMap)).copied();
+        let stream = last.stream;
+        let scope = self.scope.get(&stream).copied().unwrap_or(PoolId::DEFAULT);
+        // Which pools to try, most likely first.
+        let mut pools: Vec<PoolId> = Vec::new();
+        let mut known_from_end: Option<PoolId> = None;
+        if !is_oom && first_new.is_none() {
+            pools.push(self.model.segment_of(last.addr).map_or(scope, |s| s.0));
+        } else if let Some(n) = first_new {
+            match self.end_state_pool(n.addr) {
+                Some(p) if p.is_private() => {
+                    known_from_end = Some(p);
+                    pools.push(p);
+                }
+                _ => {
+                    if scope.is_private() {
+                        pools.push(scope);
+                    }
+                    pools.push(PoolId::DEFAULT);
+                    pools.push(PoolId(u64::MAX, self.next_provisional));
+                }
+            }
+        } else {
+            pools.push(scope);
+        }
+        if let Some(p) = known_from_end {
+            // The private pool the scope was using gets its real name now.
+            if scope.is_private() && scope.0 == u64::MAX && !self.model.private_pools().contains(&p) {
+                self.model.rename_pool(scope, p);
+                self.renames.insert(scope, p);
+                self.inferred.push(Inference {
+                    event_index: j as u32,
+                    kind: "private_pool",
+                    detail: format!("the private pool used since earlier on stream {stream:#x} is {p:?} (its segment survives to the end)"),
+                });
+            }
+        }
+        let interps: Vec<Interp> = if !leading_free {
+            vec![Interp::Ladder]
+        } else if is_oom || self.capacity.is_some() {
+            vec![Interp::Ladder, Interp::EmptyFirst]
+        } else {
+            vec![Interp::EmptyFirst, Interp::Ladder]
+        };
+        if leading_free {
+            self.release_private_pools_in(i, group_all);
+        }
+        let combos: Vec<(Interp, PoolId)> = interps.iter().flat_map(|&it| pools.iter().map(move |&p| (it, p))).collect();
+        let req_for = |p: PoolId| AllocRequest { size_bytes: last.size, stream, pool: p };
+        let mut chosen = combos[0];
+        let mut out = Vec::new();
+        let result;
+        if combos.len() == 1 {
+            let mut m = std::mem::replace(&mut self.model, PyTorchModel::new(PyTorchConfig::default(), None));
+            result = self.run_malloc(&mut m, chosen.0, &req_for(chosen.1), &seg_events, &mut out);
+            self.model = m;
+        } else {
+            let mut found = None;
+            for &(it, p) in &combos {
+                let mut trial = self.model.clone();
+                let mut o = Vec::new();
+                let r = self.run_malloc(&mut trial, it, &req_for(p), &seg_events, &mut o);
+                if Self::matches(group_all, &o) {
+                    found = Some((it, p, trial, o, r));
+                    break;
+                }
+            }
+            if let Some((it, p, trial, o, r)) = found {
+                chosen = (it, p);
+                self.model = trial;
+                out = o;
+                result = r;
+            } else {
+                let mut m = self.model.clone();
+                result = self.run_malloc(&mut m, chosen.0, &req_for(chosen.1), &seg_events, &mut out);
+                self.model = m;
+            }
+        }
+        let (interp, pool) = chosen;
+        if pool.0 == u64::MAX && pool.1 == self.next_provisional {
+            self.next_provisional += 1;
+            self.inferred.push(Inference {
+                event_index: j as u32,
+                kind: "private_pool",
+                detail: format!(
+                    "the request of {} on stream {stream:#x} cannot have come from the default pool: it used a private pool (MemPool or CUDA graph)",
+                    crate::units::format_size(last.size)
+                ),
+            });
+        }
+        if interp == Interp::EmptyFirst {
+            self.op(i, OpKind::EmptyCache, 0);
+            self.inferred.push(Inference {
+                event_index: i as u32,
+                kind: "empty_cache",
+                detail: format!("empty_cache() was called before event {i} (segment releases outside the malloc's own path)"),
+            });
+        }
+        let dev = self.device;
+        let hint = if leading_free && self.capacity.is_none() {
+            if self.model.config().garbage_collection_threshold > 0.0 {
+                "; unknown: the memory cap (not recorded in the snapshot) — the recording released only some cached segments, which garbage_collection_threshold does under a cap: pass --capacity"
+            } else {
+                "; unknown: the memory cap (not recorded in the snapshot): pass --capacity if the program set one"
+            }
+        } else {
+            ""
+        };
+        let ctx = move || {
+            format!(
+                "device {dev}: malloc of {} ({} bytes) on stream {stream:#x}, pool {pool:?}{}{hint}",
+                crate::units::format_size(last.size),
+                last.size,
+                if interp == Interp::EmptyFirst { ", after an inferred empty_cache()" } else { "" }
+            )
+        };
+        self.compare(i, group_all, &out, &ctx);
+        if !is_oom {
+            self.scope.insert(stream, pool);
+        }
+        let op = self.op(j, OpKind::Alloc { size_bytes: last.size, stream, pool, recorded_oom: is_oom }, if is_oom { 0 } else { last.addr });
+        if !is_oom {
+            self.live.insert(last.addr, op);
+        }
+        if result.is_ok() == is_oom {
+            // Already counted as a divergence by the comparison.
+        }
+        self.note_peak();
+    }
+
+    fn empty_cache_group(&mut self, i: usize, j: usize) {
+        let group = self.events[i..j].to_vec();
+        self.release_private_pools_in(i, &group);
+        let seg_events = self.segment_group(i, j);
+        let mut dev = RecordedDevice::new(seg_events, self.capacity.is_none(), self.synth.clone());
+        let mut out = Vec::new();
+        self.model.empty_cache(&mut dev, &mut out);
+        let dev_n = self.device;
+        self.compare(i, &group, &out, &move || format!("device {dev_n}: empty_cache() inferred before event {i}"));
+        self.op(i, OpKind::EmptyCache, 0);
+        self.inferred.push(Inference {
+            event_index: i as u32,
+            kind: "empty_cache",
+            detail: format!("empty_cache() was called before event {i} (segment releases outside any malloc)"),
+        });
+    }
+
+    fn run(&mut self) -> Result<(), TraceError> {
+        let n = self.events.len();
+        let mut i = 0;
+        while i < n {
+            let e = self.events[i];
+            match e.action {
+                Action::Alloc | Action::Oom | Action::SegmentAlloc | Action::SegmentMap | Action::SegmentFree | Action::SegmentUnmap => {
+                    let mut j = i;
+                    while j < n && matches!(self.events[j].action, Action::SegmentAlloc | Action::SegmentMap | Action::SegmentFree | Action::SegmentUnmap) {
+                        j += 1;
+                    }
+                    if j < n && matches!(self.events[j].action, Action::Alloc | Action::Oom) {
+                        self.malloc_group(i, j);
+                        i = j + 1;
+                    } else {
+                        if let Some(k) = (i..j).find(|&k| matches!(self.events[k].action, Action::SegmentAlloc | Action::SegmentMap)) {
+                            return Err(self.err(k, format!("{} outside any malloc", self.events[k].action.as_str())));
+                        }
+                        self.empty_cache_group(i, j);
+                        i = j;
+                    }
+                }
+                Action::FreeRequested => {
+                    let deferred = !self.events.get(i + 1).is_some_and(|x| x.action == Action::FreeCompleted && x.addr == e.addr);
+                    let Some(alloc) = self.live.remove(&e.addr) else {
+                        return Err(self.err(i, format!("free of address {:#x}, which holds no live allocation (unknown address or double free)", e.addr)));
+                    };
+                    self.op(i, OpKind::Free { alloc, deferred }, e.addr);
+                    if deferred {
+                        self.pending.insert(e.addr, alloc);
+                    }
+                    let mut out = Vec::new();
+                    let mut dev = RecordedDevice::new(Vec::new(), false, self.synth.clone());
+                    if let Err(m) = self.model.free(&mut dev, e.addr, deferred, &mut out) {
+                        self.diverge_input(i, &e, &m.to_string());
+                    }
+                    i += if deferred { 1 } else { 2 };
+                }
+                Action::FreeCompleted => {
+                    let Some(alloc) = self.pending.remove(&e.addr) else {
+                        return Err(self.err(i, format!("free_completed at {:#x} without a pending free", e.addr)));
+                    };
+                    self.op(i, OpKind::CompleteFree { alloc }, e.addr);
+                    let mut out = Vec::new();
+                    let mut dev = RecordedDevice::new(Vec::new(), false, self.synth.clone());
+                    if let Err(m) = self.model.complete_free(&mut dev, e.addr, &mut out) {
+                        self.diverge_input(i, &e, &m.to_string());
+                    }
+                    i += 1;
+                }
+                Action::Snapshot | Action::Other => i += 1,
+            }
+        }
+        Ok(())
+    }
+
+    fn diverge_input(&mut self, i: usize, e: &RawEvent, why: &str) {
+        if self.divergence.is_none() {
+            self.divergence = Some(Divergence {
+                device: self.device,
+                event_index: i,
+                recorded: Some(EventView::recorded(e)),
+                simulated: None,
+                context: format!("device {}: the model cannot apply this event: {why}", self.device),
+            });
+        }
+    }
+}
+
+/// The end state of the model in the snapshot's form (expandable segments as runs of
+/// mapped blocks), compared with the snapshot's `segments` of the device.
+fn end_state_difference(snap: &RawSnapshot, device: u32, model: &PyTorchModel, renames: &BTreeMap<PoolId, PoolId>) -> Option<String> {
+    let mut sim: Vec<(u64, u64, bool, PoolId, Vec<(u64, u64, BlockState)>)> = Vec::new();
+    for s in model.layout().segments {
+        let pool = renames.get(&s.pool).copied().unwrap_or(s.pool);
+        let mut run: Option<(u64, u64, Vec<(u64, u64, BlockState)>)> = None;
+        for b in &s.blocks {
+            let st = match b.state {
+                LayoutBlockState::Allocated => Some(BlockState::ActiveAllocated),
+                LayoutBlockState::PendingFree => Some(BlockState::ActivePendingFree),
+                LayoutBlockState::Free => Some(BlockState::Inactive),
+                LayoutBlockState::Unmapped => None,
+            };
+            match st {
+                Some(st) => {
+                    let r = run.get_or_insert((b.addr, 0, Vec::new()));
+                    r.1 += b.size_bytes;
+                    r.2.push((b.addr, b.size_bytes, st));
+                }
+                None => {
+                    if let Some((a, sz, bl)) = run.take() {
+                        sim.push((a, sz, s.small, pool, bl));
+                    }
+                }
+            }
+        }
+        if let Some((a, sz, bl)) = run.take() {
+            sim.push((a, sz, s.small, pool, bl));
+        }
+    }
+    sim.sort_by_key(|s| s.0);
+    let rec: Vec<_> = snap.segments.iter().filter(|s| s.device == device).collect();
+    if rec.len() != sim.len() {
+        return Some(format!("{} segments recorded at the end, {} simulated", rec.len(), sim.len()));
+    }
+    for (r, s) in rec.iter().zip(&sim) {
+        if r.address != s.0 || r.total_size != s.1 {
+            return Some(format!("segment {:#x} ({} bytes) recorded, {:#x} ({} bytes) simulated", r.address, r.total_size, s.0, s.1));
+        }
+        if (r.segment_type == SegmentType::Small) != s.2 {
+            return Some(format!("segment {:#x}: pool type differs", r.address));
+        }
+        let rp = PoolId(r.segment_pool_id.0, r.segment_pool_id.1);
+        if rp.is_private() != s.3.is_private() || (s.3.0 != u64::MAX && rp != s.3) {
+            return Some(format!("segment {:#x}: pool {rp:?} recorded, {:?} simulated", r.address, s.3));
+        }
+        let rb: Vec<(u64, u64, BlockState)> = r.blocks.iter().map(|b| (b.address, b.size, b.state)).collect();
+        if rb != s.4 {
+            let k = rb.iter().zip(&s.4).position(|(a, b)| a != b).unwrap_or(rb.len().min(s.4.len()));
+            return Some(format!(
+                "segment {:#x}: block {k} is {:?} recorded, {:?} simulated",
+                r.address,
+                rb.get(k),
+                s.4.get(k)
+            ));
+        }
+    }
+    None
+}
+
+/// Replays device `device` of a snapshot through the PyTorch model on the recorded device:
+/// builds the replayable requests and the validation report.
+pub fn annotate(snap: &RawSnapshot, device: u32, cfg: &PyTorchConfig, capacity: Option<u64>) -> Result<(DeviceTrace, DeviceReport), TraceError> {
+    let events = snap.device_traces.get(device as usize).map_or(&[][..], Vec::as_slice);
+    let mut model = PyTorchModel::new(cfg.clone(), capacity);
+    let start = crate::start::rebuild_start(snap, device, &model)?;
+    model.load_start(&start);
+    let start_reserved: u64 = start.iter().map(|s| s.size_bytes).sum();
+    let max_addr = snap.segments.iter().map(|s| s.address + s.total_size).chain(events.iter().map(|e| e.addr)).max().unwrap_or(0);
+    let _ = max_addr;
+    let mut a = Annotator {
+        snap,
+        device,
+        events,
+        capacity,
+        model,
+        synth: SimulatedDevice::new(cfg.device_total_bytes, capacity),
+        ops: Vec::new(),
+        inferred: Vec::new(),
+        live: HashMap::new(),
+        pending: HashMap::new(),
+        scope: BTreeMap::new(),
+        renames: BTreeMap::new(),
+        next_provisional: 1,
+        compared: 0,
+        matched: 0,
+        divergence: None,
+        peak_sim: start_reserved,
+    };
+    // Blocks alive at the start become the first ops, so every model can replay them.
+    let mut initial = 0;
+    for s in &start {
+        for b in &s.blocks {
+            a.ops.push(Op {
+                kind: OpKind::Alloc { size_bytes: b.requested_bytes, stream: s.stream, pool: s.pool, recorded_oom: false },
+                event_index: u32::MAX,
+                recorded_addr: b.addr,
+                stack: crate::snapshot::StackId::EMPTY,
+                time_us: 0,
+            });
+            let op = (a.ops.len() - 1) as u32;
+            if b.pending {
+                a.pending.insert(b.addr, op);
+            } else {
+                a.live.insert(b.addr, op);
+            }
+            initial += 1;
+        }
+    }
+    if !start.is_empty() {
+        a.inferred.push(Inference {
+            event_index: 0,
+            kind: "start_state",
+            detail: format!(
+                "the trace does not start empty: {} segments and {initial} live blocks rebuilt from the end state",
+                start.len()
+            ),
+        });
+    }
+    a.run()?;
+    let mut reserved = start_reserved;
+    let mut peak_rec = reserved;
+    for e in events {
+        match e.action {
+            Action::SegmentAlloc | Action::SegmentMap => reserved += e.size,
+            Action::SegmentFree | Action::SegmentUnmap => reserved = reserved.saturating_sub(e.size),
+            _ => {}
+        }
+        peak_rec = peak_rec.max(reserved);
+    }
+    let end_diff = end_state_difference(snap, device, &a.model, &a.renames);
+    // Rename provisional pools that were identified later.
+    let renames = a.renames.clone();
+    let resolve = |p: PoolId| {
+        let mut p = p;
+        while let Some(&q) = renames.get(&p) {
+            p = q;
+        }
+        p
+    };
+    for op in &mut a.ops {
+        if let OpKind::Alloc { pool, .. } | OpKind::ReleasePool { pool } = &mut op.kind {
+            *pool = resolve(*pool);
+        }
+    }
+    let report = DeviceReport {
+        device,
+        exact: a.divergence.is_none() && end_diff.is_none() && a.compared == a.matched,
+        events_compared: a.compared,
+        events_matched: a.matched,
+        end_state_matches: end_diff.is_none(),
+        end_state_difference: end_diff,
+        first_divergence: a.divergence,
+        peak_reserved_recorded: peak_rec,
+        peak_reserved_simulated: a.peak_sim,
+        inferred: a.inferred.clone(),
+        starts_empty: start.is_empty(),
+    };
+    let trace = DeviceTrace { device, ops: a.ops, start, inferred: a.inferred, events: events.len(), initial_ops: initial };
+    Ok((trace, report))
+}
+
+/// The whole validation: every device that has events.
+#[derive(Debug, Clone)]
+pub struct Validation {
+    pub trace: Trace,
+    pub devices: Vec<DeviceReport>,
+}
+
+impl Validation {
+    /// Every device exact.
+    #[must_use]
+    pub fn exact(&self) -> bool {
+        self.devices.iter().all(|d| d.exact)
+    }
+}
+
+/// Builds the replayable trace of every device, validating each on the way.
+pub fn validate(snap: RawSnapshot, capacity: Option<u64>) -> Result<Validation, crate::Error> {
+    let cfg = PyTorchConfig::from_settings(&snap.settings).map_err(|e| crate::Error::Config(e.0))?;
+    let mut devices = Vec::new();
+    let mut reports = Vec::new();
+    let n = snap.device_traces.len().max(snap.segments.iter().map(|s| s.device as usize + 1).max().unwrap_or(0));
+    for d in 0..n as u32 {
+        let (t, r) = annotate(&snap, d, &cfg, capacity)?;
+        if t.events > 0 || !t.start.is_empty() {
+            reports.push(r);
+        }
+        devices.push(t);
+    }
+    Ok(Validation { trace: Trace { snapshot: snap, devices }, devices: reports })
+}
