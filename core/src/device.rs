@@ -97,6 +97,12 @@ impl SimulatedDevice {
         self
     }
 
+    /// Counts memory that was already in use before the replay starts (a trace's start
+    /// state).
+    pub fn preload(&mut self, bytes: u64) {
+        self.used_bytes += bytes.div_ceil(SYNTH_ALIGN) * SYNTH_ALIGN;
+    }
+
     /// Whether the device still follows the recording.
     #[must_use]
     pub fn is_following(&self) -> bool {

@@ -20,3 +20,6 @@ pub enum Error {
     #[error("bad allocator config: {0}")]
     Config(String),
 }
+pub mod metrics;
+pub mod replay;
+pub mod session;

@@ -1,7 +1,10 @@
 //! Allocator models. Each model is one file behind the small object-safe [`Allocator`]
 //! trait; every model gets its segments from a [`Device`] and never invents addresses.
 
+pub mod kind;
 pub mod pytorch;
+
+pub use kind::{MODEL_NAMES, ModelSpec};
 
 use crate::device::Device;
 use crate::snapshot::Action;

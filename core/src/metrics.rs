@@ -1,0 +1,121 @@
+//! The metrics of a replay, each defined once (DESIGN.md, "Metrics").
+
+use crate::models::ModelStats;
+
+/// Bytes held from the device and not allocated: `free = reserved − allocated`
+/// ("reserved but unallocated" in PyTorch's words).
+#[must_use]
+pub fn free_bytes(s: &ModelStats) -> u64 {
+    s.reserved_bytes.saturating_sub(s.allocated_bytes)
+}
+
+/// Fragmentation: `1 − largest free block / free`, over all free blocks (0 when nothing
+/// is free) — the BFC/RMM definition `(free − largest) / free`.
+#[must_use]
+pub fn fragmentation(s: &ModelStats) -> f64 {
+    let free = free_bytes(s);
+    if free == 0 {
+        return 0.0;
+    }
+    let largest = s.largest_free_bytes.min(free);
+    1.0 - largest as f64 / free as f64
+}
+
+/// Internal waste: bytes of live blocks beyond what their requests asked for (rounding
+/// and unsplit slack): `allocated − requested`.
+#[must_use]
+pub fn internal_waste_bytes(s: &ModelStats) -> u64 {
+    s.allocated_bytes.saturating_sub(s.requested_bytes)
+}
+
+/// The metrics timeline: one sample after every op, stored column by column.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Timeline {
+    pub reserved_bytes: Vec<u64>,
+    pub allocated_bytes: Vec<u64>,
+    pub requested_bytes: Vec<u64>,
+    pub largest_free_bytes: Vec<u64>,
+    pub free_holes: Vec<u32>,
+    /// `time_us` of the op's trace entry (0 when the trace has no times).
+    pub time_us: Vec<i64>,
+}
+
+impl Timeline {
+    /// Appends one sample.
+    pub fn push(&mut self, s: &ModelStats, time_us: i64) {
+        self.reserved_bytes.push(s.reserved_bytes);
+        self.allocated_bytes.push(s.allocated_bytes);
+        self.requested_bytes.push(s.requested_bytes);
+        self.largest_free_bytes.push(s.largest_free_bytes);
+        self.free_holes.push(s.free_holes.min(u64::from(u32::MAX)) as u32);
+        self.time_us.push(time_us);
+    }
+
+    /// Number of samples.
+    #[must_use]
+    pub fn len(&self) -> usize {
+        self.reserved_bytes.len()
+    }
+
+    /// Whether there are no samples.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.reserved_bytes.is_empty()
+    }
+
+    /// The stats of sample `i` (segment_ops not kept per sample).
+    #[must_use]
+    pub fn stats_at(&self, i: usize) -> ModelStats {
+        ModelStats {
+            reserved_bytes: self.reserved_bytes[i],
+            allocated_bytes: self.allocated_bytes[i],
+            requested_bytes: self.requested_bytes[i],
+            largest_free_bytes: self.largest_free_bytes[i],
+            free_holes: u64::from(self.free_holes[i]),
+            segment_ops: 0,
+        }
+    }
+
+    /// Fragmentation of sample `i`.
+    #[must_use]
+    pub fn fragmentation_at(&self, i: usize) -> f64 {
+        fragmentation(&self.stats_at(i))
+    }
+
+    /// The metrics as CSV (`op,time_us,reserved_bytes,…`).
+    #[must_use]
+    pub fn to_csv(&self) -> String {
+        let mut s = String::from("op,time_us,reserved_bytes,allocated_bytes,requested_bytes,free_bytes,largest_free_bytes,free_holes,fragmentation\n");
+        for i in 0..self.len() {
+            let st = self.stats_at(i);
+            s.push_str(&format!(
+                "{i},{},{},{},{},{},{},{},{:.6}\n",
+                self.time_us[i],
+                st.reserved_bytes,
+                st.allocated_bytes,
+                st.requested_bytes,
+                free_bytes(&st),
+                st.largest_free_bytes,
+                st.free_holes,
+                fragmentation(&st)
+            ));
+        }
+        s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fragmentation_is_zero_without_free_memory_and_grows_with_holes() {
+        let mut s = ModelStats { reserved_bytes: 100, allocated_bytes: 100, ..ModelStats::default() };
+        assert!(fragmentation(&s).abs() < f64::EPSILON);
+        s.allocated_bytes = 60;
+        s.largest_free_bytes = 40;
+        assert!(fragmentation(&s).abs() < f64::EPSILON);
+        s.largest_free_bytes = 10;
+        assert!((fragmentation(&s) - 0.75).abs() < 1e-12);
+    }
+}

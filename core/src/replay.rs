@@ -1,0 +1,323 @@
+//! The replay engine: drives a trace's requests through a model on a device, and keeps
+//! the outcome of every request, the metrics timeline and checkpoints of the state every
+//! K ops, so the layout at any op is rebuilt quickly (scrubbing in the app).
+
+use crate::device::{Device, RecordedSegmentOp, SimulatedDevice};
+use crate::metrics::{self, Timeline};
+use crate::models::{AllocRequest, Allocator, Layout, ModelEvent, ModelStats, OomInfo};
+use crate::snapshot::{Action, RawSnapshot};
+use crate::trace::{DeviceTrace, OpKind};
+use crate::units::format_size;
+
+/// What happened to one op.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// An alloc served at this address.
+    Served(u64),
+    /// An alloc the model could not serve.
+    Oom,
+    /// Not an alloc, or not reached.
+    None,
+}
+
+/// Where and why the replay ran out of memory.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct OomReport {
+    /// Index of the trace entry in `device_traces[d]`.
+    pub event_index: u64,
+    /// Index of the op in the trace's request list.
+    #[serde(skip)]
+    pub op_index: usize,
+    pub requested_bytes: u64,
+    pub reserved_bytes: u64,
+    pub allocated_bytes: u64,
+    pub free_bytes: u64,
+    pub largest_free_bytes: u64,
+    pub free_holes: u64,
+    pub explanation: String,
+    /// The model's own reason.
+    #[serde(skip)]
+    pub reason: String,
+}
+
+/// Options of a replay.
+#[derive(Debug, Clone, Copy)]
+pub struct ReplayOptions {
+    /// Keep a copy of the model every this many ops (0: none).
+    pub checkpoint_every: usize,
+    /// Check the model's invariants every this many ops (0: never).
+    pub check_every: usize,
+    /// Keep the per-op timeline and outcomes.
+    pub keep_timeline: bool,
+    /// The model was loaded with the trace's start state: the first `initial_ops` ops
+    /// (the blocks alive at the start) are already in place and are not replayed.
+    pub preloaded: bool,
+}
+
+impl Default for ReplayOptions {
+    fn default() -> Self {
+        ReplayOptions { checkpoint_every: 4096, check_every: 0, keep_timeline: true, preloaded: false }
+    }
+}
+
+/// A model and its device at one op, to replay forward from.
+pub struct Checkpoint {
+    /// The state after this many ops.
+    pub ops_done: usize,
+    pub model: Box<dyn Allocator>,
+    pub device: SimulatedDevice,
+}
+
+impl std::fmt::Debug for Checkpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Checkpoint").field("ops_done", &self.ops_done).finish_non_exhaustive()
+    }
+}
+
+/// The result of a replay.
+#[derive(Debug)]
+pub struct ReplayResult {
+    pub allocator: &'static str,
+    pub config: String,
+    pub capacity_bytes: Option<u64>,
+    /// Ops replayed (all of them unless an OOM stopped the replay).
+    pub ops_done: usize,
+    pub requests: usize,
+    pub outcomes: Vec<Outcome>,
+    pub timeline: Timeline,
+    pub peak_reserved_bytes: u64,
+    pub peak_allocated_bytes: u64,
+    pub peak_requested_bytes: u64,
+    pub final_reserved_bytes: u64,
+    pub internal_waste_bytes_at_peak: u64,
+    pub fragmentation_at_peak: f64,
+    pub max_fragmentation: f64,
+    pub segment_ops: u64,
+    /// The first request the model could not serve. The replay stops there unless the
+    /// recording failed there too (the program caught the error and went on).
+    pub oom: Option<OomReport>,
+    /// OOMs the recording also had (the program went on).
+    pub recorded_ooms_reproduced: usize,
+    pub checkpoints: Vec<Checkpoint>,
+    /// Invariant violation found by a check, with the op index.
+    pub invariant_error: Option<(usize, String)>,
+    /// The replay started from the trace's loaded start state.
+    pub preloaded: bool,
+}
+
+/// The recording's segment requests, for a simulated device that follows them.
+#[must_use]
+pub fn recorded_segment_ops(snap: &RawSnapshot, device: u32, reservation_bytes: impl Fn(u64) -> u64) -> Vec<RecordedSegmentOp> {
+    let mut out = Vec::new();
+    let mut reservations: Vec<(u64, u64)> = Vec::new();
+    let Some(events) = snap.device_traces.get(device as usize) else { return out };
+    for s in snap.segments.iter().filter(|s| s.device == device && s.is_expandable) {
+        let _ = s;
+    }
+    for e in events {
+        match e.action {
+            Action::SegmentAlloc => out.push(RecordedSegmentOp::Malloc { addr: e.addr, size: e.size }),
+            Action::SegmentMap => {
+                let inside = reservations.iter().any(|&(b, l)| e.addr >= b && e.addr < b + l);
+                if !inside {
+                    reservations.push((e.addr, reservation_bytes(e.size)));
+                }
+                out.push(RecordedSegmentOp::Map { addr: e.addr, size: e.size, new_reservation: !inside });
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
+/// Explains an OOM in PyTorch's own terms.
+#[must_use]
+pub fn explain_oom(requested: u64, info: &OomInfo, capacity: Option<u64>) -> String {
+    let free = info.reserved_bytes.saturating_sub(info.allocated_bytes);
+    let mut s = format!(
+        "Tried to allocate {}; {} reserved by the allocator, {} of it free in {} holes, the largest {}",
+        format_size(requested.max(info.rounded_bytes)),
+        format_size(info.reserved_bytes),
+        format_size(free),
+        info.free_holes,
+        format_size(info.largest_free_bytes)
+    );
+    if let Some(c) = capacity {
+        s.push_str(&format!("; capacity {}", format_size(c)));
+    }
+    s.push_str(&format!(" ({})", info.reason));
+    s
+}
+
+/// Replays `trace` through `model` on `device`.
+pub fn replay(trace: &DeviceTrace, mut model: Box<dyn Allocator>, mut device: SimulatedDevice, capacity: Option<u64>, opts: ReplayOptions) -> ReplayResult {
+    let mut addrs: Vec<u64> = vec![0; trace.ops.len()];
+    let mut outcomes = if opts.keep_timeline { Vec::with_capacity(trace.ops.len()) } else { Vec::new() };
+    let mut timeline = Timeline::default();
+    let mut out: Vec<ModelEvent> = Vec::with_capacity(16);
+    let mut checkpoints = Vec::new();
+    let mut peak = ModelStats::default();
+    let mut peak_at = ModelStats::default();
+    let (mut peak_alloc, mut peak_req, mut max_frag) = (0u64, 0u64, 0f64);
+    let mut oom = None;
+    let mut reproduced = 0;
+    let mut ops_done = 0;
+    let mut invariant_error = None;
+    let mut dead: Vec<bool> = vec![false; trace.ops.len()];
+    for (k, op) in trace.ops.iter().enumerate() {
+        if opts.checkpoint_every > 0 && k % opts.checkpoint_every == 0 {
+            checkpoints.push(Checkpoint { ops_done: k, model: model.clone_box(), device: device.clone() });
+        }
+        out.clear();
+        let mut outcome = Outcome::None;
+        match op.kind {
+            OpKind::Alloc { .. } if opts.preloaded && k < trace.initial_ops => {
+                addrs[k] = op.recorded_addr;
+                outcome = Outcome::Served(op.recorded_addr);
+            }
+            OpKind::Alloc { size_bytes, stream, pool, recorded_oom } => {
+                let req = AllocRequest { size_bytes, stream, pool };
+                match model.malloc(&mut device, &req, &mut out) {
+                    Ok(a) => {
+                        addrs[k] = a;
+                        outcome = Outcome::Served(a);
+                        if recorded_oom {
+                            // The program never got this memory: give it back at once.
+                            let _ = model.free(&mut device, a, false, &mut out);
+                            dead[k] = true;
+                        }
+                    }
+                    Err(info) => {
+                        outcome = Outcome::Oom;
+                        dead[k] = true;
+                        if recorded_oom {
+                            reproduced += 1;
+                        }
+                        if oom.is_none() {
+                            let st = model.stats();
+                            oom = Some(OomReport {
+                                event_index: u64::from(op.event_index),
+                                op_index: k,
+                                requested_bytes: size_bytes,
+                                reserved_bytes: st.reserved_bytes,
+                                allocated_bytes: st.allocated_bytes,
+                                free_bytes: metrics::free_bytes(&st),
+                                largest_free_bytes: info.largest_free_bytes,
+                                free_holes: info.free_holes,
+                                explanation: explain_oom(size_bytes, &info, capacity),
+                                reason: info.reason.clone(),
+                            });
+                        }
+                    }
+                }
+            }
+            OpKind::Free { alloc, deferred } => {
+                let a = alloc as usize;
+                if !dead[a] {
+                    let _ = model.free(&mut device, addrs[a], deferred, &mut out);
+                }
+            }
+            OpKind::CompleteFree { alloc } => {
+                let a = alloc as usize;
+                if !dead[a] {
+                    // Already completed if a cache flush synchronised it: not an error.
+                    let _ = model.complete_free(&mut device, addrs[a], &mut out);
+                }
+            }
+            OpKind::EmptyCache => model.empty_cache(&mut device, &mut out),
+            OpKind::ReleasePool { pool } => model.release_pool(pool),
+        }
+        let st = model.stats();
+        if st.reserved_bytes > peak.reserved_bytes || k == 0 {
+            peak = st;
+            peak_at = st;
+        }
+        peak_alloc = peak_alloc.max(st.allocated_bytes);
+        peak_req = peak_req.max(st.requested_bytes);
+        max_frag = max_frag.max(metrics::fragmentation(&st));
+        if opts.keep_timeline {
+            timeline.push(&st, op.time_us);
+            outcomes.push(outcome);
+        }
+        ops_done = k + 1;
+        if opts.check_every > 0 && (k % opts.check_every == 0 || k + 1 == trace.ops.len()) && invariant_error.is_none() {
+            if let Err(e) = model.check_invariants() {
+                invariant_error = Some((k, e));
+            }
+        }
+        if matches!(&oom, Some(o) if o.op_index == k) && !matches!(op.kind, OpKind::Alloc { recorded_oom: true, .. }) {
+            // The program would have died here.
+            break;
+        }
+    }
+    let fin = model.stats();
+    ReplayResult {
+        allocator: model.name(),
+        config: model.config_string(),
+        capacity_bytes: capacity,
+        ops_done,
+        requests: trace.requests(),
+        outcomes,
+        timeline,
+        peak_reserved_bytes: peak.reserved_bytes,
+        peak_allocated_bytes: peak_alloc,
+        peak_requested_bytes: peak_req,
+        final_reserved_bytes: fin.reserved_bytes,
+        internal_waste_bytes_at_peak: metrics::internal_waste_bytes(&peak_at),
+        fragmentation_at_peak: metrics::fragmentation(&peak_at),
+        max_fragmentation: max_frag,
+        segment_ops: fin.segment_ops,
+        oom,
+        recorded_ooms_reproduced: reproduced,
+        checkpoints,
+        invariant_error,
+        preloaded: opts.preloaded,
+    }
+}
+
+/// The layout after `ops_done` ops, rebuilt from the nearest checkpoint at or before it.
+#[must_use]
+pub fn layout_at(trace: &DeviceTrace, result: &ReplayResult, ops_done: usize) -> Option<Layout> {
+    let cp = result.checkpoints.iter().rev().find(|c| c.ops_done <= ops_done)?;
+    let mut model = cp.model.clone_box();
+    let mut device = cp.device.clone();
+    let mut out = Vec::new();
+    let mut addrs: std::collections::HashMap<u32, u64> = std::collections::HashMap::new();
+    let served = |k: usize| match result.outcomes.get(k) {
+        Some(Outcome::Served(a)) => Some(*a),
+        _ => None,
+    };
+    for k in cp.ops_done..ops_done.min(trace.ops.len()) {
+        out.clear();
+        match trace.ops[k].kind {
+            OpKind::Alloc { .. } if k < trace.initial_ops && served(k).is_some() && result.preloaded => {}
+            OpKind::Alloc { size_bytes, stream, pool, recorded_oom } => {
+                if let Ok(a) = model.malloc(&mut device, &AllocRequest { size_bytes, stream, pool }, &mut out) {
+                    addrs.insert(k as u32, a);
+                    if recorded_oom {
+                        let _ = model.free(&mut device, a, false, &mut out);
+                    }
+                }
+            }
+            OpKind::Free { alloc, deferred } => {
+                if let Some(a) = addrs.get(&alloc).copied().or_else(|| served(alloc as usize)) {
+                    let _ = model.free(&mut device, a, deferred, &mut out);
+                }
+            }
+            OpKind::CompleteFree { alloc } => {
+                if let Some(a) = addrs.get(&alloc).copied().or_else(|| served(alloc as usize)) {
+                    let _ = model.complete_free(&mut device, a, &mut out);
+                }
+            }
+            OpKind::EmptyCache => model.empty_cache(&mut device, &mut out),
+            OpKind::ReleasePool { pool } => model.release_pool(pool),
+        }
+    }
+    Some(model.layout())
+}
+
+/// Checks a device handed out by a replay: totals the device saw (for tests).
+#[must_use]
+pub fn device_free_bytes(device: &SimulatedDevice) -> u64 {
+    device.free_bytes()
+}

@@ -1,0 +1,37 @@
+//! Loading and replaying in one place: a snapshot file's bytes to a [`Trace`], and a
+//! trace's device through any model on a simulated device that follows the recording.
+
+use crate::device::SimulatedDevice;
+use crate::models::pytorch::PyTorchModel;
+use crate::models::pytorch::config::H200_TOTAL_BYTES;
+use crate::models::{ModelSpec, kind};
+use crate::replay::{self, ReplayOptions, ReplayResult};
+use crate::trace::Trace;
+use crate::validate::{self, Validation};
+
+/// Decodes a snapshot and builds its replayable trace (validating it on the way;
+/// `capacity` is the memory cap the program ran under, if known).
+pub fn load(bytes: &[u8], capacity: Option<u64>) -> Result<Validation, crate::Error> {
+    let snap = crate::snapshot::decode_snapshot(bytes)?;
+    validate::validate(snap, capacity)
+}
+
+/// Replays device `device` of `trace` through the model `spec` names, under `capacity`.
+pub fn replay_device(trace: &Trace, device: usize, spec: &ModelSpec, capacity: Option<u64>, mut opts: ReplayOptions) -> Result<ReplayResult, crate::Error> {
+    let dt = trace.devices.get(device).ok_or_else(|| crate::Error::Config(format!("the trace has no device {device}")))?;
+    let settings = &trace.snapshot.settings;
+    let mut model = kind::build(spec, settings, capacity).map_err(crate::Error::Config)?;
+    let total = H200_TOTAL_BYTES;
+    let reservation = move |page: u64| (total + total / 8).div_ceil(page) * page;
+    let follow = replay::recorded_segment_ops(&trace.snapshot, device as u32, reservation);
+    let mut dev = SimulatedDevice::new(total, capacity).following(follow);
+    if spec.name == "pytorch" && !dt.start.is_empty() {
+        let cfg = kind::pytorch_config(spec, settings).map_err(crate::Error::Config)?;
+        let mut m = PyTorchModel::new(cfg, capacity);
+        m.load_start(&dt.start);
+        dev.preload(dt.start.iter().map(|s| s.size_bytes).sum());
+        model = Box::new(m);
+        opts.preloaded = true;
+    }
+    Ok(replay::replay(dt, model, dev, capacity, opts))
+}
