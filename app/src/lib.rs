@@ -1,1 +1,3 @@
 //! allocsim-app: the eframe app (desktop and web) and the `allocsim` command line.
+
+pub mod cli;

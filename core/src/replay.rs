@@ -132,10 +132,10 @@ pub fn recorded_segment_ops(snap: &RawSnapshot, device: u32, reservation_bytes: 
 
 /// Explains an OOM in PyTorch's own terms.
 #[must_use]
-pub fn explain_oom(requested: u64, info: &OomInfo, capacity: Option<u64>) -> String {
+pub fn explain_oom(who: &str, requested: u64, info: &OomInfo, capacity: Option<u64>) -> String {
     let free = info.reserved_bytes.saturating_sub(info.allocated_bytes);
     let mut s = format!(
-        "Tried to allocate {}; {} reserved by the allocator, {} of it free in {} holes, the largest {}",
+        "Tried to allocate {}; {} reserved by {who}, {} of it free in {} holes, the largest {}",
         format_size(requested.max(info.rounded_bytes)),
         format_size(info.reserved_bytes),
         format_size(free),
@@ -204,7 +204,7 @@ pub fn replay(trace: &DeviceTrace, mut model: Box<dyn Allocator>, mut device: Si
                                 free_bytes: metrics::free_bytes(&st),
                                 largest_free_bytes: info.largest_free_bytes,
                                 free_holes: info.free_holes,
-                                explanation: explain_oom(size_bytes, &info, capacity),
+                                explanation: explain_oom(if model.name() == "pytorch" { "PyTorch" } else { model.name() }, size_bytes, &info, capacity),
                                 reason: info.reason.clone(),
                             });
                         }

@@ -1,0 +1,125 @@
+//! The `allocsim` command line: a contract (DESIGN.md) — tests outside the team call it
+//! and parse its JSON. `--json` prints one object with `"schema": 1` first and nothing
+//! else on stdout.
+
+mod replay;
+mod validate;
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use allocsim_core::trace::Trace;
+use allocsim_core::validate::Validation;
+use clap::{Parser, Subcommand};
+
+/// Exit code: a divergence (`validate`).
+pub const EXIT_DIVERGED: u8 = 1;
+/// Exit code: bad input or usage.
+pub const EXIT_BAD_INPUT: u8 = 2;
+/// Exit code: the machine lacks what the command needs.
+pub const EXIT_UNAVAILABLE: u8 = 3;
+
+/// A failure with its exit code and one line for stderr.
+#[derive(Debug)]
+pub struct Failure {
+    pub code: u8,
+    pub message: String,
+}
+
+impl Failure {
+    /// Bad input or usage (exit 2).
+    pub fn bad_input(message: impl Into<String>) -> Failure {
+        Failure { code: EXIT_BAD_INPUT, message: message.into() }
+    }
+
+    /// The machine lacks what the command needs (exit 3).
+    pub fn unavailable(message: impl Into<String>) -> Failure {
+        Failure { code: EXIT_UNAVAILABLE, message: message.into() }
+    }
+}
+
+#[derive(Parser, Debug)]
+#[command(name = "allocsim", version, about = "A visual simulator of GPU memory allocators: replay PyTorch memory snapshots through exact allocator models")]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Open the desktop app on FILE
+    Open { file: PathBuf },
+    /// Replay a snapshot through the PyTorch model on the recorded device and compare every event
+    Validate(validate::Args),
+    /// Replay the requests of FILE through a model on the simulated device
+    Replay(replay::Args),
+}
+
+/// The arguments every trace-reading command shares.
+#[derive(clap::Args, Debug, Clone)]
+pub struct Input {
+    /// A PyTorch snapshot (.pickle, .pickle.gz, .json, .json.gz; detected by content)
+    pub file: PathBuf,
+}
+
+/// Parses a `SIZE` argument.
+pub fn parse_size_arg(s: &str) -> Result<u64, String> {
+    allocsim_core::units::parse_size(s)
+}
+
+/// Reads and decodes FILE, building its replayable trace; errors name the file.
+pub fn load_file(path: &Path, capacity: Option<u64>) -> Result<Validation, Failure> {
+    let bytes = std::fs::read(path).map_err(|e| Failure::bad_input(format!("{}: cannot read: {e}", path.display())))?;
+    allocsim_core::session::load(&bytes, capacity).map_err(|e| Failure::bad_input(format!("{}: {e}", path.display())))
+}
+
+/// Which device of `trace` to replay: `--trace-device D` or the busiest one.
+pub fn pick_device(trace: &Trace, requested: Option<usize>) -> Result<usize, Failure> {
+    match requested {
+        None => Ok(trace.busiest_device()),
+        Some(d) if d < trace.devices.len() => Ok(d),
+        Some(d) => Err(Failure::bad_input(format!("--trace-device {d}: the trace has {} device(s)", trace.devices.len()))),
+    }
+}
+
+/// Prints a JSON object on stdout (pretty, one object).
+pub fn print_json(v: &serde_json::Value) {
+    match serde_json::to_string_pretty(v) {
+        Ok(s) => println!("{s}"),
+        Err(e) => eprintln!("allocsim: cannot print JSON: {e}"),
+    }
+}
+
+fn run(cli: Cli) -> Result<u8, Failure> {
+    match cli.command {
+        None => open_app(None),
+        Some(Command::Open { file }) => open_app(Some(file)),
+        Some(Command::Validate(a)) => validate::run(&a),
+        Some(Command::Replay(a)) => replay::run(&a),
+    }
+}
+
+fn open_app(file: Option<PathBuf>) -> Result<u8, Failure> {
+    let _ = file;
+    Err(Failure::unavailable("this build of allocsim has no GUI (build the allocsim-app crate with its `gui` feature)"))
+}
+
+/// Entry point of the binary.
+#[must_use]
+pub fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => {
+            let code = if matches!(e.kind(), clap::error::ErrorKind::DisplayHelp | clap::error::ErrorKind::DisplayVersion) { 0 } else { EXIT_BAD_INPUT };
+            let _ = e.print();
+            return ExitCode::from(code);
+        }
+    };
+    match run(cli) {
+        Ok(code) => ExitCode::from(code),
+        Err(f) => {
+            eprintln!("allocsim: {}", f.message);
+            ExitCode::from(f.code)
+        }
+    }
+}
