@@ -22,7 +22,13 @@ pub fn replay_device(trace: &Trace, device: usize, spec: &ModelSpec, capacity: O
     let settings = &trace.snapshot.settings;
     let mut model = kind::build(spec, settings, capacity).map_err(crate::Error::Config)?;
     let total = H200_TOTAL_BYTES;
-    let reservation = move |page: u64| (total + total / 8).div_ceil(page) * page;
+    let large_page = kind::pytorch_config(spec, settings).map_or(20 << 20, |c| c.large_segment_size_bytes);
+    // A recorded map's page size: large-pool maps are whole large pages, small-pool maps
+    // single 2 MiB pages; the reservation is 9/8 of the device rounded to the page.
+    let reservation = move |map_size: u64| {
+        let page = if map_size % large_page == 0 { large_page } else { 2 << 20 };
+        (total + total / 8).div_ceil(page) * page
+    };
     let follow = replay::recorded_segment_ops(&trace.snapshot, device as u32, reservation);
     let mut dev = SimulatedDevice::new(total, capacity).following(follow);
     if spec.name == "pytorch" && !dt.start.is_empty() {
