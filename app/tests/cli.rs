@@ -1,0 +1,171 @@
+//! The `allocsim` command line as users and outside tests call it: exit codes, one-line
+//! errors on hostile input, the JSON contract.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn bin() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_allocsim"))
+}
+
+fn traces() -> Option<PathBuf> {
+    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/traces");
+    if p.is_dir() {
+        Some(p)
+    } else {
+        println!("skipped: ../shared/traces not found");
+        None
+    }
+}
+
+fn run(args: &[&str]) -> Output {
+    bin().args(args).output().expect("run allocsim")
+}
+
+fn tmp_file(name: &str, bytes: &[u8]) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("allocsim-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let p = dir.join(name);
+    std::fs::write(&p, bytes).unwrap();
+    p
+}
+
+/// Exit code 2, nothing on stdout, exactly one line on stderr naming the file.
+fn assert_bad_input(out: &Output, file: &Path, must_mention: &str) {
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "stderr: {err}");
+    assert!(out.stdout.is_empty(), "stdout: {}", String::from_utf8_lossy(&out.stdout));
+    assert_eq!(err.trim_end().lines().count(), 1, "one line expected: {err}");
+    assert!(err.contains(&file.display().to_string()), "names the file: {err}");
+    assert!(err.to_lowercase().contains(&must_mention.to_lowercase()), "mentions '{must_mention}': {err}");
+}
+
+fn json_snapshot(events: &str) -> Vec<u8> {
+    format!(r#"{{"segments": [], "device_traces": [[{events}]], "allocator_settings": {{"PYTORCH_CUDA_ALLOC_CONF": "", "max_split_size": -1}}}}"#).into_bytes()
+}
+
+#[test]
+fn refused_pickle_opcodes_are_never_executed() {
+    // GLOBAL os.system, then REDUCE: a classic pickle exploit.
+    let evil = b"\x80\x02cos\nsystem\nq\x00X\x05\x00\x00\x00touchq\x01\x85q\x02Rq\x03.";
+    let f = tmp_file("evil.pickle", evil);
+    assert_bad_input(&run(&["validate", f.to_str().unwrap()]), &f, "GLOBAL");
+    let stack_global = b"\x80\x04\x95\x10\x00\x00\x00\x00\x00\x00\x00\x8c\x02os\x8c\x06system\x93.";
+    let f = tmp_file("evil4.pickle", stack_global);
+    assert_bad_input(&run(&["replay", f.to_str().unwrap()]), &f, "STACK_GLOBAL");
+}
+
+#[test]
+fn truncated_huge_and_deep_inputs_fail_cleanly() {
+    let huge = [&b"\x80\x04\x8d"[..], &10_000_000_000u64.to_le_bytes(), b"abc"].concat();
+    let f = tmp_file("huge.pickle", &huge);
+    assert_bad_input(&run(&["validate", f.to_str().unwrap()]), &f, "byte");
+    let mut deep = b"\x80\x02".to_vec();
+    deep.extend(std::iter::repeat_n(b']', 2_000_000));
+    deep.extend(std::iter::repeat_n(b'a', 1_999_999));
+    deep.push(b'.');
+    let f = tmp_file("deep.pickle", &deep);
+    let t = std::time::Instant::now();
+    let out = run(&["validate", f.to_str().unwrap()]);
+    assert_bad_input(&out, &f, "snapshot");
+    assert!(t.elapsed().as_secs() < 30, "deep nesting must not hang");
+    if let Some(dir) = traces() {
+        let gz = std::fs::read(dir.join("mlp_train.pickle.gz")).unwrap();
+        for cut in [10, 1000, gz.len() / 2] {
+            let f = tmp_file(&format!("cut{cut}.pickle.gz"), &gz[..cut]);
+            let out = run(&["validate", f.to_str().unwrap()]);
+            assert_eq!(out.status.code(), Some(2), "{}", String::from_utf8_lossy(&out.stderr));
+        }
+    }
+    let f = tmp_file("garbage.bin", b"\x00\x01\x02 not a snapshot");
+    assert_bad_input(&run(&["validate", f.to_str().unwrap()]), &f, "snapshot");
+}
+
+#[test]
+fn bad_traces_name_the_event() {
+    let unknown = json_snapshot(r#"{"action": "free_requested", "addr": 4096, "size": 512, "stream": 0}"#);
+    let f = tmp_file("unknown_free.json", &unknown);
+    assert_bad_input(&run(&["replay", f.to_str().unwrap()]), &f, "event 0");
+    let twice = json_snapshot(
+        r#"{"action": "segment_alloc", "addr": 1048576, "size": 2097152, "stream": 0},
+           {"action": "alloc", "addr": 1048576, "size": 512, "stream": 0},
+           {"action": "free_requested", "addr": 1048576, "size": 512, "stream": 0},
+           {"action": "free_completed", "addr": 1048576, "size": 512, "stream": 0},
+           {"action": "free_requested", "addr": 1048576, "size": 512, "stream": 0}"#,
+    );
+    let f = tmp_file("double_free.json", &twice);
+    assert_bad_input(&run(&["validate", f.to_str().unwrap()]), &f, "event 4");
+    let negative = json_snapshot(r#"{"action": "alloc", "addr": 4096, "size": -5, "stream": 0}"#);
+    let f = tmp_file("negative.json", &negative);
+    assert_bad_input(&run(&["validate", f.to_str().unwrap()]), &f, "size");
+    let missing = Path::new("/nonexistent/trace.pickle");
+    assert_bad_input(&run(&["validate", missing.to_str().unwrap()]), missing, "cannot read");
+}
+
+#[test]
+fn usage_errors_exit_2() {
+    let Some(dir) = traces() else { return };
+    let f = dir.join("oom_story.pickle.gz");
+    let out = run(&["replay", f.to_str().unwrap(), "--config", "expandable_segments:true"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("True/False"));
+    let out = run(&["replay", f.to_str().unwrap(), "--capacity", "2.2XB"]);
+    assert_eq!(out.status.code(), Some(2));
+    let out = run(&["replay", f.to_str().unwrap(), "--allocator", "nope"]);
+    assert_eq!(out.status.code(), Some(2));
+    let out = run(&["replay", f.to_str().unwrap(), "--trace-device", "7"]);
+    assert_eq!(out.status.code(), Some(2));
+    let out = run(&["frobnicate"]);
+    assert_eq!(out.status.code(), Some(2));
+}
+
+#[test]
+fn validate_json_contract_and_exit_codes() {
+    let Some(dir) = traces() else { return };
+    let f = dir.join("oom_story.pickle.gz");
+    let out = run(&["validate", f.to_str().unwrap(), "--capacity", "2362232013", "--json"]);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.trim_start().starts_with("{\n  \"schema\": 1"), "schema first: {text}");
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(v["exact"], true);
+    assert_eq!(v["events_compared"], v["events_matched"]);
+    assert!(v["first_divergence"].is_null());
+    assert_eq!(v["peak_reserved_bytes"]["recorded"], 2_147_483_648u64);
+    // gc_frees needs its cap: without it the recording's partial release cannot be
+    // explained, and validate says so (exit 1) instead of passing.
+    let f = dir.join("gc_frees.pickle.gz");
+    let out = run(&["validate", f.to_str().unwrap(), "--json"]);
+    assert_eq!(out.status.code(), Some(1));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["exact"], false);
+    let ctx = v["first_divergence"]["context"].as_str().unwrap();
+    assert!(ctx.contains("unknown: the memory cap"), "{ctx}");
+    let out = run(&["validate", f.to_str().unwrap(), "--capacity", "4GiB"]);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stdout));
+}
+
+#[test]
+fn replay_json_reports_the_oom_story() {
+    let Some(dir) = traces() else { return };
+    let f = dir.join("oom_story.pickle.gz");
+    let out = run(&["replay", f.to_str().unwrap(), "--capacity", "2362232013", "--json"]);
+    assert_eq!(out.status.code(), Some(0));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    for k in [
+        "schema", "allocator", "config", "capacity_bytes", "events", "requests", "peak_reserved_bytes", "peak_allocated_bytes",
+        "peak_requested_bytes", "final_reserved_bytes", "internal_waste_bytes_at_peak", "fragmentation_at_peak", "max_fragmentation",
+        "segment_ops", "oom",
+    ] {
+        assert!(v.get(k).is_some(), "missing {k}");
+    }
+    assert_eq!(v["oom"]["requested_bytes"], 419_430_400u64);
+    assert_eq!(v["oom"]["free_holes"], 6);
+    let e = v["oom"]["explanation"].as_str().unwrap();
+    assert!(e.starts_with("Tried to allocate 400.00 MiB; 2.00 GiB reserved by PyTorch, 1.12 GiB of it free in 6 holes, the largest 248.00 MiB"), "{e}");
+    let out = run(&["replay", f.to_str().unwrap(), "--capacity", "2362232013", "--config", "expandable_segments:True", "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(v["oom"].is_null(), "expandable segments fit: {v}");
+    let text = run(&["replay", f.to_str().unwrap(), "--capacity", "2.2GiB"]);
+    assert!(String::from_utf8_lossy(&text.stdout).contains("OUT OF MEMORY"));
+}

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# The whole test suite of allocsim (the README's test command; .ci/run calls it).
+# Installs what it needs itself. Needs ../shared/traces beside the checkout for the corpus
+# tests (they print `skipped: <reason>` without it).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-/tmp/allocsim-target}"
+export CARGO_TERM_COLOR=never
+
+step() { printf '\n==== %s\n' "$*"; }
+
+step "format"
+cargo fmt --all -- --check
+
+step "clippy (pedantic, warnings are errors)"
+cargo clippy --workspace --all-targets --profile ci -- -D warnings
+
+step "unit, property, corpus and CLI tests (optimized, debug assertions on)"
+cargo test --workspace --profile ci
+
+if [ -x scripts/test-extra.sh ]; then
+  step "extra suites"
+  scripts/test-extra.sh
+fi
+step "done"
