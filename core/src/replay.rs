@@ -149,9 +149,103 @@ pub fn explain_oom(who: &str, requested: u64, info: &OomInfo, capacity: Option<u
     s
 }
 
+/// What one op did, as [`OpStepper::step`] reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Step {
+    /// An alloc served at this address (a recorded-OOM alloc is given back at once).
+    Served(u64),
+    /// An alloc the model could not serve. `fatal`: the program would have died here (the
+    /// recording did not fail there too), so a replay stops.
+    Oom { info: OomInfo, fatal: bool },
+    /// Not an alloc.
+    Done,
+}
+
+/// The op semantics of a replay, written once: the simulated replay here and the CUDA
+/// replay of native-backend both step through it. It keeps which address each alloc got
+/// and which allocs never reached the program (a failed or recorded-OOM alloc: its free
+/// and free completion are skipped).
+#[derive(Debug, Clone)]
+pub struct OpStepper {
+    /// Address served to each alloc op (0 for other ops).
+    addrs: Vec<u64>,
+    /// The program never held op k's memory.
+    dead: Vec<bool>,
+    /// The model was loaded with the start state (see [`ReplayOptions::preloaded`]).
+    preloaded: bool,
+}
+
+impl OpStepper {
+    /// A stepper for `trace`, at its first op.
+    #[must_use]
+    pub fn new(trace: &DeviceTrace, preloaded: bool) -> OpStepper {
+        OpStepper { addrs: vec![0; trace.ops.len()], dead: vec![false; trace.ops.len()], preloaded }
+    }
+
+    /// Applies op `k` of `trace` to `model` on `device`; the model's events go to `out`.
+    pub fn step(&mut self, trace: &DeviceTrace, k: usize, model: &mut dyn Allocator, device: &mut dyn Device, out: &mut Vec<ModelEvent>) -> Step {
+        let op = &trace.ops[k];
+        match op.kind {
+            OpKind::Alloc { .. } if self.preloaded && k < trace.initial_ops => {
+                self.addrs[k] = op.recorded_addr;
+                Step::Served(op.recorded_addr)
+            }
+            OpKind::Alloc { size_bytes, stream, pool, recorded_oom } => {
+                let req = AllocRequest { size_bytes, stream, pool };
+                match model.malloc(device, &req, out) {
+                    Ok(a) => {
+                        self.addrs[k] = a;
+                        if recorded_oom {
+                            // The program never got this memory: give it back at once.
+                            let _ = model.free(device, a, false, out);
+                            self.dead[k] = true;
+                        }
+                        Step::Served(a)
+                    }
+                    Err(info) => {
+                        self.dead[k] = true;
+                        Step::Oom { info, fatal: !recorded_oom }
+                    }
+                }
+            }
+            OpKind::Free { alloc, deferred } => {
+                let a = alloc as usize;
+                if !self.dead[a] {
+                    let _ = model.free(device, self.addrs[a], deferred, out);
+                }
+                Step::Done
+            }
+            OpKind::CompleteFree { alloc } => {
+                let a = alloc as usize;
+                if !self.dead[a] {
+                    // Already completed if a cache flush synchronised it: not an error.
+                    let _ = model.complete_free(device, self.addrs[a], out);
+                }
+                Step::Done
+            }
+            OpKind::EmptyCache => {
+                model.empty_cache(device, out);
+                Step::Done
+            }
+            OpKind::ReleasePool { pool } => {
+                model.release_pool(pool);
+                Step::Done
+            }
+        }
+    }
+
+    /// The address alloc op `alloc` was served at, while the program may hold it (None for
+    /// an op that is no alloc, not reached yet, failed, or was a recorded OOM).
+    #[must_use]
+    pub fn held_addr(&self, trace: &DeviceTrace, alloc: usize) -> Option<u64> {
+        // Served addresses are never 0 (every device hands out real or synthetic ones).
+        let held = matches!(trace.ops.get(alloc)?.kind, OpKind::Alloc { .. }) && !self.dead[alloc] && self.addrs[alloc] != 0;
+        held.then(|| self.addrs[alloc])
+    }
+}
+
 /// Replays `trace` through `model` on `device`.
 pub fn replay(trace: &DeviceTrace, mut model: Box<dyn Allocator>, mut device: SimulatedDevice, capacity: Option<u64>, opts: ReplayOptions) -> ReplayResult {
-    let mut addrs: Vec<u64> = vec![0; trace.ops.len()];
     let mut outcomes = if opts.keep_timeline { Vec::with_capacity(trace.ops.len()) } else { Vec::new() };
     let mut timeline = Timeline::default();
     let mut out: Vec<ModelEvent> = Vec::with_capacity(16);
@@ -163,70 +257,44 @@ pub fn replay(trace: &DeviceTrace, mut model: Box<dyn Allocator>, mut device: Si
     let mut reproduced = 0;
     let mut ops_done = 0;
     let mut invariant_error = None;
-    let mut dead: Vec<bool> = vec![false; trace.ops.len()];
+    let mut stepper = OpStepper::new(trace, opts.preloaded);
     for (k, op) in trace.ops.iter().enumerate() {
         if opts.checkpoint_every > 0 && k % opts.checkpoint_every == 0 {
             checkpoints.push(Checkpoint { ops_done: k, model: model.clone_box(), device: device.clone() });
         }
         out.clear();
-        let mut outcome = Outcome::None;
-        match op.kind {
-            OpKind::Alloc { .. } if opts.preloaded && k < trace.initial_ops => {
-                addrs[k] = op.recorded_addr;
-                outcome = Outcome::Served(op.recorded_addr);
-            }
-            OpKind::Alloc { size_bytes, stream, pool, recorded_oom } => {
-                let req = AllocRequest { size_bytes, stream, pool };
-                match model.malloc(&mut device, &req, &mut out) {
-                    Ok(a) => {
-                        addrs[k] = a;
-                        outcome = Outcome::Served(a);
-                        if recorded_oom {
-                            // The program never got this memory: give it back at once.
-                            let _ = model.free(&mut device, a, false, &mut out);
-                            dead[k] = true;
-                        }
-                    }
-                    Err(info) => {
-                        outcome = Outcome::Oom;
-                        dead[k] = true;
-                        if recorded_oom {
-                            reproduced += 1;
-                        }
-                        if oom.is_none() {
-                            let st = model.stats();
-                            oom = Some(OomReport {
-                                event_index: u64::from(op.event_index),
-                                op_index: k,
-                                requested_bytes: size_bytes,
-                                reserved_bytes: st.reserved_bytes,
-                                allocated_bytes: st.allocated_bytes,
-                                free_bytes: metrics::free_bytes(&st),
-                                largest_free_bytes: info.largest_free_bytes,
-                                free_holes: info.free_holes,
-                                explanation: explain_oom(if model.name() == "pytorch" { "PyTorch" } else { model.name() }, size_bytes, &info, capacity),
-                                reason: info.reason.clone(),
-                            });
-                        }
-                    }
+        let mut stop = false;
+        let outcome = match stepper.step(trace, k, model.as_mut(), &mut device, &mut out) {
+            Step::Served(a) => Outcome::Served(a),
+            Step::Done => Outcome::None,
+            Step::Oom { info, fatal } => {
+                if !fatal {
+                    reproduced += 1;
                 }
-            }
-            OpKind::Free { alloc, deferred } => {
-                let a = alloc as usize;
-                if !dead[a] {
-                    let _ = model.free(&mut device, addrs[a], deferred, &mut out);
+                if oom.is_none() {
+                    let size_bytes = match op.kind {
+                        OpKind::Alloc { size_bytes, .. } => size_bytes,
+                        _ => 0,
+                    };
+                    let st = model.stats();
+                    oom = Some(OomReport {
+                        event_index: u64::from(op.event_index),
+                        op_index: k,
+                        requested_bytes: size_bytes,
+                        reserved_bytes: st.reserved_bytes,
+                        allocated_bytes: st.allocated_bytes,
+                        free_bytes: metrics::free_bytes(&st),
+                        largest_free_bytes: info.largest_free_bytes,
+                        free_holes: info.free_holes,
+                        explanation: explain_oom(if model.name() == "pytorch" { "PyTorch" } else { model.name() }, size_bytes, &info, capacity),
+                        reason: info.reason.clone(),
+                    });
+                    // The program would have died here.
+                    stop = fatal;
                 }
+                Outcome::Oom
             }
-            OpKind::CompleteFree { alloc } => {
-                let a = alloc as usize;
-                if !dead[a] {
-                    // Already completed if a cache flush synchronised it: not an error.
-                    let _ = model.complete_free(&mut device, addrs[a], &mut out);
-                }
-            }
-            OpKind::EmptyCache => model.empty_cache(&mut device, &mut out),
-            OpKind::ReleasePool { pool } => model.release_pool(pool),
-        }
+        };
         let st = model.stats();
         if st.reserved_bytes > peak.reserved_bytes || k == 0 {
             peak = st;
@@ -245,8 +313,7 @@ pub fn replay(trace: &DeviceTrace, mut model: Box<dyn Allocator>, mut device: Si
                 invariant_error = Some((k, e));
             }
         }
-        if matches!(&oom, Some(o) if o.op_index == k) && !matches!(op.kind, OpKind::Alloc { recorded_oom: true, .. }) {
-            // The program would have died here.
+        if stop {
             break;
         }
     }
