@@ -21,16 +21,7 @@ pub fn replay_device(trace: &Trace, device: usize, spec: &ModelSpec, capacity: O
     let dt = trace.devices.get(device).ok_or_else(|| crate::Error::Config(format!("the trace has no device {device}")))?;
     let settings = &trace.snapshot.settings;
     let mut model = kind::build(spec, settings, capacity).map_err(crate::Error::Config)?;
-    let total = H200_TOTAL_BYTES;
-    let large_page = kind::pytorch_config(spec, settings).map_or(20 << 20, |c| c.large_segment_size_bytes);
-    // A recorded map's page size: large-pool maps are whole large pages, small-pool maps
-    // single 2 MiB pages; the reservation is 9/8 of the device rounded to the page.
-    let reservation = move |map_size: u64| {
-        let page = if map_size % large_page == 0 { large_page } else { 2 << 20 };
-        (total + total / 8).div_ceil(page) * page
-    };
-    let follow = replay::recorded_segment_ops(&trace.snapshot, device as u32, reservation);
-    let mut dev = SimulatedDevice::new(total, capacity).following(follow);
+    let mut dev = simulated_device(trace, device, spec, H200_TOTAL_BYTES, capacity);
     if spec.name == "pytorch" && !dt.start.is_empty() {
         let cfg = kind::pytorch_config(spec, settings).map_err(crate::Error::Config)?;
         let mut m = PyTorchModel::new(cfg, capacity);
@@ -40,4 +31,25 @@ pub fn replay_device(trace: &Trace, device: usize, spec: &ModelSpec, capacity: O
         opts.preloaded = true;
     }
     Ok(replay::replay(dt, model, dev, capacity, opts))
+}
+
+/// The simulated device a replay of `trace`'s device `device` through `spec` runs on:
+/// `total_bytes` of memory, refusing beyond `capacity`, handing out the recording's segment
+/// addresses while the model asks for exactly what was recorded. (`replay_device` uses it;
+/// so does the CUDA replay for the simulation it compares the GPU with, e.g. with the free
+/// memory a balloon left.)
+#[must_use]
+pub fn simulated_device(trace: &Trace, device: usize, spec: &ModelSpec, total_bytes: u64, capacity: Option<u64>) -> SimulatedDevice {
+    // Expandable reservations are sized from the recording GPU's total (the model's
+    // `device_total_bytes`), whatever device the replay runs on.
+    let total = H200_TOTAL_BYTES;
+    let large_page = kind::pytorch_config(spec, &trace.snapshot.settings).map_or(20 << 20, |c| c.large_segment_size_bytes);
+    // A recorded map's page size: large-pool maps are whole large pages, small-pool maps
+    // single 2 MiB pages; the reservation is 9/8 of the device rounded to the page.
+    let reservation = move |map_size: u64| {
+        let page = if map_size % large_page == 0 { large_page } else { 2 << 20 };
+        (total + total / 8).div_ceil(page) * page
+    };
+    let follow = replay::recorded_segment_ops(&trace.snapshot, device as u32, reservation);
+    SimulatedDevice::new(total_bytes, capacity).following(follow)
 }
