@@ -1,8 +1,13 @@
 //! Allocator models. Each model is one file behind the small object-safe [`Allocator`]
 //! trait; every model gets its segments from a [`Device`] and never invents addresses.
 
+pub mod bfc;
+pub mod common;
+pub mod cuda_malloc;
 pub mod kind;
 pub mod pytorch;
+pub mod rmm_arena;
+pub mod rmm_pool;
 
 pub use kind::{MODEL_NAMES, ModelSpec};
 
@@ -11,7 +16,19 @@ use crate::snapshot::Action;
 
 /// A private memory pool (`segment_pool_id`): CUDA-graph pools and `torch.cuda.MemPool`s.
 /// `PoolId::DEFAULT` (0, 0) is the default pools.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default, serde::Serialize, serde::Deserialize)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    Default,
+    serde::Serialize,
+    serde::Deserialize,
+)]
 pub struct PoolId(pub u64, pub u64);
 
 impl PoolId {
@@ -142,12 +159,28 @@ pub trait Allocator {
     fn config_string(&self) -> String;
     /// Serves a request: emits `segment_*` events, then `alloc` (returning the address) or
     /// `oom` (returning why).
-    fn malloc(&mut self, dev: &mut dyn Device, req: &AllocRequest, out: &mut Vec<ModelEvent>) -> Result<u64, OomInfo>;
+    fn malloc(
+        &mut self,
+        dev: &mut dyn Device,
+        req: &AllocRequest,
+        out: &mut Vec<ModelEvent>,
+    ) -> Result<u64, OomInfo>;
     /// The program frees `addr` (`free_requested`); with `deferred` the block waits for other
     /// streams (`record_stream`) until [`Allocator::complete_free`], else it is freed now.
-    fn free(&mut self, dev: &mut dyn Device, addr: u64, deferred: bool, out: &mut Vec<ModelEvent>) -> Result<(), ModelError>;
+    fn free(
+        &mut self,
+        dev: &mut dyn Device,
+        addr: u64,
+        deferred: bool,
+        out: &mut Vec<ModelEvent>,
+    ) -> Result<(), ModelError>;
     /// A deferred free completes (`free_completed`).
-    fn complete_free(&mut self, dev: &mut dyn Device, addr: u64, out: &mut Vec<ModelEvent>) -> Result<(), ModelError>;
+    fn complete_free(
+        &mut self,
+        dev: &mut dyn Device,
+        addr: u64,
+        out: &mut Vec<ModelEvent>,
+    ) -> Result<(), ModelError>;
     /// `torch.cuda.empty_cache()`: returns cached memory to the device.
     fn empty_cache(&mut self, dev: &mut dyn Device, out: &mut Vec<ModelEvent>);
     /// A private pool is no longer in use (its graph or MemPool was deleted): its cached

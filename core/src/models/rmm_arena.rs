@@ -1,0 +1,621 @@
+//! `rmm-arena`: RAPIDS RMM's `arena_memory_resource` (after Lin et al.), a global arena
+//! handing out superblocks to per-stream arenas, after `rapidsai/rmm:cpp/include/rmm/mr/
+//! detail/arena.hpp` and `arena_memory_resource_impl.cpp` (peers.md §B.3).
+//!
+//! Facts it rests on:
+//! - The global arena is one upstream allocation made up front, by default half the free
+//!   device memory (aligned down to 256 bytes): reserved memory is constant.
+//! - Sizes are aligned up to 256 bytes (size classes are off unless RMM is built with
+//!   `RMM_ARENA_USE_SIZE_CLASSES`).
+//! - Requests over 1 MiB (`superblock::minimum_size`) are served by the global arena
+//!   directly: the first superblock (address order) with a free block that fits; an empty
+//!   one at least 1 MiB bigger than needed is split, so a large allocation gets a superblock
+//!   of its own size. Smaller requests go to the stream's arena: the first of its
+//!   superblocks with a fitting block, else a new superblock from the global arena (1 MiB,
+//!   split off an empty superblock, or a non-empty one as it is).
+//! - Inside a superblock: address-ordered first fit, the allocation at the low end; freed
+//!   blocks coalesce with contiguous free blocks of the same superblock.
+//! - A superblock owned by the global arena that becomes empty merges with empty
+//!   neighbours; a stream arena keeps its superblocks, empty or not, until a failure.
+//! - On failure the resource "defragments": every stream arena returns all its superblocks
+//!   to the global arena, and the request is tried once more.
+//!
+//! Each trace stream has its own arena (RMM's per-stream arenas; the per-thread arena of
+//! the per-thread default stream does not arise in a PyTorch trace). Private pools make no
+//! difference; `empty_cache` does nothing.
+//!
+//! Config keys: `arena_size_mb` (unset: half the device memory free at the first request).
+
+use std::collections::BTreeMap;
+
+use super::common::{self, Arena, State, device_bytes, round_down, round_up};
+use super::{AllocRequest, Allocator, Layout, ModelError, ModelEvent, ModelStats, OomInfo};
+use crate::device::Device;
+use crate::snapshot::Action;
+use crate::units::format_size;
+
+/// `superblock::minimum_size`: 1 MiB.
+pub const SUPERBLOCK_MIN_BYTES: u64 = 1 << 20;
+/// `CUDA_ALLOCATION_ALIGNMENT`.
+pub const ALIGNMENT_BYTES: u64 = 256;
+
+/// One superblock: a range of the arena owned by the global arena or one stream's arena.
+#[derive(Debug, Clone)]
+struct Superblock {
+    base: u64,
+    size: u64,
+    /// `None`: the global arena; `Some(s)`: stream `s`'s arena.
+    owner: Option<u64>,
+    live: bool,
+    /// Σ free block sizes (the superblock is empty when this equals `size`).
+    free_bytes: u64,
+    /// The largest free block (what `fits` asks).
+    max_free: u64,
+}
+
+/// The RMM arena resource of one device.
+#[derive(Debug, Clone)]
+pub struct RmmArenaModel {
+    arena_bytes_cfg: Option<u64>,
+    arena: Arena,
+    sbs: Vec<Superblock>,
+    free_sb_slots: Vec<u32>,
+    /// The global arena's superblocks by address.
+    global: BTreeMap<u64, u32>,
+    /// Each stream arena's superblocks by address.
+    streams: BTreeMap<u64, BTreeMap<u64, u32>>,
+    /// Set at the first request: the upstream allocation failed.
+    init_error: Option<String>,
+    initialized: bool,
+}
+
+fn key(sb: u32, addr: u64) -> common::FreeKey {
+    (u64::from(sb), addr, 0)
+}
+
+impl RmmArenaModel {
+    /// Parses `arena_size_mb`.
+    pub fn new(conf: &str) -> Result<RmmArenaModel, common::ConfigError> {
+        let kv = common::parse_config("rmm-arena", conf, &["arena_size_mb"])?;
+        let mut arena_bytes_cfg = None;
+        for (k, v) in kv {
+            let b = common::parse_mib("rmm-arena", k, v)?;
+            if b < SUPERBLOCK_MIN_BYTES {
+                return Err(common::ConfigError(
+                    "rmm-arena: Arena size smaller than minimum superblock size.".to_string(),
+                ));
+            }
+            arena_bytes_cfg = Some(b);
+        }
+        Ok(RmmArenaModel {
+            arena_bytes_cfg,
+            arena: Arena::new(),
+            sbs: Vec::new(),
+            free_sb_slots: Vec::new(),
+            global: BTreeMap::new(),
+            streams: BTreeMap::new(),
+            init_error: None,
+            initialized: false,
+        })
+    }
+
+    fn new_sb(&mut self, sb: Superblock) -> u32 {
+        if let Some(i) = self.free_sb_slots.pop() {
+            self.sbs[i as usize] = sb;
+            i
+        } else {
+            self.sbs.push(sb);
+            (self.sbs.len() - 1) as u32
+        }
+    }
+
+    fn drop_sb(&mut self, i: u32) {
+        self.sbs[i as usize].live = false;
+        self.free_sb_slots.push(i);
+    }
+
+    fn sb_empty(&self, i: u32) -> bool {
+        let s = &self.sbs[i as usize];
+        s.free_bytes == s.size
+    }
+
+    /// Recomputes a superblock's largest free block.
+    fn refresh(&mut self, sb: u32) {
+        let m = self
+            .arena
+            .free_range(key(sb, 0), key(sb + 1, 0))
+            .map(|(_, i)| self.arena.b(i).size)
+            .max()
+            .unwrap_or(0);
+        self.sbs[sb as usize].max_free = m;
+    }
+
+    /// The free block of superblock `sb` (which must be empty).
+    fn sole_block(&self, sb: u32) -> Option<u32> {
+        self.arena
+            .free_range(key(sb, 0), key(sb + 1, 0))
+            .next()
+            .map(|(_, i)| i)
+    }
+
+    fn start(&mut self, dev: &mut dyn Device, stream: u64, out: &mut Vec<ModelEvent>) {
+        self.initialized = true;
+        let size = self
+            .arena_bytes_cfg
+            .unwrap_or_else(|| round_down(dev.free_bytes() / 2, ALIGNMENT_BYTES));
+        if size < SUPERBLOCK_MIN_BYTES {
+            self.init_error = Some("Arena size smaller than minimum superblock size.".to_string());
+            return;
+        }
+        match self.arena.dev_malloc(dev, size, stream, out) {
+            Ok(addr) => {
+                let (_, b) = self.arena.add_segment(
+                    addr,
+                    size,
+                    device_bytes(size),
+                    stream,
+                    false,
+                    false,
+                    0,
+                    State::Free,
+                );
+                let sb = self.new_sb(Superblock {
+                    base: addr,
+                    size,
+                    owner: None,
+                    live: true,
+                    free_bytes: size,
+                    max_free: size,
+                });
+                self.arena.bm(b).owner = u64::from(sb);
+                self.arena.insert_free(b, key(sb, addr));
+                self.global.insert(addr, sb);
+            }
+            Err(_) => {
+                self.init_error = Some(format!(
+                    "the global arena of {} could not be allocated ({} free)",
+                    format_size(size),
+                    format_size(dev.free_bytes())
+                ));
+            }
+        }
+    }
+
+    /// `superblock::first_fit`: the first free block (address order) that fits, split.
+    fn sb_first_fit(&mut self, sb: u32, size: u64) -> Option<u32> {
+        let (_, i) = self
+            .arena
+            .free_range(key(sb, 0), key(sb + 1, 0))
+            .find(|&(_, i)| self.arena.b(i).size >= size)?;
+        self.arena.remove_free(i);
+        if self.arena.b(i).size > size {
+            let t = self.arena.split(i, size);
+            let a = self.arena.b(t).addr;
+            self.arena.insert_free(t, key(sb, a));
+        }
+        self.sbs[sb as usize].free_bytes -= size;
+        self.refresh(sb);
+        Some(i)
+    }
+
+    /// `superblock::coalesce`: puts freed block `i` back into its superblock.
+    fn sb_coalesce(&mut self, sb: u32, i: u32) {
+        let size = self.arena.b(i).size;
+        let owner = u64::from(sb);
+        let m = self.arena.coalesce(i, |n| n.owner == owner);
+        let a = self.arena.b(m).addr;
+        self.arena.insert_free(m, key(sb, a));
+        self.sbs[sb as usize].free_bytes += size;
+        self.refresh(sb);
+    }
+
+    /// `global_arena::first_fit`: takes the first global superblock that fits `size`,
+    /// splitting an empty one that is big enough.
+    fn global_first_fit(&mut self, size: u64) -> Option<u32> {
+        let (&addr, &sb) = self
+            .global
+            .iter()
+            .find(|&(_, &sb)| self.sbs[sb as usize].max_free >= size)?;
+        self.global.remove(&addr);
+        let min = SUPERBLOCK_MIN_BYTES.max(size);
+        if self.sb_empty(sb) && self.sbs[sb as usize].size >= min + SUPERBLOCK_MIN_BYTES {
+            let b = self.sole_block(sb)?;
+            self.arena.remove_free(b);
+            let t = self.arena.split(b, min);
+            let (base, total) = (self.sbs[sb as usize].base, self.sbs[sb as usize].size);
+            let tail = self.new_sb(Superblock {
+                base: base + min,
+                size: total - min,
+                owner: None,
+                live: true,
+                free_bytes: total - min,
+                max_free: total - min,
+            });
+            self.arena.bm(t).owner = u64::from(tail);
+            self.arena.insert_free(t, key(tail, base + min));
+            self.global.insert(base + min, tail);
+            let s = &mut self.sbs[sb as usize];
+            s.size = min;
+            s.free_bytes = min;
+            s.max_free = min;
+            self.arena.insert_free(b, key(sb, base));
+        }
+        Some(sb)
+    }
+
+    /// `global_arena::coalesce`: a superblock joins the global arena, merging with empty
+    /// contiguous neighbours when it is empty itself.
+    fn global_coalesce(&mut self, sb: u32) {
+        self.sbs[sb as usize].owner = None;
+        let mut cur = sb;
+        let base = self.sbs[sb as usize].base;
+        if self.sb_empty(cur) {
+            if let Some((_, &p)) = self.global.range(..base).next_back() {
+                let ps = &self.sbs[p as usize];
+                if ps.base + ps.size == base && self.sb_empty(p) {
+                    self.global.remove(&ps.base);
+                    self.merge_sbs(p, cur);
+                    cur = p;
+                }
+            }
+            let (cb, cs) = (self.sbs[cur as usize].base, self.sbs[cur as usize].size);
+            if let Some(&n) = self.global.get(&(cb + cs))
+                && self.sb_empty(n)
+            {
+                self.global.remove(&(cb + cs));
+                self.merge_sbs(cur, n);
+            }
+        }
+        let b = self.sbs[cur as usize].base;
+        self.global.insert(b, cur);
+    }
+
+    /// Merges empty superblock `n` into the empty superblock `p` just before it.
+    fn merge_sbs(&mut self, p: u32, n: u32) {
+        if let (Some(pb), Some(nb)) = (self.sole_block(p), self.sole_block(n)) {
+            self.arena.remove_free(pb);
+            self.arena.remove_free(nb);
+            self.arena.absorb_next(pb);
+            let a = self.arena.b(pb).addr;
+            self.arena.insert_free(pb, key(p, a));
+        }
+        let add = self.sbs[n as usize].size;
+        let s = &mut self.sbs[p as usize];
+        s.size += add;
+        s.free_bytes = s.size;
+        s.max_free = s.size;
+        self.drop_sb(n);
+    }
+
+    /// One attempt to allocate `size` bytes for `stream`.
+    fn try_allocate(&mut self, size: u64, stream: u64) -> Option<u32> {
+        if size > SUPERBLOCK_MIN_BYTES {
+            let sb = self.global_first_fit(size)?;
+            let blk = self.sb_first_fit(sb, size);
+            let b = self.sbs[sb as usize].base;
+            self.global.insert(b, sb);
+            return blk;
+        }
+        let found = self.streams.get(&stream).and_then(|m| {
+            m.values()
+                .copied()
+                .find(|&sb| self.sbs[sb as usize].max_free >= size)
+        });
+        if let Some(sb) = found {
+            return self.sb_first_fit(sb, size);
+        }
+        let sb = self.global_first_fit(size)?;
+        let blk = self.sb_first_fit(sb, size);
+        self.sbs[sb as usize].owner = Some(stream);
+        let b = self.sbs[sb as usize].base;
+        self.streams.entry(stream).or_default().insert(b, sb);
+        blk
+    }
+
+    /// `defragment`: every stream arena returns all its superblocks to the global arena.
+    fn defragment(&mut self) {
+        let streams = std::mem::take(&mut self.streams);
+        for (_, sbs) in streams {
+            for (_, sb) in sbs {
+                self.global_coalesce(sb);
+            }
+        }
+    }
+
+    fn put_back(&mut self, i: u32) {
+        let sb = self.arena.b(i).owner as u32;
+        self.sb_coalesce(sb, i);
+        if self.sbs[sb as usize].owner.is_none() && self.sb_empty(sb) {
+            let b = self.sbs[sb as usize].base;
+            self.global.remove(&b);
+            self.global_coalesce(sb);
+        }
+    }
+}
+
+impl Allocator for RmmArenaModel {
+    fn name(&self) -> &'static str {
+        "rmm-arena"
+    }
+
+    fn config_string(&self) -> String {
+        self.arena_bytes_cfg
+            .map(|b| format!("arena_size_mb:{}", common::fmt_mib(b)))
+            .unwrap_or_default()
+    }
+
+    fn malloc(
+        &mut self,
+        dev: &mut dyn Device,
+        req: &AllocRequest,
+        out: &mut Vec<ModelEvent>,
+    ) -> Result<u64, OomInfo> {
+        let stream = req.stream;
+        if !self.initialized {
+            self.start(dev, stream, out);
+        }
+        let size = round_up(req.size_bytes.max(1), ALIGNMENT_BYTES);
+        let mut found = None;
+        if self.init_error.is_none() {
+            found = self.try_allocate(size, stream);
+            if found.is_none() {
+                self.defragment();
+                found = self.try_allocate(size, stream);
+            }
+        }
+        let Some(i) = found else {
+            out.push(ModelEvent {
+                action: Action::Oom,
+                addr: dev.free_bytes(),
+                size,
+                stream,
+            });
+            let reason = match &self.init_error {
+                Some(e) => e.clone(),
+                None => format!(
+                    "Maximum pool size exceeded (failed to allocate {}): No room in arena.",
+                    format_size(size)
+                ),
+            };
+            return Err(OomInfo {
+                rounded_bytes: size,
+                alloc_bytes: size,
+                reserved_bytes: self.arena.reserved_bytes(),
+                allocated_bytes: self.arena.allocated_bytes(),
+                largest_free_bytes: self.arena.largest_free(),
+                free_holes: self.arena.free_count(),
+                pool_free_bytes: self.arena.free_bytes(),
+                reason,
+            });
+        };
+        self.arena.allocate(i, req.size_bytes, stream, out);
+        Ok(self.arena.b(i).addr)
+    }
+
+    fn free(
+        &mut self,
+        _dev: &mut dyn Device,
+        addr: u64,
+        deferred: bool,
+        out: &mut Vec<ModelEvent>,
+    ) -> Result<(), ModelError> {
+        if let Some(i) = self.arena.release(addr, deferred, out)? {
+            self.put_back(i);
+        }
+        Ok(())
+    }
+
+    fn complete_free(
+        &mut self,
+        _dev: &mut dyn Device,
+        addr: u64,
+        out: &mut Vec<ModelEvent>,
+    ) -> Result<(), ModelError> {
+        let i = self.arena.complete(addr, out)?;
+        self.put_back(i);
+        Ok(())
+    }
+
+    fn empty_cache(&mut self, _dev: &mut dyn Device, _out: &mut Vec<ModelEvent>) {}
+
+    fn stats(&self) -> ModelStats {
+        self.arena.stats()
+    }
+
+    fn layout(&self) -> Layout {
+        self.arena.layout()
+    }
+
+    fn check_invariants(&self) -> Result<(), String> {
+        self.arena.check(|a, b| a.owner != b.owner)?;
+        let Some((seg, segment)) = self.arena.segments().next() else {
+            return if self.sbs.iter().any(|s| s.live) {
+                Err("superblocks without an arena".to_string())
+            } else {
+                Ok(())
+            };
+        };
+        let mut live: Vec<(u64, u32)> = self
+            .sbs
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| s.live)
+            .map(|(i, s)| (s.base, i as u32))
+            .collect();
+        live.sort_unstable();
+        let mut at = segment.base;
+        for &(base, sb) in &live {
+            let s = &self.sbs[sb as usize];
+            if base != at {
+                return Err(format!(
+                    "superblock at {base:#x} does not follow the previous one (expected {at:#x})"
+                ));
+            }
+            if s.size < SUPERBLOCK_MIN_BYTES {
+                return Err(format!("superblock at {base:#x} is smaller than 1 MiB"));
+            }
+            at += s.size;
+            let listed = match s.owner {
+                None => self.global.get(&base) == Some(&sb),
+                Some(st) => self.streams.get(&st).and_then(|m| m.get(&base)) == Some(&sb),
+            };
+            if !listed {
+                return Err(format!("superblock at {base:#x} is not in its owner's set"));
+            }
+        }
+        if at != segment.base + segment.size {
+            return Err("superblocks do not tile the arena".to_string());
+        }
+        let listed = self.global.len() + self.streams.values().map(BTreeMap::len).sum::<usize>();
+        if listed != live.len() {
+            return Err(format!("{listed} superblocks listed, {} live", live.len()));
+        }
+        let mut free = vec![0u64; self.sbs.len()];
+        let mut max = vec![0u64; self.sbs.len()];
+        for b in self.arena.seg_blocks(seg) {
+            let blk = self.arena.b(b);
+            let sb = blk.owner as usize;
+            let Some(s) = self.sbs.get(sb).filter(|s| s.live) else {
+                return Err(format!(
+                    "block at {:#x} belongs to no live superblock",
+                    blk.addr
+                ));
+            };
+            if blk.addr < s.base || blk.addr + blk.size > s.base + s.size {
+                return Err(format!(
+                    "block at {:#x} crosses the edge of its superblock",
+                    blk.addr
+                ));
+            }
+            if blk.state == State::Free {
+                free[sb] += blk.size;
+                max[sb] = max[sb].max(blk.size);
+            }
+        }
+        for &(base, sb) in &live {
+            let s = &self.sbs[sb as usize];
+            if s.free_bytes != free[sb as usize] || s.max_free != max[sb as usize] {
+                return Err(format!(
+                    "superblock at {base:#x}: free bytes or largest free block miscounted"
+                ));
+            }
+        }
+        let mut prev: Option<u32> = None;
+        for &sb in self.global.values() {
+            if let Some(p) = prev {
+                let ps = &self.sbs[p as usize];
+                if ps.base + ps.size == self.sbs[sb as usize].base
+                    && self.sb_empty(p)
+                    && self.sb_empty(sb)
+                {
+                    return Err(format!(
+                        "empty global superblocks at {:#x} and {:#x} should have merged",
+                        ps.base, self.sbs[sb as usize].base
+                    ));
+                }
+            }
+            prev = Some(sb);
+        }
+        Ok(())
+    }
+
+    fn clone_box(&self) -> Box<dyn Allocator> {
+        Box::new(self.clone())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::device::SimulatedDevice;
+    use crate::models::PoolId;
+
+    const MIB: u64 = 1 << 20;
+
+    struct Run {
+        m: RmmArenaModel,
+        dev: SimulatedDevice,
+        out: Vec<ModelEvent>,
+    }
+
+    impl Run {
+        fn new(conf: &str, cap: Option<u64>) -> Run {
+            Run {
+                m: RmmArenaModel::new(conf).unwrap(),
+                dev: SimulatedDevice::new(1 << 40, cap),
+                out: Vec::new(),
+            }
+        }
+        fn alloc_on(&mut self, size: u64, stream: u64) -> Result<u64, OomInfo> {
+            let r = self.m.malloc(
+                &mut self.dev,
+                &AllocRequest {
+                    size_bytes: size,
+                    stream,
+                    pool: PoolId::DEFAULT,
+                },
+                &mut self.out,
+            );
+            self.m.check_invariants().unwrap();
+            r
+        }
+        fn free(&mut self, a: u64) {
+            self.m.free(&mut self.dev, a, false, &mut self.out).unwrap();
+            self.m.check_invariants().unwrap();
+        }
+    }
+
+    #[test]
+    fn the_arena_is_half_the_free_memory_up_front() {
+        let mut r = Run::new("", Some(1024 * MIB));
+        r.alloc_on(1000, 0).unwrap();
+        assert_eq!(r.m.stats().reserved_bytes, 512 * MIB);
+        assert_eq!(r.m.stats().allocated_bytes, 1024);
+    }
+
+    #[test]
+    fn small_requests_share_a_stream_superblock_large_ones_get_their_own() {
+        let mut r = Run::new("arena_size_mb:64", None);
+        let a = r.alloc_on(1000, 1).unwrap();
+        let b = r.alloc_on(1000, 1).unwrap();
+        assert_eq!(b, a + 1024, "first fit inside stream 1's 1 MiB superblock");
+        let c = r.alloc_on(1000, 2).unwrap();
+        assert_eq!(c, a + MIB, "stream 2 gets the next superblock");
+        let big = r.alloc_on(3 * MIB, 1).unwrap();
+        assert_eq!(
+            big,
+            a + 2 * MIB,
+            "served by the global arena, split to its size"
+        );
+        r.free(big);
+        // Back in the global arena, merged with the empty tail: one 62 MiB free block.
+        assert_eq!(r.m.stats().largest_free_bytes, 62 * MIB);
+        r.free(a);
+        r.free(b);
+        // Stream 1 keeps its empty superblock.
+        assert_eq!(r.m.stats().largest_free_bytes, 62 * MIB);
+        assert_eq!(r.m.stats().free_holes, 3);
+    }
+
+    #[test]
+    fn a_failure_defragments_the_stream_arenas_first() {
+        let mut r = Run::new("arena_size_mb:4", None);
+        let small: Vec<u64> = (0..4)
+            .map(|s| r.alloc_on(1000, s))
+            .collect::<Result<_, _>>()
+            .unwrap();
+        // Four streams hold the four 1 MiB superblocks.
+        for a in small {
+            r.free(a);
+        }
+        // A 3 MiB request fits only after the stream arenas return their (now empty)
+        // superblocks and they merge.
+        r.alloc_on(3 * MIB, 9).unwrap();
+        assert!(
+            r.alloc_on(2 * MIB, 9)
+                .unwrap_err()
+                .reason
+                .contains("No room in arena")
+        );
+    }
+}

@@ -1,0 +1,538 @@
+//! `rmm-pool`: RAPIDS RMM's `pool_memory_resource`, a coalescing best-fit suballocator over
+//! upstream `cudaMalloc` blocks, with RMM's per-stream free lists
+//! (`stream_ordered_memory_resource`), after `rapidsai/rmm` (peers.md §B.3).
+//!
+//! Facts it rests on:
+//! - Sizes are aligned up to 256 bytes (`CUDA_ALLOCATION_ALIGNMENT`).
+//! - Best fit: the smallest free block that fits, the lowest address among equals (the
+//!   address-ordered list and `std::min_element`). The allocation takes the block's low end,
+//!   the remainder goes back to the list the block came from.
+//! - Freed blocks go to their stream's list and merge with contiguous free blocks of that
+//!   list, but never across upstream blocks (a "head" block never merges with its
+//!   predecessor): growth leaves permanent seams (rmm#1957).
+//! - Order of attempts (`get_block`): the request's own stream list; another stream's list
+//!   (taking its best fit, after a `cudaStreamWaitEvent`); merging other streams' lists into
+//!   this one, one at a time, until a block fits; growing the pool. Other streams are tried
+//!   in ascending stream order (RMM orders them by event handle, which a trace does not
+//!   record).
+//! - Growth (`size_to_grow`, `try_to_expand`): with a maximum pool size, by
+//!   `max(size, remaining / 2)` (nothing when the request exceeds what remains); without,
+//!   by `max(size, pool_size)` — doubling. When the upstream refuses, the try size halves,
+//!   down to the request size; then the request fails.
+//! - The initial pool is one upstream block on the default stream's list; RMM's Python
+//!   default is half the free device memory (`initial_pool_size_mb` sets it; this model's
+//!   default is an empty pool so that reserved memory reflects the trace).
+//! - Nothing is returned to the device before destruction: `empty_cache` does nothing
+//!   (RMM 26's reclaim of free upstream blocks under a maximum is not modelled).
+//!
+//! Private pools make no difference; a zero-byte request is served as 256 bytes.
+//!
+//! Config keys: `initial_pool_size_mb` (0), `maximum_pool_size_mb` (unset).
+
+use super::common::{self, Arena, State, device_bytes, round_up};
+use super::{AllocRequest, Allocator, Layout, ModelError, ModelEvent, ModelStats, OomInfo};
+use crate::device::Device;
+use crate::snapshot::Action;
+use crate::units::format_size;
+
+/// `CUDA_ALLOCATION_ALIGNMENT`.
+pub const ALIGNMENT_BYTES: u64 = 256;
+
+/// The options a config string sets.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RmmPoolConfig {
+    pub initial_pool_bytes: u64,
+    pub maximum_pool_bytes: Option<u64>,
+}
+
+impl RmmPoolConfig {
+    /// Parses `key:value,…` on top of the defaults.
+    pub fn parse(conf: &str) -> Result<RmmPoolConfig, common::ConfigError> {
+        let kv = common::parse_config(
+            "rmm-pool",
+            conf,
+            &["initial_pool_size_mb", "maximum_pool_size_mb"],
+        )?;
+        let mut c = RmmPoolConfig {
+            initial_pool_bytes: 0,
+            maximum_pool_bytes: None,
+        };
+        for (k, v) in kv {
+            let bytes = common::parse_mib("rmm-pool", k, v)?;
+            if k == "initial_pool_size_mb" {
+                c.initial_pool_bytes = bytes;
+            } else {
+                c.maximum_pool_bytes = Some(bytes);
+            }
+        }
+        if let Some(m) = c.maximum_pool_bytes
+            && c.initial_pool_bytes > m
+        {
+            return Err(common::ConfigError(
+                "rmm-pool: Initial pool size exceeds the maximum pool size!".to_string(),
+            ));
+        }
+        Ok(c)
+    }
+
+    /// The options that differ from the defaults.
+    #[must_use]
+    pub fn canonical(&self) -> String {
+        let mut parts = Vec::new();
+        if self.initial_pool_bytes > 0 {
+            parts.push(format!(
+                "initial_pool_size_mb:{}",
+                common::fmt_mib(self.initial_pool_bytes)
+            ));
+        }
+        if let Some(m) = self.maximum_pool_bytes {
+            parts.push(format!("maximum_pool_size_mb:{}", common::fmt_mib(m)));
+        }
+        parts.join(",")
+    }
+}
+
+/// The RMM pool of one device.
+#[derive(Debug, Clone)]
+pub struct RmmPoolModel {
+    cfg: RmmPoolConfig,
+    arena: Arena,
+    initialized: bool,
+    /// `current_pool_size_`: Σ upstream block sizes.
+    pool_bytes: u64,
+}
+
+fn key(b: &common::Block) -> common::FreeKey {
+    (b.owner, b.size, b.addr)
+}
+
+impl RmmPoolModel {
+    /// A model with this configuration.
+    #[must_use]
+    pub fn new(cfg: RmmPoolConfig) -> RmmPoolModel {
+        RmmPoolModel {
+            cfg,
+            arena: Arena::new(),
+            initialized: false,
+            pool_bytes: 0,
+        }
+    }
+
+    /// Inserts free block `i` into `list`, merging with contiguous blocks of that list.
+    fn insert_block(&mut self, i: u32, list: u64) {
+        self.arena.bm(i).owner = list;
+        let m = self.arena.coalesce(i, |n| n.owner == list);
+        let k = key(self.arena.b(m));
+        self.arena.insert_free(m, k);
+    }
+
+    /// The best fit in `list`.
+    fn best_fit(&self, list: u64, size: u64) -> Option<u32> {
+        self.arena
+            .first_free_from((list, size, 0))
+            .filter(|(k, _)| k.0 == list)
+            .map(|(_, i)| i)
+    }
+
+    /// The streams with free blocks, in ascending order.
+    fn lists(&self) -> Vec<u64> {
+        let mut out = Vec::new();
+        let mut from = (0, 0, 0);
+        while let Some((k, _)) = self.arena.first_free_from(from) {
+            out.push(k.0);
+            match k.0.checked_add(1) {
+                Some(n) => from = (n, 0, 0),
+                None => break,
+            }
+        }
+        out
+    }
+
+    /// `allocate_and_insert_remainder`: takes `size` bytes off the low end of free block `i`.
+    fn take(&mut self, i: u32, size: u64) -> u32 {
+        let list = self.arena.b(i).owner;
+        self.arena.remove_free(i);
+        if self.arena.b(i).size > size {
+            let t = self.arena.split(i, size);
+            let k = key(self.arena.b(t));
+            self.arena.insert_free(t, k);
+        }
+        let _ = list;
+        i
+    }
+
+    /// `try_to_expand`: an upstream block of `try_size`, halving down to `min_size`.
+    fn try_to_expand(
+        &mut self,
+        dev: &mut dyn Device,
+        mut try_size: u64,
+        min_size: u64,
+        stream: u64,
+        out: &mut Vec<ModelEvent>,
+    ) -> Result<u32, String> {
+        while try_size >= min_size && try_size > 0 {
+            if let Ok(addr) = self.arena.dev_malloc(dev, try_size, stream, out) {
+                self.pool_bytes += try_size;
+                let (_, b) = self.arena.add_segment(
+                    addr,
+                    try_size,
+                    device_bytes(try_size),
+                    stream,
+                    false,
+                    false,
+                    0,
+                    State::Free,
+                );
+                self.arena.bm(b).owner = stream;
+                return Ok(b);
+            }
+            if try_size == min_size {
+                return Err(format!(
+                    "the device refused an upstream block of {} ({} free)",
+                    format_size(min_size),
+                    format_size(dev.free_bytes())
+                ));
+            }
+            try_size = min_size.max(try_size / 2);
+        }
+        let max = self
+            .cfg
+            .maximum_pool_bytes
+            .map_or_else(|| "unlimited".to_string(), format_size);
+        Err(format!(
+            "Not enough room to grow, current/max/try size = {}, {max}, {}",
+            format_size(self.pool_bytes),
+            format_size(min_size)
+        ))
+    }
+
+    /// `size_to_grow`.
+    fn size_to_grow(&self, size: u64) -> u64 {
+        match self.cfg.maximum_pool_bytes {
+            Some(max) => {
+                let remaining = round_up(max.saturating_sub(self.pool_bytes), ALIGNMENT_BYTES);
+                let aligned = round_up(size, ALIGNMENT_BYTES);
+                if aligned <= remaining {
+                    aligned.max(remaining / 2)
+                } else {
+                    0
+                }
+            }
+            None => size.max(self.pool_bytes),
+        }
+    }
+
+    /// `get_block`.
+    fn get_block(
+        &mut self,
+        dev: &mut dyn Device,
+        size: u64,
+        stream: u64,
+        out: &mut Vec<ModelEvent>,
+    ) -> Result<u32, String> {
+        if let Some(i) = self.best_fit(stream, size) {
+            return Ok(self.take(i, size));
+        }
+        let others: Vec<u64> = self.lists().into_iter().filter(|&l| l != stream).collect();
+        for &o in &others {
+            if let Some(i) = self.best_fit(o, size) {
+                return Ok(self.take(i, size));
+            }
+        }
+        for &o in &others {
+            let moved: Vec<u32> = self
+                .arena
+                .free_range((o, 0, 0), (o, u64::MAX, u64::MAX))
+                .map(|(_, i)| i)
+                .collect();
+            for i in moved {
+                // A block may already have been merged into an earlier one of this batch.
+                if self.arena.is_indexed(i) && self.arena.b(i).owner == o {
+                    self.arena.remove_free(i);
+                    self.insert_block(i, stream);
+                }
+            }
+            if let Some(i) = self.best_fit(stream, size) {
+                return Ok(self.take(i, size));
+            }
+        }
+        let grow = self.size_to_grow(size);
+        let b = self.try_to_expand(dev, grow, size, stream, out)?;
+        if self.arena.b(b).size > size {
+            let t = self.arena.split(b, size);
+            self.insert_block(t, stream);
+        }
+        Ok(b)
+    }
+
+    fn put_back(&mut self, i: u32) {
+        let stream = self.arena.b(i).stream;
+        self.insert_block(i, stream);
+    }
+}
+
+impl Allocator for RmmPoolModel {
+    fn name(&self) -> &'static str {
+        "rmm-pool"
+    }
+
+    fn config_string(&self) -> String {
+        self.cfg.canonical()
+    }
+
+    fn malloc(
+        &mut self,
+        dev: &mut dyn Device,
+        req: &AllocRequest,
+        out: &mut Vec<ModelEvent>,
+    ) -> Result<u64, OomInfo> {
+        let size = round_up(req.size_bytes.max(1), ALIGNMENT_BYTES);
+        let stream = req.stream;
+        let mut result = Ok(());
+        if !self.initialized {
+            self.initialized = true;
+            if self.cfg.initial_pool_bytes > 0 {
+                let init = self.cfg.initial_pool_bytes;
+                match self.try_to_expand(dev, init, init, 0, out) {
+                    Ok(b) => {
+                        let k = key(self.arena.b(b));
+                        self.arena.insert_free(b, k);
+                    }
+                    Err(e) => result = Err(format!("the initial pool could not be allocated: {e}")),
+                }
+            }
+        }
+        let got = result.and_then(|()| self.get_block(dev, size, stream, out));
+        match got {
+            Ok(i) => {
+                self.arena.allocate(i, req.size_bytes, stream, out);
+                Ok(self.arena.b(i).addr)
+            }
+            Err(reason) => {
+                out.push(ModelEvent {
+                    action: Action::Oom,
+                    addr: dev.free_bytes(),
+                    size,
+                    stream,
+                });
+                Err(OomInfo {
+                    rounded_bytes: size,
+                    alloc_bytes: self.size_to_grow(size).max(size),
+                    reserved_bytes: self.arena.reserved_bytes(),
+                    allocated_bytes: self.arena.allocated_bytes(),
+                    largest_free_bytes: self.arena.largest_free(),
+                    free_holes: self.arena.free_count(),
+                    pool_free_bytes: self.arena.free_bytes(),
+                    reason: format!(
+                        "Maximum pool size exceeded (failed to allocate {}): {reason}",
+                        format_size(size)
+                    ),
+                })
+            }
+        }
+    }
+
+    fn free(
+        &mut self,
+        _dev: &mut dyn Device,
+        addr: u64,
+        deferred: bool,
+        out: &mut Vec<ModelEvent>,
+    ) -> Result<(), ModelError> {
+        if let Some(i) = self.arena.release(addr, deferred, out)? {
+            self.put_back(i);
+        }
+        Ok(())
+    }
+
+    fn complete_free(
+        &mut self,
+        _dev: &mut dyn Device,
+        addr: u64,
+        out: &mut Vec<ModelEvent>,
+    ) -> Result<(), ModelError> {
+        let i = self.arena.complete(addr, out)?;
+        self.put_back(i);
+        Ok(())
+    }
+
+    fn empty_cache(&mut self, _dev: &mut dyn Device, _out: &mut Vec<ModelEvent>) {}
+
+    fn stats(&self) -> ModelStats {
+        self.arena.stats()
+    }
+
+    fn layout(&self) -> Layout {
+        self.arena.layout()
+    }
+
+    fn check_invariants(&self) -> Result<(), String> {
+        // Free neighbours may stay apart only when they sit in different stream lists.
+        self.arena.check(|a, b| a.owner != b.owner)?;
+        let total: u64 = self.arena.segments().map(|(_, s)| s.size).sum();
+        if total != self.pool_bytes {
+            return Err(format!(
+                "pool size {} != Σ upstream blocks {total}",
+                self.pool_bytes
+            ));
+        }
+        if let Some(m) = self.cfg.maximum_pool_bytes
+            && self.pool_bytes > m
+        {
+            return Err(format!(
+                "pool size {} exceeds the maximum {m}",
+                self.pool_bytes
+            ));
+        }
+        for (s, _) in self.arena.segments() {
+            for b in self.arena.seg_blocks(s) {
+                let blk = self.arena.b(b);
+                if !blk.size.is_multiple_of(ALIGNMENT_BYTES) {
+                    return Err(format!(
+                        "block at {:#x} is {} bytes, not 256-aligned",
+                        blk.addr, blk.size
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn clone_box(&self) -> Box<dyn Allocator> {
+        Box::new(self.clone())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::device::SimulatedDevice;
+    use crate::models::PoolId;
+
+    const MIB: u64 = 1 << 20;
+
+    struct Run {
+        m: RmmPoolModel,
+        dev: SimulatedDevice,
+        out: Vec<ModelEvent>,
+    }
+
+    impl Run {
+        fn new(conf: &str, cap: Option<u64>) -> Run {
+            Run {
+                m: RmmPoolModel::new(RmmPoolConfig::parse(conf).unwrap()),
+                dev: SimulatedDevice::new(1 << 40, cap),
+                out: Vec::new(),
+            }
+        }
+        fn alloc_on(&mut self, size: u64, stream: u64) -> Result<u64, OomInfo> {
+            let r = self.m.malloc(
+                &mut self.dev,
+                &AllocRequest {
+                    size_bytes: size,
+                    stream,
+                    pool: PoolId::DEFAULT,
+                },
+                &mut self.out,
+            );
+            self.m.check_invariants().unwrap();
+            r
+        }
+        fn alloc(&mut self, size: u64) -> Result<u64, OomInfo> {
+            self.alloc_on(size, 0)
+        }
+        fn free(&mut self, a: u64) {
+            self.m.free(&mut self.dev, a, false, &mut self.out).unwrap();
+            self.m.check_invariants().unwrap();
+        }
+        fn upstream_sizes(&self) -> Vec<u64> {
+            let mut v: Vec<(u64, u64)> = self
+                .m
+                .layout()
+                .segments
+                .iter()
+                .map(|s| (s.addr, s.size_bytes))
+                .collect();
+            v.sort_unstable();
+            v.into_iter().map(|(_, s)| s).collect()
+        }
+    }
+
+    #[test]
+    fn growth_doubles_without_a_maximum() {
+        let mut r = Run::new("", None);
+        r.alloc(MIB).unwrap(); // grow by max(1 MiB, 0)
+        r.alloc(MIB).unwrap(); // grow by max(1 MiB, 1 MiB)
+        r.alloc(MIB).unwrap(); // grow by max(1 MiB, 2 MiB): 1 MiB left over
+        r.alloc(MIB).unwrap(); // fits in the leftover
+        assert_eq!(r.upstream_sizes(), vec![MIB, MIB, 2 * MIB]);
+        // Each upstream block holds whole device pages.
+        assert_eq!(r.m.stats().reserved_bytes, 6 * MIB);
+    }
+
+    #[test]
+    fn growth_takes_half_the_remaining_room_under_a_maximum() {
+        let mut r = Run::new("maximum_pool_size_mb:100", None);
+        r.alloc(MIB).unwrap(); // max(1 MiB, 100/2) = 50 MiB
+        assert_eq!(r.upstream_sizes(), vec![50 * MIB]);
+        let e = r.alloc(60 * MIB).unwrap_err(); // 60 MiB > the 50 MiB that remain
+        assert!(e.reason.contains("Not enough room to grow"), "{}", e.reason);
+        r.alloc(30 * MIB).unwrap(); // fits in the first block (49 MiB free)
+        r.alloc(30 * MIB).unwrap(); // grow by max(30, 50/2) = 30 MiB
+        assert_eq!(r.upstream_sizes(), vec![50 * MIB, 30 * MIB]);
+    }
+
+    #[test]
+    fn growth_halves_the_try_when_the_device_refuses() {
+        let mut r = Run::new("", Some(10 * MIB));
+        r.alloc(4 * MIB).unwrap();
+        r.alloc(4 * MIB).unwrap();
+        // Try 8 MiB (refused: 2 MiB left), then 4 MiB (refused), then 2 MiB.
+        r.alloc(MIB).unwrap();
+        assert_eq!(r.upstream_sizes(), vec![4 * MIB, 4 * MIB, 2 * MIB]);
+        assert!(r.alloc(4 * MIB).unwrap_err().reason.contains("refused"));
+    }
+
+    #[test]
+    fn blocks_never_merge_across_upstream_blocks() {
+        let mut r = Run::new("", None);
+        let a = r.alloc(MIB).unwrap();
+        let b = r.alloc(MIB).unwrap();
+        r.free(a);
+        r.free(b);
+        // Two free 1 MiB blocks in two upstream blocks: a 2 MiB request grows the pool.
+        r.alloc(2 * MIB).unwrap();
+        assert_eq!(r.upstream_sizes(), vec![MIB, MIB, 2 * MIB]);
+    }
+
+    #[test]
+    fn other_streams_are_stolen_from_then_merged() {
+        let mut r = Run::new("initial_pool_size_mb:4", None);
+        let a = r.alloc_on(2 * MIB, 1).unwrap(); // from the default stream's list
+        let b = r.alloc_on(2 * MIB, 2).unwrap();
+        r.free(a); // stream 1's list: [a]
+        r.free(b); // stream 2's list: [b], contiguous with a but in another list
+        assert_eq!(r.m.stats().free_holes, 2);
+        // Stream 3: no single list fits 4 MiB; merging stream 1's then stream 2's list into
+        // its own coalesces them.
+        r.alloc_on(4 * MIB, 3).unwrap();
+        assert_eq!(r.upstream_sizes(), vec![4 * MIB]);
+    }
+
+    #[test]
+    fn config_errors_are_clear() {
+        assert!(RmmPoolConfig::parse("initial_pool_size_mb:10,maximum_pool_size_mb:5").is_err());
+        assert!(
+            RmmPoolConfig::parse("pool:1")
+                .unwrap_err()
+                .0
+                .contains("unknown config key")
+        );
+        assert_eq!(
+            RmmPoolConfig::parse("maximum_pool_size_mb:1.5")
+                .unwrap()
+                .canonical(),
+            "maximum_pool_size_mb:1.5"
+        );
+    }
+}
