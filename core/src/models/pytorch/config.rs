@@ -77,13 +77,18 @@ fn parse_bool(key: &str, v: &str) -> Result<bool, ConfigError> {
     match v {
         "True" => Ok(true),
         "False" => Ok(false),
-        _ => Err(ConfigError(format!("Expected a single True/False argument for {key}"))),
+        _ => Err(ConfigError(format!(
+            "Expected a single True/False argument for {key}"
+        ))),
     }
 }
 
 fn parse_u64(key: &str, v: &str) -> Result<u64, ConfigError> {
-    v.parse::<u64>()
-        .map_err(|_| ConfigError(format!("Expected a non-negative integer value for {key}, got '{v}'")))
+    v.parse::<u64>().map_err(|_| {
+        ConfigError(format!(
+            "Expected a non-negative integer value for {key}, got '{v}'"
+        ))
+    })
 }
 
 fn log2_floor(v: u64) -> u32 {
@@ -113,10 +118,14 @@ impl PyTorchConfig {
                 continue;
             }
             if matches!(key.as_str(), ":" | "[" | "]") {
-                return Err(ConfigError(format!("Expected a key in allocator config, got '{key}'")));
+                return Err(ConfigError(format!(
+                    "Expected a key in allocator config, got '{key}'"
+                )));
             }
             if toks.get(i + 1).map(String::as_str) != Some(":") {
-                return Err(ConfigError(format!("Error parsing allocator config: expected ':' after '{key}'")));
+                return Err(ConfigError(format!(
+                    "Error parsing allocator config: expected ':' after '{key}'"
+                )));
             }
             i += 2;
             let mut value = Vec::new();
@@ -136,7 +145,9 @@ impl PyTorchConfig {
                     }
                 }
                 if depth != 0 {
-                    return Err(ConfigError(format!("Expected closing ']' in the value of {key}")));
+                    return Err(ConfigError(format!(
+                        "Expected closing ']' in the value of {key}"
+                    )));
                 }
             } else if let Some(t) = toks.get(i) {
                 if matches!(t.as_str(), "," | ":" | "]") {
@@ -152,12 +163,22 @@ impl PyTorchConfig {
         self.max_split_size_bytes = u64::MAX;
         self.roundup_power2_divisions = [0; 16];
         self.garbage_collection_threshold = 0.0;
-        self.explicit.retain(|k| !matches!(*k, "max_split_size_mb" | "roundup_power2_divisions" | "garbage_collection_threshold" | "max_non_split_rounding_mb"));
+        self.explicit.retain(|k| {
+            !matches!(
+                *k,
+                "max_split_size_mb"
+                    | "roundup_power2_divisions"
+                    | "garbage_collection_threshold"
+                    | "max_non_split_rounding_mb"
+            )
+        });
         for (k, v) in &pairs {
             if k == "large_segment_size_mb" {
                 let mb = parse_u64(k, &v[0])?;
                 if mb <= 10 {
-                    return Err(ConfigError(format!("large_segment_size_mb must be > 10, got {mb}")));
+                    return Err(ConfigError(format!(
+                        "large_segment_size_mb must be > 10, got {mb}"
+                    )));
                 }
                 self.large_segment_size_bytes = mb * MIB;
                 self.mark("large_segment_size_mb");
@@ -167,14 +188,20 @@ impl PyTorchConfig {
         let large_mb = self.large_segment_size_bytes / MIB;
         for (k, v) in &pairs {
             let single = || -> Result<&str, ConfigError> {
-                if v.len() == 1 { Ok(v[0].as_str()) } else { Err(ConfigError(format!("Expected a single value for {k}"))) }
+                if v.len() == 1 {
+                    Ok(v[0].as_str())
+                } else {
+                    Err(ConfigError(format!("Expected a single value for {k}")))
+                }
             };
             match k.as_str() {
                 "large_segment_size_mb" => {}
                 "max_split_size_mb" => {
                     let mb = parse_u64(k, single()?)?;
                     if mb < large_mb {
-                        return Err(ConfigError(format!("CachingAllocator option max_split_size_mb too small, must be >= {large_mb}")));
+                        return Err(ConfigError(format!(
+                            "CachingAllocator option max_split_size_mb too small, must be >= {large_mb}"
+                        )));
                     }
                     self.max_split_size_bytes = mb.saturating_mul(MIB);
                     self.mark("max_split_size_mb");
@@ -182,15 +209,21 @@ impl PyTorchConfig {
                 "max_non_split_rounding_mb" => {
                     let mb = parse_u64(k, single()?)?;
                     if mb < large_mb {
-                        return Err(ConfigError(format!("CachingAllocator option max_non_split_rounding_mb too small, must be >= {large_mb}")));
+                        return Err(ConfigError(format!(
+                            "CachingAllocator option max_non_split_rounding_mb too small, must be >= {large_mb}"
+                        )));
                     }
                     self.max_non_split_rounding_bytes = mb.saturating_mul(MIB);
                     self.mark("max_non_split_rounding_mb");
                 }
                 "garbage_collection_threshold" => {
-                    let t: f64 = single()?.parse().map_err(|_| ConfigError(format!("Expected a float value for {k}")))?;
+                    let t: f64 = single()?
+                        .parse()
+                        .map_err(|_| ConfigError(format!("Expected a float value for {k}")))?;
                     if !(t > 0.0 && t < 1.0) {
-                        return Err(ConfigError("garbage_collect_threshold is invalid, set it in (0.0, 1.0)".into()));
+                        return Err(ConfigError(
+                            "garbage_collect_threshold is invalid, set it in (0.0, 1.0)".into(),
+                        ));
                     }
                     self.garbage_collection_threshold = t;
                     self.mark("garbage_collection_threshold");
@@ -204,18 +237,28 @@ impl PyTorchConfig {
                     self.mark("roundup_power2_divisions");
                 }
                 "per_process_memory_fraction" => {
-                    let f: f64 = single()?.parse().map_err(|_| ConfigError(format!("Expected a float value for {k}")))?;
+                    let f: f64 = single()?
+                        .parse()
+                        .map_err(|_| ConfigError(format!("Expected a float value for {k}")))?;
                     if !(0.0..=1.0).contains(&f) {
-                        return Err(ConfigError(format!("per_process_memory_fraction is invalid, set it in [0.0, 1.0], got {f}")));
+                        return Err(ConfigError(format!(
+                            "per_process_memory_fraction is invalid, set it in [0.0, 1.0], got {f}"
+                        )));
                     }
                     self.per_process_memory_fraction = f;
                     self.mark("per_process_memory_fraction");
                 }
-                "release_lock_on_cudamalloc" | "release_lock_on_hipmalloc" | "pinned_use_cuda_host_register"
-                | "pinned_use_hip_host_register" | "pinned_use_background_threads" | "graph_capture_record_stream_reuse" => {
+                "release_lock_on_cudamalloc"
+                | "release_lock_on_hipmalloc"
+                | "pinned_use_cuda_host_register"
+                | "pinned_use_hip_host_register"
+                | "pinned_use_background_threads"
+                | "graph_capture_record_stream_reuse" => {
                     parse_bool(k, single()?)?;
                 }
-                "pinned_num_register_threads" | "pinned_reserve_segment_size_mb" | "pinned_max_round_threshold_mb"
+                "pinned_num_register_threads"
+                | "pinned_reserve_segment_size_mb"
+                | "pinned_max_round_threshold_mb"
                 | "pinned_max_cached_size_mb" => {
                     parse_u64(k, single()?)?;
                 }
@@ -225,10 +268,16 @@ impl PyTorchConfig {
                 "backend" => {
                     let b = single()?;
                     if b != "native" {
-                        return Err(ConfigError(format!("backend:{b} has no caching allocator to simulate (only backend:native)")));
+                        return Err(ConfigError(format!(
+                            "backend:{b} has no caching allocator to simulate (only backend:native)"
+                        )));
                     }
                 }
-                _ => return Err(ConfigError(format!("Unrecognized key '{k}' in Accelerator allocator config."))),
+                _ => {
+                    return Err(ConfigError(format!(
+                        "Unrecognized key '{k}' in Accelerator allocator config."
+                    )));
+                }
             }
         }
         Ok(())
@@ -243,7 +292,9 @@ impl PyTorchConfig {
     fn parse_divisions(&mut self, v: &[String]) -> Result<(), ConfigError> {
         let check_pow2 = |n: u64| -> Result<u32, ConfigError> {
             if n != 0 && !n.is_power_of_two() {
-                return Err(ConfigError(format!("For roundups, the divisions has to be power of 2 or 0 to disable roundup, got {n}")));
+                return Err(ConfigError(format!(
+                    "For roundups, the divisions has to be power of 2 or 0 to disable roundup, got {n}"
+                )));
             }
             Ok(n as u32)
         };
@@ -264,7 +315,9 @@ impl PyTorchConfig {
             }
             let key = &inner[i];
             if inner.get(i + 1).map(String::as_str) != Some(":") || i + 2 >= inner.len() {
-                return Err(ConfigError("Expected key:value pairs in roundup_power2_divisions".into()));
+                return Err(ConfigError(
+                    "Expected key:value pairs in roundup_power2_divisions".into(),
+                ));
             }
             let val = check_pow2(parse_u64("roundup_power2_divisions", &inner[i + 2])?)?;
             i += 3;
@@ -275,7 +328,9 @@ impl PyTorchConfig {
             } else {
                 let k = parse_u64("roundup_power2_divisions", key)?;
                 if k == 0 || !k.is_power_of_two() {
-                    return Err(ConfigError(format!("For roundups, the intervals have to be power of 2, got {k}")));
+                    return Err(ConfigError(format!(
+                        "For roundups, the intervals have to be power of 2, got {k}"
+                    )));
                 }
                 let index = (log2_floor(k) as usize).min(15);
                 if first {
@@ -313,31 +368,50 @@ impl PyTorchConfig {
         let d = PyTorchConfig::default();
         let mut parts = Vec::new();
         if self.large_segment_size_bytes != d.large_segment_size_bytes {
-            parts.push(format!("large_segment_size_mb:{}", self.large_segment_size_bytes / MIB));
+            parts.push(format!(
+                "large_segment_size_mb:{}",
+                self.large_segment_size_bytes / MIB
+            ));
         }
         if self.expandable_segments {
             parts.push("expandable_segments:True".to_string());
         }
         if self.max_split_size_bytes != u64::MAX {
-            parts.push(format!("max_split_size_mb:{}", self.max_split_size_bytes / MIB));
+            parts.push(format!(
+                "max_split_size_mb:{}",
+                self.max_split_size_bytes / MIB
+            ));
         }
         if self.max_non_split_rounding_bytes != self.large_segment_size_bytes {
-            parts.push(format!("max_non_split_rounding_mb:{}", self.max_non_split_rounding_bytes / MIB));
+            parts.push(format!(
+                "max_non_split_rounding_mb:{}",
+                self.max_non_split_rounding_bytes / MIB
+            ));
         }
         let t = &self.roundup_power2_divisions;
         if t.iter().any(|&x| x != 0) {
             if t.iter().all(|&x| x == t[0]) {
                 parts.push(format!("roundup_power2_divisions:{}", t[0]));
             } else {
-                let items: Vec<String> = t.iter().enumerate().map(|(i, v)| format!("{}:{v}", 1u64 << i)).collect();
+                let items: Vec<String> = t
+                    .iter()
+                    .enumerate()
+                    .map(|(i, v)| format!("{}:{v}", 1u64 << i))
+                    .collect();
                 parts.push(format!("roundup_power2_divisions:[{}]", items.join(",")));
             }
         }
         if self.garbage_collection_threshold > 0.0 {
-            parts.push(format!("garbage_collection_threshold:{}", self.garbage_collection_threshold));
+            parts.push(format!(
+                "garbage_collection_threshold:{}",
+                self.garbage_collection_threshold
+            ));
         }
         if self.per_process_memory_fraction < 1.0 {
-            parts.push(format!("per_process_memory_fraction:{}", self.per_process_memory_fraction));
+            parts.push(format!(
+                "per_process_memory_fraction:{}",
+                self.per_process_memory_fraction
+            ));
         }
         parts.join(",")
     }
@@ -354,7 +428,10 @@ mod tests {
         let c = PyTorchConfig::parse("max_split_size_mb:64, expandable_segments:True").unwrap();
         assert_eq!(c.max_split_size_bytes, 64 << 20);
         assert!(c.expandable_segments);
-        assert_eq!(c.canonical(), "expandable_segments:True,max_split_size_mb:64");
+        assert_eq!(
+            c.canonical(),
+            "expandable_segments:True,max_split_size_mb:64"
+        );
     }
 
     #[test]
@@ -362,7 +439,12 @@ mod tests {
         assert!(PyTorchConfig::parse("expandable_segments:true").is_err());
         assert!(PyTorchConfig::parse("max_split_size_mb:10").is_err());
         assert!(PyTorchConfig::parse("max_split_size_mb:20").is_ok());
-        assert!(PyTorchConfig::parse("bogus:1").unwrap_err().0.contains("Unrecognized key"));
+        assert!(
+            PyTorchConfig::parse("bogus:1")
+                .unwrap_err()
+                .0
+                .contains("Unrecognized key")
+        );
         assert!(PyTorchConfig::parse("garbage_collection_threshold:1.5").is_err());
         assert!(PyTorchConfig::parse("roundup_power2_divisions:3").is_err());
         assert!(PyTorchConfig::parse("max_split_size_mb").is_err());

@@ -9,14 +9,18 @@
 //! `expandable_segments`, `large_segment_size_mb`, `per_process_memory_fraction`.
 
 pub mod config;
+mod free_index;
+
+use free_index::FreeIndex;
 
 use std::collections::{BTreeMap, HashMap};
+use std::hash::{BuildHasherDefault, Hasher};
 
 pub use config::{ConfigError, PyTorchConfig};
 
 use super::{
-    AllocRequest, Allocator, Layout, LayoutBlock, LayoutBlockState, LayoutSegment, ModelError, ModelEvent, ModelStats,
-    OomInfo, PoolId,
+    AllocRequest, Allocator, Layout, LayoutBlock, LayoutBlockState, LayoutSegment, ModelError,
+    ModelEvent, ModelStats, OomInfo, PoolId,
 };
 use crate::device::Device;
 use crate::snapshot::Action;
@@ -33,6 +37,28 @@ pub const MIN_LARGE_ALLOC_BYTES: u64 = 10 << 20;
 pub const ROUND_LARGE_BYTES: u64 = 2 << 20;
 
 const NIL: u32 = u32::MAX;
+
+/// A multiply-shift hasher for block addresses: lookups only, never iterated, so the
+/// order it would give does not matter; SipHash costs more than the whole malloc.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct AddrHasher(u64);
+
+impl Hasher for AddrHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0 ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+    fn write_u64(&mut self, v: u64) {
+        self.0 = (v ^ (v >> 29)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
+}
+
+/// Address → block index.
+type AddrMap = HashMap<u64, u32, BuildHasherDefault<AddrHasher>>;
 
 /// One block: a piece of a segment, allocated, free (cached), pending or unmapped.
 #[derive(Debug, Clone)]
@@ -76,7 +102,7 @@ struct Segment {
 struct Pool {
     id: PoolId,
     small: bool,
-    blocks: BTreeMap<(u64, u64, u64), u32>,
+    blocks: FreeIndex,
     unmapped: BTreeMap<(u64, u64), u32>,
     get_free_blocks_call_count: u64,
 }
@@ -104,7 +130,7 @@ pub struct PyTorchModel {
     /// Private pools by id, with their two `pools` indexes.
     private: BTreeMap<PoolId, PrivatePool>,
     /// Live (allocated or pending) blocks by address.
-    active: HashMap<u64, u32>,
+    active: AddrMap,
     /// Pending-free blocks in the order their frees were requested.
     pending_order: Vec<u32>,
     /// `total_allocated_memory`: bytes of segments and mapped pages (= reserved).
@@ -113,6 +139,9 @@ pub struct PyTorchModel {
     requested_bytes: u64,
     free_holes: u64,
     segment_ops: u64,
+    /// The largest free block, or None when it must be recomputed (a block of that size
+    /// left a pool).
+    largest_free_cache: std::cell::Cell<Option<u64>>,
     /// Counters of `memory_stats()` that tests cross-check.
     pub num_alloc_retries: u64,
     pub num_ooms: u64,
@@ -127,13 +156,14 @@ impl PyTorchModel {
     #[must_use]
     pub fn new(cfg: PyTorchConfig, limit_bytes: Option<u64>) -> PyTorchModel {
         let limit_bytes = limit_bytes.or_else(|| {
-            (cfg.per_process_memory_fraction < 1.0)
-                .then(|| (cfg.per_process_memory_fraction * cfg.device_total_bytes as f64).round() as u64)
+            (cfg.per_process_memory_fraction < 1.0).then(|| {
+                (cfg.per_process_memory_fraction * cfg.device_total_bytes as f64).round() as u64
+            })
         });
         let mk = |small| Pool {
             id: PoolId::DEFAULT,
             small,
-            blocks: BTreeMap::new(),
+            blocks: FreeIndex::default(),
             unmapped: BTreeMap::new(),
             get_free_blocks_call_count: 0,
         };
@@ -146,7 +176,8 @@ impl PyTorchModel {
             free_segment_slots: Vec::new(),
             pools: vec![mk(true), mk(false)],
             private: BTreeMap::new(),
-            active: HashMap::new(),
+            active: AddrMap::default(),
+            largest_free_cache: std::cell::Cell::new(Some(0)),
             pending_order: Vec::new(),
             reserved_bytes: 0,
             allocated_bytes: 0,
@@ -215,14 +246,21 @@ impl PyTorchModel {
         let mk = |small| Pool {
             id: pool,
             small,
-            blocks: BTreeMap::new(),
+            blocks: FreeIndex::default(),
             unmapped: BTreeMap::new(),
             get_free_blocks_call_count: 0,
         };
         let s = self.pools.len() as u32;
         self.pools.push(mk(true));
         self.pools.push(mk(false));
-        self.private.insert(pool, PrivatePool { small: s, large: s + 1, freeable: false });
+        self.private.insert(
+            pool,
+            PrivatePool {
+                small: s,
+                large: s + 1,
+                freeable: false,
+            },
+        );
         if small { s } else { s + 1 }
     }
 
@@ -251,7 +289,13 @@ impl PyTorchModel {
         self.segments
             .iter()
             .filter(|s| s.live && addr >= s.base && addr < s.base + s.size)
-            .map(|s| (self.pools[s.pool as usize].id, s.stream, self.pools[s.pool as usize].small))
+            .map(|s| {
+                (
+                    self.pools[s.pool as usize].id,
+                    s.stream,
+                    self.pools[s.pool as usize].small,
+                )
+            })
             .next()
     }
 
@@ -305,16 +349,24 @@ impl PyTorchModel {
         };
         let count = self.pools[pool as usize].get_free_blocks_call_count;
         self.bm(i).gc_base = count;
-        self.pools[pool as usize].blocks.insert((stream, size, addr), i);
+        self.pools[pool as usize]
+            .blocks
+            .insert(stream, size, addr, i);
         self.free_holes += 1;
+        if let Some(l) = self.largest_free_cache.get() {
+            self.largest_free_cache.set(Some(l.max(size)));
+        }
     }
 
     fn remove_free(&mut self, i: u32) {
         let b = self.b(i);
-        let key = (b.stream, b.size, b.addr);
+        let (stream, size, addr) = (b.stream, b.size, b.addr);
         let pool = b.pool as usize;
-        if self.pools[pool].blocks.remove(&key).is_some() {
+        if self.pools[pool].blocks.remove(stream, size, addr) {
             self.free_holes -= 1;
+            if self.largest_free_cache.get().is_some_and(|l| l <= size) {
+                self.largest_free_cache.set(None);
+            }
         }
     }
 
@@ -375,42 +427,45 @@ impl PyTorchModel {
         if self.gc_enabled() {
             self.pools[pool as usize].get_free_blocks_call_count += 1;
         }
-        let p = &self.pools[pool as usize];
-        let mut it = p.blocks.range((stream, size, 0)..);
-        let (mut key, mut idx) = it.next().map(|(k, v)| (*k, *v))?;
-        if key.0 != stream {
-            return None;
-        }
-        if self.segments[self.b(idx).seg as usize].expandable {
-            if self.cfg.expandable_segments {
-                let xsize = |m: &PyTorchModel, i: u32| {
-                    let b = m.b(i);
-                    b.size + if b.next != NIL && !m.b(b.next).mapped { m.b(b.next).size } else { 0 }
-                };
-                loop {
-                    if !self.segments[self.b(idx).seg as usize].expandable {
-                        break;
+        let (bsize, idx) = {
+            let p = &self.pools[pool as usize];
+            let mut it = p.blocks.from_size(stream, size);
+            let (mut bsize, mut idx) = it.next().map(|(s, _, v)| (s, v))?;
+            if self.segments[self.b(idx).seg as usize].expandable {
+                if self.cfg.expandable_segments {
+                    let xsize = |m: &PyTorchModel, i: u32| {
+                        let b = m.b(i);
+                        b.size
+                            + if b.next != NIL && !m.b(b.next).mapped {
+                                m.b(b.next).size
+                            } else {
+                                0
+                            }
+                    };
+                    loop {
+                        if !self.segments[self.b(idx).seg as usize].expandable {
+                            break;
+                        }
+                        let Some((ns, nv)) = it.next().map(|(s, _, v)| (s, v)) else {
+                            break;
+                        };
+                        if xsize(self, nv) >= xsize(self, idx) {
+                            break;
+                        }
+                        bsize = ns;
+                        idx = nv;
                     }
-                    let Some((nk, nv)) = it.next().map(|(k, v)| (*k, *v)) else { break };
-                    if nk.0 != stream || xsize(self, nv) >= xsize(self, idx) {
-                        break;
+                } else {
+                    while self.segments[self.b(idx).seg as usize].expandable {
+                        let (ns, nv) = it.next().map(|(s, _, v)| (s, v))?;
+                        bsize = ns;
+                        idx = nv;
                     }
-                    key = nk;
-                    idx = nv;
-                }
-            } else {
-                while self.segments[self.b(idx).seg as usize].expandable {
-                    let (nk, nv) = it.next().map(|(k, v)| (*k, *v))?;
-                    if nk.0 != stream {
-                        return None;
-                    }
-                    key = nk;
-                    idx = nv;
                 }
             }
-        }
+            (bsize, idx)
+        };
         let m = self.cfg.max_split_size_bytes;
-        let bsize = key.1;
         if size < m && bsize >= m {
             return None;
         }
@@ -469,13 +524,25 @@ impl PyTorchModel {
             mapped: true,
             gc_base: 0,
         });
-        out.push(ModelEvent { action: Action::SegmentAlloc, addr, size: alloc_size, stream });
+        out.push(ModelEvent {
+            action: Action::SegmentAlloc,
+            addr,
+            size: alloc_size,
+            stream,
+        });
         Some(b)
     }
 
     /// `find_expandable_block` (§7.2 step 1).
-    fn find_expandable_block(&mut self, dev: &mut dyn Device, pool: u32, stream: u64, size: u64) -> Option<u32> {
-        let allocatable = |m: &PyTorchModel, i: u32| i != NIL && !m.b(i).allocated && !m.b(i).pending;
+    fn find_expandable_block(
+        &mut self,
+        dev: &mut dyn Device,
+        pool: u32,
+        stream: u64,
+        size: u64,
+    ) -> Option<u32> {
+        let allocatable =
+            |m: &PyTorchModel, i: u32| i != NIL && !m.b(i).allocated && !m.b(i).pending;
         let candidates: Vec<u32> = self.pools[pool as usize]
             .unmapped
             .range((stream, 0)..)
@@ -497,11 +564,23 @@ impl PyTorchModel {
                 return Some(c);
             }
         }
-        let page = if self.pools[pool as usize].small { SMALL_BUFFER_BYTES } else { self.cfg.large_segment_size_bytes };
+        let page = if self.pools[pool as usize].small {
+            SMALL_BUFFER_BYTES
+        } else {
+            self.cfg.large_segment_size_bytes
+        };
         let total = self.cfg.device_total_bytes;
         let reserve = (total + total / 8).div_ceil(page) * page;
         let base = dev.reserve(reserve, page, stream).ok()?;
-        let seg = self.new_segment(Segment { base, size: reserve, stream, pool, expandable: true, page, live: true });
+        let seg = self.new_segment(Segment {
+            base,
+            size: reserve,
+            stream,
+            pool,
+            expandable: true,
+            page,
+            live: true,
+        });
         let b = self.new_block(Block {
             addr: base,
             size: reserve,
@@ -522,7 +601,13 @@ impl PyTorchModel {
 
     /// `map_block` (§7.2): maps the pages covering the first `size` bytes of the unmapped
     /// block `b`; returns the (merged) free block.
-    fn map_block(&mut self, dev: &mut dyn Device, b: u32, size: u64, out: &mut Vec<ModelEvent>) -> Option<u32> {
+    fn map_block(
+        &mut self,
+        dev: &mut dyn Device,
+        b: u32,
+        size: u64,
+        out: &mut Vec<ModelEvent>,
+    ) -> Option<u32> {
         let seg = &self.segments[self.b(b).seg as usize];
         let page = seg.page;
         let base = seg.base;
@@ -566,7 +651,12 @@ impl PyTorchModel {
         self.insert_free(b);
         self.reserved_bytes += mapped;
         self.segment_ops += 1;
-        out.push(ModelEvent { action: Action::SegmentMap, addr, size: mapped, stream });
+        out.push(ModelEvent {
+            action: Action::SegmentMap,
+            addr,
+            size: mapped,
+            stream,
+        });
         Some(b)
     }
 
@@ -610,7 +700,12 @@ impl PyTorchModel {
         self.segments[seg as usize].live = false;
         self.free_segment_slots.push(seg);
         self.delete_block(i);
-        out.push(ModelEvent { action: Action::SegmentFree, addr, size, stream });
+        out.push(ModelEvent {
+            action: Action::SegmentFree,
+            addr,
+            size,
+            stream,
+        });
     }
 
     /// `unmap_block` (§7.4): unmaps the whole pages inside a free mapped block.
@@ -689,12 +784,17 @@ impl PyTorchModel {
         self.insert_unmapped(i);
         self.reserved_bytes -= un_size;
         self.segment_ops += 1;
-        out.push(ModelEvent { action: Action::SegmentUnmap, addr: un_addr, size: un_size, stream });
+        out.push(ModelEvent {
+            action: Action::SegmentUnmap,
+            addr: un_addr,
+            size: un_size,
+            stream,
+        });
     }
 
     /// `release_blocks(pool)` (§5.7, §7.4).
     fn release_blocks(&mut self, dev: &mut dyn Device, pool: u32, out: &mut Vec<ModelEvent>) {
-        let all: Vec<u32> = self.pools[pool as usize].blocks.values().copied().collect();
+        let all: Vec<u32> = self.pools[pool as usize].blocks.values();
         let mut to_unmap = Vec::new();
         for i in all {
             if self.is_expandable(i) {
@@ -708,7 +808,10 @@ impl PyTorchModel {
             if !self.b(i).mapped && !self.is_split(i) {
                 // The whole reservation is unmapped: release the address range (no event).
                 let segi = self.b(i).seg;
-                let (base, size) = (self.segments[segi as usize].base, self.segments[segi as usize].size);
+                let (base, size) = (
+                    self.segments[segi as usize].base,
+                    self.segments[segi as usize].size,
+                );
                 self.remove_unmapped(i);
                 dev.release(base, size);
                 self.segments[segi as usize].live = false;
@@ -733,12 +836,20 @@ impl PyTorchModel {
         self.synchronize_and_free_events(out);
         self.release_blocks(dev, DEFAULT_LARGE, out);
         self.release_blocks(dev, DEFAULT_SMALL, out);
-        let freeable: Vec<PoolId> = self.private.iter().filter(|(_, p)| p.freeable).map(|(k, _)| *k).collect();
+        let freeable: Vec<PoolId> = self
+            .private
+            .iter()
+            .filter(|(_, p)| p.freeable)
+            .map(|(k, _)| *k)
+            .collect();
         for id in freeable {
             let p = self.private[&id].clone();
             self.release_blocks(dev, p.small, out);
             self.release_blocks(dev, p.large, out);
-            let any_left = self.segments.iter().any(|s| s.live && (s.pool == p.small || s.pool == p.large));
+            let any_left = self
+                .segments
+                .iter()
+                .any(|s| s.live && (s.pool == p.small || s.pool == p.large));
             if !any_left {
                 self.private.remove(&id);
                 // The two pool slots stay in `pools` (empty) so indexes remain valid.
@@ -747,29 +858,39 @@ impl PyTorchModel {
     }
 
     /// `release_available_cached_blocks` (§5.6).
-    fn release_available_cached_blocks(&mut self, dev: &mut dyn Device, pool: u32, stream: u64, size: u64, out: &mut Vec<ModelEvent>) -> bool {
+    fn release_available_cached_blocks(
+        &mut self,
+        dev: &mut dyn Device,
+        pool: u32,
+        stream: u64,
+        size: u64,
+        out: &mut Vec<ModelEvent>,
+    ) -> bool {
         let m = self.cfg.max_split_size_bytes;
         if m == u64::MAX {
             return false;
         }
         let key_size = size.max(m);
         let p = &self.pools[pool as usize];
-        let at = p.blocks.range((stream, key_size, 0)..).next().map(|(k, v)| (*k, *v));
-        if let Some((k, v)) = at {
-            if k.0 == stream && !self.is_expandable(v) {
+        let at = p.blocks.from_size(stream, key_size).next();
+        if let Some((_, _, v)) = at {
+            if !self.is_expandable(v) {
                 self.release_block(dev, v, out);
                 return true;
             }
         }
-        let below: Vec<((u64, u64, u64), u32)> =
-            p.blocks.range(..(stream, key_size, 0)).rev().map(|(k, v)| (*k, *v)).collect();
+        let below: Vec<(u64, u32)> = p
+            .blocks
+            .below_size_rev(stream, key_size)
+            .map(|(s, _, v)| (s, v))
+            .collect();
         let mut released = 0;
-        for (k, v) in below {
-            if released >= key_size || k.1 < m || k.0 != stream {
+        for (size, v) in below {
+            if released >= key_size || size < m {
                 break;
             }
             if !self.is_expandable(v) {
-                released += k.1;
+                released += size;
                 self.release_block(dev, v, out);
             }
         }
@@ -778,7 +899,9 @@ impl PyTorchModel {
 
     /// `garbage_collect_cached_blocks` (§5.4).
     fn garbage_collect(&mut self, dev: &mut dyn Device, out: &mut Vec<ModelEvent>) {
-        let Some(limit) = self.limit_bytes else { return };
+        let Some(limit) = self.limit_bytes else {
+            return;
+        };
         let threshold = (self.cfg.garbage_collection_threshold * limit as f64) as u64;
         if self.reserved_bytes <= threshold {
             return;
@@ -787,7 +910,7 @@ impl PyTorchModel {
         let count_now = self.pools[DEFAULT_LARGE as usize].get_free_blocks_call_count;
         let mut total_age = 0.0f64;
         let mut count = 0u64;
-        for &i in self.pools[DEFAULT_LARGE as usize].blocks.values() {
+        for i in self.pools[DEFAULT_LARGE as usize].blocks.values() {
             if !self.is_split(i) {
                 total_age += (count_now - self.b(i).gc_base) as f64;
                 count += 1;
@@ -801,7 +924,7 @@ impl PyTorchModel {
         while reclaimed < target && freed && count > 0 {
             let avg = total_age / count as f64;
             freed = false;
-            let all: Vec<u32> = self.pools[DEFAULT_LARGE as usize].blocks.values().copied().collect();
+            let all: Vec<u32> = self.pools[DEFAULT_LARGE as usize].blocks.values();
             for i in all {
                 if !self.is_split(i) && !self.is_expandable(i) {
                     let age = (count_now - self.b(i).gc_base) as f64;
@@ -875,7 +998,12 @@ impl PyTorchModel {
             let b = self.b(i);
             (b.addr, b.requested, b.stream)
         };
-        out.push(ModelEvent { action: Action::FreeCompleted, addr, size: req, stream });
+        out.push(ModelEvent {
+            action: Action::FreeCompleted,
+            addr,
+            size: req,
+            stream,
+        });
         self.active.remove(&addr);
         self.requested_bytes -= req;
         {
@@ -895,31 +1023,30 @@ impl PyTorchModel {
         let mut bytes = 0;
         let mut holes = 0;
         let mut largest = 0;
-        for (k, _) in self.pools[pool as usize].blocks.range((stream, 0, 0)..).take_while(|(k, _)| k.0 == stream) {
-            bytes += k.1;
+        for (size, _, _) in self.pools[pool as usize].blocks.from_size(stream, 0) {
+            bytes += size;
             holes += 1;
-            largest = largest.max(k.1);
+            largest = largest.max(size);
         }
         (bytes, holes, largest)
     }
 
     /// Marks the block at `addr` as allocated (for rebuilding a start state).
     fn largest_free(&self) -> u64 {
-        let mut best = 0;
-        for p in &self.pools {
-            // The last key of each stream is its largest block.
-            let mut upper: Option<u64> = None;
-            loop {
-                let last = match upper {
-                    None => p.blocks.iter().next_back(),
-                    Some(s) => p.blocks.range(..(s, 0, 0)).next_back(),
-                };
-                let Some((k, _)) = last else { break };
-                best = best.max(k.1);
-                upper = Some(k.0);
-            }
+        if let Some(l) = self.largest_free_cache.get() {
+            return l;
         }
-        best
+        let l = self.compute_largest_free();
+        self.largest_free_cache.set(Some(l));
+        l
+    }
+
+    fn compute_largest_free(&self) -> u64 {
+        self.pools
+            .iter()
+            .map(|p| p.blocks.largest())
+            .max()
+            .unwrap_or(0)
     }
 }
 
@@ -930,7 +1057,11 @@ impl PyTorchModel {
         for s in start {
             let small = s.small;
             let pool = self.pool_index(s.pool, small);
-            let page = if small { SMALL_BUFFER_BYTES } else { self.cfg.large_segment_size_bytes };
+            let page = if small {
+                SMALL_BUFFER_BYTES
+            } else {
+                self.cfg.large_segment_size_bytes
+            };
             let seg = self.new_segment(Segment {
                 base: s.addr,
                 size: s.size_bytes,
@@ -1013,7 +1144,12 @@ impl Allocator for PyTorchModel {
         self.cfg.canonical()
     }
 
-    fn malloc(&mut self, dev: &mut dyn Device, req: &AllocRequest, out: &mut Vec<ModelEvent>) -> Result<u64, OomInfo> {
+    fn malloc(
+        &mut self,
+        dev: &mut dyn Device,
+        req: &AllocRequest,
+        out: &mut Vec<ModelEvent>,
+    ) -> Result<u64, OomInfo> {
         let orig = req.size_bytes;
         let stream = req.stream;
         let size = self.round_size(orig);
@@ -1026,7 +1162,8 @@ impl Allocator for PyTorchModel {
                 self.garbage_collect(dev, out);
             }
             found = self.alloc_block(dev, pool, stream, size, alloc_size, false, out);
-            if found.is_none() && self.release_available_cached_blocks(dev, pool, stream, size, out) {
+            if found.is_none() && self.release_available_cached_blocks(dev, pool, stream, size, out)
+            {
                 found = self.alloc_block(dev, pool, stream, size, alloc_size, false, out);
             }
             if found.is_none() {
@@ -1038,7 +1175,12 @@ impl Allocator for PyTorchModel {
             self.num_ooms += 1;
             let (pool_free, holes, largest) = self.pool_stream_free(pool, stream);
             let device_free = dev.free_bytes();
-            out.push(ModelEvent { action: Action::Oom, addr: device_free, size, stream });
+            out.push(ModelEvent {
+                action: Action::Oom,
+                addr: device_free,
+                size,
+                stream,
+            });
             let reason = match self.limit_bytes {
                 Some(l) if self.reserved_bytes + alloc_size > l => format!(
                     "the memory cap of {} would be exceeded by a new {} segment",
@@ -1061,18 +1203,37 @@ impl Allocator for PyTorchModel {
         let split = self.should_split(i, size);
         let blk = self.alloc_found_block(i, orig, size, split);
         let addr = self.b(blk).addr;
-        out.push(ModelEvent { action: Action::Alloc, addr, size: orig, stream: self.b(blk).stream });
+        out.push(ModelEvent {
+            action: Action::Alloc,
+            addr,
+            size: orig,
+            stream: self.b(blk).stream,
+        });
         Ok(addr)
     }
 
-    fn free(&mut self, _dev: &mut dyn Device, addr: u64, deferred: bool, out: &mut Vec<ModelEvent>) -> Result<(), ModelError> {
-        let &i = self.active.get(&addr).ok_or(ModelError::UnknownAddress(addr))?;
+    fn free(
+        &mut self,
+        _dev: &mut dyn Device,
+        addr: u64,
+        deferred: bool,
+        out: &mut Vec<ModelEvent>,
+    ) -> Result<(), ModelError> {
+        let &i = self
+            .active
+            .get(&addr)
+            .ok_or(ModelError::UnknownAddress(addr))?;
         if !self.b(i).allocated {
             return Err(ModelError::UnknownAddress(addr));
         }
         let (size, req, stream) = (self.b(i).size, self.b(i).requested, self.b(i).stream);
         self.allocated_bytes -= size;
-        out.push(ModelEvent { action: Action::FreeRequested, addr, size: req, stream });
+        out.push(ModelEvent {
+            action: Action::FreeRequested,
+            addr,
+            size: req,
+            stream,
+        });
         if deferred {
             let b = self.bm(i);
             b.allocated = false;
@@ -1084,7 +1245,12 @@ impl Allocator for PyTorchModel {
         Ok(())
     }
 
-    fn complete_free(&mut self, _dev: &mut dyn Device, addr: u64, out: &mut Vec<ModelEvent>) -> Result<(), ModelError> {
+    fn complete_free(
+        &mut self,
+        _dev: &mut dyn Device,
+        addr: u64,
+        out: &mut Vec<ModelEvent>,
+    ) -> Result<(), ModelError> {
         let &i = self.active.get(&addr).ok_or(ModelError::NotPending(addr))?;
         if !self.b(i).pending {
             return Err(ModelError::NotPending(addr));
@@ -1147,7 +1313,12 @@ impl Allocator for PyTorchModel {
                 } else {
                     LayoutBlockState::Free
                 };
-                blocks.push(LayoutBlock { addr: b.addr, size_bytes: b.size, requested_bytes: b.requested, state });
+                blocks.push(LayoutBlock {
+                    addr: b.addr,
+                    size_bytes: b.size,
+                    requested_bytes: b.requested,
+                    state,
+                });
                 x = b.next;
             }
             let p = &self.pools[s.pool as usize];
@@ -1175,10 +1346,16 @@ impl Allocator for PyTorchModel {
             let mut prev_free_state: Option<LayoutBlockState> = None;
             for b in &s.blocks {
                 if b.addr != at {
-                    return Err(format!("segment {:#x}: block at {:#x} does not follow the previous one (expected {at:#x})", s.addr, b.addr));
+                    return Err(format!(
+                        "segment {:#x}: block at {:#x} does not follow the previous one (expected {at:#x})",
+                        s.addr, b.addr
+                    ));
                 }
                 if b.size_bytes == 0 {
-                    return Err(format!("segment {:#x}: empty block at {:#x}", s.addr, b.addr));
+                    return Err(format!(
+                        "segment {:#x}: empty block at {:#x}",
+                        s.addr, b.addr
+                    ));
                 }
                 at += b.size_bytes;
                 match b.state {
@@ -1186,9 +1363,13 @@ impl Allocator for PyTorchModel {
                     LayoutBlockState::Free => free_count += 1,
                     _ => {}
                 }
-                let mergeable = matches!(b.state, LayoutBlockState::Free | LayoutBlockState::Unmapped);
+                let mergeable =
+                    matches!(b.state, LayoutBlockState::Free | LayoutBlockState::Unmapped);
                 if mergeable && prev_free_state == Some(b.state) {
-                    return Err(format!("segment {:#x}: two adjacent {:?} blocks at {:#x}", s.addr, b.state, b.addr));
+                    return Err(format!(
+                        "segment {:#x}: two adjacent {:?} blocks at {:#x}",
+                        s.addr, b.state, b.addr
+                    ));
                 }
                 prev_free_state = if mergeable { Some(b.state) } else { None };
                 if b.state != LayoutBlockState::Unmapped {
@@ -1196,28 +1377,60 @@ impl Allocator for PyTorchModel {
                 }
             }
             if at != s.addr + s.size_bytes {
-                return Err(format!("segment {:#x}: blocks cover {} bytes of {}", s.addr, at - s.addr, s.size_bytes));
+                return Err(format!(
+                    "segment {:#x}: blocks cover {} bytes of {}",
+                    s.addr,
+                    at - s.addr,
+                    s.size_bytes
+                ));
             }
             if s.small && !s.expandable && s.size_bytes != SMALL_BUFFER_BYTES {
-                return Err(format!("small segment {:#x} is {} bytes, not 2 MiB", s.addr, s.size_bytes));
+                return Err(format!(
+                    "small segment {:#x} is {} bytes, not 2 MiB",
+                    s.addr, s.size_bytes
+                ));
             }
         }
         if reserved != self.reserved_bytes {
-            return Err(format!("reserved {} != sum of mapped blocks {}", self.reserved_bytes, reserved));
+            return Err(format!(
+                "reserved {} != sum of mapped blocks {}",
+                self.reserved_bytes, reserved
+            ));
         }
         if allocated != self.allocated_bytes {
-            return Err(format!("allocated {} != sum of allocated blocks {}", self.allocated_bytes, allocated));
+            return Err(format!(
+                "allocated {} != sum of allocated blocks {}",
+                self.allocated_bytes, allocated
+            ));
         }
         let indexed: u64 = self.pools.iter().map(|p| p.blocks.len() as u64).sum();
         if indexed != free_count || free_count != self.free_holes {
-            return Err(format!("free blocks: {free_count} in segments, {indexed} in pools, {} counted", self.free_holes));
+            return Err(format!(
+                "free blocks: {free_count} in segments, {indexed} in pools, {} counted",
+                self.free_holes
+            ));
         }
         for p in &self.pools {
-            for (k, &i) in &p.blocks {
+            for (stream, size, addr, i) in p.blocks.iter() {
                 let b = self.b(i);
-                if (b.stream, b.size, b.addr) != *k || b.allocated || b.pending || !b.mapped {
-                    return Err(format!("pool index entry {k:?} does not match its block"));
+                if (b.stream, b.size, b.addr) != (stream, size, addr)
+                    || b.allocated
+                    || b.pending
+                    || !b.mapped
+                {
+                    return Err(format!(
+                        "pool index entry {:?} does not match its block",
+                        (stream, size, addr)
+                    ));
                 }
+            }
+        }
+        if let Some(l) = self.largest_free_cache.get() {
+            if l != self.compute_largest_free() {
+                return Err(format!(
+                    "cached largest free block {l} != {}",
+                    self.compute_largest_free()
+                ));
             }
         }
         Ok(())

@@ -25,21 +25,31 @@ impl Run {
     }
 
     fn alloc(&mut self, size: u64) -> u64 {
-        let r = AllocRequest { size_bytes: size, stream: 0, pool: PoolId::DEFAULT };
+        let r = AllocRequest {
+            size_bytes: size,
+            stream: 0,
+            pool: PoolId::DEFAULT,
+        };
         let a = self.model.malloc(&mut self.dev, &r, &mut self.out).unwrap();
         self.model.check_invariants().unwrap();
         a
     }
 
     fn try_alloc(&mut self, size: u64) -> Result<u64, OomInfo> {
-        let r = AllocRequest { size_bytes: size, stream: 0, pool: PoolId::DEFAULT };
+        let r = AllocRequest {
+            size_bytes: size,
+            stream: 0,
+            pool: PoolId::DEFAULT,
+        };
         let a = self.model.malloc(&mut self.dev, &r, &mut self.out);
         self.model.check_invariants().unwrap();
         a
     }
 
     fn free(&mut self, addr: u64) {
-        self.model.free(&mut self.dev, addr, false, &mut self.out).unwrap();
+        self.model
+            .free(&mut self.dev, addr, false, &mut self.out)
+            .unwrap();
         self.model.check_invariants().unwrap();
     }
 
@@ -101,9 +111,16 @@ fn rounding_and_segment_sizes_follow_the_table() {
         (100 * MIB + 1, 100 * MIB + 512, 102 * MIB),
     ] {
         assert_eq!(m.round_size(req), rounded, "round_size({req})");
-        assert_eq!(m.allocation_size(rounded), seg, "allocation_size({rounded})");
+        assert_eq!(
+            m.allocation_size(rounded),
+            seg,
+            "allocation_size({rounded})"
+        );
     }
-    let p = PyTorchModel::new(PyTorchConfig::parse("roundup_power2_divisions:4").unwrap(), None);
+    let p = PyTorchModel::new(
+        PyTorchConfig::parse("roundup_power2_divisions:4").unwrap(),
+        None,
+    );
     assert_eq!(p.round_size(1_258_291), 1_310_720);
     assert_eq!(p.round_size(1200), 1536);
 }
@@ -163,17 +180,28 @@ fn max_split_size_keeps_oversize_blocks_whole() {
 fn expandable_grows_at_the_segment_edge() {
     let mut r = Run::new("expandable_segments:True");
     let a = r.alloc(3 * MIB);
-    let maps: Vec<_> = r.out.iter().filter(|e| e.action == Action::SegmentMap).collect();
+    let maps: Vec<_> = r
+        .out
+        .iter()
+        .filter(|e| e.action == Action::SegmentMap)
+        .collect();
     assert_eq!(maps.len(), 1);
     assert_eq!((maps[0].addr, maps[0].size), (a, 20 * MIB));
     let b = r.alloc(25 * MIB);
     assert_eq!(b, a + 3 * MIB);
-    let maps: Vec<_> = r.out.iter().filter(|e| e.action == Action::SegmentMap).collect();
+    let maps: Vec<_> = r
+        .out
+        .iter()
+        .filter(|e| e.action == Action::SegmentMap)
+        .collect();
     assert_eq!((maps[1].addr, maps[1].size), (a + 20 * MIB, 20 * MIB));
     r.free(b);
     r.model.empty_cache(&mut r.dev, &mut r.out);
     r.model.check_invariants().unwrap();
     let last = r.out.last().unwrap();
-    assert_eq!((last.action, last.addr, last.size), (Action::SegmentUnmap, a + 20 * MIB, 20 * MIB));
+    assert_eq!(
+        (last.action, last.addr, last.size),
+        (Action::SegmentUnmap, a + 20 * MIB, 20 * MIB)
+    );
     assert_eq!(r.reserved(), 20 * MIB);
 }

@@ -1,0 +1,115 @@
+//! The free-block set of a BlockPool, ordered as PyTorch's `BlockComparatorSize` orders it:
+//! (stream, size, address). Stored as one ordered map per stream keyed by
+//! `size << 64 | address`, so a lookup compares one `u128` instead of a 3-tuple; the
+//! streams are kept sorted so a walk over the whole set is in comparator order.
+
+use std::collections::BTreeMap;
+
+fn key(size: u64, addr: u64) -> u128 {
+    (u128::from(size) << 64) | u128::from(addr)
+}
+
+fn unkey(k: u128) -> (u64, u64) {
+    ((k >> 64) as u64, k as u64)
+}
+
+/// Free blocks by (stream, size, address) → block index.
+#[derive(Debug, Clone, Default)]
+pub(super) struct FreeIndex {
+    /// Sorted by stream.
+    streams: Vec<(u64, BTreeMap<u128, u32>)>,
+    len: usize,
+}
+
+impl FreeIndex {
+    fn find(&self, stream: u64) -> Result<usize, usize> {
+        self.streams.binary_search_by_key(&stream, |s| s.0)
+    }
+
+    /// Inserts a block.
+    pub(super) fn insert(&mut self, stream: u64, size: u64, addr: u64, i: u32) {
+        let at = match self.find(stream) {
+            Ok(at) => at,
+            Err(at) => {
+                self.streams.insert(at, (stream, BTreeMap::new()));
+                at
+            }
+        };
+        if self.streams[at].1.insert(key(size, addr), i).is_none() {
+            self.len += 1;
+        }
+    }
+
+    /// Removes a block; whether it was there.
+    pub(super) fn remove(&mut self, stream: u64, size: u64, addr: u64) -> bool {
+        let Ok(at) = self.find(stream) else {
+            return false;
+        };
+        let removed = self.streams[at].1.remove(&key(size, addr)).is_some();
+        if removed {
+            self.len -= 1;
+        }
+        removed
+    }
+
+    /// Blocks of `stream` with size ≥ `size`, smallest first (ties: lowest address):
+    /// `(size, addr, index)`.
+    pub(super) fn from_size(
+        &self,
+        stream: u64,
+        size: u64,
+    ) -> impl Iterator<Item = (u64, u64, u32)> + '_ {
+        let m = self.find(stream).ok().map(|at| &self.streams[at].1);
+        m.into_iter().flat_map(move |m| {
+            m.range(key(size, 0)..).map(|(&k, &v)| {
+                let (s, a) = unkey(k);
+                (s, a, v)
+            })
+        })
+    }
+
+    /// Blocks of `stream` with size < `size`, largest first.
+    pub(super) fn below_size_rev(
+        &self,
+        stream: u64,
+        size: u64,
+    ) -> impl Iterator<Item = (u64, u64, u32)> + '_ {
+        let m = self.find(stream).ok().map(|at| &self.streams[at].1);
+        m.into_iter().flat_map(move |m| {
+            m.range(..key(size, 0)).rev().map(|(&k, &v)| {
+                let (s, a) = unkey(k);
+                (s, a, v)
+            })
+        })
+    }
+
+    /// Every block in comparator order: `(stream, size, addr, index)`.
+    pub(super) fn iter(&self) -> impl Iterator<Item = (u64, u64, u64, u32)> + '_ {
+        self.streams.iter().flat_map(|(st, m)| {
+            m.iter().map(move |(&k, &v)| {
+                let (s, a) = unkey(k);
+                (*st, s, a, v)
+            })
+        })
+    }
+
+    /// The block indexes in comparator order.
+    pub(super) fn values(&self) -> Vec<u32> {
+        self.iter().map(|x| x.3).collect()
+    }
+
+    /// The largest free block of any stream.
+    pub(super) fn largest(&self) -> u64 {
+        self.streams
+            .iter()
+            .filter_map(|(_, m)| m.keys().next_back())
+            .map(|&k| unkey(k).0)
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// Number of blocks.
+    pub(super) fn len(&self) -> usize {
+        self.len
+    }
+}
