@@ -2,12 +2,16 @@
 //! trait; every model gets its segments from a [`Device`] and never invents addresses.
 
 pub mod bfc;
+pub mod buddy;
 pub mod common;
 pub mod cuda_malloc;
 pub mod kind;
 pub mod pytorch;
 pub mod rmm_arena;
+pub mod rmm_binning;
 pub mod rmm_pool;
+pub mod tlsf;
+pub mod vmm_stitch;
 
 pub use kind::{MODEL_NAMES, ModelSpec};
 

@@ -1,0 +1,480 @@
+//! `rmm-binning`: RAPIDS RMM's `binning_memory_resource`: power-of-two bins of
+//! `fixed_size_memory_resource`, larger requests straight to the upstream (`cudaMalloc`),
+//! after `rapidsai/rmm:cpp/include/rmm/mr/binning_memory_resource.hpp` and
+//! `fixed_size_memory_resource.hpp` (peers.md §B.3).
+//!
+//! Facts it rests on:
+//! - One bin per power of two from 2^`min_size_exponent` to 2^`max_size_exponent` bytes
+//!   (RMM's documented example: 18..22, 256 KiB to 4 MiB). A request goes to the smallest
+//!   bin at least its size (`resource_bins_.lower_bound`), however small it is; a request
+//!   over the largest bin goes to the upstream resource, here `cudaMalloc` (whole pages),
+//!   and is freed straight back.
+//! - A bin hands out blocks of exactly its size. It gets them from the upstream in chunks
+//!   of `blocks_to_preallocate` blocks (default 128), one chunk preallocated when the bin
+//!   is constructed (here: at the first request), another whenever its lists are empty.
+//!   Chunks are never returned before destruction: `empty_cache` does nothing.
+//! - Free lists are per stream and first-in first-out (`push_back`, `pop_front`); a new
+//!   chunk's blocks are appended in address order. A request takes the front of its
+//!   stream's list, else the front of another stream's list (in ascending stream order),
+//!   else a new chunk. Fixed-size blocks never merge.
+//!
+//! Private pools make no difference; a zero-byte request is served by the smallest bin.
+//!
+//! Config keys: `min_size_exponent` (18), `max_size_exponent` (22),
+//! `blocks_to_preallocate` (128).
+
+use super::common::{self, Arena, State, device_bytes};
+use super::{AllocRequest, Allocator, Layout, ModelError, ModelEvent, ModelStats, OomInfo};
+use crate::device::Device;
+use crate::snapshot::Action;
+use crate::units::format_size;
+
+/// Segment tag of an upstream (over-the-largest-bin) allocation.
+const TAG_UPSTREAM: u64 = u64::MAX;
+
+/// The options a config string sets.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RmmBinningConfig {
+    pub min_size_exponent: u32,
+    pub max_size_exponent: u32,
+    pub blocks_to_preallocate: u64,
+}
+
+impl RmmBinningConfig {
+    const DEFAULT: RmmBinningConfig = RmmBinningConfig {
+        min_size_exponent: 18,
+        max_size_exponent: 22,
+        blocks_to_preallocate: 128,
+    };
+
+    /// Parses `key:value,…` on top of the defaults.
+    pub fn parse(conf: &str) -> Result<RmmBinningConfig, common::ConfigError> {
+        let kv = common::parse_config(
+            "rmm-binning",
+            conf,
+            &[
+                "min_size_exponent",
+                "max_size_exponent",
+                "blocks_to_preallocate",
+            ],
+        )?;
+        let mut c = RmmBinningConfig::DEFAULT;
+        for (k, v) in kv {
+            match k {
+                "min_size_exponent" => {
+                    c.min_size_exponent = common::parse_u64("rmm-binning", k, v, 8, 40)? as u32;
+                }
+                "max_size_exponent" => {
+                    c.max_size_exponent = common::parse_u64("rmm-binning", k, v, 8, 40)? as u32;
+                }
+                _ => c.blocks_to_preallocate = common::parse_u64("rmm-binning", k, v, 1, 1 << 20)?,
+            }
+        }
+        if c.min_size_exponent > c.max_size_exponent {
+            return Err(common::ConfigError(format!(
+                "rmm-binning: min_size_exponent {} exceeds max_size_exponent {}",
+                c.min_size_exponent, c.max_size_exponent
+            )));
+        }
+        Ok(c)
+    }
+
+    /// The options that differ from the defaults.
+    #[must_use]
+    pub fn canonical(&self) -> String {
+        let d = RmmBinningConfig::DEFAULT;
+        let mut parts = Vec::new();
+        if self.min_size_exponent != d.min_size_exponent {
+            parts.push(format!("min_size_exponent:{}", self.min_size_exponent));
+        }
+        if self.max_size_exponent != d.max_size_exponent {
+            parts.push(format!("max_size_exponent:{}", self.max_size_exponent));
+        }
+        if self.blocks_to_preallocate != d.blocks_to_preallocate {
+            parts.push(format!(
+                "blocks_to_preallocate:{}",
+                self.blocks_to_preallocate
+            ));
+        }
+        parts.join(",")
+    }
+
+    fn bins(&self) -> u64 {
+        u64::from(self.max_size_exponent - self.min_size_exponent + 1)
+    }
+
+    fn bin_bytes(&self, bin: u64) -> u64 {
+        1u64 << (u64::from(self.min_size_exponent) + bin)
+    }
+
+    /// The bin a request of `size` bytes goes to (`None`: the upstream).
+    fn bin_for(&self, size: u64) -> Option<u64> {
+        if size > 1u64 << self.max_size_exponent {
+            return None;
+        }
+        let e = size
+            .max(1)
+            .next_power_of_two()
+            .ilog2()
+            .max(self.min_size_exponent);
+        Some(u64::from(e - self.min_size_exponent))
+    }
+}
+
+/// The RMM binning resource of one device.
+#[derive(Debug, Clone)]
+pub struct RmmBinningModel {
+    cfg: RmmBinningConfig,
+    arena: Arena,
+    initialized: bool,
+    /// The constructor's preallocation failed: the resource does not exist.
+    init_error: Option<String>,
+    /// Insertion counter: free-list order (keys are `(bin, stream, seq)`).
+    seq: u64,
+}
+
+impl RmmBinningModel {
+    /// A model with this configuration.
+    #[must_use]
+    pub fn new(cfg: RmmBinningConfig) -> RmmBinningModel {
+        RmmBinningModel {
+            cfg,
+            arena: Arena::new(),
+            initialized: false,
+            init_error: None,
+            seq: 0,
+        }
+    }
+
+    /// Appends free block `i` to the back of `stream`'s list of `bin`.
+    fn push_back(&mut self, i: u32, bin: u64, stream: u64) {
+        self.seq += 1;
+        self.arena.bm(i).owner = stream;
+        self.arena.insert_free(i, (bin, stream, self.seq));
+    }
+
+    /// A new chunk for `bin`, its blocks appended to `stream`'s list.
+    fn chunk(
+        &mut self,
+        dev: &mut dyn Device,
+        bin: u64,
+        stream: u64,
+        out: &mut Vec<ModelEvent>,
+    ) -> bool {
+        let block = self.cfg.bin_bytes(bin);
+        let size = block * self.cfg.blocks_to_preallocate;
+        let Ok(addr) = self.arena.dev_malloc(dev, size, stream, out) else {
+            return false;
+        };
+        let (_, mut b) = self.arena.add_segment(
+            addr,
+            size,
+            device_bytes(size),
+            stream,
+            true,
+            false,
+            bin,
+            State::Free,
+        );
+        for _ in 1..self.cfg.blocks_to_preallocate {
+            let t = self.arena.split(b, block);
+            self.push_back(b, bin, stream);
+            b = t;
+        }
+        self.push_back(b, bin, stream);
+        true
+    }
+
+    /// The front of `stream`'s list of `bin`, else of another stream's list.
+    fn front(&self, bin: u64, stream: u64) -> Option<u32> {
+        if let Some((k, i)) = self.arena.first_free_from((bin, stream, 0))
+            && k.0 == bin
+            && k.1 == stream
+        {
+            return Some(i);
+        }
+        self.arena
+            .first_free_from((bin, 0, 0))
+            .filter(|(k, _)| k.0 == bin)
+            .map(|(_, i)| i)
+    }
+
+    fn start(&mut self, dev: &mut dyn Device, out: &mut Vec<ModelEvent>) {
+        self.initialized = true;
+        for bin in 0..self.cfg.bins() {
+            if !self.chunk(dev, bin, 0, out) {
+                let chunk = self.cfg.bin_bytes(bin) * self.cfg.blocks_to_preallocate;
+                self.init_error = Some(format!(
+                    "the {} bin could not preallocate its {} chunk ({} free)",
+                    format_size(self.cfg.bin_bytes(bin)),
+                    format_size(chunk),
+                    format_size(dev.free_bytes())
+                ));
+                return;
+            }
+        }
+    }
+
+    fn oom(&self, dev: &dyn Device, size: u64, alloc: u64, reason: &str) -> OomInfo {
+        OomInfo {
+            rounded_bytes: size,
+            alloc_bytes: alloc,
+            reserved_bytes: self.arena.reserved_bytes(),
+            allocated_bytes: self.arena.allocated_bytes(),
+            largest_free_bytes: 0,
+            free_holes: 0,
+            pool_free_bytes: 0,
+            reason: format!(
+                "{reason} ({} free on the device)",
+                format_size(dev.free_bytes())
+            ),
+        }
+    }
+
+    fn put_back(&mut self, dev: &mut dyn Device, i: u32, out: &mut Vec<ModelEvent>) {
+        let seg = self.arena.b(i).seg;
+        let tag = self.arena.seg(seg).tag;
+        if tag == TAG_UPSTREAM {
+            let _ = self.arena.dev_free(dev, seg, out);
+        } else {
+            let stream = self.arena.b(i).stream;
+            self.push_back(i, tag, stream);
+        }
+    }
+}
+
+impl Allocator for RmmBinningModel {
+    fn name(&self) -> &'static str {
+        "rmm-binning"
+    }
+
+    fn config_string(&self) -> String {
+        self.cfg.canonical()
+    }
+
+    fn malloc(
+        &mut self,
+        dev: &mut dyn Device,
+        req: &AllocRequest,
+        out: &mut Vec<ModelEvent>,
+    ) -> Result<u64, OomInfo> {
+        if !self.initialized {
+            self.start(dev, out);
+        }
+        let stream = req.stream;
+        let size = req.size_bytes;
+        if let Some(e) = &self.init_error {
+            out.push(ModelEvent {
+                action: Action::Oom,
+                addr: dev.free_bytes(),
+                size,
+                stream,
+            });
+            return Err(self.oom(dev, size, 0, e));
+        }
+        let i = if let Some(bin) = self.cfg.bin_for(size) {
+            let mut found = self.front(bin, stream);
+            if found.is_none() && self.chunk(dev, bin, stream, out) {
+                found = self.front(bin, stream);
+            }
+            let Some(i) = found else {
+                let chunk = self.cfg.bin_bytes(bin) * self.cfg.blocks_to_preallocate;
+                out.push(ModelEvent {
+                    action: Action::Oom,
+                    addr: dev.free_bytes(),
+                    size,
+                    stream,
+                });
+                let reason = format!(
+                    "the {} bin is empty and the device refused a new {} chunk",
+                    format_size(self.cfg.bin_bytes(bin)),
+                    format_size(chunk)
+                );
+                return Err(self.oom(dev, self.cfg.bin_bytes(bin), chunk, &reason));
+            };
+            self.arena.remove_free(i);
+            i
+        } else {
+            let Ok(addr) = self.arena.dev_malloc(dev, size, stream, out) else {
+                out.push(ModelEvent {
+                    action: Action::Oom,
+                    addr: dev.free_bytes(),
+                    size,
+                    stream,
+                });
+                let reason = format!("the upstream cudaMalloc of {} failed", format_size(size));
+                return Err(self.oom(dev, size, size, &reason));
+            };
+            self.arena
+                .add_segment(
+                    addr,
+                    size,
+                    device_bytes(size),
+                    stream,
+                    false,
+                    false,
+                    TAG_UPSTREAM,
+                    State::Free,
+                )
+                .1
+        };
+        self.arena.allocate(i, size, stream, out);
+        Ok(self.arena.b(i).addr)
+    }
+
+    fn free(
+        &mut self,
+        dev: &mut dyn Device,
+        addr: u64,
+        deferred: bool,
+        out: &mut Vec<ModelEvent>,
+    ) -> Result<(), ModelError> {
+        if let Some(i) = self.arena.release(addr, deferred, out)? {
+            self.put_back(dev, i, out);
+        }
+        Ok(())
+    }
+
+    fn complete_free(
+        &mut self,
+        dev: &mut dyn Device,
+        addr: u64,
+        out: &mut Vec<ModelEvent>,
+    ) -> Result<(), ModelError> {
+        let i = self.arena.complete(addr, out)?;
+        self.put_back(dev, i, out);
+        Ok(())
+    }
+
+    fn empty_cache(&mut self, _dev: &mut dyn Device, _out: &mut Vec<ModelEvent>) {}
+
+    fn stats(&self) -> ModelStats {
+        self.arena.stats()
+    }
+
+    fn layout(&self) -> Layout {
+        self.arena.layout()
+    }
+
+    fn check_invariants(&self) -> Result<(), String> {
+        // Fixed-size blocks never merge.
+        self.arena.check(|_, _| true)?;
+        for (s, seg) in self.arena.segments() {
+            if seg.tag == TAG_UPSTREAM {
+                if self.arena.seg_blocks(s).count() != 1
+                    || self.arena.b(seg.head).state == State::Free
+                {
+                    return Err(format!(
+                        "upstream allocation {:#x} is split or cached",
+                        seg.base
+                    ));
+                }
+                continue;
+            }
+            let block = self.cfg.bin_bytes(seg.tag);
+            if seg.size != block * self.cfg.blocks_to_preallocate {
+                return Err(format!("chunk {:#x} has the wrong size", seg.base));
+            }
+            for b in self.arena.seg_blocks(s) {
+                let blk = self.arena.b(b);
+                if blk.size != block {
+                    return Err(format!(
+                        "block at {:#x} is {} bytes in the {block}-byte bin",
+                        blk.addr, blk.size
+                    ));
+                }
+                if blk.state == State::Free && (blk.key.0 != seg.tag || blk.key.1 != blk.owner) {
+                    return Err(format!(
+                        "free block at {:#x} is in the wrong list",
+                        blk.addr
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn clone_box(&self) -> Box<dyn Allocator> {
+        Box::new(self.clone())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::device::SimulatedDevice;
+    use crate::models::PoolId;
+
+    const KIB: u64 = 1 << 10;
+    const MIB: u64 = 1 << 20;
+
+    fn run(conf: &str, cap: Option<u64>) -> (RmmBinningModel, SimulatedDevice, Vec<ModelEvent>) {
+        (
+            RmmBinningModel::new(RmmBinningConfig::parse(conf).unwrap()),
+            SimulatedDevice::new(1 << 40, cap),
+            Vec::new(),
+        )
+    }
+
+    fn req(size: u64, stream: u64) -> AllocRequest {
+        AllocRequest {
+            size_bytes: size,
+            stream,
+            pool: PoolId::DEFAULT,
+        }
+    }
+
+    #[test]
+    fn every_bin_preallocates_a_chunk_and_small_requests_take_the_smallest_bin() {
+        let (mut m, mut dev, mut out) = run("", None);
+        let a = m.malloc(&mut dev, &req(4, 0), &mut out).unwrap();
+        m.check_invariants().unwrap();
+        // 128 × (256 KiB + 512 KiB + 1 MiB + 2 MiB + 4 MiB) = 992 MiB up front.
+        assert_eq!(m.stats().reserved_bytes, 992 * MIB);
+        assert_eq!(m.stats().allocated_bytes, 256 * KIB);
+        let b = m.malloc(&mut dev, &req(300 * KIB, 0), &mut out).unwrap();
+        assert_eq!(m.arena.b(m.arena.live_block(b).unwrap()).size, 512 * KIB);
+        // Over the largest bin: a cudaMalloc of its own, freed straight back.
+        let c = m.malloc(&mut dev, &req(5 * MIB, 0), &mut out).unwrap();
+        assert_eq!(m.stats().reserved_bytes, 998 * MIB);
+        m.free(&mut dev, c, false, &mut out).unwrap();
+        assert_eq!(m.stats().reserved_bytes, 992 * MIB);
+        m.free(&mut dev, a, false, &mut out).unwrap();
+        m.check_invariants().unwrap();
+    }
+
+    #[test]
+    #[allow(clippy::many_single_char_names)]
+    fn lists_are_fifo_and_grow_by_a_chunk() {
+        let (mut m, mut dev, mut out) = run(
+            "min_size_exponent:10,max_size_exponent:10,blocks_to_preallocate:2",
+            None,
+        );
+        let a = m.malloc(&mut dev, &req(1000, 0), &mut out).unwrap();
+        let b = m.malloc(&mut dev, &req(1000, 0), &mut out).unwrap();
+        assert_eq!(b, a + 1024);
+        let c = m.malloc(&mut dev, &req(1000, 0), &mut out).unwrap();
+        assert_eq!(
+            m.stats().reserved_bytes,
+            4 * MIB,
+            "a second chunk (its own page)"
+        );
+        m.free(&mut dev, b, false, &mut out).unwrap();
+        m.free(&mut dev, a, false, &mut out).unwrap();
+        // The new chunk's second block was queued first, then b, then a.
+        let d = m.malloc(&mut dev, &req(1000, 0), &mut out).unwrap();
+        assert_eq!(d, c + 1024);
+        assert_eq!(m.malloc(&mut dev, &req(1000, 0), &mut out).unwrap(), b);
+        // Another stream takes the front of stream 0's list.
+        assert_eq!(m.malloc(&mut dev, &req(1000, 7), &mut out).unwrap(), a);
+        m.check_invariants().unwrap();
+    }
+
+    #[test]
+    fn a_failed_preallocation_fails_every_request() {
+        let (mut m, mut dev, mut out) = run("", Some(512 * MIB));
+        let e = m.malloc(&mut dev, &req(4, 0), &mut out).unwrap_err();
+        assert!(e.reason.contains("could not preallocate"), "{}", e.reason);
+        assert!(RmmBinningConfig::parse("min_size_exponent:23").is_err());
+    }
+}
