@@ -2,6 +2,7 @@
 //! and parse its JSON. `--json` prints one object with `"schema": 1` first and nothing
 //! else on stdout.
 
+mod cuda_replay;
 mod replay;
 mod validate;
 
@@ -53,6 +54,8 @@ enum Command {
     Validate(validate::Args),
     /// Replay the requests of FILE through a model on the simulated device
     Replay(replay::Args),
+    /// Replay FILE on a real GPU (CUDA) and validate the simulation against it
+    CudaReplay(cuda_replay::Args),
 }
 
 /// The arguments every trace-reading command shares.
@@ -96,6 +99,7 @@ fn run(cli: Cli) -> Result<u8, Failure> {
         Some(Command::Open { file }) => open_app(Some(file)),
         Some(Command::Validate(a)) => validate::run(&a),
         Some(Command::Replay(a)) => replay::run(&a),
+        Some(Command::CudaReplay(a)) => cuda_replay::run(&a),
     }
 }
 

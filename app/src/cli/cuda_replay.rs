@@ -1,0 +1,256 @@
+//! `allocsim cuda-replay FILE [--mode model|raw] [--allocator NAME] [--config STR]
+//! [--capacity SIZE] [--balloon SIZE] [--verify-data] [--device N] [--trace-device D]
+//! [--json]`: the replay on a real GPU (crate allocsim-native), with the validation report
+//! of DESIGN.md. Exit 3 where there is no CUDA driver or GPU, or in a build without the
+//! `cuda` feature.
+
+use std::path::PathBuf;
+
+use super::{Failure, Input, parse_size_arg};
+
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ModeArg {
+    /// The model on real memory: only its segment operations reach the driver
+    Model,
+    /// Every request a cuMemAlloc, every free a cuMemFree
+    Raw,
+}
+
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    #[command(flatten)]
+    input: Input,
+    /// What reaches the driver
+    #[arg(long, value_enum, default_value = "model")]
+    mode: ModeArg,
+    /// The allocator model (raw mode: the model whose prediction is checked; default pytorch, raw mode cuda-malloc)
+    #[arg(long)]
+    allocator: Option<String>,
+    /// The model's config in PyTorch's key:value,key:value syntax
+    #[arg(long)]
+    config: Option<String>,
+    /// The memory the allocator may hold, e.g. 2.2GiB (default: unlimited)
+    #[arg(long, value_parser = parse_size_arg)]
+    capacity: Option<u64>,
+    /// First fill the GPU so that only SIZE stays free: the driver itself refuses beyond it
+    #[arg(long, value_parser = parse_size_arg)]
+    balloon: Option<u64>,
+    /// Write a pattern into every live block and check it before its free
+    #[arg(long)]
+    verify_data: bool,
+    /// The CUDA device ordinal
+    #[arg(long, default_value_t = 0)]
+    device: u32,
+    /// Which `device_traces[D]` to replay (default: the one with the most events)
+    #[arg(long)]
+    trace_device: Option<usize>,
+    /// One JSON object on stdout
+    #[arg(long)]
+    json: bool,
+    /// Also write the real-vs-simulated curves as CSV to FILE
+    #[arg(long, value_name = "FILE")]
+    timeline: Option<PathBuf>,
+}
+
+#[cfg(not(feature = "cuda"))]
+pub fn run(a: &Args) -> Result<u8, Failure> {
+    let _ = (
+        &a.input,
+        a.mode,
+        &a.allocator,
+        &a.config,
+        a.capacity,
+        a.balloon,
+        a.verify_data,
+        a.device,
+        a.trace_device,
+        a.json,
+        &a.timeline,
+    );
+    Err(Failure::unavailable(
+        "cuda-replay: this build of allocsim has no CUDA support (cargo feature `cuda`)",
+    ))
+}
+
+#[cfg(feature = "cuda")]
+pub fn run(a: &Args) -> Result<u8, Failure> {
+    use allocsim_core::models::ModelSpec;
+    use allocsim_native::replay::NoObserver;
+    use allocsim_native::{CudaReplayOptions, Mode, NativeError};
+
+    use super::{load_file, pick_device};
+
+    let mode = match a.mode {
+        ModeArg::Model => Mode::Model,
+        ModeArg::Raw => Mode::Raw,
+    };
+    let spec = match (&a.allocator, mode) {
+        (Some(name), _) => {
+            let mut s = ModelSpec::parse(name).map_err(Failure::bad_input)?;
+            if s.config.is_none() {
+                s.config.clone_from(&a.config);
+            }
+            s
+        }
+        (None, Mode::Model) => ModelSpec {
+            name: "pytorch".into(),
+            config: a.config.clone(),
+        },
+        // Raw mode checks the cuda-malloc model's prediction (the report says so if this
+        // build has no such model).
+        (None, Mode::Raw) => ModelSpec {
+            name: "cuda-malloc".into(),
+            config: a.config.clone(),
+        },
+    };
+    let v = load_file(&a.input.file, a.capacity)?;
+    let d = pick_device(&v.trace, a.trace_device)?;
+    let opts = CudaReplayOptions {
+        mode,
+        spec,
+        capacity_bytes: a.capacity,
+        balloon_free_bytes: a.balloon,
+        verify_data: a.verify_data,
+        trace_device: d,
+    };
+    let report = allocsim_native::cuda_replay_on(a.device, &v.trace, &opts, &mut NoObserver)
+        .map_err(|e| match e {
+            NativeError::Unavailable(u) => {
+                Failure::unavailable(format!("cuda-replay: {}", u.reason))
+            }
+            NativeError::Config(m) => {
+                Failure::bad_input(format!("{}: {m}", a.input.file.display()))
+            }
+            NativeError::Driver { .. } => Failure::unavailable(format!(
+                "{}: CUDA driver failure at {e} (all device memory was given back)",
+                a.input.file.display()
+            )),
+        })?;
+    if let Some(path) = &a.timeline {
+        std::fs::write(path, timeline_csv(&report))
+            .map_err(|e| Failure::bad_input(format!("{}: cannot write: {e}", path.display())))?;
+    }
+    if a.json {
+        match serde_json::to_string_pretty(&report) {
+            Ok(s) => println!("{s}"),
+            Err(e) => return Err(Failure::bad_input(format!("cannot print JSON: {e}"))),
+        }
+    } else {
+        print_text(&a.input.file, &report);
+    }
+    Ok(0)
+}
+
+/// The samples as CSV: one row per sampled op.
+#[cfg(feature = "cuda")]
+fn timeline_csv(r: &allocsim_native::CudaReplayReport) -> String {
+    use std::fmt::Write as _;
+    let mut s = String::from(
+        "op,event_index,real_used_bytes,model_reserved_bytes,sim_reserved_bytes,segment_event\n",
+    );
+    for x in &r.timeline {
+        let sim = x
+            .sim_reserved_bytes
+            .map_or_else(String::new, |b| b.to_string());
+        let _ = writeln!(
+            s,
+            "{},{},{},{},{sim},{}",
+            x.op,
+            x.event_index,
+            x.real_used_bytes,
+            x.model_reserved_bytes,
+            u8::from(x.segment_event)
+        );
+    }
+    s
+}
+
+#[cfg(feature = "cuda")]
+fn print_text(file: &std::path::Path, r: &allocsim_native::CudaReplayReport) {
+    use allocsim_core::units::format_size;
+    let idx = |i: Option<u64>| i.map_or_else(|| "none".to_string(), |i| format!("event {i}"));
+    println!(
+        "{} — {} on {} ({} free of {})",
+        file.display(),
+        r.allocator,
+        r.device.name,
+        format_size(r.device.free_bytes_at_start),
+        format_size(r.device.total_bytes)
+    );
+    println!(
+        "  mode                {}",
+        if r.mode == allocsim_native::Mode::Model {
+            "model"
+        } else {
+            "raw"
+        }
+    );
+    println!(
+        "  config              {}",
+        if r.config.is_empty() {
+            "defaults"
+        } else {
+            &r.config
+        }
+    );
+    println!(
+        "  capacity            {}",
+        r.capacity_bytes
+            .map_or_else(|| "unlimited".to_string(), format_size)
+    );
+    if let Some(b) = r.balloon_free_bytes {
+        println!("  balloon             {} left free", format_size(b));
+    }
+    println!(
+        "  ops                 {} of {} replayed, {} segment events",
+        r.ops_replayed, r.ops, r.segment_events
+    );
+    let a = &r.reserved_agreement;
+    println!(
+        "  reserved agreement  {} of {} segment events equal (max difference {})",
+        a.events_equal,
+        a.events_compared,
+        format_size(a.max_abs_diff_bytes)
+    );
+    println!(
+        "  out of memory       real {}, simulated {}",
+        idx(r.oom.real_event_index),
+        idx(r.oom.simulated_event_index)
+    );
+    println!(
+        "  first refusal       real {}, simulated {}",
+        idx(r.first_refusal.real_event_index),
+        idx(r.first_refusal.simulated_event_index)
+    );
+    for (k, l) in &r.latency_us {
+        if l.count > 0 {
+            println!(
+                "  latency {k:<11} {} calls, p50 {:.1} µs, p99 {:.1} µs, max {:.1} µs",
+                l.count, l.p50, l.p99, l.max
+            );
+        }
+    }
+    if let Some(p) = &r.prediction {
+        println!(
+            "  prediction ({})    peak {} vs real {} ({:+.2}%), mean error {}",
+            p.model,
+            format_size(p.peak_predicted_bytes),
+            format_size(p.peak_real_bytes),
+            p.peak_relative_error * 100.0,
+            format_size(p.mean_abs_error_bytes as u64)
+        );
+    }
+    if let Some(v) = &r.verify_data {
+        println!(
+            "  data check          {} blocks checked, {} mismatches",
+            v.blocks_checked, v.mismatches
+        );
+    }
+    println!(
+        "  given back          {} bytes not returned",
+        r.leaked_bytes
+    );
+    for n in &r.notes {
+        println!("  note: {n}");
+    }
+}
