@@ -1,18 +1,199 @@
 //! Entry point of snapshot import: content detection (gzip, pickle, JSON) and the error type.
+//!
+//! Formats are told apart by content, never by file name: gzip by its magic bytes
+//! (`1f 8b`), a pickle by the `PROTO` opcode (`0x80`) it starts with, JSON by its first
+//! non-space byte (`{`, or `[` for the legacy list-of-segments form).
 
-use super::RawSnapshot;
+use std::io::Read;
+
+use super::{RawEvent, RawSegment, RawSnapshot};
 
 /// Why a snapshot could not be imported. Every variant says where (byte offset in the
-/// uncompressed stream) when a position applies.
-#[derive(Debug, thiserror::Error)]
+/// uncompressed stream) when a position applies; `Display` is always one line.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ImportError {
+    /// Neither gzip, a pickle nor JSON, or an empty file.
     #[error("not a PyTorch snapshot: {0}")]
     Format(String),
+    /// The gzip stream is corrupt or truncated.
+    #[error("gzip: {message} (after {decompressed_bytes} decompressed bytes)")]
+    Gzip {
+        message: String,
+        /// How far decompression got before the failure.
+        decompressed_bytes: u64,
+    },
+    /// The decompressed stream is larger than [`DecodeOptions::max_decompressed_bytes`].
+    #[error(
+        "decompressed snapshot exceeds the limit of {limit_bytes} bytes (a decompression bomb?)"
+    )]
+    TooLarge { limit_bytes: u64 },
+    /// An opcode that would make the unpickler import or call code; never executed.
+    #[error("byte {offset}: refused pickle opcode {name} ({reason})")]
+    RefusedOpcode {
+        offset: u64,
+        name: &'static str,
+        reason: &'static str,
+    },
+    /// A byte that is no pickle opcode at all.
+    #[error("byte {offset}: unknown pickle opcode 0x{byte:02x}")]
+    UnknownOpcode { offset: u64, byte: u8 },
+    /// The stream ends inside an opcode (or before `STOP`).
+    #[error("byte {offset}: truncated pickle ({what} needs {missing_bytes} more bytes)")]
+    Truncated {
+        /// Where the opcode that needs the missing bytes starts.
+        offset: u64,
+        /// The opcode (or "next opcode" when the stream ends without `STOP`).
+        what: &'static str,
+        missing_bytes: u64,
+    },
+    /// A well-formed opcode used in a way the pickle machine cannot follow (stack
+    /// underflow, `APPEND` onto a dict, a memo index never stored, …).
+    #[error("byte {offset}: malformed pickle: {message}")]
+    Malformed { offset: u64, message: String },
+    /// The pickle (or JSON) is valid but is not a snapshot: a missing key, a wrong type,
+    /// a negative size.
+    #[error("byte {offset}: {location}: {problem}")]
+    Schema {
+        /// Offset of the object (dict, list) that holds the problem.
+        offset: u64,
+        /// Where in the snapshot, e.g. `device_traces[0][17]` or `segments[3].blocks[2]`.
+        location: String,
+        problem: String,
+    },
+    /// Invalid JSON or a JSON snapshot of the wrong shape.
+    #[error("byte {offset} (line {line}, column {column}): {message}")]
+    Json {
+        offset: u64,
+        line: usize,
+        column: usize,
+        message: String,
+    },
+}
+
+/// Limits applied while importing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DecodeOptions {
+    /// Gzip input is refused once it inflates beyond this many bytes, so that a small
+    /// hostile file cannot exhaust memory.
+    pub max_decompressed_bytes: u64,
+}
+
+impl Default for DecodeOptions {
+    fn default() -> Self {
+        // 16 GiB where the address space allows it; wasm32 cannot hold more than 4 GiB.
+        let max = if usize::BITS >= 64 {
+            16 << 30
+        } else {
+            u64::from(u32::MAX)
+        };
+        DecodeOptions {
+            max_decompressed_bytes: max,
+        }
+    }
 }
 
 /// Decodes a snapshot from the bytes of a file: gzip is detected by content, then a pickle
 /// (protocol 2–5) or the same snapshot as JSON.
 pub fn decode_snapshot(bytes: &[u8]) -> Result<RawSnapshot, ImportError> {
-    let _ = bytes;
-    Err(ImportError::Format("decoder not written yet".into()))
+    decode_snapshot_with(bytes, &DecodeOptions::default())
+}
+
+/// [`decode_snapshot`] with explicit limits.
+pub fn decode_snapshot_with(
+    bytes: &[u8],
+    options: &DecodeOptions,
+) -> Result<RawSnapshot, ImportError> {
+    if is_gzip(bytes) {
+        let plain = gunzip(bytes, options.max_decompressed_bytes)?;
+        decode_plain(&plain)
+    } else {
+        decode_plain(bytes)
+    }
+}
+
+/// Whether `bytes` start with the gzip magic number.
+#[must_use]
+pub fn is_gzip(bytes: &[u8]) -> bool {
+    bytes.starts_with(&[0x1f, 0x8b])
+}
+
+/// Inflates a gzip stream (several concatenated members allowed), refusing to produce
+/// more than `limit_bytes`.
+pub fn gunzip(bytes: &[u8], limit_bytes: u64) -> Result<Vec<u8>, ImportError> {
+    // Pre-size from the trailer's ISIZE, but never beyond what deflate can reach from
+    // this many compressed bytes (≈1032:1) or the limit: the trailer is untrusted.
+    let isize_hint = bytes
+        .len()
+        .checked_sub(4)
+        .and_then(|at| bytes.get(at..))
+        .and_then(|t| <[u8; 4]>::try_from(t).ok())
+        .map_or(0, |t| u64::from(u32::from_le_bytes(t)));
+    let reachable = (bytes.len() as u64).saturating_mul(1032);
+    let hint = isize_hint.min(reachable).min(limit_bytes).min(1 << 32);
+    let mut out = Vec::with_capacity(usize::try_from(hint).unwrap_or(0));
+    let decoder = flate2::read::MultiGzDecoder::new(bytes);
+    // One byte past the limit tells "exactly at the limit" from "beyond it".
+    let mut limited = decoder.take(limit_bytes.saturating_add(1));
+    if let Err(e) = limited.read_to_end(&mut out) {
+        return Err(ImportError::Gzip {
+            message: e.to_string(),
+            decompressed_bytes: out.len() as u64,
+        });
+    }
+    if out.len() as u64 > limit_bytes {
+        return Err(ImportError::TooLarge { limit_bytes });
+    }
+    Ok(out)
+}
+
+/// Decodes an uncompressed snapshot (pickle or JSON).
+pub fn decode_plain(bytes: &[u8]) -> Result<RawSnapshot, ImportError> {
+    let Some(&first) = bytes.first() else {
+        return Err(ImportError::Format("the file is empty".into()));
+    };
+    if first == 0x80 {
+        return super::pickle::decode_snapshot_pickle(bytes);
+    }
+    let body = bytes.strip_prefix(b"\xef\xbb\xbf").unwrap_or(bytes);
+    match body.iter().find(|b| !b.is_ascii_whitespace()) {
+        Some(b'{' | b'[') => super::json::decode_snapshot_json(bytes),
+        // Protocol 0 and 1 pickles have no PROTO opcode; a snapshot would start with
+        // MARK (`(dp0`) or EMPTY_DICT.
+        _ if matches!(first, b'(' | b'}' | b']') => super::pickle::decode_snapshot_pickle(bytes),
+        None => Err(ImportError::Format("the file holds only whitespace".into())),
+        Some(_) => Err(ImportError::Format(format!(
+            "starts with {}, expected gzip (1f 8b), a pickle (80) or JSON ({{)",
+            hex_prefix(bytes)
+        ))),
+    }
+}
+
+fn hex_prefix(bytes: &[u8]) -> String {
+    bytes
+        .iter()
+        .take(4)
+        .map(|b| format!("{b:02x}"))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+impl RawSnapshot {
+    /// Approximate heap bytes held by the snapshot (capacities, not lengths, of its
+    /// vectors; interned strings with their box overhead).
+    #[must_use]
+    pub fn heap_bytes(&self) -> usize {
+        let segments = self.segments.capacity() * std::mem::size_of::<RawSegment>()
+            + self
+                .segments
+                .iter()
+                .map(|s| s.blocks.capacity() * std::mem::size_of::<super::RawBlock>())
+                .sum::<usize>();
+        let traces = self.device_traces.capacity() * std::mem::size_of::<Vec<RawEvent>>()
+            + self
+                .device_traces
+                .iter()
+                .map(|t| t.capacity() * std::mem::size_of::<RawEvent>())
+                .sum::<usize>();
+        segments + traces + self.settings.conf.capacity() + self.frames.heap_bytes()
+    }
 }
