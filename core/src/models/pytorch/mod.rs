@@ -176,7 +176,7 @@ impl PyTorchModel {
             free_segment_slots: Vec::new(),
             pools: vec![mk(true), mk(false)],
             private: BTreeMap::new(),
-            active: AddrMap::default(),
+            active: AddrMap::with_capacity_and_hasher(1 << 12, BuildHasherDefault::default()),
             largest_free_cache: std::cell::Cell::new(Some(0)),
             pending_order: Vec::new(),
             reserved_bytes: 0,
