@@ -2,13 +2,14 @@
 //! and the metrics of allocsim. No UI, no GPU, no files, no threads: it builds for wasm32
 //! and every other crate of the workspace stands on it.
 
-pub mod snapshot;
 pub mod device;
 pub mod models;
-pub mod units;
+pub mod snapshot;
 pub mod start;
 pub mod trace;
+pub mod units;
 pub mod validate;
+pub mod workloads;
 
 /// Any error of the core, for callers that do not need to tell them apart.
 #[derive(Debug, thiserror::Error)]
