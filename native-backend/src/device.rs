@@ -27,6 +27,17 @@ struct Reservation {
     pages: BTreeMap<DevicePtr, PhysHandle>,
 }
 
+/// The first request the driver refused, and what `cuMemGetInfo` said was free right
+/// after: the driver may refuse with more than the request still reported free (it keeps
+/// memory for itself), which is where a simulation that trusts the free memory differs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Refusal {
+    /// Bytes the refused call asked for (a segment, or one page of a map).
+    pub requested_bytes: u64,
+    /// `cuMemGetInfo` free bytes right after the refusal.
+    pub free_bytes: u64,
+}
+
 /// The core's device interface on a real GPU (see the module docs).
 #[derive(Debug)]
 pub struct CudaDevice<G: Gpu> {
@@ -45,6 +56,8 @@ pub struct CudaDevice<G: Gpu> {
     latencies: Latencies,
     /// Segment requests the driver refused (`CUDA_ERROR_OUT_OF_MEMORY`).
     driver_refusals: u64,
+    /// The first of them.
+    first_refusal: Option<Refusal>,
     /// Segment requests refused by the cap before reaching the driver.
     cap_refusals: u64,
     /// The first driver failure that was not a refusal. The core's device interface has
@@ -65,6 +78,7 @@ impl<G: Gpu> CudaDevice<G> {
             balloon: Vec::new(),
             latencies: Latencies::default(),
             driver_refusals: 0,
+            first_refusal: None,
             cap_refusals: 0,
             fault: None,
         }
@@ -97,6 +111,24 @@ impl<G: Gpu> CudaDevice<G> {
     #[must_use]
     pub fn driver_refusals(&self) -> u64 {
         self.driver_refusals
+    }
+
+    /// The first refusal of the driver, with the free memory it left.
+    #[must_use]
+    pub fn first_refusal(&self) -> Option<Refusal> {
+        self.first_refusal
+    }
+
+    /// Counts a refusal of the driver to a call that asked for `requested_bytes`.
+    fn refused(&mut self, requested_bytes: u64) {
+        self.driver_refusals += 1;
+        if self.first_refusal.is_none() {
+            let free_bytes = self.gpu.mem_get_info().map_or(0, |(f, _)| f);
+            self.first_refusal = Some(Refusal {
+                requested_bytes,
+                free_bytes,
+            });
+        }
     }
 
     /// Segment requests the cap refused so far.
@@ -227,7 +259,7 @@ impl<G: Gpu> Device for CudaDevice<G> {
                 Ok(p)
             }
             Err(e) if e.is_out_of_memory() => {
-                self.driver_refusals += 1;
+                self.refused(size);
                 Err(DeviceOom)
             }
             Err(e) => {
@@ -279,7 +311,7 @@ impl<G: Gpu> Device for CudaDevice<G> {
                 Ok(base)
             }
             Err(e) if e.is_out_of_memory() => {
-                self.driver_refusals += 1;
+                self.refused(0);
                 Err(DeviceOom)
             }
             Err(e) => {
@@ -342,15 +374,17 @@ impl<G: Gpu> Device for CudaDevice<G> {
             match self.gpu.create(page) {
                 Ok(h) => created.push((p, h, t.elapsed())),
                 Err(e) => {
+                    // Counted before the release, so the free memory it records is
+                    // what the driver refused with.
+                    if e.is_out_of_memory() {
+                        self.refused(page);
+                    } else {
+                        self.note(e);
+                    }
                     for (_, h, _) in created {
                         if let Err(e2) = self.gpu.release(h) {
                             self.note(e2);
                         }
-                    }
-                    if e.is_out_of_memory() {
-                        self.driver_refusals += 1;
-                    } else {
-                        self.note(e);
                     }
                     return Err(DeviceOom);
                 }

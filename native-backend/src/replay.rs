@@ -16,7 +16,7 @@ use allocsim_core::snapshot::Action;
 use allocsim_core::trace::{DeviceTrace, OpKind, Trace};
 
 use crate::NativeError;
-use crate::device::CudaDevice;
+use crate::device::{CudaDevice, Refusal};
 use crate::gpu::{DeviceInfo, DevicePtr, Gpu, GpuError};
 use crate::latency::LatencyStats;
 use crate::raw::RawPassthrough;
@@ -158,6 +158,8 @@ pub struct CudaReplayReport {
     /// The first request at which the device refused memory (the model may have recovered
     /// by freeing its cache and retrying).
     pub first_refusal: EventPair,
+    /// What the driver's first refusal asked for, and the free memory it left.
+    pub driver_refusal: Option<Refusal>,
     pub prediction: Option<Prediction>,
     pub peaks: Peaks,
     /// Ops of the request list, and how many ran on the GPU.
@@ -587,6 +589,18 @@ pub fn cuda_replay<G: Gpu>(
         }
     }
 
+    let driver_refusal = device.first_refusal();
+    if let (Some(rf), Some(real), Some(sim)) = (
+        driver_refusal,
+        first_refusal.real_event_index,
+        first_refusal.simulated_event_index,
+    ) && real != sim
+    {
+        notes.push(format!(
+            "the driver first refused at event {real}, the simulation at event {sim}: the driver refused {} bytes with {} bytes still free (cuMemGetInfo), which the simulated device counts as usable",
+            rf.requested_bytes, rf.free_bytes
+        ));
+    }
     let latency_us = device
         .latencies()
         .summary()
@@ -644,6 +658,7 @@ pub fn cuda_replay<G: Gpu>(
         latency_us,
         verify_data: verifier.map(|v| v.report),
         first_refusal,
+        driver_refusal,
         prediction,
         peaks,
         ops: n,

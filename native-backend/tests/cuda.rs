@@ -6,10 +6,19 @@
 //! code gives it back — the driver's clean-up at context destruction cannot hide a leak.
 //! The tests hold one lock, so no two measure the GPU at the same time.
 
-#![allow(clippy::many_single_char_names)] // short names (r, o, a, p, v) read best in these tests
+#![allow(clippy::many_single_char_names)]
+// short names (r, o, a, p, v) read best in these tests
 // Without the `cuda` feature no GPU value can exist: everything after the probe is dead
 // code there (and every test prints `skipped: …`).
-#![cfg_attr(not(feature = "cuda"), allow(unreachable_code, unused_variables, unused_mut, clippy::diverging_sub_expression))]
+#![cfg_attr(
+    not(feature = "cuda"),
+    allow(
+        unreachable_code,
+        unused_variables,
+        unused_mut,
+        clippy::diverging_sub_expression
+    )
+)]
 
 mod common;
 
@@ -258,14 +267,90 @@ fn cuda_balloon_replay_refuses_where_the_simulation_does() {
         };
         let r = cuda_replay(open(0).unwrap(), &growing_trace(8), &o, &mut NoObserver).unwrap();
         println!(
-            "{}: balloon left {:?}, oom {:?}, first refusal {:?}",
+            "{}: balloon left {:?}, oom {:?}, first refusal {:?}, driver refusal {:?}, notes {:?}",
             spec.label(),
             r.balloon_free_bytes,
             r.oom,
-            r.first_refusal
+            r.first_refusal,
+            r.driver_refusal,
+            r.notes
         );
-        assert_eq!(r.oom.real_event_index, Some(3), "{}", spec.label());
-        assert_eq!(r.oom.simulated_event_index, Some(3), "{}", spec.label());
+        let (real, sim) = (r.oom.real_event_index, r.oom.simulated_event_index);
+        assert_eq!(sim, Some(3), "{}: 3 × 30 MiB fit in 100 MiB", spec.label());
+        // Equal, or the driver refused with memory still free that it keeps for itself:
+        // less than one page (20 MiB for expandable segments) more than it was asked for.
+        if real != sim {
+            let rf = r.driver_refusal.unwrap();
+            assert!(real < sim, "{}", spec.label());
+            assert!(
+                rf.free_bytes >= rf.requested_bytes
+                    && rf.free_bytes < rf.requested_bytes + 20 * MIB,
+                "{}: {rf:?}",
+                spec.label()
+            );
+            assert!(
+                r.notes.iter().any(|n| n.contains("still free")),
+                "{:?}",
+                r.notes
+            );
+        }
+    }
+    assert_eq!(free_now(&witness), before);
+}
+
+/// How much of what `cuMemGetInfo` calls free the driver really hands out, per kind of
+/// call: fills the GPU down to `leave` bytes, then takes `step`-sized pieces until the
+/// driver refuses. Returns (free before, bytes obtained, free at the refusal).
+fn take_until_refused(leave: u64, step: u64, vmm: bool) -> (u64, u64, u64) {
+    let mut dev = CudaDevice::new(open(0).unwrap(), None);
+    let free = dev.inflate_balloon(leave).unwrap();
+    let mut got = 0;
+    if vmm {
+        let base = dev.reserve(4096 * step, step, 0).unwrap();
+        while got < 4096 * step && dev.map(base + got, step, 0).is_ok() {
+            got += step;
+        }
+    } else {
+        while dev.malloc(step, 0).is_ok() {
+            got += step;
+        }
+    }
+    assert!(dev.fault().is_none(), "{:?}", dev.fault());
+    let at_refusal = dev.first_refusal().map_or(0, |r| r.free_bytes);
+    (free, got, at_refusal)
+}
+
+#[test]
+fn cuda_driver_headroom_is_less_than_a_large_page() {
+    let Some((_lock, witness)) = gpu_or_skip() else {
+        return;
+    };
+    let before = free_now(&witness);
+    for leave in [100 * MIB, 1024 * MIB] {
+        for (step, vmm) in [
+            (2 * MIB, false),
+            (20 * MIB, false),
+            (2 * MIB, true),
+            (20 * MIB, true),
+        ] {
+            let (free, got, left) = take_until_refused(leave, step, vmm);
+            println!(
+                "headroom: balloon left {free} B free; {} of {} MiB: got {got} B, refused with {left} B free (free − got = {} B)",
+                if vmm {
+                    "cuMemCreate+cuMemMap"
+                } else {
+                    "cuMemAlloc"
+                },
+                step / MIB,
+                free as i64 - got as i64
+            );
+            assert!(got <= free, "the driver gave more than it called free");
+            assert!(
+                free - got < step + 20 * MIB,
+                "the driver keeps {} B back",
+                free - got
+            );
+        }
     }
     assert_eq!(free_now(&witness), before);
 }

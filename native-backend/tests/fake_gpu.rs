@@ -236,6 +236,33 @@ fn with_a_balloon_the_driver_refuses_where_the_simulation_does() {
 }
 
 #[test]
+fn a_driver_that_keeps_memory_back_refuses_earlier_and_the_report_says_why() {
+    let gpu = FakeGpu::new(8 * GIB);
+    gpu.lock().headroom_bytes = 4 * MIB;
+    let o = CudaReplayOptions {
+        balloon_free_bytes: Some(100 * MIB),
+        spec: expandable(),
+        ..opts(Mode::Model, "pytorch")
+    };
+    let r = cuda_replay(gpu, &growing_trace(8), &o, &mut NoObserver).unwrap();
+    // The fourth and fifth pages fit in the 40 MiB reported free, but not with 4 MiB kept.
+    assert_eq!(r.oom.simulated_event_index, Some(3));
+    assert_eq!(r.oom.real_event_index, Some(2));
+    let rf = r.driver_refusal.unwrap();
+    assert_eq!(rf.requested_bytes, 20 * MIB);
+    assert_eq!(
+        rf.free_bytes,
+        20 * MIB,
+        "the refusal left the fourth page's 20 MiB free"
+    );
+    assert!(
+        r.notes.iter().any(|n| n.contains("still free")),
+        "{:?}",
+        r.notes
+    );
+}
+
+#[test]
 fn raw_mode_sends_every_request_to_the_driver_and_checks_the_prediction() {
     let trace = small_training_trace();
     let requests = trace.devices[0].requests() as u64;

@@ -35,6 +35,8 @@ pub struct FakeState {
     /// Hand every allocation out at the same address (a broken driver: live blocks
     /// overlap), to prove the data check notices.
     pub overlap_bug: bool,
+    /// Memory the driver keeps for itself: reported free, never handed out.
+    pub headroom_bytes: u64,
     /// Panic in the n-th driver call from now (once).
     pub panic_in_calls: Option<u64>,
     /// Fail the n-th driver call from now with a driver error (once).
@@ -122,7 +124,7 @@ impl FakeGpu {
     fn take(&self, bytes: u64, call: &'static str) -> Result<u64, GpuError> {
         let mut s = self.lock();
         let rounded = bytes.div_ceil(s.granularity) * s.granularity;
-        if s.used_bytes + rounded > s.capacity_bytes {
+        if s.used_bytes + rounded + s.headroom_bytes > s.capacity_bytes {
             return Err(GpuError::OutOfMemory { call });
         }
         s.used_bytes += rounded;
