@@ -1,0 +1,229 @@
+//! The stacked-allocation view's geometry: every live allocation as a band whose bottom
+//! is the sum of the allocations made before it and still alive, so the top of the stack
+//! is the live requested bytes. When an allocation ends, everything above it slides down;
+//! a band is cut into a new piece only when it has slid by at least `epsilon` bytes
+//! (1/4096 of the peak), which bounds the pieces without a visible difference.
+
+use super::wire::{BandPiece, Bands, NO_OP, OpsTable};
+
+/// Pieces beyond which `epsilon` doubles (memory and GPU upload stay bounded).
+pub const MAX_PIECES: usize = 6_000_000;
+
+struct Live {
+    alloc: u32,
+    size: u64,
+    /// True bottom: sum of the sizes below.
+    y: u64,
+    /// Bottom of the piece being drawn, and where it started.
+    drawn_y: u64,
+    start: u32,
+}
+
+/// Builds the bands of `ops` (allocations end at their `end` op).
+#[must_use]
+pub fn build(ops: &OpsTable) -> Bands {
+    let peak = peak_live_bytes(ops);
+    let mut epsilon = (peak / 4096).max(1);
+    loop {
+        if let Some(pieces) = build_with(ops, epsilon, MAX_PIECES) {
+            return Bands {
+                pieces,
+                peak_bytes: peak,
+                epsilon_bytes: epsilon,
+            };
+        }
+        epsilon *= 2;
+    }
+}
+
+/// The largest sum of live requested bytes after any op.
+#[must_use]
+pub fn peak_live_bytes(ops: &OpsTable) -> u64 {
+    // +size after the alloc op, −size after the end op (an allocation is no longer live
+    // after its end op).
+    let n = ops.len();
+    let mut delta = vec![0i128; n + 1];
+    for k in 0..n {
+        if ops.is_alloc(k) {
+            delta[k] += i128::from(ops.size_bytes[k]);
+            if ops.end[k] != NO_OP && (ops.end[k] as usize) < n {
+                delta[ops.end[k] as usize] -= i128::from(ops.size_bytes[k]);
+            }
+        }
+    }
+    let (mut live, mut peak) = (0i128, 0i128);
+    for d in &delta[..n] {
+        live += d;
+        peak = peak.max(live);
+    }
+    u64::try_from(peak).unwrap_or(u64::MAX)
+}
+
+fn build_with(ops: &OpsTable, epsilon: u64, max_pieces: usize) -> Option<Vec<BandPiece>> {
+    let n = ops.len() as u32;
+    // Ops at which an allocation ends, by alloc: the end op of each alloc is known, so
+    // collect (end op, alloc) and walk them in op order.
+    let mut ends: Vec<(u32, u32)> = (0..ops.len())
+        .filter(|&k| ops.is_alloc(k) && ops.end[k] != NO_OP && ops.size_bytes[k] > 0)
+        .map(|k| (ops.end[k], k as u32))
+        .collect();
+    ends.sort_unstable();
+    let mut next_end = 0usize;
+    let mut live: Vec<Live> = Vec::new();
+    let mut pieces: Vec<BandPiece> = Vec::new();
+    let mut top = 0u64;
+    for k in 0..n {
+        let ku = k as usize;
+        if ops.is_alloc(ku) && ops.size_bytes[ku] > 0 {
+            let size = ops.size_bytes[ku];
+            live.push(Live {
+                alloc: k,
+                size,
+                y: top,
+                drawn_y: top,
+                start: k,
+            });
+            top += size;
+        }
+        // Sample k (the state after op k) is drawn over x in k..k + 1: an allocation that
+        // ends at op k is drawn up to x = k.
+        while next_end < ends.len() && ends[next_end].0 == k {
+            let alloc = ends[next_end].1;
+            next_end += 1;
+            let Ok(i) = live.binary_search_by_key(&alloc, |l| l.alloc) else {
+                continue;
+            };
+            let gone = live.remove(i);
+            push_piece(
+                &mut pieces,
+                gone.start,
+                k,
+                gone.drawn_y,
+                gone.size,
+                gone.alloc,
+            );
+            top -= gone.size;
+            for l in &mut live[i..] {
+                l.y -= gone.size;
+                if l.drawn_y - l.y >= epsilon {
+                    push_piece(&mut pieces, l.start, k, l.drawn_y, l.size, l.alloc);
+                    l.start = k;
+                    l.drawn_y = l.y;
+                }
+            }
+            if pieces.len() > max_pieces {
+                return None;
+            }
+        }
+    }
+    for l in live {
+        push_piece(&mut pieces, l.start, n, l.drawn_y, l.size, l.alloc);
+    }
+    pieces.sort_by(|a, b| {
+        area(b)
+            .total_cmp(&area(a))
+            .then(a.alloc.cmp(&b.alloc))
+            .then(a.x0.cmp(&b.x0))
+    });
+    Some(pieces)
+}
+
+fn push_piece(pieces: &mut Vec<BandPiece>, x0: u32, x1: u32, y0: u64, h: u64, alloc: u32) {
+    if x1 > x0 && h > 0 {
+        pieces.push(BandPiece {
+            x0,
+            x1,
+            y0_bytes: y0,
+            height_bytes: h,
+            alloc,
+        });
+    }
+}
+
+/// Area of a piece in ops × bytes (the level-of-detail order).
+#[must_use]
+pub fn area(p: &BandPiece) -> f64 {
+    f64::from(p.x1 - p.x0) * p.height_bytes as f64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gui::engine::wire::op_kind;
+
+    /// Ops from a tiny script: `a(size)` allocates, `f(i)` frees the i-th alloc op.
+    fn ops(script: &[(char, u64)]) -> OpsTable {
+        let mut t = OpsTable::default();
+        for (k, &(c, v)) in script.iter().enumerate() {
+            t.kind.push(if c == 'a' {
+                op_kind::ALLOC
+            } else {
+                op_kind::FREE
+            });
+            t.size_bytes.push(if c == 'a' { v } else { 0 });
+            t.link.push(if c == 'a' { NO_OP } else { v as u32 });
+            t.end.push(NO_OP);
+            t.stream.push(0);
+            t.stack.push(0);
+            t.event_index.push(k as u32);
+            t.time_us.push(0);
+            if c == 'f' {
+                t.link[v as usize] = k as u32;
+                t.end[v as usize] = k as u32;
+            }
+        }
+        t
+    }
+
+    /// The stack height at op k from the pieces: every live byte covered exactly once.
+    fn covered(b: &Bands, k: u32) -> u64 {
+        b.pieces
+            .iter()
+            .filter(|p| p.x0 <= k && k < p.x1)
+            .map(|p| p.height_bytes)
+            .sum()
+    }
+
+    #[test]
+    fn a_freed_allocation_lets_the_ones_above_slide_down() {
+        // 100 at the bottom, 50 above; free the 100: the 50 slides to 0.
+        let t = ops(&[('a', 100), ('a', 50), ('f', 0), ('a', 10)]);
+        let b = build(&t);
+        assert_eq!(b.peak_bytes, 150);
+        let of = |alloc: u32| {
+            let mut v: Vec<_> = b
+                .pieces
+                .iter()
+                .filter(|p| p.alloc == alloc)
+                .map(|p| (p.x0, p.x1, p.y0_bytes))
+                .collect();
+            v.sort_unstable();
+            v
+        };
+        assert_eq!(of(0), vec![(0, 2, 0)]);
+        assert_eq!(of(1), vec![(1, 2, 100), (2, 4, 0)]);
+        assert_eq!(of(3), vec![(3, 4, 50)]);
+        assert_eq!(covered(&b, 1), 150);
+        assert_eq!(covered(&b, 2), 50);
+        assert_eq!(covered(&b, 3), 60);
+    }
+
+    #[test]
+    fn pieces_come_largest_area_first() {
+        let t = ops(&[('a', 10), ('a', 1000), ('f', 0), ('a', 5)]);
+        let b = build(&t);
+        assert!(b.pieces.windows(2).all(|w| area(&w[0]) >= area(&w[1])));
+        assert_eq!(b.pieces[0].alloc, 1);
+    }
+
+    #[test]
+    fn small_slides_are_drawn_late_but_every_live_byte_is_drawn() {
+        // A huge allocation above a tiny one: freeing the tiny one moves it by less than
+        // epsilon, so no new piece.
+        let t = ops(&[('a', 1), ('a', 1 << 30), ('f', 0)]);
+        let b = build(&t);
+        assert_eq!(b.pieces.iter().filter(|p| p.alloc == 1).count(), 1);
+        assert_eq!(covered(&b, 1), (1 << 30) + 1);
+        assert_eq!(covered(&b, 2), 1 << 30);
+    }
+}

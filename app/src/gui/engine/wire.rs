@@ -1,0 +1,374 @@
+//! The messages between the UI and the engine. Natively they travel through channels as
+//! they are; on the web they cross to a Web Worker as bytes ([`encode`], [`decode`]).
+//!
+//! Every request carries a `job` number chosen by the UI; the responses to it carry the
+//! same number, so the UI drops answers to questions it no longer asks.
+
+use serde::{Deserialize, Serialize};
+
+/// `u32::MAX`: no op (an allocation never freed, an op that is no allocation).
+pub const NO_OP: u32 = u32::MAX;
+
+/// What the UI asks the engine to do.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub enum Request {
+    /// Decode a snapshot (`.pickle`, `.pickle.gz`, `.json`, …) and build its trace.
+    Load {
+        job: u64,
+        name: String,
+        bytes: Vec<u8>,
+    },
+    /// Show another device of the loaded trace (answered with [`Response::Loaded`]).
+    SelectDevice { job: u64, device: u32 },
+    /// Replay the loaded trace through `spec` (`NAME` or `NAME@CONFIG`) under `capacity`,
+    /// into compare slot `slot` (replacing what it held).
+    Replay {
+        job: u64,
+        slot: u32,
+        spec: String,
+        capacity_bytes: Option<u64>,
+    },
+    /// Forget slot `slot` (its replay and checkpoints).
+    DropSlot { slot: u32 },
+    /// The memory layout of slot `slot` after ops `0..=op`.
+    Layout { job: u64, slot: u32, op: u32 },
+    /// Every allocation of slot `slot` whose bytes contain `addr`.
+    FindAddress { job: u64, slot: u32, addr: u64 },
+    /// Which configurations and models would run the trace under `capacity`.
+    WhatIf {
+        job: u64,
+        capacity_bytes: Option<u64>,
+    },
+}
+
+/// What the engine answers.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub enum Response {
+    /// Work on `job` goes on: `stage` is shown beside a bar at `fraction` (0..=1).
+    Progress {
+        job: u64,
+        stage: String,
+        fraction: f32,
+    },
+    Loaded {
+        job: u64,
+        trace: Box<TraceData>,
+    },
+    Replayed {
+        job: u64,
+        slot: u32,
+        replay: Box<ReplayData>,
+    },
+    Layout {
+        job: u64,
+        slot: u32,
+        layout: Box<LayoutData>,
+    },
+    AddressHits {
+        job: u64,
+        slot: u32,
+        addr: u64,
+        hits: Vec<AddressHit>,
+    },
+    WhatIf {
+        job: u64,
+        rows: Vec<WhatIfRow>,
+    },
+    /// The job failed; `message` is shown in the app as it is.
+    Failed {
+        job: u64,
+        message: String,
+    },
+}
+
+impl Response {
+    /// The job this answers.
+    #[must_use]
+    pub fn job(&self) -> u64 {
+        match self {
+            Response::Progress { job, .. }
+            | Response::Loaded { job, .. }
+            | Response::Replayed { job, .. }
+            | Response::Layout { job, .. }
+            | Response::AddressHits { job, .. }
+            | Response::WhatIf { job, .. }
+            | Response::Failed { job, .. } => *job,
+        }
+    }
+}
+
+/// Kinds of op in [`OpsTable::kind`].
+pub mod op_kind {
+    pub const ALLOC: u8 = 0;
+    pub const FREE: u8 = 1;
+    pub const COMPLETE_FREE: u8 = 2;
+    pub const EMPTY_CACHE: u8 = 3;
+    pub const RELEASE_POOL: u8 = 4;
+    /// An alloc the recording itself could not serve (the program went on).
+    pub const ALLOC_RECORDED_OOM: u8 = 5;
+}
+
+/// The requests of one device, column by column (one entry per op).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct OpsTable {
+    /// An [`op_kind`] constant.
+    pub kind: Vec<u8>,
+    /// Requested bytes of an alloc (0 for other ops).
+    pub size_bytes: Vec<u64>,
+    /// Alloc: its free op ([`NO_OP`] if never freed). Free, complete-free: its alloc op.
+    pub link: Vec<u32>,
+    /// Alloc: the op after which its memory is no longer the program's (the completion of
+    /// a deferred free, else the free; [`NO_OP`] if never).
+    pub end: Vec<u32>,
+    /// Stream of an alloc (0 for other ops).
+    pub stream: Vec<u64>,
+    /// Index into [`StackTable`] (0: no frames).
+    pub stack: Vec<u32>,
+    /// Index of the trace entry in `device_traces[d]`.
+    pub event_index: Vec<u32>,
+    /// `time_us` of the trace entry (0 when the trace has no times).
+    pub time_us: Vec<i64>,
+}
+
+impl OpsTable {
+    /// Number of ops.
+    #[must_use]
+    pub fn len(&self) -> usize {
+        self.kind.len()
+    }
+
+    /// Whether there are no ops.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.kind.is_empty()
+    }
+
+    /// Whether op `k` allocates memory the program held (not a recorded OOM).
+    #[must_use]
+    pub fn is_alloc(&self, k: usize) -> bool {
+        self.kind.get(k) == Some(&op_kind::ALLOC)
+    }
+
+    /// Whether allocation `a` is held by the program after ops `0..=op`.
+    #[must_use]
+    pub fn live_after(&self, a: usize, op: usize) -> bool {
+        a <= op && self.is_alloc(a) && (self.end[a] == NO_OP || self.end[a] as usize > op)
+    }
+}
+
+/// Stack frames, each stored once (a flattened copy of the core's frame table).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct StackTable {
+    pub strings: Vec<String>,
+    /// `(name, filename, line)`, the first two indexes into `strings`.
+    pub frames: Vec<(u32, u32, i64)>,
+    /// Stack `s` is `frame_ids[offsets[s]..offsets[s + 1]]`, innermost frame first.
+    pub offsets: Vec<u32>,
+    pub frame_ids: Vec<u32>,
+}
+
+impl StackTable {
+    /// Number of stacks (stack 0 is empty).
+    #[must_use]
+    pub fn len(&self) -> usize {
+        self.offsets.len().saturating_sub(1)
+    }
+
+    /// Whether the table holds no stack.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The frames of stack `s`, innermost first (empty for an unknown stack).
+    pub fn frames_of(&self, s: u32) -> impl Iterator<Item = (&str, &str, i64)> + '_ {
+        let s = s as usize;
+        let range = match (self.offsets.get(s), self.offsets.get(s + 1)) {
+            (Some(&a), Some(&b)) if a <= b && b as usize <= self.frame_ids.len() => {
+                a as usize..b as usize
+            }
+            _ => 0..0,
+        };
+        self.frame_ids[range].iter().filter_map(move |&f| {
+            let &(name, file, line) = self.frames.get(f as usize)?;
+            Some((self.str(name), self.str(file), line))
+        })
+    }
+
+    /// A stack as lines `name (file:line)`, innermost first.
+    #[must_use]
+    pub fn format(&self, s: u32) -> Vec<String> {
+        self.frames_of(s)
+            .map(|(n, f, l)| format!("{n} ({f}:{l})"))
+            .collect()
+    }
+
+    fn str(&self, i: u32) -> &str {
+        self.strings.get(i as usize).map_or("", String::as_str)
+    }
+}
+
+/// One rectangle of the stacked-allocation view: allocation `alloc` occupied bytes
+/// `y0_bytes..y0_bytes + height_bytes` of the stack of live allocations over ops `x0..x1`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BandPiece {
+    pub x0: u32,
+    pub x1: u32,
+    pub y0_bytes: u64,
+    pub height_bytes: u64,
+    pub alloc: u32,
+}
+
+/// Every live allocation stacked over the ops (`memory_viz`'s "Active Memory Timeline",
+/// with every allocation).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Bands {
+    /// Largest area (ops × bytes) first, so a level of detail is a prefix.
+    pub pieces: Vec<BandPiece>,
+    /// Largest sum of live requested bytes.
+    pub peak_bytes: u64,
+    /// Shifts of less than this many bytes are drawn late (bounds the piece count).
+    pub epsilon_bytes: u64,
+}
+
+/// A loaded trace, as the UI needs it.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct TraceData {
+    pub name: String,
+    /// The device shown.
+    pub device: u32,
+    /// `(events, ops)` of every device of the file.
+    pub devices: Vec<(u32, u32)>,
+    /// The recording's `PYTORCH_CUDA_ALLOC_CONF` ("" if unset).
+    pub recorded_conf: String,
+    /// Whether the PyTorch model reproduced the recording exactly (validate).
+    pub exact: bool,
+    /// The first divergence or what was inferred, one line each.
+    pub notes: Vec<String>,
+    /// The trace starts mid-program (the ring buffer wrapped).
+    pub starts_mid_program: bool,
+    /// Whether `time_us` is present.
+    pub has_times: bool,
+    pub ops: OpsTable,
+    pub stacks: StackTable,
+    pub bands: Bands,
+}
+
+/// Where a replay ran out of memory.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct OomData {
+    pub event_index: u64,
+    pub op_index: u32,
+    pub requested_bytes: u64,
+    pub reserved_bytes: u64,
+    pub allocated_bytes: u64,
+    pub free_bytes: u64,
+    pub largest_free_bytes: u64,
+    pub free_holes: u64,
+    pub explanation: String,
+}
+
+/// The numbers of one replay (what `allocsim replay --json` reports).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ReplaySummary {
+    pub allocator: String,
+    pub config: String,
+    pub capacity_bytes: Option<u64>,
+    pub ops_done: u32,
+    pub requests: u32,
+    pub peak_reserved_bytes: u64,
+    pub peak_allocated_bytes: u64,
+    pub peak_requested_bytes: u64,
+    pub final_reserved_bytes: u64,
+    pub internal_waste_bytes_at_peak: u64,
+    pub fragmentation_at_peak: f64,
+    pub max_fragmentation: f64,
+    pub segment_ops: u64,
+    pub oom: Option<OomData>,
+}
+
+/// One replay: its numbers and its metrics timeline (one sample after every op done).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct ReplayData {
+    /// The spec as asked (`NAME` or `NAME@CONFIG`).
+    pub spec: String,
+    pub summary: ReplaySummary,
+    pub reserved_bytes: Vec<u64>,
+    pub allocated_bytes: Vec<u64>,
+    pub requested_bytes: Vec<u64>,
+    pub largest_free_bytes: Vec<u64>,
+    pub free_holes: Vec<u32>,
+}
+
+/// Block states in [`BlockView::state`].
+pub mod block_state {
+    pub const ALLOCATED: u8 = 0;
+    pub const FREE: u8 = 1;
+    pub const PENDING_FREE: u8 = 2;
+    pub const UNMAPPED: u8 = 3;
+}
+
+/// One segment of a [`LayoutData`]; its blocks are `blocks[first..first + count]`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SegmentView {
+    pub addr: u64,
+    pub size_bytes: u64,
+    pub stream: u64,
+    pub pool: (u64, u64),
+    pub small: bool,
+    pub expandable: bool,
+    pub first: u32,
+    pub count: u32,
+}
+
+/// One block of a [`LayoutData`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BlockView {
+    pub addr: u64,
+    pub size_bytes: u64,
+    pub requested_bytes: u64,
+    /// A [`block_state`] constant.
+    pub state: u8,
+    /// The alloc op of the allocation in it ([`NO_OP`] for free space or a block that
+    /// was already alive when the trace starts and has no alloc op).
+    pub alloc: u32,
+}
+
+/// The memory layout after ops `0..=op` (segments sorted by pool, stream, address).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LayoutData {
+    pub op: u32,
+    /// The replay stopped (OOM) before `op`: this is the layout where it stopped.
+    pub clamped_to: Option<u32>,
+    pub segments: Vec<SegmentView>,
+    pub blocks: Vec<BlockView>,
+}
+
+/// An allocation whose bytes contain a searched address.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AddressHit {
+    pub alloc: u32,
+    pub addr: u64,
+    pub size_bytes: u64,
+}
+
+/// One row of the what-if table.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WhatIfRow {
+    pub spec: String,
+    pub fits: bool,
+    pub peak_reserved_bytes: u64,
+    pub oom_event: Option<u64>,
+    /// Why it could not be replayed at all (bad config), else empty.
+    pub error: String,
+}
+
+/// Encodes a message for a trip to or from the Web Worker.
+pub fn encode<T: Serialize>(msg: &T) -> Result<Vec<u8>, String> {
+    postcard::to_allocvec(msg).map_err(|e| format!("cannot encode a message: {e}"))
+}
+
+/// Decodes a message [`encode`] made.
+pub fn decode<'a, T: Deserialize<'a>>(bytes: &'a [u8]) -> Result<T, String> {
+    postcard::from_bytes(bytes).map_err(|e| format!("cannot decode a message: {e}"))
+}

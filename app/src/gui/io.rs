@@ -1,0 +1,487 @@
+//! Everything that differs between the desktop and the browser, in one place: where the
+//! engine runs (a thread, or a Web Worker running the same wasm), opening and saving
+//! files (rfd natively; rfd's async dialog and a download link on the web), fetching
+//! `?trace=<url>`, and the first-frame marker the browser test waits for.
+
+use std::sync::{Arc, Mutex};
+
+use super::engine::wire::{Request, Response};
+
+/// A file the user chose or dropped, or a download that finished.
+#[derive(Debug, Clone)]
+pub struct Opened {
+    pub name: String,
+    pub bytes: Vec<u8>,
+}
+
+/// Results of asynchronous I/O (file dialogs, fetches), picked up by the UI each frame.
+#[derive(Debug, Clone, Default)]
+pub struct Inbox(Arc<Mutex<Vec<Result<Opened, String>>>>);
+
+impl Inbox {
+    /// Adds a result and asks for a repaint.
+    pub fn push(&self, ctx: &egui::Context, item: Result<Opened, String>) {
+        if let Ok(mut v) = self.0.lock() {
+            v.push(item);
+        }
+        ctx.request_repaint();
+    }
+
+    /// Takes everything that arrived.
+    #[must_use]
+    pub fn take(&self) -> Vec<Result<Opened, String>> {
+        self.0
+            .lock()
+            .map(|mut v| std::mem::take(&mut *v))
+            .unwrap_or_default()
+    }
+}
+
+/// The UI's end of the engine.
+pub struct EngineHandle {
+    inner: Inner,
+}
+
+impl std::fmt::Debug for EngineHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("EngineHandle")
+    }
+}
+
+enum Inner {
+    /// Requests run when polled, on the caller's thread (tests, benchmarks).
+    Inline {
+        engine: Box<super::engine::Engine>,
+        queue: Vec<Request>,
+    },
+    #[cfg(not(target_arch = "wasm32"))]
+    Thread {
+        tx: std::sync::mpsc::Sender<Request>,
+        rx: std::sync::mpsc::Receiver<Response>,
+    },
+    #[cfg(target_arch = "wasm32")]
+    Worker(web::WorkerEngine),
+}
+
+impl EngineHandle {
+    /// An engine that runs each request when [`EngineHandle::poll`] is called.
+    #[must_use]
+    pub fn inline() -> EngineHandle {
+        EngineHandle {
+            inner: Inner::Inline {
+                engine: Box::new(super::engine::Engine::new()),
+                queue: Vec::new(),
+            },
+        }
+    }
+
+    /// An engine off the UI thread: a thread natively, a Web Worker in the browser (or
+    /// inline if the worker cannot start).
+    #[must_use]
+    pub fn spawn(ctx: &egui::Context) -> EngineHandle {
+        #[cfg(not(target_arch = "wasm32"))]
+        {
+            let (tx, req_rx) = std::sync::mpsc::channel::<Request>();
+            let (resp_tx, rx) = std::sync::mpsc::channel::<Response>();
+            let ctx = ctx.clone();
+            let started = std::thread::Builder::new()
+                .name("allocsim-engine".into())
+                .spawn(move || {
+                    let mut engine = super::engine::Engine::new();
+                    while let Ok(req) = req_rx.recv() {
+                        // Only the newest layout request per slot matters while scrubbing.
+                        let mut batch = vec![req];
+                        batch.extend(req_rx.try_iter());
+                        for req in coalesce(batch) {
+                            engine.handle(req, &mut |r| {
+                                let _ = resp_tx.send(r);
+                                ctx.request_repaint();
+                            });
+                        }
+                    }
+                });
+            match started {
+                Ok(_) => EngineHandle {
+                    inner: Inner::Thread { tx, rx },
+                },
+                Err(e) => {
+                    log::warn!("cannot start the engine thread ({e}); running it on the UI thread");
+                    EngineHandle::inline()
+                }
+            }
+        }
+        #[cfg(target_arch = "wasm32")]
+        {
+            match web::WorkerEngine::start(ctx) {
+                Ok(w) => EngineHandle {
+                    inner: Inner::Worker(w),
+                },
+                Err(e) => {
+                    log::warn!(
+                        "cannot start the engine worker ({e}); running it on the page's thread"
+                    );
+                    EngineHandle::inline()
+                }
+            }
+        }
+    }
+
+    /// Sends a request.
+    pub fn send(&mut self, req: Request) {
+        match &mut self.inner {
+            Inner::Inline { queue, .. } => queue.push(req),
+            #[cfg(not(target_arch = "wasm32"))]
+            Inner::Thread { tx, .. } => {
+                let _ = tx.send(req);
+            }
+            #[cfg(target_arch = "wasm32")]
+            Inner::Worker(w) => w.send(&req),
+        }
+    }
+
+    /// The answers that arrived since the last call (inline: runs the queued requests).
+    pub fn poll(&mut self) -> Vec<Response> {
+        match &mut self.inner {
+            Inner::Inline { engine, queue } => {
+                let mut out = Vec::new();
+                for req in coalesce(std::mem::take(queue)) {
+                    engine.handle(req, &mut |r| out.push(r));
+                }
+                out
+            }
+            #[cfg(not(target_arch = "wasm32"))]
+            Inner::Thread { rx, .. } => rx.try_iter().collect(),
+            #[cfg(target_arch = "wasm32")]
+            Inner::Worker(w) => w.poll(),
+        }
+    }
+
+    /// Whether requests wait in an inline queue (tests poll until this is false).
+    #[must_use]
+    pub fn has_queued(&self) -> bool {
+        matches!(&self.inner, Inner::Inline { queue, .. } if !queue.is_empty())
+    }
+}
+
+/// Drops layout requests that a later one for the same slot makes moot.
+fn coalesce(batch: Vec<Request>) -> Vec<Request> {
+    let mut keep = vec![true; batch.len()];
+    for (i, r) in batch.iter().enumerate() {
+        if let Request::Layout { slot, .. } = r {
+            keep[i] = !batch[i + 1..]
+                .iter()
+                .any(|l| matches!(l, Request::Layout { slot: s, .. } if s == slot));
+        }
+    }
+    batch
+        .into_iter()
+        .zip(keep)
+        .filter_map(|(r, k)| k.then_some(r))
+        .collect()
+}
+
+/// Reads a file dropped on the window or the page; its bytes arrive in `inbox`.
+#[allow(clippy::needless_pass_by_value)] // moved into the future on the web
+pub fn read_dropped(ctx: &egui::Context, inbox: &Inbox, file: egui::DroppedFileHandle) {
+    let name = file.path().file_name().map_or_else(
+        || "dropped file".to_string(),
+        |n| n.to_string_lossy().into_owned(),
+    );
+    #[cfg(not(target_arch = "wasm32"))]
+    inbox.push(
+        ctx,
+        file.bytes()
+            .map(|bytes| Opened {
+                name: name.clone(),
+                bytes,
+            })
+            .map_err(|e| format!("cannot read {name}: {e}")),
+    );
+    #[cfg(target_arch = "wasm32")]
+    {
+        let ctx = ctx.clone();
+        let inbox = inbox.clone();
+        spawn(async move {
+            let r = file.bytes_async().await;
+            inbox.push(
+                &ctx,
+                r.map(|bytes| Opened {
+                    name: name.clone(),
+                    bytes,
+                })
+                .map_err(|e| format!("cannot read {name}: {e}")),
+            );
+        });
+    }
+}
+
+/// Opens the file dialog; the chosen file arrives in `inbox`.
+pub fn open_file_dialog(ctx: &egui::Context, inbox: &Inbox) {
+    let dialog = rfd::AsyncFileDialog::new()
+        .set_title("Open a PyTorch memory snapshot")
+        .add_filter("PyTorch memory snapshot", &["pickle", "gz", "json", "pkl"])
+        .add_filter("All files", &["*"]);
+    let ctx = ctx.clone();
+    let inbox = inbox.clone();
+    spawn(async move {
+        if let Some(handle) = dialog.pick_file().await {
+            let name = handle.file_name();
+            let bytes = handle.read().await;
+            inbox.push(&ctx, Ok(Opened { name, bytes }));
+        }
+    });
+}
+
+/// Saves `bytes` as `file_name` (a save dialog natively, a download in the browser).
+pub fn save_file(file_name: &str, bytes: Vec<u8>) {
+    #[cfg(not(target_arch = "wasm32"))]
+    {
+        let dialog = rfd::AsyncFileDialog::new().set_file_name(file_name);
+        spawn(async move {
+            if let Some(handle) = dialog.save_file().await
+                && let Err(e) = handle.write(&bytes).await
+            {
+                log::error!("cannot save: {e}");
+            }
+        });
+    }
+    #[cfg(target_arch = "wasm32")]
+    web::download(file_name, &bytes);
+}
+
+#[cfg(not(target_arch = "wasm32"))]
+fn spawn(fut: impl std::future::Future<Output = ()> + Send + 'static) {
+    // rfd's dialogs block their thread natively; keep them off the UI thread.
+    let _ = std::thread::Builder::new()
+        .name("allocsim-dialog".into())
+        .spawn(move || pollster_block_on(fut));
+}
+
+#[cfg(target_arch = "wasm32")]
+fn spawn(fut: impl std::future::Future<Output = ()> + 'static) {
+    wasm_bindgen_futures::spawn_local(fut);
+}
+
+/// A minimal executor for rfd's futures on a thread of their own.
+#[cfg(not(target_arch = "wasm32"))]
+fn pollster_block_on<F: std::future::Future>(fut: F) -> F::Output {
+    use std::task::{Context, Poll, Wake, Waker};
+    struct ThreadWaker(std::thread::Thread);
+    impl Wake for ThreadWaker {
+        fn wake(self: Arc<Self>) {
+            self.0.unpark();
+        }
+    }
+    let waker = Waker::from(Arc::new(ThreadWaker(std::thread::current())));
+    let mut cx = Context::from_waker(&waker);
+    let mut fut = std::pin::pin!(fut);
+    loop {
+        if let Poll::Ready(v) = fut.as_mut().poll(&mut cx) {
+            return v;
+        }
+        std::thread::park();
+    }
+}
+
+/// The `?trace=<url>` of the page (web only; `None` natively).
+#[must_use]
+pub fn trace_url_parameter() -> Option<String> {
+    #[cfg(target_arch = "wasm32")]
+    {
+        web::query_parameter("trace")
+    }
+    #[cfg(not(target_arch = "wasm32"))]
+    {
+        None
+    }
+}
+
+/// Fetches `url`; the bytes arrive in `inbox` (web only).
+pub fn fetch(ctx: &egui::Context, inbox: &Inbox, url: &str) {
+    #[cfg(target_arch = "wasm32")]
+    {
+        let ctx = ctx.clone();
+        let inbox = inbox.clone();
+        let url = url.to_string();
+        spawn(async move {
+            let r = web::fetch_bytes(&url).await.map(|bytes| Opened {
+                name: url.rsplit('/').next().unwrap_or(&url).to_string(),
+                bytes,
+            });
+            inbox.push(&ctx, r.map_err(|e| format!("cannot fetch {url}: {e}")));
+        });
+    }
+    #[cfg(not(target_arch = "wasm32"))]
+    {
+        inbox.push(
+            ctx,
+            Err(format!(
+                "cannot fetch {url}: only the web build fetches URLs"
+            )),
+        );
+    }
+}
+
+/// Tells the page (and the browser test) that a frame showing `what` was drawn.
+pub fn mark_frame(what: &str) {
+    #[cfg(target_arch = "wasm32")]
+    web::mark_frame(what);
+    #[cfg(not(target_arch = "wasm32"))]
+    log::debug!("frame: {what}");
+}
+
+/// Tells the page which op's layout is on screen (the browser benchmark waits for it).
+pub fn mark_layout(op: u32) {
+    #[cfg(target_arch = "wasm32")]
+    web::mark_layout(op);
+    #[cfg(not(target_arch = "wasm32"))]
+    log::debug!("layout on screen: op {op}");
+}
+
+/// Milliseconds since an arbitrary start (for timings shown in the app).
+#[must_use]
+pub fn now_ms() -> f64 {
+    use web_time::Instant;
+    thread_local! { static START: Instant = Instant::now(); }
+    START.with(|s| s.elapsed().as_secs_f64() * 1000.0)
+}
+
+#[cfg(target_arch = "wasm32")]
+mod web {
+    use std::cell::RefCell;
+    use std::rc::Rc;
+
+    use wasm_bindgen::JsCast;
+    use wasm_bindgen::prelude::*;
+
+    use super::super::engine::wire::{self, Request, Response};
+
+    /// The engine in a Web Worker (`worker.js` beside the page, same wasm).
+    pub struct WorkerEngine {
+        worker: web_sys::Worker,
+        inbox: Rc<RefCell<Vec<Vec<u8>>>>,
+        _on_message: Closure<dyn FnMut(web_sys::MessageEvent)>,
+    }
+
+    impl WorkerEngine {
+        pub fn start(ctx: &egui::Context) -> Result<WorkerEngine, String> {
+            let opts = web_sys::WorkerOptions::new();
+            opts.set_type(web_sys::WorkerType::Module);
+            let worker = web_sys::Worker::new_with_options("./worker.js", &opts)
+                .map_err(|e| format!("{e:?}"))?;
+            let inbox: Rc<RefCell<Vec<Vec<u8>>>> = Rc::default();
+            let sink = inbox.clone();
+            let ctx = ctx.clone();
+            let on_message = Closure::<dyn FnMut(web_sys::MessageEvent)>::new(
+                move |e: web_sys::MessageEvent| {
+                    let data = e.data();
+                    if let Some(a) = data.dyn_ref::<js_sys::Uint8Array>() {
+                        sink.borrow_mut().push(a.to_vec());
+                    } else if let Some(b) = data.dyn_ref::<js_sys::ArrayBuffer>() {
+                        sink.borrow_mut().push(js_sys::Uint8Array::new(b).to_vec());
+                    }
+                    ctx.request_repaint();
+                },
+            );
+            worker.set_onmessage(Some(on_message.as_ref().unchecked_ref()));
+            // The worker instantiates the module this page already compiled.
+            worker
+                .post_message(&wasm_bindgen::module())
+                .map_err(|e| format!("{e:?}"))?;
+            Ok(WorkerEngine {
+                worker,
+                inbox,
+                _on_message: on_message,
+            })
+        }
+
+        pub fn send(&self, req: &Request) {
+            match wire::encode(req) {
+                Ok(bytes) => {
+                    let arr = js_sys::Uint8Array::from(bytes.as_slice());
+                    let transfer = js_sys::Array::of1(&arr.buffer());
+                    if let Err(e) = self.worker.post_message_with_transfer(&arr, &transfer) {
+                        log::error!("cannot post to the engine worker: {e:?}");
+                    }
+                }
+                Err(e) => log::error!("{e}"),
+            }
+        }
+
+        pub fn poll(&self) -> Vec<Response> {
+            let raw = std::mem::take(&mut *self.inbox.borrow_mut());
+            raw.iter()
+                .filter_map(|b| match wire::decode::<Response>(b) {
+                    Ok(r) => Some(r),
+                    Err(e) => {
+                        log::error!("{e}");
+                        None
+                    }
+                })
+                .collect()
+        }
+    }
+
+    pub fn query_parameter(key: &str) -> Option<String> {
+        let search = web_sys::window()?.location().search().ok()?;
+        web_sys::UrlSearchParams::new_with_str(&search)
+            .ok()?
+            .get(key)
+    }
+
+    pub async fn fetch_bytes(url: &str) -> Result<Vec<u8>, String> {
+        let window = web_sys::window().ok_or("no window")?;
+        let resp = wasm_bindgen_futures::JsFuture::from(window.fetch_with_str(url))
+            .await
+            .map_err(|e| format!("{e:?}"))?;
+        let resp: web_sys::Response = resp.dyn_into().map_err(|e| format!("{e:?}"))?;
+        if !resp.ok() {
+            return Err(format!("HTTP {}", resp.status()));
+        }
+        let buf = wasm_bindgen_futures::JsFuture::from(
+            resp.array_buffer().map_err(|e| format!("{e:?}"))?,
+        )
+        .await
+        .map_err(|e| format!("{e:?}"))?;
+        Ok(js_sys::Uint8Array::new(&buf).to_vec())
+    }
+
+    pub fn download(file_name: &str, bytes: &[u8]) {
+        let result = (|| -> Result<(), JsValue> {
+            let document = web_sys::window()
+                .ok_or("no window")?
+                .document()
+                .ok_or("no document")?;
+            let parts = js_sys::Array::of1(&js_sys::Uint8Array::from(bytes));
+            let blob = web_sys::Blob::new_with_u8_array_sequence(&parts)?;
+            let url = web_sys::Url::create_object_url_with_blob(&blob)?;
+            let a: web_sys::HtmlAnchorElement = document.create_element("a")?.dyn_into()?;
+            a.set_href(&url);
+            a.set_download(file_name);
+            a.click();
+            web_sys::Url::revoke_object_url(&url)?;
+            Ok(())
+        })();
+        if let Err(e) = result {
+            log::error!("cannot download {file_name}: {e:?}");
+        }
+    }
+
+    pub fn mark_frame(what: &str) {
+        if let Some(body) = web_sys::window()
+            .and_then(|w| w.document())
+            .and_then(|d| d.body())
+        {
+            let _ = body.set_attribute("data-allocsim-frame", what);
+        }
+    }
+
+    pub fn mark_layout(op: u32) {
+        if let Some(body) = web_sys::window()
+            .and_then(|w| w.document())
+            .and_then(|d| d.body())
+        {
+            let _ = body.set_attribute("data-allocsim-layout", &op.to_string());
+        }
+    }
+}

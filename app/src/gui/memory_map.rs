@@ -1,0 +1,408 @@
+//! The memory map at the cursor: one row per segment (address order, grouped by pool and
+//! stream), its blocks coloured by state, a byte scale on top. The wheel scrolls the rows,
+//! ctrl+wheel (or a pinch) zooms the bytes, shift+wheel or a drag pans, a double-click
+//! fits the largest segment. Hovering a block shows what it holds and where it came from.
+
+use std::fmt::Write as _;
+
+use egui::{Align2, Color32, FontId, Rect, Sense, Stroke, pos2};
+
+use super::engine::wire::{BlockView, NO_OP, block_state};
+use super::render::{self, Transform};
+use super::state::{Document, LayoutView, MIB, Row};
+use super::theme;
+use allocsim_core::units::format_size;
+
+/// Fraction of a row's pitch a segment bar fills (the rest is the gap below it).
+const BAR: f32 = theme::ROW_HEIGHT / (theme::ROW_HEIGHT + theme::ROW_GAP);
+
+/// Zoom and scroll of the memory maps (shared by the compared maps, so they stay aligned).
+#[derive(Debug, Clone, Default)]
+pub struct MapState {
+    /// Bytes per point; `None` fits the largest segment.
+    pub bytes_per_point: Option<f64>,
+    /// Byte offset at the left edge.
+    pub pan_bytes: f64,
+    /// Rows scrolled off the top (fractional).
+    pub scroll_rows: f32,
+    /// Scroll to this row on the next frame (search results).
+    pub reveal_row: Option<u32>,
+}
+
+/// What the user did in a map this frame.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct MapInput {
+    /// The allocation of a clicked block.
+    pub picked_alloc: Option<u32>,
+    /// The block under the mouse.
+    pub hovered_block: Option<usize>,
+}
+
+/// Draws the map of `layout`; `layer` is the GPU layer id of this map.
+pub fn memory_map_ui(
+    ui: &mut egui::Ui,
+    st: &mut MapState,
+    doc: &Document,
+    layout: &LayoutView,
+    wgpu: bool,
+    layer: u64,
+    selected_alloc: Option<u32>,
+) -> MapInput {
+    let mut input = MapInput::default();
+    let avail = ui.available_rect_before_wrap();
+    let (outer, response) = ui.allocate_exact_size(avail.size(), Sense::click_and_drag());
+    let painter = ui.painter_at(outer);
+    painter.rect_filled(outer, 0.0, theme::PLOT_BG);
+    let label_w = theme::LABEL_WIDTH.min(outer.width() * 0.35);
+    let ruler_h = 20.0;
+    let content = Rect::from_min_max(
+        pos2(outer.left() + label_w, outer.top() + ruler_h),
+        pos2(outer.right() - 6.0, outer.bottom()),
+    );
+    if content.width() < 10.0 || content.height() < 10.0 {
+        return input;
+    }
+    let pitch = theme::ROW_HEIGHT + theme::ROW_GAP;
+    let rows = layout.rows.len() as f32;
+    let max_scroll = (rows - content.height() / pitch + 1.0).max(0.0);
+    if let Some(r) = st.reveal_row.take() {
+        let r = r as f32;
+        if r < st.scroll_rows || r > st.scroll_rows + content.height() / pitch - 1.0 {
+            st.scroll_rows = (r - 2.0).max(0.0);
+        }
+    }
+    st.scroll_rows = st.scroll_rows.clamp(0.0, max_scroll);
+    let fit = (layout.max_segment_bytes.max(1) as f64) / f64::from(content.width());
+    let bpp = st.bytes_per_point.unwrap_or(fit).max(1e-3);
+    st.pan_bytes = st.pan_bytes.clamp(
+        0.0,
+        (layout.max_segment_bytes as f64 - bpp * f64::from(content.width()) * 0.5).max(0.0),
+    );
+
+    // Interaction first, so this frame draws the new view.
+    if response.double_clicked() {
+        st.bytes_per_point = None;
+        st.pan_bytes = 0.0;
+    }
+    if response.dragged() {
+        let d = response.drag_delta();
+        st.pan_bytes -= f64::from(d.x) * bpp;
+        st.scroll_rows -= d.y / pitch;
+    }
+    if let Some(h) = response.hover_pos() {
+        let (scroll, zoom, shift) =
+            ui.input(|i| (i.smooth_scroll_delta, i.zoom_delta(), i.modifiers.shift));
+        if (zoom - 1.0).abs() > f32::EPSILON && content.contains(h) {
+            let at = st.pan_bytes + f64::from(h.x - content.left()) * bpp;
+            let nb = (bpp / f64::from(zoom)).clamp(1.0 / 64.0, fit * 4.0);
+            st.bytes_per_point = Some(nb);
+            st.pan_bytes = (at - f64::from(h.x - content.left()) * nb).max(0.0);
+        } else if shift {
+            st.pan_bytes -= f64::from(scroll.y + scroll.x) * bpp;
+        } else {
+            st.scroll_rows -= scroll.y / pitch;
+            st.pan_bytes -= f64::from(scroll.x) * bpp;
+        }
+        st.scroll_rows = st.scroll_rows.clamp(0.0, max_scroll);
+        st.pan_bytes = st.pan_bytes.max(0.0);
+    }
+    let bpp = st.bytes_per_point.unwrap_or(fit).max(1e-3);
+
+    ruler(&painter, content, ruler_h, st.pan_bytes, bpp);
+
+    let first_row = st.scroll_rows.floor().max(0.0) as usize;
+    let visible_rows = (content.height() / pitch).ceil() as usize + 1;
+    let row_top = |r: usize| content.top() + (r as f32 - st.scroll_rows) * pitch;
+    // Segment outlines, labels and group headers for the visible rows.
+    let font = FontId::monospace(11.0);
+    for r in first_row..(first_row + visible_rows).min(layout.rows.len()) {
+        let y = row_top(r);
+        match &layout.rows[r] {
+            Row::Header { label } => {
+                let band = Rect::from_min_max(
+                    pos2(outer.left(), y),
+                    pos2(outer.right(), y + theme::ROW_HEIGHT),
+                );
+                painter.rect_filled(band, 0.0, theme::GROUP_HEADER);
+                painter.text(
+                    pos2(outer.left() + 6.0, y + theme::ROW_HEIGHT / 2.0),
+                    Align2::LEFT_CENTER,
+                    label,
+                    FontId::proportional(12.0),
+                    Color32::WHITE,
+                );
+            }
+            Row::Segment { index } => {
+                let s = &layout.data.segments[*index];
+                let x0 = content.left() + ((0.0 - st.pan_bytes) / bpp) as f32;
+                let x1 = content.left() + ((s.size_bytes as f64 - st.pan_bytes) / bpp) as f32;
+                let bar = Rect::from_min_max(
+                    pos2(x0.max(content.left() - 2.0), y),
+                    pos2(
+                        x1.min(content.right() + 2.0).max(x0 + 1.0),
+                        y + theme::ROW_HEIGHT,
+                    ),
+                );
+                painter.rect_stroke(
+                    bar,
+                    0.0,
+                    Stroke::new(1.0, theme::GRID),
+                    egui::StrokeKind::Outside,
+                );
+                let kind = match (s.expandable, s.small) {
+                    (true, _) => "exp",
+                    (false, true) => "small",
+                    (false, false) => "large",
+                };
+                painter.text(
+                    pos2(outer.left() + 6.0, y + theme::ROW_HEIGHT / 2.0),
+                    Align2::LEFT_CENTER,
+                    format!("{:#x} {} {kind}", s.addr, format_size(s.size_bytes)),
+                    font.clone(),
+                    theme::AXIS_TEXT,
+                );
+            }
+        }
+    }
+
+    // Blocks: one instanced quad each (GPU), highlighted ones again on top.
+    let ppp = ui.ctx().pixels_per_point();
+    let t = Transform {
+        origin: [(st.pan_bytes / MIB) as f32, st.scroll_rows],
+        scale: [(MIB / bpp) as f32 * ppp, pitch * ppp],
+        viewport: [content.width() * ppp, content.height() * ppp],
+        min_px: [1.0, 0.0],
+        gap_px: 1.0,
+        use_alt_x: 0.0,
+        linear_target: 0.0,
+        pad: 0.0,
+    };
+    let clip = ui.painter_at(content);
+    render::paint_quads(
+        &clip,
+        content,
+        wgpu,
+        layer * 2 + 100,
+        &layout.quads,
+        0..layout.quads.len() as u32,
+        t,
+    );
+    if !layout.highlight.is_empty() {
+        let mut th = t;
+        th.min_px = [2.0, 0.0];
+        render::paint_quads(
+            &clip,
+            content,
+            wgpu,
+            layer * 2 + 101,
+            &layout.highlight,
+            0..layout.highlight.len() as u32,
+            th,
+        );
+    }
+
+    // Selected allocation: outline its block.
+    if let Some(sel) = selected_alloc
+        && let Some((bi, b)) = layout
+            .data
+            .blocks
+            .iter()
+            .enumerate()
+            .find(|(_, b)| b.alloc == sel && b.state != block_state::FREE)
+        && let Some(r) = block_rect(layout, bi, b, content, st, bpp, &row_top)
+    {
+        clip.rect_stroke(
+            r.expand(1.5),
+            0.0,
+            Stroke::new(2.0, theme::HIGHLIGHT),
+            egui::StrokeKind::Outside,
+        );
+    }
+
+    // Hover.
+    if let Some(h) = response.hover_pos()
+        && content.contains(h)
+    {
+        let r = ((h.y - content.top()) / pitch + st.scroll_rows).floor();
+        if r >= 0.0
+            && let Some(Row::Segment { index }) = layout.rows.get(r as usize)
+        {
+            let off = st.pan_bytes + f64::from(h.x - content.left()) * bpp;
+            let seg = &layout.data.segments[*index];
+            // Sub-pixel blocks are widened to a pixel: search within half a point.
+            let slack = (bpp * 0.5) as u64;
+            let hit = if off >= 0.0 && (off as u64) < seg.size_bytes + slack {
+                let o = (off as u64).min(seg.size_bytes.saturating_sub(1));
+                layout
+                    .block_at(*index, o)
+                    .or_else(|| layout.block_at(*index, o.saturating_sub(slack)))
+            } else {
+                None
+            };
+            if let Some(bi) = hit {
+                input.hovered_block = Some(bi);
+                let b = layout.data.blocks[bi];
+                if let Some(rr) = block_rect(layout, bi, &b, content, st, bpp, &row_top) {
+                    clip.rect_stroke(
+                        rr,
+                        0.0,
+                        Stroke::new(1.5, theme::HOVER_OUTLINE),
+                        egui::StrokeKind::Outside,
+                    );
+                }
+                egui::Tooltip::always_open(
+                    ui.ctx().clone(),
+                    ui.layer_id(),
+                    response.id,
+                    egui::PopupAnchor::Pointer,
+                )
+                .gap(14.0)
+                .show(|ui| block_details_ui(ui, doc, layout, *index, &b));
+                if response.clicked() && b.alloc != NO_OP {
+                    input.picked_alloc = Some(b.alloc);
+                }
+            }
+        }
+    }
+    if layout.data.segments.is_empty() {
+        painter.text(
+            content.center(),
+            Align2::CENTER_CENTER,
+            "no memory reserved at this event",
+            FontId::proportional(14.0),
+            theme::AXIS_TEXT,
+        );
+    }
+    input
+}
+
+fn block_rect(
+    layout: &LayoutView,
+    bi: usize,
+    b: &BlockView,
+    content: Rect,
+    st: &MapState,
+    bpp: f64,
+    row_top: &dyn Fn(usize) -> f32,
+) -> Option<Rect> {
+    let si = layout
+        .data
+        .segments
+        .iter()
+        .position(|s| (s.first as usize..(s.first + s.count) as usize).contains(&bi))?;
+    let s = &layout.data.segments[si];
+    let row = layout.segment_row[si] as usize;
+    let y = row_top(row);
+    let off = b.addr.saturating_sub(s.addr) as f64;
+    let x0 = content.left() + ((off - st.pan_bytes) / bpp) as f32;
+    let x1 = content.left() + ((off + b.size_bytes as f64 - st.pan_bytes) / bpp) as f32;
+    let x1 = x1.max(x0 + 1.0);
+    let r = Rect::from_min_max(pos2(x0, y), pos2(x1, y + theme::ROW_HEIGHT * BAR.max(0.8)));
+    r.intersects(content).then_some(r)
+}
+
+/// The byte scale above the map: ticks at a power-of-two step.
+fn ruler(painter: &egui::Painter, content: Rect, h: f32, pan: f64, bpp: f64) {
+    let span = bpp * f64::from(content.width());
+    let mut step = 512f64;
+    while span / step > (f64::from(content.width()) / 90.0).max(1.0) {
+        step *= 2.0;
+    }
+    let mut b = (pan / step).ceil() * step;
+    let y = content.top() - h;
+    while b <= pan + span {
+        let x = content.left() + ((b - pan) / bpp) as f32;
+        painter.line_segment(
+            [pos2(x, y + h - 5.0), pos2(x, y + h)],
+            Stroke::new(1.0, theme::AXIS_TEXT),
+        );
+        painter.text(
+            pos2(x, y + 2.0),
+            Align2::CENTER_TOP,
+            format_size(b as u64),
+            FontId::proportional(10.0),
+            theme::AXIS_TEXT,
+        );
+        b += step;
+    }
+}
+
+/// Everything known about a block: state, sizes, stream and pool, the events that made
+/// and freed its allocation, and its stack.
+pub fn block_details_ui(
+    ui: &mut egui::Ui,
+    doc: &Document,
+    layout: &LayoutView,
+    seg: usize,
+    b: &BlockView,
+) {
+    let s = &layout.data.segments[seg];
+    let state = match b.state {
+        block_state::ALLOCATED => "allocated",
+        block_state::PENDING_FREE => "pending free (waiting for another stream)",
+        block_state::UNMAPPED => "unmapped (address space without memory)",
+        _ => "cached free",
+    };
+    ui.colored_label(
+        theme::block(b.state).gamma_multiply(1.4),
+        format!("{} · {state}", format_size(b.size_bytes)),
+    );
+    if b.state == block_state::ALLOCATED || b.state == block_state::PENDING_FREE {
+        ui.label(format!(
+            "requested {} (rounding {})",
+            format_size(b.requested_bytes),
+            format_size(b.size_bytes.saturating_sub(b.requested_bytes))
+        ));
+    }
+    ui.label(format!(
+        "address {:#x} (+{} in segment {:#x})",
+        b.addr,
+        format_size(b.addr - s.addr),
+        s.addr
+    ));
+    let pool = if s.pool == (0, 0) {
+        "default pool".to_string()
+    } else {
+        format!("private pool ({}, {})", s.pool.0, s.pool.1)
+    };
+    ui.label(format!(
+        "stream {:#x} · {pool} · {} segment",
+        s.stream,
+        if s.small { "small" } else { "large" }
+    ));
+    let ops = &doc.trace.ops;
+    if b.alloc != NO_OP {
+        let a = b.alloc as usize;
+        let ev = |k: u32| ops.event_index.get(k as usize).copied().unwrap_or(0);
+        let mut life = format!("allocated at event {}", ev(b.alloc));
+        match ops.link.get(a) {
+            Some(&f) if f != NO_OP => {
+                let _ = write!(life, ", freed at event {}", ev(f));
+                if let Some(&e) = ops.end.get(a)
+                    && e != f
+                    && e != NO_OP
+                {
+                    let _ = write!(life, ", free completed at event {}", ev(e));
+                }
+            }
+            _ => life.push_str(", never freed in the trace"),
+        }
+        ui.label(life);
+        let frames = doc
+            .trace
+            .stacks
+            .format(ops.stack.get(a).copied().unwrap_or(0));
+        if frames.is_empty() {
+            ui.weak("no stack frames recorded");
+        } else {
+            for f in frames.iter().take(16) {
+                ui.monospace(f);
+            }
+            if frames.len() > 16 {
+                ui.weak(format!("… {} more frames", frames.len() - 16));
+            }
+        }
+    } else if b.state == block_state::ALLOCATED {
+        ui.weak("alive before the trace starts");
+    }
+}

@@ -1,0 +1,884 @@
+//! The allocsim app (eframe), one for the desktop and the browser: it opens on a built-in
+//! real snapshot, replays it under the configurations the user compares, and shows the
+//! timeline, the memory map at the cursor, what was live at the peak and why an OOM
+//! happened. Slow work runs in the [`engine`] off the UI thread; the views draw plain data
+//! ([`state`]) with egui and, for the big ones, our own wgpu pipeline ([`render`]).
+
+pub mod engine;
+pub mod envelope;
+pub mod examples;
+pub mod io;
+pub mod memory_map;
+mod panels;
+pub mod render;
+pub mod state;
+pub mod theme;
+pub mod timeline;
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use engine::wire::{AddressHit, NO_OP, Request, Response, WhatIfRow};
+use examples::Example;
+use render::QuadSet;
+use state::{Document, LayoutView, ReplayView, Slot};
+
+pub use panels::Tab;
+
+/// What the app shows first.
+#[derive(Debug, Clone)]
+pub enum Startup {
+    /// A built-in example.
+    Example(&'static Example),
+    /// A file from disk (desktop).
+    File(std::path::PathBuf),
+    /// Bytes already in memory.
+    Bytes { name: String, bytes: Vec<u8> },
+    /// Nothing (tests).
+    Empty,
+}
+
+/// The configuration panel's state.
+#[derive(Debug, Clone)]
+pub struct ConfigState {
+    /// The model of the main configuration.
+    pub model: String,
+    /// Its `PYTORCH_CUDA_ALLOC_CONF`-style config ("" = the snapshot's own settings).
+    pub conf: String,
+    /// The memory cap of every configuration (`None`: the whole GPU).
+    pub capacity_bytes: Option<u64>,
+    /// The capacity text field.
+    pub capacity_text: String,
+    /// The other compared configurations (`NAME` or `NAME@CONFIG`).
+    pub compare: Vec<String>,
+    /// The "add a configuration" text field.
+    pub add_text: String,
+}
+
+impl Default for ConfigState {
+    fn default() -> Self {
+        ConfigState {
+            model: "pytorch".into(),
+            conf: String::new(),
+            capacity_bytes: None,
+            capacity_text: String::new(),
+            compare: Vec::new(),
+            add_text: String::new(),
+        }
+    }
+}
+
+impl ConfigState {
+    /// The main configuration as a spec.
+    #[must_use]
+    pub fn main_spec(&self) -> String {
+        let conf = self.conf.trim();
+        if conf.is_empty() {
+            self.model.clone()
+        } else {
+            format!("{}@{conf}", self.model)
+        }
+    }
+
+    /// Every compared spec, the main one first.
+    #[must_use]
+    pub fn specs(&self) -> Vec<String> {
+        let mut v = vec![self.main_spec()];
+        v.extend(self.compare.iter().cloned());
+        v
+    }
+}
+
+/// The search box's state and what it matched.
+#[derive(Debug, Clone, Default)]
+pub struct SearchState {
+    pub text: String,
+    /// Stacks whose frames contain the text.
+    pub stacks: Option<BTreeSet<u32>>,
+    /// The text as an address.
+    pub addr: Option<u64>,
+    /// Allocations (of the main configuration) holding the address.
+    pub hits: Vec<AddressHit>,
+    pub job: Option<u64>,
+    /// A call site chosen in the peak table.
+    pub site: Option<u32>,
+}
+
+/// Timing of the first full frame after a load (shown in the status bar, logged for the
+/// browser benchmark).
+#[derive(Debug, Clone, Default)]
+struct LoadTiming {
+    started_ms: f64,
+    name: String,
+    done: bool,
+}
+
+/// The call sites at a replay's peak (keyed by the replay's address): (stack, bytes, count).
+type PeakSites = (usize, Vec<(u32, u64, u32)>);
+
+/// A what-if job and its rows once answered.
+type WhatIf = (u64, Option<Vec<WhatIfRow>>);
+
+/// The app.
+pub struct AllocsimApp {
+    engine: io::EngineHandle,
+    inbox: io::Inbox,
+    next_job: u64,
+    load_job: Option<u64>,
+    /// What the engine is doing: (job, stage, fraction).
+    progress: Option<(u64, String, f32)>,
+    doc: Option<Document>,
+    pub config: ConfigState,
+    /// The op after which the layout is shown.
+    pub cursor: u32,
+    /// Put the cursor on the OOM (or the peak) when the main replay arrives.
+    cursor_pending: bool,
+    pub timeline: timeline::TimelineState,
+    pub map: memory_map::MapState,
+    pub tab: Tab,
+    pub search: SearchState,
+    pub selected_alloc: Option<u32>,
+    /// The what-if job and its rows once answered.
+    what_if: Option<WhatIf>,
+    /// Live bytes per call site at the main configuration's peak.
+    peak_sites: Option<PeakSites>,
+    bands_highlight: QuadSet,
+    /// Messages shown in the error banner.
+    pub errors: Vec<String>,
+    wgpu: bool,
+    timing: LoadTiming,
+    /// Last first-frame time, in milliseconds.
+    pub last_load_ms: Option<f64>,
+    marked_layout: Option<u32>,
+}
+
+impl std::fmt::Debug for AllocsimApp {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AllocsimApp")
+            .field("cursor", &self.cursor)
+            .finish_non_exhaustive()
+    }
+}
+
+impl AllocsimApp {
+    /// The app inside eframe: the engine off the UI thread, our wgpu pipeline installed.
+    #[must_use]
+    pub fn new(cc: &eframe::CreationContext<'_>, startup: Startup) -> AllocsimApp {
+        let wgpu = if let Some(rs) = cc.wgpu_render_state.as_ref() {
+            render::install(rs);
+            true
+        } else {
+            false
+        };
+        cc.egui_ctx.set_theme(egui::Theme::Dark);
+        let mut app = AllocsimApp::with_engine(io::EngineHandle::spawn(&cc.egui_ctx), wgpu);
+        if let (Startup::Example(_), Some(url)) = (&startup, io::trace_url_parameter()) {
+            app.timing = LoadTiming {
+                started_ms: io::now_ms(),
+                name: url.clone(),
+                done: false,
+            };
+            io::fetch(&cc.egui_ctx, &app.inbox, &url);
+        } else {
+            app.start(startup);
+        }
+        app
+    }
+
+    /// The app with a given engine and no GPU pipeline (tests, benchmarks).
+    #[must_use]
+    pub fn with_engine(engine: io::EngineHandle, wgpu: bool) -> AllocsimApp {
+        AllocsimApp {
+            engine,
+            inbox: io::Inbox::default(),
+            next_job: 1,
+            load_job: None,
+            progress: None,
+            doc: None,
+            config: ConfigState::default(),
+            cursor: 0,
+            cursor_pending: false,
+            timeline: timeline::TimelineState::default(),
+            map: memory_map::MapState::default(),
+            tab: Tab::Map,
+            search: SearchState::default(),
+            selected_alloc: None,
+            what_if: None,
+            peak_sites: None,
+            bands_highlight: QuadSet::default(),
+            errors: Vec::new(),
+            wgpu,
+            timing: LoadTiming::default(),
+            last_load_ms: None,
+            marked_layout: None,
+        }
+    }
+
+    /// Opens what `startup` names.
+    pub fn start(&mut self, startup: Startup) {
+        match startup {
+            Startup::Example(e) => self.open_example(e),
+            Startup::File(path) => match std::fs::read(&path) {
+                Ok(bytes) => self.open_bytes(
+                    path.file_name().map_or_else(
+                        || path.display().to_string(),
+                        |f| f.to_string_lossy().into_owned(),
+                    ),
+                    bytes,
+                    None,
+                    &[],
+                ),
+                Err(e) => self
+                    .errors
+                    .push(format!("cannot read {}: {e}", path.display())),
+            },
+            Startup::Bytes { name, bytes } => self.open_bytes(name, bytes, None, &[]),
+            Startup::Empty => {}
+        }
+    }
+
+    fn job(&mut self) -> u64 {
+        self.next_job += 1;
+        self.next_job
+    }
+
+    /// Opens a built-in example with its memory cap and its comparison.
+    pub fn open_example(&mut self, e: &Example) {
+        self.open_bytes(
+            e.file.to_string(),
+            e.bytes.to_vec(),
+            e.cap_bytes(),
+            e.compare_with,
+        );
+    }
+
+    /// Opens a snapshot: `capacity` and `compare` set the configurations replayed.
+    pub fn open_bytes(
+        &mut self,
+        name: String,
+        bytes: Vec<u8>,
+        capacity: Option<u64>,
+        compare: &[&str],
+    ) {
+        let job = self.job();
+        self.load_job = Some(job);
+        self.progress = Some((job, format!("reading {name}"), 0.0));
+        self.config.capacity_bytes = capacity;
+        self.config.capacity_text = capacity
+            .map(allocsim_core::units::format_size)
+            .unwrap_or_default();
+        self.config.model = "pytorch".into();
+        self.config.conf.clear();
+        self.config.compare = if compare.is_empty() {
+            vec!["pytorch@expandable_segments:True".into()]
+        } else {
+            compare.iter().map(|s| (*s).to_string()).collect()
+        };
+        if !self.timing.name.is_empty() && !self.timing.done && self.timing.name.ends_with(&name) {
+            // A fetch started the clock already.
+        } else {
+            self.timing = LoadTiming {
+                started_ms: io::now_ms(),
+                name: name.clone(),
+                done: false,
+            };
+        }
+        self.engine.send(Request::Load { job, name, bytes });
+    }
+
+    /// The loaded document.
+    #[must_use]
+    pub fn document(&self) -> Option<&Document> {
+        self.doc.as_ref()
+    }
+
+    /// Whether work is in flight (a load, a replay or a layout).
+    #[must_use]
+    pub fn busy(&self) -> bool {
+        self.load_job.is_some()
+            || self.engine.has_queued()
+            || self.doc.as_ref().is_some_and(|d| {
+                d.slots
+                    .iter()
+                    .any(|s| s.replay_job.is_some() || s.layout_job.is_some())
+            })
+            || self.search.job.is_some()
+            || self.what_if.as_ref().is_some_and(|w| w.1.is_none())
+    }
+
+    /// Replays the compared configurations that changed (after a config or capacity
+    /// change); a slot whose spec and capacity stay keeps its replay.
+    pub fn resimulate(&mut self) {
+        let specs = self.config.specs();
+        let cap = self.config.capacity_bytes;
+        let Some(doc) = &mut self.doc else { return };
+        let mut old: Vec<Option<Slot>> = std::mem::take(&mut doc.slots)
+            .into_iter()
+            .map(Some)
+            .collect();
+        for (i, spec) in specs.iter().enumerate() {
+            let kept = old.get_mut(i).and_then(|o| {
+                o.take_if(|s| s.spec == *spec && s.capacity_bytes == cap && s.replay.is_some())
+            });
+            doc.slots.push(match kept {
+                Some(mut s) => {
+                    s.layout_job = None;
+                    s
+                }
+                None => Slot::new(spec.clone(), cap),
+            });
+        }
+        for i in specs.len()..old.len() {
+            self.engine.send(Request::DropSlot { slot: i as u32 });
+        }
+        self.request_replays();
+    }
+
+    /// Sends a replay for every slot without one.
+    fn request_replays(&mut self) {
+        let n = self.doc.as_ref().map_or(0, |d| d.slots.len());
+        for i in 0..n {
+            let needs = self
+                .doc
+                .as_ref()
+                .is_some_and(|d| d.slots[i].replay.is_none() && d.slots[i].replay_job.is_none());
+            if needs {
+                let job = self.job();
+                if let Some(doc) = &mut self.doc {
+                    let s = &mut doc.slots[i];
+                    s.replay_job = Some(job);
+                    s.error = None;
+                    let req = Request::Replay {
+                        job,
+                        slot: i as u32,
+                        spec: s.spec.clone(),
+                        capacity_bytes: s.capacity_bytes,
+                    };
+                    self.engine.send(req);
+                }
+            }
+        }
+        self.what_if = None;
+        self.peak_sites = None;
+    }
+
+    /// Moves the cursor (clamped to the trace).
+    pub fn set_cursor(&mut self, op: u32) {
+        let n = self.doc.as_ref().map_or(0, |d| d.trace.ops.len());
+        self.cursor = op.min(n.saturating_sub(1) as u32);
+    }
+
+    /// Handles what the engine and the I/O sent since last frame.
+    pub fn pump(&mut self, ctx: &egui::Context) {
+        for item in self.inbox.take() {
+            match item {
+                Ok(f) => {
+                    let ex = examples::by_file(&f.name);
+                    let cap = ex.and_then(Example::cap_bytes);
+                    let cmp: &[&str] = ex.map_or(&[], |e| e.compare_with);
+                    self.open_bytes(f.name, f.bytes, cap, cmp);
+                }
+                Err(e) => self.errors.push(e),
+            }
+        }
+        let dropped = ctx.input(|i| i.raw.dropped_files.clone());
+        for f in dropped {
+            io::read_dropped(ctx, &self.inbox, f);
+        }
+        for r in self.engine.poll() {
+            self.on_response(r);
+        }
+        self.request_layouts();
+    }
+
+    fn on_response(&mut self, r: Response) {
+        let job = r.job();
+        if let Some((pj, ..)) = &self.progress
+            && *pj == job
+            && !matches!(r, Response::Progress { .. })
+        {
+            self.progress = None;
+        }
+        match r {
+            Response::Progress {
+                job,
+                stage,
+                fraction,
+            } => self.progress = Some((job, stage, fraction)),
+            Response::Loaded { job, trace } => {
+                if self.load_job != Some(job) {
+                    return;
+                }
+                self.load_job = None;
+                let trace = Arc::new(*trace);
+                let seconds = state::seconds_of(&trace);
+                let bands = QuadSet::new(state::band_quads(&trace, &seconds, &|_| true, None));
+                self.doc = Some(Document {
+                    trace,
+                    seconds,
+                    bands,
+                    slots: Vec::new(),
+                });
+                self.cursor = 0;
+                self.cursor_pending = true;
+                self.timeline.view = None;
+                if self.timeline.axis == timeline::Axis::Time
+                    && self.doc.as_ref().is_some_and(|d| d.seconds.is_empty())
+                {
+                    self.timeline.axis = timeline::Axis::Events;
+                }
+                self.map = memory_map::MapState::default();
+                self.search = SearchState {
+                    text: self.search.text.clone(),
+                    ..SearchState::default()
+                };
+                self.selected_alloc = None;
+                self.bands_highlight = QuadSet::default();
+                self.resimulate();
+                self.apply_search();
+            }
+            Response::Replayed { job, slot, replay } => {
+                let Some(doc) = &mut self.doc else { return };
+                let Some(s) = doc.slots.get_mut(slot as usize) else {
+                    return;
+                };
+                if s.replay_job != Some(job) {
+                    return;
+                }
+                s.replay_job = None;
+                s.replay = Some(ReplayView::new(*replay));
+                s.layout = None;
+                if slot == 0 && self.cursor_pending {
+                    self.cursor_pending = false;
+                    let r = s.replay.as_ref();
+                    self.cursor = r
+                        .and_then(|r| r.data.summary.oom.as_ref().map(|o| o.op_index))
+                        .or(r.map(|r| r.peak_op))
+                        .unwrap_or(0);
+                }
+                if slot == 0 {
+                    self.peak_sites = None;
+                }
+            }
+            Response::Layout { job, slot, layout } => {
+                let Some(doc) = &mut self.doc else { return };
+                let trace = doc.trace.clone();
+                let Some(s) = doc.slots.get_mut(slot as usize) else {
+                    return;
+                };
+                if s.layout_job.map(|(j, _)| j) != Some(job) {
+                    return;
+                }
+                s.layout_job = None;
+                let hl = highlighter(&trace, &self.search, self.selected_alloc);
+                let data = *layout;
+                s.layout = Some(LayoutView::new(data.clone(), &|b| hl(&data, b)));
+            }
+            Response::AddressHits { job, hits, .. } => {
+                if self.search.job == Some(job) {
+                    self.search.job = None;
+                    self.search.hits = hits;
+                }
+            }
+            Response::WhatIf { job, rows } => {
+                if let Some((j, slot)) = &mut self.what_if
+                    && *j == job
+                {
+                    *slot = Some(rows);
+                }
+            }
+            Response::Failed { job, message } => {
+                if self.load_job == Some(job) {
+                    self.load_job = None;
+                    self.errors.push(message);
+                    return;
+                }
+                if self.search.job == Some(job) {
+                    self.search.job = None;
+                }
+                if let Some((j, _)) = &self.what_if
+                    && *j == job
+                {
+                    self.what_if = Some((job, Some(Vec::new())));
+                    self.errors.push(message);
+                    return;
+                }
+                if let Some(doc) = &mut self.doc {
+                    for s in &mut doc.slots {
+                        if s.replay_job == Some(job) {
+                            s.replay_job = None;
+                            s.error = Some(message.clone());
+                            self.errors.push(message.clone());
+                        }
+                        if s.layout_job.map(|(j, _)| j) == Some(job) {
+                            s.layout_job = None;
+                            s.error = Some(message.clone());
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Asks for the layout at the cursor of every slot whose layout is stale (one request
+    /// in flight per slot: while scrubbing, the newest cursor wins).
+    fn request_layouts(&mut self) {
+        let cursor = self.cursor;
+        let mut reqs = Vec::new();
+        if let Some(doc) = &self.doc {
+            for (i, s) in doc.slots.iter().enumerate() {
+                if s.replay.is_some()
+                    && s.layout_job.is_none()
+                    && s.error.is_none()
+                    && s.layout.as_ref().is_none_or(|l| l.data.op != cursor)
+                {
+                    reqs.push(i);
+                }
+            }
+        }
+        for i in reqs {
+            let job = self.job();
+            if let Some(doc) = &mut self.doc {
+                doc.slots[i].layout_job = Some((job, cursor));
+            }
+            self.engine.send(Request::Layout {
+                job,
+                slot: i as u32,
+                op: cursor,
+            });
+        }
+    }
+
+    /// Recomputes what the search and the selection highlight.
+    pub fn apply_search(&mut self) {
+        let text = self.search.text.trim().to_string();
+        self.search.addr = parse_address(&text);
+        self.search.hits.clear();
+        self.search.stacks = None;
+        if let Some(doc) = &self.doc {
+            if let Some(a) = self.search.addr {
+                let job = self.job();
+                self.search.job = Some(job);
+                self.engine.send(Request::FindAddress {
+                    job,
+                    slot: 0,
+                    addr: a,
+                });
+            } else if !text.is_empty() {
+                self.search.stacks = Some(state::stacks_matching(&doc.trace, &text));
+            }
+        }
+        if let Some(site) = self.search.site {
+            self.search
+                .stacks
+                .get_or_insert_with(BTreeSet::new)
+                .insert(site);
+        }
+        self.refresh_highlight();
+    }
+
+    /// Rebuilds the highlight quads of the bands and of every layout.
+    pub fn refresh_highlight(&mut self) {
+        let Some(doc) = &mut self.doc else { return };
+        let trace = doc.trace.clone();
+        let mut set: Option<BTreeSet<u32>> = self.search.stacks.clone();
+        let sel = self.selected_alloc;
+        self.bands_highlight = if set.is_some() || sel.is_some() {
+            let stacks = set.get_or_insert_with(BTreeSet::new);
+            let ops = &trace.ops;
+            let pick = |p: &engine::wire::BandPiece| {
+                Some(p.alloc) == sel
+                    || ops
+                        .stack
+                        .get(p.alloc as usize)
+                        .is_some_and(|s| stacks.contains(s))
+            };
+            QuadSet::new(state::band_quads(
+                &trace,
+                &doc.seconds,
+                &pick,
+                Some(theme::HIGHLIGHT),
+            ))
+        } else {
+            QuadSet::default()
+        };
+        let hl = highlighter(&trace, &self.search, sel);
+        for s in &mut doc.slots {
+            if let Some(l) = &mut s.layout {
+                let data = l.data.clone();
+                l.set_highlight(&|b| hl(&data, b));
+            }
+        }
+    }
+
+    /// Asks which configurations would fit under the current capacity.
+    pub fn request_what_if(&mut self) {
+        let job = self.job();
+        self.what_if = Some((job, None));
+        self.engine.send(Request::WhatIf {
+            job,
+            capacity_bytes: self.config.capacity_bytes,
+        });
+    }
+
+    /// Handles the keyboard: arrows step one event, PageUp/PageDown jump, Home/End.
+    fn keys(&mut self, ctx: &egui::Context) {
+        if ctx.egui_wants_keyboard_input() {
+            return;
+        }
+        let Some(doc) = &self.doc else { return };
+        let n = doc.trace.ops.len() as i64;
+        if n == 0 {
+            return;
+        }
+        let (lo, hi) = self.timeline.visible(doc);
+        let (a, b) = (
+            self.timeline.op_at_x(doc, lo),
+            self.timeline.op_at_x(doc, hi),
+        );
+        let page = (i64::from(b.saturating_sub(a)) / 10).max(1);
+        let mut c = i64::from(self.cursor);
+        ctx.input(|i| {
+            for e in &i.events {
+                if let egui::Event::Key {
+                    key,
+                    pressed: true,
+                    modifiers,
+                    ..
+                } = e
+                {
+                    let step = if modifiers.shift { 10 } else { 1 };
+                    match key {
+                        egui::Key::ArrowRight => c += step,
+                        egui::Key::ArrowLeft => c -= step,
+                        egui::Key::PageDown => c += page,
+                        egui::Key::PageUp => c -= page,
+                        egui::Key::Home => c = 0,
+                        egui::Key::End => c = n - 1,
+                        _ => {}
+                    }
+                }
+            }
+        });
+        let c = c.clamp(0, n - 1) as u32;
+        if c != self.cursor {
+            self.cursor = c;
+            self.timeline.reveal(doc, c);
+        }
+    }
+
+    /// The whole UI (also what tests drive with a headless context).
+    pub fn ui(&mut self, ui: &mut egui::Ui) {
+        let ctx = ui.ctx().clone();
+        self.pump(&ctx);
+        self.keys(&ctx);
+        panels::top_bar_ui(ui, self);
+        panels::status_bar_ui(ui, self);
+        panels::side_panel_ui(ui, self);
+        panels::central_ui(ui, self);
+        self.mark_frames();
+        if self.busy() {
+            ctx.request_repaint_after(std::time::Duration::from_millis(16));
+        }
+    }
+
+    /// Emits the first-full-frame and layout markers the browser test waits for.
+    fn mark_frames(&mut self) {
+        let Some(doc) = &self.doc else { return };
+        let complete = !doc.slots.is_empty()
+            && doc.slots.iter().all(|s| {
+                s.error.is_some()
+                    || (s.replay.is_some()
+                        && s.layout.as_ref().is_some_and(|l| l.data.op == self.cursor))
+            });
+        if complete && !self.timing.done {
+            self.timing.done = true;
+            let ms = io::now_ms() - self.timing.started_ms;
+            self.last_load_ms = Some(ms);
+            log::info!(
+                "allocsim: first full frame of {} after {ms:.0} ms",
+                doc.trace.name
+            );
+            io::mark_frame(&format!("ready:{}:{}", doc.trace.name, doc.trace.ops.len()));
+        }
+        let l0 = doc
+            .slots
+            .first()
+            .and_then(|s| s.layout.as_ref())
+            .map(|l| l.data.op);
+        if complete && l0 != self.marked_layout {
+            self.marked_layout = l0;
+            if let Some(op) = l0 {
+                io::mark_layout(op);
+            }
+        }
+    }
+
+    /// Whether the wgpu pipeline draws the big views.
+    #[must_use]
+    pub fn uses_wgpu(&self) -> bool {
+        self.wgpu
+    }
+
+    fn export_csv(&self) {
+        let Some(doc) = &self.doc else { return };
+        let Some(s) = doc.slots.first() else { return };
+        let Some(r) = &s.replay else { return };
+        let mut tl = state::timeline_of(&r.data);
+        tl.time_us = doc.trace.ops.time_us[..tl.len().min(doc.trace.ops.len())].to_vec();
+        tl.time_us.resize(tl.len(), 0);
+        let name = format!(
+            "{}_{}_timeline.csv",
+            stem(&doc.trace.name),
+            sanitize(&s.spec)
+        );
+        io::save_file(&name, tl.to_csv().into_bytes());
+    }
+
+    /// The compare summary as JSON (the fields of `allocsim compare --json`).
+    #[must_use]
+    pub fn compare_json(&self) -> Option<String> {
+        let doc = self.doc.as_ref()?;
+        let results: Vec<serde_json::Value> = doc
+            .slots
+            .iter()
+            .filter_map(|s| {
+                let r = s.replay.as_ref()?;
+                let mut v = serde_json::to_value(&r.data.summary).ok()?;
+                if let Some(o) = v.as_object_mut() {
+                    o.insert("spec".into(), serde_json::Value::String(s.spec.clone()));
+                    o.insert(
+                        "events".into(),
+                        serde_json::Value::from(
+                            doc.trace
+                                .devices
+                                .get(doc.trace.device as usize)
+                                .map_or(0, |d| d.0),
+                        ),
+                    );
+                }
+                Some(v)
+            })
+            .collect();
+        let v = serde_json::json!({ "schema": 1, "file": doc.trace.name, "device": doc.trace.device, "capacity_bytes": self.config.capacity_bytes, "results": results });
+        serde_json::to_string_pretty(&v).ok()
+    }
+
+    fn export_json(&self) {
+        if let (Some(doc), Some(json)) = (&self.doc, self.compare_json()) {
+            io::save_file(
+                &format!("{}_compare.json", stem(&doc.trace.name)),
+                json.into_bytes(),
+            );
+        }
+    }
+}
+
+impl eframe::App for AllocsimApp {
+    fn ui(&mut self, ui: &mut egui::Ui, _frame: &mut eframe::Frame) {
+        AllocsimApp::ui(self, ui);
+    }
+}
+
+/// Whether layout block `b` is highlighted: its call site matches, it holds the searched
+/// address, or it is the selected allocation.
+fn highlighter<'a>(
+    trace: &'a engine::wire::TraceData,
+    search: &'a SearchState,
+    selected: Option<u32>,
+) -> impl Fn(&engine::wire::LayoutData, usize) -> bool + 'a {
+    move |layout, b| {
+        let Some(blk) = layout.blocks.get(b) else {
+            return false;
+        };
+        if let Some(a) = search.addr
+            && blk.addr <= a
+            && a < blk.addr + blk.size_bytes
+        {
+            return true;
+        }
+        if selected.is_some() && blk.alloc != NO_OP && Some(blk.alloc) == selected {
+            return true;
+        }
+        search
+            .stacks
+            .as_ref()
+            .is_some_and(|s| state::block_in_stacks(trace, layout, b, s))
+    }
+}
+
+/// Parses `0x7f12…` or a long hex string as an address.
+#[must_use]
+pub fn parse_address(text: &str) -> Option<u64> {
+    let t = text.trim();
+    let hex = t.strip_prefix("0x").or_else(|| t.strip_prefix("0X"));
+    match hex {
+        Some(h) if !h.is_empty() => u64::from_str_radix(h, 16).ok(),
+        _ if t.len() >= 8
+            && t.chars().all(|c| c.is_ascii_hexdigit())
+            && t.chars().any(|c| c.is_ascii_digit()) =>
+        {
+            u64::from_str_radix(t, 16).ok()
+        }
+        _ => None,
+    }
+}
+
+fn stem(name: &str) -> String {
+    let base = name.rsplit(['/', '\\']).next().unwrap_or(name);
+    base.split('.').next().unwrap_or(base).to_string()
+}
+
+fn sanitize(s: &str) -> String {
+    s.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}
+
+/// Opens the desktop app on the built-in example, or on `path`. Returns an error (e.g.
+/// "no display") instead of panicking; the CLI maps it to exit code 3.
+pub fn run_native(path: Option<std::path::PathBuf>) -> Result<(), String> {
+    #[cfg(not(target_arch = "wasm32"))]
+    {
+        let _ = env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn"))
+            .try_init();
+        if std::env::var_os("DISPLAY").is_none()
+            && std::env::var_os("WAYLAND_DISPLAY").is_none()
+            && cfg!(target_os = "linux")
+        {
+            return Err("no display: set DISPLAY or WAYLAND_DISPLAY (or run under Xvfb)".into());
+        }
+        let startup = match path {
+            Some(p) => Startup::File(p),
+            None => Startup::Example(&examples::OOM_STORY),
+        };
+        let options = eframe::NativeOptions {
+            renderer: eframe::Renderer::Wgpu,
+            viewport: egui::ViewportBuilder::default()
+                .with_title("allocsim")
+                .with_inner_size([1440.0, 900.0])
+                .with_drag_and_drop(true),
+            ..eframe::NativeOptions::default()
+        };
+        eframe::run_native(
+            "allocsim",
+            options,
+            Box::new(move |cc| Ok(Box::new(AllocsimApp::new(cc, startup)))),
+        )
+        .map_err(|e| format!("cannot open the app window: {e}"))
+    }
+    #[cfg(target_arch = "wasm32")]
+    {
+        let _ = path;
+        Err("the desktop app is not available in the browser".into())
+    }
+}
+
+#[cfg(test)]
+mod tests;

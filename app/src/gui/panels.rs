@@ -1,0 +1,936 @@
+//! The app's panels: the menu and progress bar, the configuration, search and OOM panel
+//! on the left, the timeline and the tabs (memory map, compare, at the peak) in the middle,
+//! the status line at the bottom.
+
+use egui::{Color32, RichText, Ui};
+
+use super::engine::wire::NO_OP;
+use super::examples::EXAMPLES;
+use super::memory_map::memory_map_ui;
+use super::state::{self, Slot};
+use super::timeline::{Axis, Mode, format_seconds, timeline_ui};
+use super::{AllocsimApp, io, theme};
+use allocsim_core::models::MODEL_NAMES;
+use allocsim_core::units::{format_size, parse_size};
+
+/// The tab under the timeline.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Tab {
+    /// The memory map of the main configuration.
+    Map,
+    /// Every configuration side by side, with the summary table.
+    Compare,
+    /// Live bytes at the peak by call site.
+    Peak,
+}
+
+/// Memory caps offered next to free entry: common GPU sizes.
+const CAPACITIES: &[(&str, u64)] = &[
+    ("8 GiB", 8 << 30),
+    ("16 GiB (V100, T4)", 16 << 30),
+    ("24 GiB (RTX 4090, A10)", 24 << 30),
+    ("40 GiB (A100 40GB)", 40 << 30),
+    ("48 GiB (L40S, A6000)", 48 << 30),
+    ("80 GiB (A100, H100)", 80 << 30),
+    ("94 GiB (H100 NVL)", 94 << 30),
+    ("139.8 GiB (H200)", 150_109_880_320),
+    ("192 GiB (B200)", 192 << 30),
+];
+
+pub(super) fn top_bar_ui(ui: &mut Ui, app: &mut AllocsimApp) {
+    egui::Panel::top("top_bar").show(ui, |ui| {
+        egui::MenuBar::new().ui(ui, |ui| {
+            ui.menu_button("File", |ui| {
+                if ui.button("Open snapshot…").clicked() {
+                    io::open_file_dialog(ui.ctx(), &app.inbox);
+                    ui.close();
+                }
+                ui.menu_button("Examples", |ui| {
+                    for e in EXAMPLES {
+                        let r = ui.button(e.file).on_hover_text(e.about);
+                        if r.clicked() {
+                            app.open_example(e);
+                            ui.close();
+                        }
+                    }
+                });
+                ui.separator();
+                let has = app.doc.as_ref().is_some_and(|d| d.slots.first().is_some_and(|s| s.replay.is_some()));
+                if ui.add_enabled(has, egui::Button::new("Export timeline CSV…")).clicked() {
+                    app.export_csv();
+                    ui.close();
+                }
+                if ui.add_enabled(has, egui::Button::new("Export compare JSON…")).clicked() {
+                    app.export_json();
+                    ui.close();
+                }
+            });
+            ui.menu_button("View", |ui| {
+                ui.radio_value(&mut app.timeline.mode, Mode::Metrics, "Metric lines");
+                ui.radio_value(&mut app.timeline.mode, Mode::Bands, "Every allocation stacked");
+                ui.separator();
+                ui.radio_value(&mut app.timeline.axis, Axis::Events, "Over events");
+                let has_time = app.doc.as_ref().is_some_and(|d| !d.seconds.is_empty());
+                ui.add_enabled_ui(has_time, |ui| ui.radio_value(&mut app.timeline.axis, Axis::Time, "Over wall time"));
+                ui.separator();
+                ui.checkbox(&mut app.timeline.show_allocated, "Allocated");
+                ui.checkbox(&mut app.timeline.show_largest_free, "Largest free block");
+                ui.checkbox(&mut app.timeline.show_fragmentation, "Fragmentation");
+            });
+            ui.menu_button("Help", |ui| {
+                ui.label("Record a snapshot in your program:");
+                ui.monospace("torch.cuda.memory._record_memory_history(max_entries=100000)");
+                ui.monospace("torch.cuda.memory._dump_snapshot(\"snapshot.pickle\")");
+                ui.label("then drop the file here or use File ▸ Open snapshot…");
+                ui.separator();
+                ui.label("← → step one event (shift: ten), PageUp/PageDown jump, Home/End");
+                ui.label("Timeline: click or drag moves the cursor, wheel zooms, shift+wheel or right-drag pans, double-click shows all");
+                ui.label("Memory map: wheel scrolls, ctrl+wheel zooms, drag pans, click selects an allocation");
+            });
+            ui.separator();
+            if let Some(doc) = &app.doc {
+                ui.label(RichText::new(&doc.trace.name).strong());
+                if doc.trace.exact {
+                    ui.colored_label(theme::OK_TEXT, "✔ replays exactly").on_hover_text("The PyTorch model reproduces every recorded allocator event of this device");
+                } else {
+                    let r = ui.colored_label(theme::BAD_TEXT, "≠ recording");
+                    if !doc.trace.notes.is_empty() {
+                        r.on_hover_text(doc.trace.notes.join("\n"));
+                    }
+                }
+                if doc.trace.devices.len() > 1 {
+                    let cur = doc.trace.device;
+                    let mut pick = None;
+                    egui::ComboBox::from_id_salt("device").selected_text(format!("device {cur}")).show_ui(ui, |ui| {
+                        for (d, (events, _)) in doc.trace.devices.iter().enumerate() {
+                            if ui.selectable_label(d as u32 == cur, format!("device {d} ({events} events)")).clicked() {
+                                pick = Some(d as u32);
+                            }
+                        }
+                    });
+                    if let Some(d) = pick
+                        && d != cur
+                    {
+                        let job = app.job();
+                        app.load_job = Some(job);
+                        app.engine.send(super::Request::SelectDevice { job, device: d });
+                    }
+                }
+            }
+            if let Some((_, stage, f)) = &app.progress {
+                ui.add(egui::ProgressBar::new(*f).desired_width(220.0).text(stage.clone()).animate(true));
+            } else if app.busy() {
+                ui.spinner();
+            }
+        });
+        // Errors, newest last, each dismissable.
+        let mut dismiss = None;
+        for (i, e) in app.errors.iter().enumerate() {
+            egui::Frame::new().fill(theme::ERROR_BG).inner_margin(4.0).show(ui, |ui| {
+                ui.horizontal(|ui| {
+                    if ui.small_button("✕").clicked() {
+                        dismiss = Some(i);
+                    }
+                    ui.colored_label(Color32::WHITE, e);
+                });
+            });
+        }
+        if let Some(i) = dismiss {
+            app.errors.remove(i);
+        }
+    });
+}
+
+pub(super) fn status_bar_ui(ui: &mut Ui, app: &mut AllocsimApp) {
+    egui::Panel::bottom("status").show(ui, |ui| {
+        ui.horizontal(|ui| {
+            let Some(doc) = &app.doc else {
+                ui.label("drop a PyTorch memory snapshot (.pickle, .pickle.gz, .json) anywhere, or File ▸ Open snapshot…");
+                return;
+            };
+            let c = app.cursor as usize;
+            let ops = &doc.trace.ops;
+            ui.label(format!("event {} · op {} of {}", ops.event_index.get(c).copied().unwrap_or(0), c, ops.len()));
+            if let Some(t) = doc.seconds.get(c) {
+                ui.label(format!("· {}", format_seconds(*t)));
+            }
+            ui.separator();
+            if let Some(s) = doc.slots.first()
+                && let Some(r) = &s.replay
+                && c < r.len()
+            {
+                ui.label(format!(
+                    "reserved {} · allocated {} · fragmentation {:.0}%",
+                    format_size(r.data.reserved_bytes[c]),
+                    format_size(r.data.allocated_bytes[c]),
+                    r.fragmentation.get(c).unwrap_or(0.0) * 100.0
+                ));
+            }
+            ui.separator();
+            ui.weak(if app.wgpu { "drawn with wgpu" } else { "drawn with egui meshes" });
+            if app.timeline.mode == Mode::Bands {
+                ui.weak(format!("· {} of {} bands drawn", app.timeline.bands_drawn, doc.trace.bands.pieces.len()));
+            }
+            if let Some(ms) = app.last_load_ms {
+                ui.weak(format!("· opened in {ms:.0} ms"));
+            }
+        });
+    });
+}
+
+pub(super) fn side_panel_ui(ui: &mut Ui, app: &mut AllocsimApp) {
+    egui::Panel::left("side").resizable(true).default_size(340.0).show(ui, |ui| {
+        egui::ScrollArea::vertical().show(ui, |ui| {
+            config_ui(ui, app);
+            ui.separator();
+            search_ui(ui, app);
+            ui.separator();
+            selection_ui(ui, app);
+            oom_ui(ui, app);
+            if let Some(doc) = &app.doc
+                && !doc.trace.notes.is_empty()
+            {
+                ui.separator();
+                ui.collapsing("About this trace", |ui| {
+                    if doc.trace.starts_mid_program {
+                        ui.label("The ring buffer wrapped: the trace starts mid-program; the blocks alive then were rebuilt from the end state.");
+                    }
+                    for n in &doc.trace.notes {
+                        ui.label(n);
+                    }
+                });
+            }
+        });
+    });
+}
+
+fn config_ui(ui: &mut Ui, app: &mut AllocsimApp) {
+    ui.heading("Configuration");
+    let mut changed = false;
+    ui.horizontal(|ui| {
+        ui.label("Allocator");
+        egui::ComboBox::from_id_salt("model")
+            .selected_text(app.config.model.clone())
+            .show_ui(ui, |ui| {
+                for m in MODEL_NAMES {
+                    changed |= ui
+                        .selectable_value(&mut app.config.model, (*m).to_string(), *m)
+                        .changed();
+                }
+            });
+    });
+    ui.label("PYTORCH_CUDA_ALLOC_CONF");
+    let recorded = app
+        .doc
+        .as_ref()
+        .map(|d| d.trace.recorded_conf.clone())
+        .unwrap_or_default();
+    let hint = if recorded.is_empty() {
+        "as recorded (defaults)".to_string()
+    } else {
+        format!("as recorded ({recorded})")
+    };
+    let r = ui.add(
+        egui::TextEdit::singleline(&mut app.config.conf)
+            .hint_text(hint)
+            .desired_width(f32::INFINITY),
+    );
+    if r.lost_focus() && ui.input(|i| i.key_pressed(egui::Key::Enter)) {
+        changed = true;
+    }
+    ui.horizontal(|ui| {
+        ui.label("Memory cap");
+        let shown = app
+            .config
+            .capacity_bytes
+            .map_or_else(|| "whole GPU".to_string(), format_size);
+        egui::ComboBox::from_id_salt("capacity")
+            .selected_text(shown)
+            .show_ui(ui, |ui| {
+                if ui
+                    .selectable_label(app.config.capacity_bytes.is_none(), "whole GPU (no cap)")
+                    .clicked()
+                {
+                    app.config.capacity_bytes = None;
+                    app.config.capacity_text.clear();
+                    changed = true;
+                }
+                for (label, bytes) in CAPACITIES {
+                    if ui
+                        .selectable_label(app.config.capacity_bytes == Some(*bytes), *label)
+                        .clicked()
+                    {
+                        app.config.capacity_bytes = Some(*bytes);
+                        app.config.capacity_text = format_size(*bytes);
+                        changed = true;
+                    }
+                }
+            });
+    });
+    let r = ui.add(
+        egui::TextEdit::singleline(&mut app.config.capacity_text)
+            .hint_text("e.g. 2.2GiB, 24GB, empty: no cap")
+            .desired_width(f32::INFINITY),
+    );
+    if r.lost_focus() && ui.input(|i| i.key_pressed(egui::Key::Enter)) {
+        let t = app.config.capacity_text.trim().to_string();
+        if t.is_empty() {
+            app.config.capacity_bytes = None;
+            changed = true;
+        } else {
+            match parse_size(&t) {
+                Ok(0) => app
+                    .errors
+                    .push("the memory cap must be more than 0 bytes".into()),
+                Ok(b) => {
+                    app.config.capacity_bytes = Some(b);
+                    changed = true;
+                }
+                Err(e) => app.errors.push(e),
+            }
+        }
+    }
+    ui.add_space(4.0);
+    ui.label(RichText::new("Compared").strong());
+    let specs = app.config.specs();
+    let mut remove = None;
+    for (i, spec) in specs.iter().enumerate() {
+        ui.horizontal(|ui| {
+            let (rect, _) = ui.allocate_exact_size(egui::vec2(12.0, 12.0), egui::Sense::hover());
+            ui.painter().rect_filled(rect, 2.0, theme::slot(i));
+            let status = app
+                .doc
+                .as_ref()
+                .and_then(|d| d.slots.get(i))
+                .map_or(String::new(), slot_status);
+            ui.label(RichText::new(spec).monospace());
+            ui.weak(status);
+            if i > 0
+                && ui
+                    .small_button("✕")
+                    .on_hover_text("stop comparing")
+                    .clicked()
+            {
+                remove = Some(i - 1);
+            }
+        });
+    }
+    if let Some(i) = remove {
+        app.config.compare.remove(i);
+        changed = true;
+    }
+    ui.horizontal(|ui| {
+        let r = ui.add(
+            egui::TextEdit::singleline(&mut app.config.add_text)
+                .hint_text("pytorch@max_split_size_mb:128")
+                .desired_width(200.0),
+        );
+        let enter = r.lost_focus() && ui.input(|i| i.key_pressed(egui::Key::Enter));
+        if (ui.button("Compare").clicked() || enter) && !app.config.add_text.trim().is_empty() {
+            match allocsim_core::models::ModelSpec::parse(app.config.add_text.trim()) {
+                Ok(s) => {
+                    app.config.compare.push(s.label());
+                    app.config.add_text.clear();
+                    changed = true;
+                }
+                Err(e) => app.errors.push(e),
+            }
+        }
+    });
+    if changed {
+        app.resimulate();
+    }
+}
+
+fn slot_status(s: &Slot) -> String {
+    if s.replay_job.is_some() {
+        return "replaying…".into();
+    }
+    if s.error.is_some() {
+        return "failed".into();
+    }
+    match &s.replay {
+        Some(r) => match &r.data.summary.oom {
+            Some(_) => format!(
+                "OOM · peak {}",
+                format_size(r.data.summary.peak_reserved_bytes)
+            ),
+            None => format!(
+                "fits · peak {}",
+                format_size(r.data.summary.peak_reserved_bytes)
+            ),
+        },
+        None => String::new(),
+    }
+}
+
+fn search_ui(ui: &mut Ui, app: &mut AllocsimApp) {
+    ui.heading("Search");
+    let r = ui.add(
+        egui::TextEdit::singleline(&mut app.search.text)
+            .hint_text("0x7f3a… address or stack text")
+            .desired_width(f32::INFINITY),
+    );
+    if r.changed() {
+        app.search.site = None;
+        app.apply_search();
+    }
+    let Some(doc) = &app.doc else { return };
+    let mut jump = None;
+    if let Some(a) = app.search.addr {
+        let here: Vec<String> = doc
+            .slots
+            .iter()
+            .enumerate()
+            .filter_map(|(i, s)| {
+                let l = s.layout.as_ref()?;
+                let (si, bi) = l.find_address(a)?;
+                let b = &l.data.blocks[bi];
+                Some(format!(
+                    "{}: in segment {:#x}, block {:#x} ({})",
+                    i,
+                    l.data.segments[si].addr,
+                    b.addr,
+                    format_size(b.size_bytes)
+                ))
+            })
+            .collect();
+        if here.is_empty() {
+            ui.weak(format!("{a:#x} is not in reserved memory at this event"));
+        }
+        for h in here {
+            ui.label(h);
+        }
+        if app.search.job.is_some() {
+            ui.spinner();
+        } else {
+            ui.label(format!(
+                "{} allocations held {a:#x} during the trace",
+                app.search.hits.len()
+            ));
+            egui::ScrollArea::vertical()
+                .id_salt("hits")
+                .max_height(140.0)
+                .show(ui, |ui| {
+                    for h in app.search.hits.iter().take(200) {
+                        let ev = doc
+                            .trace
+                            .ops
+                            .event_index
+                            .get(h.alloc as usize)
+                            .copied()
+                            .unwrap_or(0);
+                        if ui
+                            .link(format!(
+                                "event {ev}: {:#x}, {}",
+                                h.addr,
+                                format_size(h.size_bytes)
+                            ))
+                            .clicked()
+                        {
+                            jump = Some(h.alloc);
+                        }
+                    }
+                });
+        }
+    } else if let Some(stacks) = &app.search.stacks {
+        let c = app.cursor;
+        let (n, bytes) = (0..=c as usize)
+            .filter(|&a| {
+                doc.trace.ops.live_after(a, c as usize) && stacks.contains(&doc.trace.ops.stack[a])
+            })
+            .fold((0u32, 0u64), |(n, b), a| {
+                (n + 1, b + doc.trace.ops.size_bytes[a])
+            });
+        ui.label(format!(
+            "{} call sites match; {n} of their allocations ({}) are live here",
+            stacks.len(),
+            format_size(bytes)
+        ));
+    }
+    if let Some(a) = jump {
+        app.set_cursor(a);
+        app.selected_alloc = Some(a);
+        app.refresh_highlight();
+        if let Some(doc) = &app.doc {
+            app.timeline.reveal(doc, a);
+        }
+    }
+}
+
+fn selection_ui(ui: &mut Ui, app: &mut AllocsimApp) {
+    let (Some(a), Some(doc)) = (app.selected_alloc, &app.doc) else {
+        return;
+    };
+    let ops = &doc.trace.ops;
+    let Some(&size) = ops.size_bytes.get(a as usize) else {
+        return;
+    };
+    ui.heading("Selected allocation");
+    ui.label(format!(
+        "{} requested at event {}",
+        format_size(size),
+        ops.event_index.get(a as usize).copied().unwrap_or(0)
+    ));
+    let mut go = None;
+    ui.horizontal(|ui| {
+        if ui.button("Go to alloc").clicked() {
+            go = Some(a);
+        }
+        if let Some(&f) = ops.link.get(a as usize)
+            && f != NO_OP
+            && ui.button("Go to free").clicked()
+        {
+            go = Some(f);
+        }
+        if ui.button("Clear").clicked() {
+            app.selected_alloc = None;
+        }
+    });
+    for f in doc
+        .trace
+        .stacks
+        .format(ops.stack.get(a as usize).copied().unwrap_or(0))
+        .iter()
+        .take(12)
+    {
+        ui.monospace(f);
+    }
+    if let Some(op) = go {
+        app.set_cursor(op);
+        if let Some(doc) = &app.doc {
+            app.timeline.reveal(doc, op);
+        }
+    }
+    if app.selected_alloc.is_none() {
+        app.refresh_highlight();
+    }
+    ui.separator();
+}
+
+fn oom_ui(ui: &mut Ui, app: &mut AllocsimApp) {
+    let Some(doc) = &app.doc else { return };
+    let failing: Vec<(usize, super::engine::wire::OomData, String)> = doc
+        .slots
+        .iter()
+        .enumerate()
+        .filter_map(|(i, s)| {
+            Some((
+                i,
+                s.replay.as_ref()?.data.summary.oom.clone()?,
+                s.spec.clone(),
+            ))
+        })
+        .collect();
+    if failing.is_empty() {
+        return;
+    }
+    ui.heading(RichText::new("Out of memory").color(theme::OOM));
+    let mut go = None;
+    for (i, o, spec) in &failing {
+        ui.horizontal(|ui| {
+            let (rect, _) = ui.allocate_exact_size(egui::vec2(12.0, 12.0), egui::Sense::hover());
+            ui.painter().rect_filled(rect, 2.0, theme::slot(*i));
+            ui.label(RichText::new(spec).monospace());
+        });
+        ui.label(&o.explanation);
+        egui::Grid::new(("oom", *i)).num_columns(2).show(ui, |ui| {
+            ui.label("requested");
+            ui.label(format_size(o.requested_bytes));
+            ui.end_row();
+            ui.label("reserved");
+            ui.label(format_size(o.reserved_bytes));
+            ui.end_row();
+            ui.label("free in the cache");
+            ui.label(format!(
+                "{} in {} holes",
+                format_size(o.free_bytes),
+                o.free_holes
+            ));
+            ui.end_row();
+            ui.label("largest hole");
+            ui.label(format_size(o.largest_free_bytes));
+            ui.end_row();
+        });
+        if ui.link(format!("go to event {}", o.event_index)).clicked() {
+            go = Some(o.op_index);
+        }
+    }
+    let fits: Vec<&Slot> = doc
+        .slots
+        .iter()
+        .filter(|s| {
+            s.replay
+                .as_ref()
+                .is_some_and(|r| r.data.summary.oom.is_none())
+        })
+        .collect();
+    for s in &fits {
+        ui.colored_label(
+            theme::OK_TEXT,
+            format!(
+                "✔ {} fits (peak reserved {})",
+                s.spec,
+                format_size(
+                    s.replay
+                        .as_ref()
+                        .map_or(0, |r| r.data.summary.peak_reserved_bytes)
+                )
+            ),
+        );
+    }
+    ui.add_space(4.0);
+    let mut add = None;
+    match &app.what_if {
+        None => {
+            if ui
+                .button("What would fit?")
+                .on_hover_text("Replay PyTorch's options and the other allocators under this cap")
+                .clicked()
+            {
+                app.request_what_if();
+            }
+        }
+        Some((_, None)) => {
+            ui.horizontal(|ui| {
+                ui.spinner();
+                ui.label("trying configurations…");
+            });
+        }
+        Some((_, Some(rows))) => {
+            egui::Grid::new("what_if")
+                .num_columns(3)
+                .striped(true)
+                .show(ui, |ui| {
+                    for r in rows {
+                        if r.error.is_empty() {
+                            ui.colored_label(
+                                if r.fits {
+                                    theme::OK_TEXT
+                                } else {
+                                    theme::BAD_TEXT
+                                },
+                                if r.fits { "✔" } else { "✗" },
+                            );
+                        } else {
+                            ui.colored_label(theme::BAD_TEXT, "!")
+                                .on_hover_text(&r.error);
+                        }
+                        if ui
+                            .link(RichText::new(&r.spec).monospace())
+                            .on_hover_text("compare it")
+                            .clicked()
+                        {
+                            add = Some(r.spec.clone());
+                        }
+                        ui.label(if r.fits {
+                            format!("peak {}", format_size(r.peak_reserved_bytes))
+                        } else {
+                            r.oom_event
+                                .map_or_else(String::new, |e| format!("OOM at event {e}"))
+                        });
+                        ui.end_row();
+                    }
+                });
+        }
+    }
+    if let Some(op) = go {
+        app.set_cursor(op);
+        if let Some(doc) = &app.doc {
+            app.timeline.reveal(doc, op);
+        }
+    }
+    if let Some(spec) = add
+        && !app.config.specs().contains(&spec)
+    {
+        app.config.compare.push(spec);
+        app.resimulate();
+    }
+}
+
+pub(super) fn central_ui(ui: &mut Ui, app: &mut AllocsimApp) {
+    egui::CentralPanel::default().show(ui, |ui| {
+        if app.doc.is_none() {
+            ui.centered_and_justified(|ui| {
+                if app.load_job.is_some() {
+                    ui.spinner();
+                } else {
+                    ui.heading(
+                        "Drop a PyTorch memory snapshot here, or open one from the File menu",
+                    );
+                }
+            });
+            return;
+        }
+        ui.horizontal(|ui| {
+            ui.selectable_value(&mut app.timeline.mode, Mode::Metrics, "Metrics");
+            ui.selectable_value(&mut app.timeline.mode, Mode::Bands, "Allocations");
+            ui.separator();
+            let has_time = app.doc.as_ref().is_some_and(|d| !d.seconds.is_empty());
+            ui.selectable_value(&mut app.timeline.axis, Axis::Events, "Events");
+            ui.add_enabled_ui(has_time, |ui| {
+                ui.selectable_value(&mut app.timeline.axis, Axis::Time, "Time")
+            });
+            ui.separator();
+            if ui.button("Show all").clicked() {
+                app.timeline.view = None;
+            }
+            legend_ui(ui, app);
+        });
+        let h = (ui.available_height() * 0.42).max(140.0);
+        let mut tl_input = None;
+        ui.allocate_ui(egui::vec2(ui.available_width(), h), |ui| {
+            if let Some(doc) = &app.doc {
+                tl_input = Some(timeline_ui(
+                    ui,
+                    &mut app.timeline,
+                    doc,
+                    app.cursor,
+                    app.wgpu,
+                    &app.bands_highlight,
+                ));
+            }
+        });
+        if let Some(inp) = tl_input {
+            if let Some(c) = inp.cursor {
+                app.set_cursor(c);
+            }
+            if let Some(a) = inp.picked_alloc {
+                app.selected_alloc = Some(a);
+                app.refresh_highlight();
+            }
+        }
+        ui.horizontal(|ui| {
+            ui.selectable_value(&mut app.tab, Tab::Map, "Memory map");
+            ui.selectable_value(&mut app.tab, Tab::Compare, "Compare");
+            ui.selectable_value(&mut app.tab, Tab::Peak, "At the peak");
+        });
+        match app.tab {
+            Tab::Map => map_tab_ui(ui, app),
+            Tab::Compare => compare_tab_ui(ui, app),
+            Tab::Peak => peak_tab_ui(ui, app),
+        }
+    });
+}
+
+fn legend_ui(ui: &mut Ui, app: &AllocsimApp) {
+    ui.separator();
+    match app.timeline.mode {
+        Mode::Metrics => {
+            ui.weak("thick: reserved · thin: allocated · faint: largest free block");
+        }
+        Mode::Bands => {
+            ui.weak("every live allocation stacked, coloured by call site; lines: reserved");
+        }
+    }
+}
+
+fn map_header_ui(ui: &mut Ui, app: &AllocsimApp, i: usize) {
+    let Some(doc) = &app.doc else { return };
+    let Some(s) = doc.slots.get(i) else { return };
+    ui.horizontal_wrapped(|ui| {
+        let (rect, _) = ui.allocate_exact_size(egui::vec2(12.0, 12.0), egui::Sense::hover());
+        ui.painter().rect_filled(rect, 2.0, theme::slot(i));
+        ui.label(RichText::new(&s.spec).monospace().strong());
+        if let Some(l) = &s.layout {
+            let t = l.totals();
+            ui.label(format!(
+                "reserved {} in {} segments",
+                format_size(l.reserved_bytes),
+                l.data.segments.len()
+            ));
+            for (state, bytes, name) in [
+                (0u8, t[0], "allocated"),
+                (1, t[1], "cached free"),
+                (2, t[2], "pending free"),
+                (3, t[3], "unmapped"),
+            ] {
+                if bytes > 0 || state < 2 {
+                    let (rect, _) =
+                        ui.allocate_exact_size(egui::vec2(10.0, 10.0), egui::Sense::hover());
+                    ui.painter().rect_filled(rect, 1.0, theme::block(state));
+                    ui.label(format!("{name} {}", format_size(bytes)));
+                }
+            }
+            if let Some(at) = l.data.clamped_to {
+                ui.colored_label(theme::OOM, format!("replay stopped by the OOM at op {at}"));
+            }
+        } else if let Some(e) = &s.error {
+            ui.colored_label(theme::BAD_TEXT, e);
+        } else {
+            ui.spinner();
+        }
+    });
+}
+
+fn map_tab_ui(ui: &mut Ui, app: &mut AllocsimApp) {
+    map_header_ui(ui, app, 0);
+    let picked = {
+        let Some(doc) = &app.doc else { return };
+        let Some(l) = doc.slots.first().and_then(|s| s.layout.as_ref()) else {
+            return;
+        };
+        memory_map_ui(ui, &mut app.map, doc, l, app.wgpu, 0, app.selected_alloc).picked_alloc
+    };
+    if let Some(a) = picked {
+        app.selected_alloc = Some(a);
+        app.refresh_highlight();
+    }
+}
+
+fn compare_tab_ui(ui: &mut Ui, app: &mut AllocsimApp) {
+    let Some(doc) = &app.doc else { return };
+    egui::Grid::new("summary")
+        .striped(true)
+        .num_columns(7)
+        .show(ui, |ui| {
+            for h in [
+                "configuration",
+                "peak reserved",
+                "peak allocated",
+                "fragmentation at peak",
+                "max fragmentation",
+                "segment ops",
+                "result",
+            ] {
+                ui.label(RichText::new(h).strong());
+            }
+            ui.end_row();
+            for (i, s) in doc.slots.iter().enumerate() {
+                ui.colored_label(theme::slot(i), RichText::new(&s.spec).monospace());
+                if let Some(r) = &s.replay {
+                    let m = &r.data.summary;
+                    ui.label(format_size(m.peak_reserved_bytes));
+                    ui.label(format_size(m.peak_allocated_bytes));
+                    ui.label(format!("{:.1}%", m.fragmentation_at_peak * 100.0));
+                    ui.label(format!("{:.1}%", m.max_fragmentation * 100.0));
+                    ui.label(m.segment_ops.to_string());
+                    match &m.oom {
+                        Some(o) => ui
+                            .colored_label(
+                                theme::BAD_TEXT,
+                                format!("OOM at event {}", o.event_index),
+                            )
+                            .on_hover_text(&o.explanation),
+                        None => ui.colored_label(theme::OK_TEXT, "fits"),
+                    };
+                } else {
+                    ui.label(s.error.clone().unwrap_or_else(|| "replaying…".into()));
+                    for _ in 0..5 {
+                        ui.label("");
+                    }
+                }
+                ui.end_row();
+            }
+        });
+    ui.separator();
+    let n = doc.slots.len().max(1);
+    let mut picked = None;
+    let width = ui.available_width() / n as f32;
+    let height = ui.available_height();
+    ui.horizontal_top(|ui| {
+        for i in 0..n {
+            ui.allocate_ui(egui::vec2(width - 6.0, height), |ui| {
+                ui.vertical(|ui| {
+                    map_header_ui(ui, app, i);
+                    if let Some(doc) = &app.doc
+                        && let Some(l) = doc.slots.get(i).and_then(|s| s.layout.as_ref())
+                    {
+                        let r = memory_map_ui(
+                            ui,
+                            &mut app.map,
+                            doc,
+                            l,
+                            app.wgpu,
+                            i as u64 + 1,
+                            app.selected_alloc,
+                        );
+                        picked = picked.or(r.picked_alloc);
+                    }
+                });
+            });
+        }
+    });
+    if let Some(a) = picked {
+        app.selected_alloc = Some(a);
+        app.refresh_highlight();
+    }
+}
+
+fn peak_tab_ui(ui: &mut Ui, app: &mut AllocsimApp) {
+    let Some(doc) = &app.doc else { return };
+    let Some(r) = doc.slots.first().and_then(|s| s.replay.as_ref()) else {
+        ui.spinner();
+        return;
+    };
+    let key = std::ptr::from_ref(r) as usize;
+    if app.peak_sites.as_ref().is_none_or(|(k, _)| *k != key) {
+        app.peak_sites = Some((key, state::sites_at(&doc.trace, r.peak_op)));
+    }
+    let peak_op = r.peak_op;
+    let Some((_, sites)) = &app.peak_sites else {
+        return;
+    };
+    let total: u64 = sites.iter().map(|s| s.1).sum();
+    let mut go = false;
+    let mut pick = None;
+    ui.horizontal(|ui| {
+        ui.label(format!(
+            "At the peak (event {}): {} live in {} allocations from {} call sites",
+            doc.trace
+                .ops
+                .event_index
+                .get(peak_op as usize)
+                .copied()
+                .unwrap_or(0),
+            format_size(total),
+            sites.iter().map(|s| s.2).sum::<u32>(),
+            sites.len()
+        ));
+        if ui.button("Go to the peak").clicked() {
+            go = true;
+        }
+    });
+    egui::ScrollArea::vertical().id_salt("peak").show(ui, |ui| {
+        egui::Grid::new("peak_sites")
+            .striped(true)
+            .num_columns(4)
+            .show(ui, |ui| {
+                for h in ["bytes", "share", "allocations", "call site"] {
+                    ui.label(RichText::new(h).strong());
+                }
+                ui.end_row();
+                for &(stack, bytes, count) in sites.iter().take(500) {
+                    ui.label(format_size(bytes));
+                    ui.label(format!(
+                        "{:.1}%",
+                        bytes as f64 / total.max(1) as f64 * 100.0
+                    ));
+                    ui.label(count.to_string());
+                    let selected = app.search.site == Some(stack);
+                    let label = state::site_label(&doc.trace, stack);
+                    let r = ui.selectable_label(selected, RichText::new(label).monospace());
+                    let frames = doc.trace.stacks.format(stack);
+                    let r = if frames.is_empty() {
+                        r
+                    } else {
+                        r.on_hover_text(frames.join("\n"))
+                    };
+                    if r.clicked() {
+                        pick = Some(if selected { None } else { Some(stack) });
+                    }
+                    ui.end_row();
+                }
+            });
+    });
+    if go {
+        app.set_cursor(peak_op);
+        if let Some(doc) = &app.doc {
+            app.timeline.reveal(doc, peak_op);
+        }
+    }
+    if let Some(p) = pick {
+        app.search.site = p;
+        app.apply_search();
+    }
+}

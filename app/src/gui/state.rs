@@ -1,0 +1,407 @@
+//! The UI's data: the loaded trace and, per compared configuration, its replay and the
+//! layout at the cursor — plain data from the engine, turned into view models (envelopes,
+//! rows, quads) once when it arrives, never per frame.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use allocsim_core::metrics::Timeline;
+
+use super::engine::wire::{LayoutData, NO_OP, ReplayData, TraceData, block_state};
+use super::envelope::Envelope;
+use super::render::{Quad, QuadSet};
+use super::theme;
+
+/// Bytes per data unit on the byte axes of the GPU views (f32 keeps 24 bits: MiB units
+/// keep a 512-byte block distinct up to 8 TiB).
+pub const MIB: f64 = 1024.0 * 1024.0;
+
+/// Fraction of a row's pitch a block fills (the rest is the gap to the next row).
+const BAR: f32 = theme::ROW_HEIGHT / (theme::ROW_HEIGHT + theme::ROW_GAP);
+
+/// A loaded trace and its views.
+#[derive(Debug)]
+pub struct Document {
+    pub trace: Arc<TraceData>,
+    /// Seconds since the first op, per op (empty without times).
+    pub seconds: Vec<f64>,
+    /// The band quads (x: op, alt x: seconds, y: MiB), largest area first.
+    pub bands: QuadSet,
+    pub slots: Vec<Slot>,
+}
+
+/// A compared configuration.
+#[derive(Debug)]
+pub struct Slot {
+    /// `NAME` or `NAME@CONFIG`.
+    pub spec: String,
+    pub capacity_bytes: Option<u64>,
+    pub replay: Option<ReplayView>,
+    pub layout: Option<LayoutView>,
+    /// The job of the replay in flight.
+    pub replay_job: Option<u64>,
+    /// The layout request in flight: (job, op).
+    pub layout_job: Option<(u64, u32)>,
+    pub error: Option<String>,
+}
+
+impl Slot {
+    #[must_use]
+    pub fn new(spec: String, capacity_bytes: Option<u64>) -> Slot {
+        Slot {
+            spec,
+            capacity_bytes,
+            replay: None,
+            layout: None,
+            replay_job: None,
+            layout_job: None,
+            error: None,
+        }
+    }
+}
+
+/// A replay's numbers and its timeline as envelopes (bytes as f32).
+#[derive(Debug)]
+pub struct ReplayView {
+    pub data: ReplayData,
+    pub reserved: Envelope,
+    pub allocated: Envelope,
+    pub largest_free: Envelope,
+    /// Fragmentation (0..=1) per sample.
+    pub fragmentation: Envelope,
+    /// The op at which allocated bytes peak first.
+    pub peak_op: u32,
+}
+
+impl ReplayView {
+    #[must_use]
+    pub fn new(data: ReplayData) -> ReplayView {
+        let f = |v: &[u64]| Envelope::new(v.iter().map(|&b| b as f32).collect());
+        let tl = timeline_of(&data);
+        let frag: Vec<f32> = (0..tl.len())
+            .map(|i| tl.fragmentation_at(i) as f32)
+            .collect();
+        let peak_op = data
+            .allocated_bytes
+            .iter()
+            .enumerate()
+            .fold(
+                (0usize, 0u64),
+                |(bi, bv), (i, &v)| if v > bv { (i, v) } else { (bi, bv) },
+            )
+            .0 as u32;
+        ReplayView {
+            reserved: f(&data.reserved_bytes),
+            allocated: f(&data.allocated_bytes),
+            largest_free: f(&data.largest_free_bytes),
+            fragmentation: Envelope::new(frag),
+            peak_op,
+            data,
+        }
+    }
+
+    /// Samples (ops done).
+    #[must_use]
+    pub fn len(&self) -> usize {
+        self.data.reserved_bytes.len()
+    }
+
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// The core's timeline of a replay (for its CSV and fragmentation definitions).
+#[must_use]
+pub fn timeline_of(d: &ReplayData) -> Timeline {
+    Timeline {
+        reserved_bytes: d.reserved_bytes.clone(),
+        allocated_bytes: d.allocated_bytes.clone(),
+        requested_bytes: d.requested_bytes.clone(),
+        largest_free_bytes: d.largest_free_bytes.clone(),
+        free_holes: d.free_holes.clone(),
+        time_us: Vec::new(),
+    }
+}
+
+/// One row of the memory map.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Row {
+    /// A group of segments: pool and stream.
+    Header { label: String },
+    /// Segment `index` of the layout.
+    Segment { index: usize },
+}
+
+/// The memory map of a layout: rows (grouped by pool and stream, address order) and one
+/// quad per block (x: MiB from the segment start, y: row index).
+#[derive(Debug)]
+pub struct LayoutView {
+    pub data: LayoutData,
+    pub rows: Vec<Row>,
+    /// Row of each segment.
+    pub segment_row: Vec<u32>,
+    pub quads: QuadSet,
+    /// Quad `i` is block `i`; highlighted blocks drawn again on top.
+    pub highlight: QuadSet,
+    /// Largest segment, bytes.
+    pub max_segment_bytes: u64,
+    pub reserved_bytes: u64,
+}
+
+impl LayoutView {
+    /// Builds rows and quads; `highlighted` blocks are drawn in the highlight colour.
+    #[must_use]
+    pub fn new(data: LayoutData, highlighted: &dyn Fn(usize) -> bool) -> LayoutView {
+        let mut rows = Vec::new();
+        let mut segment_row = vec![0u32; data.segments.len()];
+        let mut group: Option<((u64, u64), u64)> = None;
+        for (i, s) in data.segments.iter().enumerate() {
+            let key = (s.pool, s.stream);
+            if group != Some(key) {
+                group = Some(key);
+                let pool = if s.pool == (0, 0) {
+                    "default pool".to_string()
+                } else {
+                    format!("private pool ({}, {})", s.pool.0, s.pool.1)
+                };
+                let stream = if s.stream == 0 {
+                    "default stream".to_string()
+                } else {
+                    format!("stream {:#x}", s.stream)
+                };
+                rows.push(Row::Header {
+                    label: format!("{pool} · {stream}"),
+                });
+            }
+            segment_row[i] = rows.len() as u32;
+            rows.push(Row::Segment { index: i });
+        }
+        let max_segment_bytes = data
+            .segments
+            .iter()
+            .map(|s| s.size_bytes)
+            .max()
+            .unwrap_or(0);
+        let reserved_bytes = data.segments.iter().map(|s| s.size_bytes).sum();
+        let mut v = LayoutView {
+            data,
+            rows,
+            segment_row,
+            quads: QuadSet::default(),
+            highlight: QuadSet::default(),
+            max_segment_bytes,
+            reserved_bytes,
+        };
+        v.quads = QuadSet::new(v.block_quads(&|_| true, None));
+        v.set_highlight(highlighted);
+        v
+    }
+
+    /// Recolours the highlighted blocks.
+    pub fn set_highlight(&mut self, highlighted: &dyn Fn(usize) -> bool) {
+        self.highlight = QuadSet::new(self.block_quads(highlighted, Some(theme::HIGHLIGHT)));
+    }
+
+    fn block_quads(&self, pick: &dyn Fn(usize) -> bool, color: Option<egui::Color32>) -> Vec<Quad> {
+        let mut out = Vec::new();
+        for (si, s) in self.data.segments.iter().enumerate() {
+            let row = self.segment_row[si] as f32;
+            let (first, count) = (s.first as usize, s.count as usize);
+            for bi in first..(first + count).min(self.data.blocks.len()) {
+                if !pick(bi) {
+                    continue;
+                }
+                let b = &self.data.blocks[bi];
+                let x0 = (b.addr.saturating_sub(s.addr) as f64 / MIB) as f32;
+                let x1 = ((b.addr.saturating_sub(s.addr) + b.size_bytes) as f64 / MIB) as f32;
+                out.push(Quad::new(
+                    x0,
+                    row,
+                    x1,
+                    row + BAR,
+                    color.unwrap_or_else(|| theme::block(b.state)),
+                ));
+            }
+        }
+        out
+    }
+
+    /// The block at byte `offset` of segment `seg`.
+    #[must_use]
+    pub fn block_at(&self, seg: usize, offset: u64) -> Option<usize> {
+        let s = self.data.segments.get(seg)?;
+        let blocks = self
+            .data
+            .blocks
+            .get(s.first as usize..(s.first + s.count) as usize)?;
+        let addr = s.addr + offset;
+        let i = blocks.partition_point(|b| b.addr + b.size_bytes <= addr);
+        (i < blocks.len() && blocks[i].addr <= addr).then_some(s.first as usize + i)
+    }
+
+    /// The segment and block holding byte address `addr`.
+    #[must_use]
+    pub fn find_address(&self, addr: u64) -> Option<(usize, usize)> {
+        let seg = self
+            .data
+            .segments
+            .iter()
+            .position(|s| s.addr <= addr && addr < s.addr + s.size_bytes)?;
+        let b = self.block_at(seg, addr - self.data.segments[seg].addr)?;
+        Some((seg, b))
+    }
+
+    /// Bytes per block state: allocated, free, pending free, unmapped.
+    #[must_use]
+    pub fn totals(&self) -> [u64; 4] {
+        let mut t = [0u64; 4];
+        for b in &self.data.blocks {
+            t[(b.state as usize).min(3)] += b.size_bytes;
+        }
+        t
+    }
+}
+
+/// The quads of the band pieces `pick` keeps, coloured by call site (or all in `color`).
+#[must_use]
+pub fn band_quads(
+    trace: &TraceData,
+    seconds: &[f64],
+    pick: &dyn Fn(&super::engine::wire::BandPiece) -> bool,
+    color: Option<egui::Color32>,
+) -> Vec<Quad> {
+    let t = |x: u32| -> f32 {
+        match seconds.len() {
+            0 => x as f32,
+            n => seconds[(x as usize).min(n - 1)] as f32,
+        }
+    };
+    trace
+        .bands
+        .pieces
+        .iter()
+        .filter(|p| pick(p))
+        .map(|p| {
+            let stack = trace.ops.stack.get(p.alloc as usize).copied().unwrap_or(0);
+            let c = color.unwrap_or_else(|| theme::site(stack, p.alloc));
+            let y0 = (p.y0_bytes as f64 / MIB) as f32;
+            let y1 = ((p.y0_bytes + p.height_bytes) as f64 / MIB) as f32;
+            let mut q = Quad::new(p.x0 as f32, y0, p.x1 as f32, y1, c);
+            q.alt_x = [t(p.x0), t(p.x1)];
+            q
+        })
+        .collect()
+}
+
+/// Seconds since the first op (empty when the trace has no times or they go backwards).
+#[must_use]
+pub fn seconds_of(trace: &TraceData) -> Vec<f64> {
+    let t = &trace.ops.time_us;
+    if !trace.has_times || t.is_empty() || t.windows(2).any(|w| w[1] < w[0]) {
+        return Vec::new();
+    }
+    let t0 = t[0];
+    t.iter().map(|&x| (x - t0) as f64 / 1e6).collect()
+}
+
+/// Live allocations at op `op` grouped by call site: (stack, bytes, count), largest first.
+#[must_use]
+pub fn sites_at(trace: &TraceData, op: u32) -> Vec<(u32, u64, u32)> {
+    let ops = &trace.ops;
+    let mut by: std::collections::BTreeMap<u32, (u64, u32)> = std::collections::BTreeMap::new();
+    let op = op as usize;
+    for a in 0..=op.min(ops.len().saturating_sub(1)) {
+        if ops.live_after(a, op) {
+            let e = by.entry(ops.stack[a]).or_default();
+            e.0 += ops.size_bytes[a];
+            e.1 += 1;
+        }
+    }
+    let mut v: Vec<(u32, u64, u32)> = by.into_iter().map(|(s, (b, c))| (s, b, c)).collect();
+    v.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+    v
+}
+
+/// Stacks whose frames contain `needle` (case-insensitive).
+#[must_use]
+pub fn stacks_matching(trace: &TraceData, needle: &str) -> BTreeSet<u32> {
+    let needle = needle.to_lowercase();
+    let st = &trace.stacks;
+    let frame_hit: Vec<bool> = st
+        .frames
+        .iter()
+        .map(|&(n, f, _)| {
+            let s = |i: u32| {
+                st.strings
+                    .get(i as usize)
+                    .map_or(String::new(), |s| s.to_lowercase())
+            };
+            s(n).contains(&needle) || s(f).contains(&needle)
+        })
+        .collect();
+    (0..st.len() as u32)
+        .filter(|&s| {
+            let (a, b) = (
+                st.offsets[s as usize] as usize,
+                st.offsets[s as usize + 1] as usize,
+            );
+            st.frame_ids.get(a..b).is_some_and(|ids| {
+                ids.iter()
+                    .any(|&f| frame_hit.get(f as usize).copied().unwrap_or(false))
+            })
+        })
+        .collect()
+}
+
+/// The innermost frame that is not PyTorch's own plumbing, as a short label.
+#[must_use]
+pub fn site_label(trace: &TraceData, stack: u32) -> String {
+    let frames: Vec<(&str, &str, i64)> = trace.stacks.frames_of(stack).collect();
+    if frames.is_empty() {
+        return "(no stack recorded)".to_string();
+    }
+    let plumbing = |f: &str| {
+        let ext = std::path::Path::new(f)
+            .extension()
+            .and_then(|e| e.to_str())
+            .map(str::to_ascii_lowercase);
+        f.is_empty()
+            || f.contains("torch/")
+            || f.contains("torch\\")
+            || f.starts_with('<')
+            || matches!(ext.as_deref(), Some("cpp" | "h" | "cu" | "hpp"))
+    };
+    let user = frames
+        .iter()
+        .find(|(_, f, _)| !plumbing(f))
+        .or(frames.first());
+    match user {
+        Some((n, f, l)) => {
+            let file = f.rsplit(['/', '\\']).next().unwrap_or(f);
+            format!("{n} ({file}:{l})")
+        }
+        None => String::new(),
+    }
+}
+
+/// Whether block `b` of `layout` belongs to an allocation made at one of `stacks`.
+#[must_use]
+pub fn block_in_stacks(
+    trace: &TraceData,
+    layout: &LayoutData,
+    b: usize,
+    stacks: &BTreeSet<u32>,
+) -> bool {
+    let Some(blk) = layout.blocks.get(b) else {
+        return false;
+    };
+    blk.alloc != NO_OP
+        && blk.state != block_state::FREE
+        && trace
+            .ops
+            .stack
+            .get(blk.alloc as usize)
+            .is_some_and(|s| stacks.contains(s))
+}
