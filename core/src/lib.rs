@@ -9,6 +9,7 @@ pub mod start;
 pub mod trace;
 pub mod units;
 pub mod validate;
+pub mod whatif;
 pub mod workloads;
 
 /// Any error of the core, for callers that do not need to tell them apart.

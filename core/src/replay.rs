@@ -38,6 +38,9 @@ pub struct OomReport {
     /// The model's own reason.
     #[serde(skip)]
     pub reason: String,
+    /// The program would have died here (the recording did not fail there too).
+    #[serde(skip)]
+    pub fatal: bool,
 }
 
 /// Options of a replay.
@@ -271,7 +274,8 @@ pub fn replay(trace: &DeviceTrace, mut model: Box<dyn Allocator>, mut device: Si
                 if !fatal {
                     reproduced += 1;
                 }
-                if oom.is_none() {
+                // The first OOM is reported, unless a fatal one follows reproduced ones.
+                if oom.is_none() || (fatal && oom.as_ref().is_some_and(|o: &OomReport| !o.fatal)) {
                     let size_bytes = match op.kind {
                         OpKind::Alloc { size_bytes, .. } => size_bytes,
                         _ => 0,
@@ -288,10 +292,11 @@ pub fn replay(trace: &DeviceTrace, mut model: Box<dyn Allocator>, mut device: Si
                         free_holes: info.free_holes,
                         explanation: explain_oom(if model.name() == "pytorch" { "PyTorch" } else { model.name() }, size_bytes, &info, capacity),
                         reason: info.reason.clone(),
+                        fatal,
                     });
-                    // The program would have died here.
-                    stop = fatal;
                 }
+                // The program would have died here.
+                stop = fatal;
                 Outcome::Oom
             }
         };
