@@ -27,6 +27,8 @@ pub struct MapState {
     pub scroll_rows: f32,
     /// Scroll to this row on the next frame (search results).
     pub reveal_row: Option<u32>,
+    /// Where the blocks of the last map drawn went (tests hover into it).
+    pub last_content: Option<Rect>,
 }
 
 /// What the user did in a map this frame.
@@ -62,6 +64,7 @@ pub fn memory_map_ui(
     if content.width() < 10.0 || content.height() < 10.0 {
         return input;
     }
+    st.last_content = Some(content);
     let pitch = theme::ROW_HEIGHT + theme::ROW_GAP;
     let rows = layout.rows.len() as f32;
     let max_scroll = (rows - content.height() / pitch + 1.0).max(0.0);

@@ -81,9 +81,9 @@ pub(super) fn top_bar_ui(ui: &mut Ui, app: &mut AllocsimApp) {
                 ui.label("Record a snapshot in your program:");
                 ui.monospace("torch.cuda.memory._record_memory_history(max_entries=100000)");
                 ui.monospace("torch.cuda.memory._dump_snapshot(\"snapshot.pickle\")");
-                ui.label("then drop the file here or use File ▸ Open snapshot…");
+                ui.label("then drop the file here or use File > Open snapshot…");
                 ui.separator();
-                ui.label("← → step one event (shift: ten), PageUp/PageDown jump, Home/End");
+                ui.label("Left/Right step one event (shift: ten), PageUp/PageDown jump, Home/End");
                 ui.label("Timeline: click or drag moves the cursor, wheel zooms, shift+wheel or right-drag pans, double-click shows all");
                 ui.label("Memory map: wheel scrolls, ctrl+wheel zooms, drag pans, click selects an allocation");
             });
@@ -91,9 +91,9 @@ pub(super) fn top_bar_ui(ui: &mut Ui, app: &mut AllocsimApp) {
             if let Some(doc) = &app.doc {
                 ui.label(RichText::new(&doc.trace.name).strong());
                 if doc.trace.exact {
-                    ui.colored_label(theme::OK_TEXT, "✔ replays exactly").on_hover_text("The PyTorch model reproduces every recorded allocator event of this device");
+                    ui.colored_label(theme::OK_TEXT, "replays exactly").on_hover_text("The PyTorch model reproduces every recorded allocator event of this device");
                 } else {
-                    let r = ui.colored_label(theme::BAD_TEXT, "≠ recording");
+                    let r = ui.colored_label(theme::BAD_TEXT, "differs from the recording");
                     if !doc.trace.notes.is_empty() {
                         r.on_hover_text(doc.trace.notes.join("\n"));
                     }
@@ -101,7 +101,7 @@ pub(super) fn top_bar_ui(ui: &mut Ui, app: &mut AllocsimApp) {
                 if doc.trace.devices.len() > 1 {
                     let cur = doc.trace.device;
                     let mut pick = None;
-                    egui::ComboBox::from_id_salt("device").selected_text(format!("device {cur}")).show_ui(ui, |ui| {
+                    egui::ComboBox::new("device", "").selected_text(format!("device {cur}")).show_ui(ui, |ui| {
                         for (d, (events, _)) in doc.trace.devices.iter().enumerate() {
                             if ui.selectable_label(d as u32 == cur, format!("device {d} ({events} events)")).clicked() {
                                 pick = Some(d as u32);
@@ -128,7 +128,7 @@ pub(super) fn top_bar_ui(ui: &mut Ui, app: &mut AllocsimApp) {
         for (i, e) in app.errors.iter().enumerate() {
             egui::Frame::new().fill(theme::ERROR_BG).inner_margin(4.0).show(ui, |ui| {
                 ui.horizontal(|ui| {
-                    if ui.small_button("✕").clicked() {
+                    if ui.small_button("×").clicked() {
                         dismiss = Some(i);
                     }
                     ui.colored_label(Color32::WHITE, e);
@@ -145,7 +145,7 @@ pub(super) fn status_bar_ui(ui: &mut Ui, app: &mut AllocsimApp) {
     egui::Panel::bottom("status").show(ui, |ui| {
         ui.horizontal(|ui| {
             let Some(doc) = &app.doc else {
-                ui.label("drop a PyTorch memory snapshot (.pickle, .pickle.gz, .json) anywhere, or File ▸ Open snapshot…");
+                ui.label("drop a PyTorch memory snapshot (.pickle, .pickle.gz, .json) anywhere, or File > Open snapshot…");
                 return;
             };
             let c = app.cursor as usize;
@@ -208,8 +208,7 @@ fn config_ui(ui: &mut Ui, app: &mut AllocsimApp) {
     ui.heading("Configuration");
     let mut changed = false;
     ui.horizontal(|ui| {
-        ui.label("Allocator");
-        egui::ComboBox::from_id_salt("model")
+        egui::ComboBox::new("model", "allocator")
             .selected_text(app.config.model.clone())
             .show_ui(ui, |ui| {
                 for m in MODEL_NAMES {
@@ -239,12 +238,11 @@ fn config_ui(ui: &mut Ui, app: &mut AllocsimApp) {
         changed = true;
     }
     ui.horizontal(|ui| {
-        ui.label("Memory cap");
         let shown = app
             .config
             .capacity_bytes
             .map_or_else(|| "whole GPU".to_string(), format_size);
-        egui::ComboBox::from_id_salt("capacity")
+        egui::ComboBox::new("capacity", "memory cap")
             .selected_text(shown)
             .show_ui(ui, |ui| {
                 if ui
@@ -307,7 +305,7 @@ fn config_ui(ui: &mut Ui, app: &mut AllocsimApp) {
             ui.weak(status);
             if i > 0
                 && ui
-                    .small_button("✕")
+                    .small_button("×")
                     .on_hover_text("stop comparing")
                     .clicked()
             {
@@ -326,7 +324,13 @@ fn config_ui(ui: &mut Ui, app: &mut AllocsimApp) {
                 .desired_width(200.0),
         );
         let enter = r.lost_focus() && ui.input(|i| i.key_pressed(egui::Key::Enter));
-        if (ui.button("Compare").clicked() || enter) && !app.config.add_text.trim().is_empty() {
+        if (ui
+            .button("Add")
+            .on_hover_text("compare this configuration too")
+            .clicked()
+            || enter)
+            && !app.config.add_text.trim().is_empty()
+        {
             match allocsim_core::models::ModelSpec::parse(app.config.add_text.trim()) {
                 Ok(s) => {
                     app.config.compare.push(s.label());
@@ -365,12 +369,14 @@ fn slot_status(s: &Slot) -> String {
 }
 
 fn search_ui(ui: &mut Ui, app: &mut AllocsimApp) {
-    ui.heading("Search");
-    let r = ui.add(
-        egui::TextEdit::singleline(&mut app.search.text)
-            .hint_text("0x7f3a… address or stack text")
-            .desired_width(f32::INFINITY),
-    );
+    let heading = ui.heading("Search");
+    let r = ui
+        .add(
+            egui::TextEdit::singleline(&mut app.search.text)
+                .hint_text("0x7f3a… address or stack text")
+                .desired_width(f32::INFINITY),
+        )
+        .labelled_by(heading.id);
     if r.changed() {
         app.search.site = None;
         app.apply_search();
@@ -569,7 +575,7 @@ fn oom_ui(ui: &mut Ui, app: &mut AllocsimApp) {
         ui.colored_label(
             theme::OK_TEXT,
             format!(
-                "✔ {} fits (peak reserved {})",
+                "{} fits (peak reserved {})",
                 s.spec,
                 format_size(
                     s.replay
@@ -610,7 +616,7 @@ fn oom_ui(ui: &mut Ui, app: &mut AllocsimApp) {
                                 } else {
                                     theme::BAD_TEXT
                                 },
-                                if r.fits { "✔" } else { "✗" },
+                                if r.fits { "fits" } else { "OOM" },
                             );
                         } else {
                             ui.colored_label(theme::BAD_TEXT, "!")

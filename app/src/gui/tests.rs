@@ -1,1 +1,399 @@
+//! UI tests without a GPU: the whole app in a headless egui context (egui_kittest), the
+//! engine run inline, the big views drawn as egui meshes.
 
+use egui::accesskit::Role;
+use egui_kittest::Harness;
+use egui_kittest::kittest::Queryable;
+
+use super::engine::wire::{NO_OP, block_state};
+use super::examples::{self, OOM_STORY};
+use super::io::EngineHandle;
+use super::{AllocsimApp, Startup, Tab};
+
+fn harness(startup: Startup) -> Harness<'static, AllocsimApp> {
+    let mut app = AllocsimApp::with_engine(EngineHandle::inline(), false);
+    app.start(startup);
+    let mut h = Harness::builder()
+        .with_size([1400.0, 900.0])
+        .with_max_steps(400)
+        .build_ui_state(|ui, app: &mut AllocsimApp| app.ui(ui), app);
+    settle(&mut h);
+    h
+}
+
+/// Runs frames until the engine has answered everything.
+fn settle(h: &mut Harness<'static, AllocsimApp>) {
+    for _ in 0..200 {
+        h.step();
+        if !h.state().busy() {
+            h.step();
+            return;
+        }
+    }
+    panic!("the app never settled");
+}
+
+fn has_text(h: &Harness<'static, AllocsimApp>, text: &str) -> bool {
+    h.query_all_by_label_contains(text).next().is_some()
+}
+
+#[test]
+fn opens_on_the_oom_story_with_the_oom_explained() {
+    let h = harness(Startup::Example(&OOM_STORY));
+    let app = h.state();
+    let doc = app.document().expect("loaded");
+    assert_eq!(
+        doc.slots.len(),
+        2,
+        "the recorded settings and expandable segments"
+    );
+    let main = doc.slots[0].replay.as_ref().expect("replayed");
+    let oom = main
+        .data
+        .summary
+        .oom
+        .as_ref()
+        .expect("the default allocator fails");
+    assert_eq!(
+        app.cursor, oom.op_index,
+        "the cursor starts on the failing request"
+    );
+    assert!(
+        doc.slots[1]
+            .replay
+            .as_ref()
+            .expect("replayed")
+            .data
+            .summary
+            .oom
+            .is_none()
+    );
+    let layout = doc.slots[0]
+        .layout
+        .as_ref()
+        .expect("the layout at the cursor");
+    assert_eq!(layout.data.op, app.cursor);
+    assert_eq!(
+        layout.quads.len(),
+        layout.data.blocks.len(),
+        "one quad per block"
+    );
+    assert!(has_text(&h, "Out of memory"));
+    assert!(has_text(&h, "Tried to allocate 400.00 MiB"));
+    assert!(has_text(&h, "1.12 GiB in 6 holes"));
+    assert!(has_text(&h, "pytorch@expandable_segments:True fits"));
+    assert!(app.errors.is_empty(), "{:?}", app.errors);
+}
+
+#[test]
+fn arrow_keys_step_the_cursor_and_the_layout_follows() {
+    let mut h = harness(Startup::Example(&OOM_STORY));
+    let start = h.state().cursor;
+    let before = h
+        .state()
+        .document()
+        .and_then(|d| d.slots[0].layout.as_ref())
+        .map(|l| l.data.clone())
+        .expect("layout");
+    h.key_press(egui::Key::ArrowRight);
+    settle(&mut h);
+    assert_eq!(h.state().cursor, start + 1);
+    let after = h
+        .state()
+        .document()
+        .and_then(|d| d.slots[0].layout.as_ref())
+        .map(|l| l.data.clone())
+        .expect("layout");
+    assert_eq!(after.op, start + 1);
+    let ev = h
+        .state()
+        .document()
+        .map(|d| d.trace.ops.event_index[(start + 1) as usize])
+        .expect("doc");
+    assert!(
+        has_text(&h, &format!("event {ev} · op {}", start + 1)),
+        "the status line follows"
+    );
+    h.key_press(egui::Key::ArrowLeft);
+    h.key_press(egui::Key::ArrowLeft);
+    settle(&mut h);
+    assert_eq!(h.state().cursor, start - 1);
+    h.key_press(egui::Key::Home);
+    settle(&mut h);
+    assert_eq!(h.state().cursor, 0);
+    h.key_press(egui::Key::End);
+    settle(&mut h);
+    let n = h
+        .state()
+        .document()
+        .map(|d| d.trace.ops.len())
+        .expect("doc") as u32;
+    assert_eq!(h.state().cursor, n - 1);
+    h.key_press(egui::Key::PageUp);
+    settle(&mut h);
+    assert!(h.state().cursor < n - 1);
+    // The layout changed between the OOM and the end (the story frees its tensors).
+    let end = h
+        .state()
+        .document()
+        .and_then(|d| d.slots[0].layout.as_ref())
+        .map(|l| l.data.clone())
+        .expect("layout");
+    assert_ne!(before.blocks, end.blocks);
+}
+
+#[test]
+fn hovering_a_block_shows_its_sizes_events_and_stack() {
+    let mut h = harness(Startup::Example(&OOM_STORY));
+    let (content, seg_bytes, blocks) = {
+        let app = h.state();
+        let l = app
+            .document()
+            .and_then(|d| d.slots[0].layout.as_ref())
+            .expect("layout");
+        (
+            app.map.last_content.expect("the map was drawn"),
+            l.data.segments[0].size_bytes,
+            l.data.blocks.clone(),
+        )
+    };
+    assert!(!has_text(&h, "requested 180.00 MiB"));
+    // The first allocated block: hover the middle of it (the map fits the segment).
+    let (i, b) = blocks
+        .iter()
+        .enumerate()
+        .find(|(_, b)| b.state == block_state::ALLOCATED)
+        .expect("an allocated block");
+    let seg_addr = blocks[0].addr;
+    let mid = (b.addr - seg_addr) as f32 + b.size_bytes as f32 / 2.0;
+    let x = content.left() + mid / seg_bytes as f32 * content.width();
+    let y = content.top() + 18.0 + 9.0; // the header row, then the segment's row
+    h.hover_at(egui::pos2(x, y));
+    h.step();
+    h.step();
+    assert!(
+        has_text(&h, "180.00 MiB · allocated"),
+        "hovering block {i} shows its size and state"
+    );
+    assert!(has_text(&h, "requested 180.00 MiB"));
+    assert!(has_text(&h, "allocated at event"));
+    // Clicking selects the allocation; its stack panel appears.
+    h.drag_at(egui::pos2(x, y));
+    h.drop_at(egui::pos2(x, y));
+    h.step();
+    settle(&mut h);
+    let sel = h.state().selected_alloc.expect("selected");
+    assert_eq!(sel, b.alloc);
+    assert_ne!(sel, NO_OP);
+    assert!(has_text(&h, "Selected allocation"));
+}
+
+#[test]
+fn searching_an_address_highlights_its_block_and_lists_its_allocations() {
+    let mut h = harness(Startup::Example(&OOM_STORY));
+    let b = h
+        .state()
+        .document()
+        .and_then(|d| d.slots[0].layout.as_ref())
+        .and_then(|l| {
+            l.data
+                .blocks
+                .iter()
+                .find(|b| b.state == block_state::ALLOCATED)
+                .copied()
+        })
+        .expect("block");
+    assert!(
+        h.state()
+            .document()
+            .and_then(|d| d.slots[0].layout.as_ref())
+            .is_some_and(|l| l.highlight.is_empty())
+    );
+    let field = h.get_by_role_and_label(Role::TextInput, "Search");
+    field.focus();
+    field.type_text(&format!("{:#x}", b.addr + 100));
+    settle(&mut h);
+    let app = h.state();
+    assert_eq!(app.search.addr, Some(b.addr + 100));
+    assert!(
+        !app.search.hits.is_empty(),
+        "the allocations holding the address"
+    );
+    let l = app
+        .document()
+        .and_then(|d| d.slots[0].layout.as_ref())
+        .expect("layout");
+    assert_eq!(l.highlight.len(), 1, "exactly its block is highlighted");
+    assert!(has_text(&h, "held"));
+    assert!(has_text(&h, &format!("block {:#x}", b.addr)));
+}
+
+#[test]
+fn searching_stack_text_highlights_the_allocations_of_matching_call_sites() {
+    let ex = examples::by_file("mlp_train.pickle.gz").expect("built in");
+    let mut h = harness(Startup::Example(ex));
+    let (name, stacks) = {
+        let d = h.state().document().expect("doc");
+        let s = d
+            .trace
+            .ops
+            .stack
+            .iter()
+            .copied()
+            .find(|&s| s != 0)
+            .expect("stacks recorded");
+        let frame = d
+            .trace
+            .stacks
+            .frames_of(s)
+            .next()
+            .expect("a frame")
+            .0
+            .to_string();
+        (frame, d.trace.stacks.len())
+    };
+    assert!(stacks > 1);
+    h.state_mut().search.text = name.clone();
+    h.state_mut().apply_search();
+    settle(&mut h);
+    let app = h.state();
+    let matched = app.search.stacks.as_ref().expect("stack search");
+    assert!(!matched.is_empty(), "{name}");
+    assert!(
+        !app.bands_highlight.is_empty(),
+        "the bands of those call sites are highlighted"
+    );
+    assert!(has_text(&h, "call sites match"));
+}
+
+#[test]
+fn a_bad_file_shows_an_error_and_the_app_keeps_working() {
+    let mut h = harness(Startup::Example(&OOM_STORY));
+    h.state_mut().open_bytes(
+        "broken.pickle".into(),
+        b"\x80\x04garbage".to_vec(),
+        None,
+        &[],
+    );
+    settle(&mut h);
+    assert_eq!(h.state().errors.len(), 1);
+    assert!(
+        h.state().errors[0].starts_with("broken.pickle: "),
+        "{}",
+        h.state().errors[0]
+    );
+    assert!(has_text(&h, "broken.pickle: "));
+    // The story is still on screen and answers the keyboard.
+    assert_eq!(
+        h.state().document().map(|d| d.trace.name.as_str()),
+        Some("oom_story.pickle.gz")
+    );
+    let c = h.state().cursor;
+    h.key_press(egui::Key::ArrowRight);
+    settle(&mut h);
+    assert_eq!(h.state().cursor, c + 1);
+    // A bad config is an error too, not a panic.
+    h.state_mut()
+        .config
+        .compare
+        .push("pytorch@max_split_size_mb:lots".into());
+    h.state_mut().resimulate();
+    settle(&mut h);
+    assert!(h.state().errors.len() >= 2);
+}
+
+#[test]
+fn a_larger_cap_re_simulates_and_the_oom_goes_away() {
+    let mut h = harness(Startup::Example(&OOM_STORY));
+    h.state_mut().config.capacity_bytes = Some(8 << 30);
+    h.state_mut().resimulate();
+    settle(&mut h);
+    let d = h.state().document().expect("doc");
+    assert!(d.slots.iter().all(|s| {
+        s.replay
+            .as_ref()
+            .is_some_and(|r| r.data.summary.oom.is_none())
+    }));
+    assert!(!has_text(&h, "Out of memory"));
+}
+
+#[test]
+fn the_compare_tab_shows_the_summary_and_a_map_per_configuration() {
+    let mut h = harness(Startup::Example(&OOM_STORY));
+    h.get_by_label("Compare").click();
+    settle(&mut h);
+    assert_eq!(h.state().tab, Tab::Compare);
+    assert!(has_text(&h, "peak reserved"));
+    assert!(has_text(&h, "OOM at event"));
+    let json = h.state().compare_json().expect("json");
+    let v: serde_json::Value = serde_json::from_str(&json).expect("valid json");
+    assert_eq!(v["results"].as_array().map(Vec::len), Some(2));
+    assert_eq!(v["results"][0]["oom"]["requested_bytes"], 400 << 20);
+    assert!(v["results"][1]["oom"].is_null());
+    h.get_by_label("At the peak").click();
+    settle(&mut h);
+    assert!(has_text(&h, "call sites"));
+}
+
+#[test]
+fn the_stacked_allocation_view_draws_bands_and_the_cursor_moves_by_click() {
+    let mut h = harness(Startup::Example(&OOM_STORY));
+    h.get_by_label("Allocations").click();
+    settle(&mut h);
+    assert!(h.state().timeline.bands_drawn > 0);
+    assert!(has_text(&h, "bands drawn"));
+    // Clicking a quarter into the timeline moves the cursor a quarter into the trace.
+    h.get_by_label("Metrics").click();
+    h.step();
+    let plot = h.state().timeline.last_plot.expect("drawn");
+    let at = egui::pos2(plot.left() + plot.width() * 0.25, plot.center().y);
+    h.drag_at(at);
+    h.drop_at(at);
+    settle(&mut h);
+    let n = h
+        .state()
+        .document()
+        .map(|d| d.trace.ops.len())
+        .expect("doc") as f32;
+    assert_eq!(h.state().cursor, (n * 0.25).floor() as u32);
+}
+
+#[test]
+fn every_built_in_example_opens_without_errors() {
+    for ex in examples::EXAMPLES
+        .iter()
+        .filter(|e| e.bytes.len() < 200_000)
+    {
+        let h = harness(Startup::Example(ex));
+        let app = h.state();
+        assert!(app.errors.is_empty(), "{}: {:?}", ex.file, app.errors);
+        let d = app.document().expect("loaded");
+        assert!(
+            d.slots
+                .iter()
+                .all(|s| s.replay.is_some() && s.layout.is_some()),
+            "{}",
+            ex.file
+        );
+    }
+}
+
+#[test]
+fn addresses_parse_as_hex() {
+    assert_eq!(
+        super::parse_address("0x7f3a00000000"),
+        Some(0x7f3a_0000_0000)
+    );
+    assert_eq!(
+        super::parse_address(" 7f3a00001000 "),
+        Some(0x7f3a_0000_1000)
+    );
+    assert_eq!(super::parse_address("forward"), None);
+    assert_eq!(
+        super::parse_address("deadbeef"),
+        None,
+        "words made of hex letters stay text"
+    );
+    assert_eq!(super::parse_address("0x"), None);
+    assert_eq!(super::parse_address("0xzz"), None);
+}

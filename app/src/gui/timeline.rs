@@ -38,6 +38,8 @@ pub struct TimelineState {
     pub show_fragmentation: bool,
     /// Band pieces drawn last frame (level of detail), for the status line.
     pub bands_drawn: usize,
+    /// Where the plot was drawn last frame (tests click into it).
+    pub last_plot: Option<Rect>,
     cache: Option<(CacheKey, Vec<Shape>)>,
 }
 
@@ -51,6 +53,7 @@ impl Default for TimelineState {
             show_largest_free: true,
             show_fragmentation: true,
             bands_drawn: 0,
+            last_plot: None,
             cache: None,
         }
     }
@@ -226,6 +229,7 @@ pub fn timeline_ui(
     if plot.width() < 20.0 || plot.height() < 20.0 {
         return input;
     }
+    st.last_plot = Some(plot);
     let frag_rect = Rect::from_min_max(
         pos2(plot.left(), plot.bottom() + 4.0),
         pos2(plot.right(), outer.bottom() - 22.0),

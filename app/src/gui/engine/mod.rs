@@ -433,10 +433,13 @@ pub fn ops_table(dt: &DeviceTrace) -> OpsTable {
                 size_bytes,
                 stream,
             ),
-            OpKind::Free { alloc, .. } => {
+            OpKind::Free { alloc, deferred } => {
                 if let Some(a) = t.link.get_mut(alloc as usize) {
                     *a = k as u32;
-                    t.end[alloc as usize] = k as u32;
+                    // A deferred free holds its memory until its completion (if any).
+                    if !deferred {
+                        t.end[alloc as usize] = k as u32;
+                    }
                 }
                 t.link[k] = alloc;
                 (op_kind::FREE, 0, 0)

@@ -1,1 +1,299 @@
+use super::wire::{self, Request, Response, block_state};
+use super::*;
+use crate::gui::examples::{self, EXAMPLES, OOM_STORY};
 
+fn run(engine: &mut Engine, req: Request) -> Vec<Response> {
+    let mut out = Vec::new();
+    engine.handle(req, &mut |r| out.push(r));
+    out
+}
+
+fn last(mut v: Vec<Response>) -> Response {
+    v.pop().expect("the engine answers every request")
+}
+
+fn loaded(engine: &mut Engine, e: &examples::Example) -> Box<TraceData> {
+    match last(run(
+        engine,
+        Request::Load {
+            job: 1,
+            name: e.file.into(),
+            bytes: e.bytes.to_vec(),
+        },
+    )) {
+        Response::Loaded { trace, .. } => trace,
+        other => panic!("{}: {other:?}", e.file),
+    }
+}
+
+fn replayed(engine: &mut Engine, slot: u32, spec: &str, cap: Option<u64>) -> Box<ReplayData> {
+    match last(run(
+        engine,
+        Request::Replay {
+            job: 2,
+            slot,
+            spec: spec.into(),
+            capacity_bytes: cap,
+        },
+    )) {
+        Response::Replayed { replay, .. } => replay,
+        other => panic!("{spec}: {other:?}"),
+    }
+}
+
+fn layout(engine: &mut Engine, slot: u32, op: u32) -> Box<LayoutData> {
+    match last(run(engine, Request::Layout { job: 3, slot, op })) {
+        Response::Layout { layout, .. } => layout,
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn oom_story_fails_by_default_and_fits_with_expandable_segments() {
+    let mut e = Engine::new();
+    let t = loaded(&mut e, &OOM_STORY);
+    assert!(t.exact, "the PyTorch model replays the recording exactly");
+    assert!(!t.ops.is_empty());
+    let cap = OOM_STORY.cap_bytes();
+    let r = replayed(&mut e, 0, "pytorch", cap);
+    let oom = r
+        .summary
+        .oom
+        .as_ref()
+        .expect("the default allocator runs out of memory");
+    assert_eq!(oom.requested_bytes, 400 << 20);
+    assert!(
+        oom.explanation.starts_with("Tried to allocate 400.00 MiB"),
+        "{}",
+        oom.explanation
+    );
+    assert!(oom.free_bytes > 1 << 30, "more than 1 GiB was free");
+    assert_eq!(r.reserved_bytes.len(), r.summary.ops_done as usize);
+    let x = replayed(&mut e, 1, "pytorch@expandable_segments:True", cap);
+    assert!(
+        x.summary.oom.is_none(),
+        "expandable segments fit under the same cap"
+    );
+}
+
+#[test]
+fn the_layout_at_the_oom_shows_the_holes_and_links_blocks_to_their_allocations() {
+    let mut e = Engine::new();
+    let t = loaded(&mut e, &OOM_STORY);
+    let r = replayed(&mut e, 0, "pytorch", OOM_STORY.cap_bytes());
+    let at = r.summary.oom.as_ref().expect("oom").op_index;
+    let l = layout(&mut e, 0, at);
+    assert_eq!(l.op, at);
+    assert_eq!(l.segments.len(), 1, "one 2 GiB segment");
+    assert_eq!(l.segments[0].size_bytes, 2 << 30);
+    let blocks = &l.blocks;
+    let free: Vec<_> = blocks
+        .iter()
+        .filter(|b| b.state == block_state::FREE)
+        .collect();
+    let live: Vec<_> = blocks
+        .iter()
+        .filter(|b| b.state == block_state::ALLOCATED)
+        .collect();
+    assert_eq!(free.len(), 6, "six holes");
+    assert_eq!(free.iter().map(|b| b.size_bytes).max(), Some(248 << 20));
+    // Blocks tile the segment.
+    let s = &l.segments[0];
+    let mut at_addr = s.addr;
+    for b in &blocks[s.first as usize..(s.first + s.count) as usize] {
+        assert_eq!(b.addr, at_addr);
+        at_addr += b.size_bytes;
+    }
+    assert_eq!(at_addr, s.addr + s.size_bytes);
+    // Every allocated block names the alloc op of the allocation in it.
+    for b in live {
+        assert_ne!(b.alloc, wire::NO_OP);
+        assert!(t.ops.live_after(b.alloc as usize, at as usize));
+        assert_eq!(t.ops.size_bytes[b.alloc as usize], b.requested_bytes);
+    }
+    // And the address search finds the allocations that held a block's address.
+    let probe = blocks
+        .iter()
+        .find(|b| b.state == block_state::ALLOCATED)
+        .expect("live")
+        .addr
+        + 4096;
+    match last(run(
+        &mut e,
+        Request::FindAddress {
+            job: 4,
+            slot: 0,
+            addr: probe,
+        },
+    )) {
+        Response::AddressHits { hits, .. } => {
+            assert!(!hits.is_empty());
+            assert!(
+                hits.iter()
+                    .all(|h| h.addr <= probe && probe < h.addr + h.size_bytes)
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn a_layout_past_the_oom_is_the_layout_where_the_replay_stopped() {
+    // gc_threshold_s2 ends in a real OOM the program did not survive.
+    let ex = examples::by_file("gc_threshold_s2.pickle.gz").expect("built in");
+    let mut e = Engine::new();
+    let t = loaded(&mut e, ex);
+    let r = replayed(&mut e, 0, "pytorch", ex.cap_bytes());
+    if (r.summary.ops_done as usize) < t.ops.len() {
+        let l = layout(&mut e, 0, t.ops.len() as u32 - 1);
+        assert_eq!(l.clamped_to, Some(r.summary.ops_done - 1));
+    }
+}
+
+#[test]
+fn bands_peak_is_the_peak_of_live_requested_bytes() {
+    for ex in EXAMPLES.iter().filter(|e| e.bytes.len() < 200_000) {
+        let mut e = Engine::new();
+        let t = loaded(&mut e, ex);
+        let r = replayed(&mut e, 0, "pytorch", None);
+        assert!(r.summary.oom.is_none(), "{}: no cap, no OOM", ex.file);
+        // The model counts a deferred free's bytes until it completes, as the bands do.
+        assert_eq!(
+            t.bands.peak_bytes, r.summary.peak_requested_bytes,
+            "{}",
+            ex.file
+        );
+        // Pieces never overlap at any op: the stack heights add up to the live bytes.
+        let probe = (t.ops.len() / 2) as u32;
+        let covered: u64 = t
+            .bands
+            .pieces
+            .iter()
+            .filter(|p| p.x0 <= probe && probe < p.x1)
+            .map(|p| p.height_bytes)
+            .sum();
+        let live: u64 = (0..t.ops.len())
+            .filter(|&a| t.ops.live_after(a, probe as usize))
+            .map(|a| t.ops.size_bytes[a])
+            .sum();
+        assert_eq!(covered, live, "{}", ex.file);
+    }
+}
+
+#[test]
+fn a_bad_file_fails_with_a_message_and_the_engine_keeps_working() {
+    let mut e = Engine::new();
+    for bytes in [
+        b"not a pickle at all".to_vec(),
+        vec![0x80, 0x04, 0x95],
+        vec![0x1f, 0x8b, 0x08, 0, 1, 2],
+        Vec::new(),
+    ] {
+        match last(run(
+            &mut e,
+            Request::Load {
+                job: 9,
+                name: "bad.pickle".into(),
+                bytes,
+            },
+        )) {
+            Response::Failed { job, message } => {
+                assert_eq!(job, 9);
+                assert!(message.starts_with("bad.pickle: "), "{message}");
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+    match last(run(
+        &mut e,
+        Request::Layout {
+            job: 10,
+            slot: 0,
+            op: 0,
+        },
+    )) {
+        Response::Failed { message, .. } => assert!(message.contains("no trace")),
+        other => panic!("{other:?}"),
+    }
+    let _ = loaded(&mut e, &OOM_STORY);
+    match last(run(
+        &mut e,
+        Request::Replay {
+            job: 11,
+            slot: 0,
+            spec: "nonsense@x:1".into(),
+            capacity_bytes: None,
+        },
+    )) {
+        Response::Failed { message, .. } => assert!(message.contains("nonsense"), "{message}"),
+        other => panic!("{other:?}"),
+    }
+    match last(run(
+        &mut e,
+        Request::Replay {
+            job: 12,
+            slot: 0,
+            spec: "pytorch@max_split_size_mb:banana".into(),
+            capacity_bytes: None,
+        },
+    )) {
+        Response::Failed { .. } => {}
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn what_if_names_the_configurations_that_fit() {
+    let mut e = Engine::new();
+    let _ = loaded(&mut e, &OOM_STORY);
+    match last(run(
+        &mut e,
+        Request::WhatIf {
+            job: 5,
+            capacity_bytes: OOM_STORY.cap_bytes(),
+        },
+    )) {
+        Response::WhatIf { rows, .. } => {
+            let row = |s: &str| rows.iter().find(|r| r.spec == s).expect(s);
+            assert!(!row("pytorch").fits);
+            assert!(row("pytorch@expandable_segments:True").fits);
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn messages_survive_the_trip_to_the_worker() {
+    let mut e = Engine::new();
+    let t = loaded(&mut e, &OOM_STORY);
+    let resp = Response::Loaded {
+        job: 7,
+        trace: t.clone(),
+    };
+    let back: Response = wire::decode(&wire::encode(&resp).expect("encode")).expect("decode");
+    match back {
+        Response::Loaded { job, trace } => {
+            assert_eq!(job, 7);
+            assert_eq!(trace.ops.size_bytes, t.ops.size_bytes);
+            assert_eq!(trace.bands.pieces, t.bands.pieces);
+            assert_eq!(trace.stacks.strings, t.stacks.strings);
+        }
+        other => panic!("{other:?}"),
+    }
+    let req = Request::Replay {
+        job: 1,
+        slot: 2,
+        spec: "pytorch".into(),
+        capacity_bytes: Some(5),
+    };
+    let back: Request = wire::decode(&wire::encode(&req).expect("encode")).expect("decode");
+    assert!(matches!(
+        back,
+        Request::Replay {
+            slot: 2,
+            capacity_bytes: Some(5),
+            ..
+        }
+    ));
+    assert!(wire::decode::<Request>(&[0xff, 0xff, 0xff]).is_err());
+}
