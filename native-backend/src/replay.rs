@@ -162,6 +162,9 @@ pub struct CudaReplayReport {
     pub driver_refusal: Option<Refusal>,
     pub prediction: Option<Prediction>,
     pub peaks: Peaks,
+    /// The memory the simulated device was given: what the driver hands out of the free
+    /// memory at the start ([`driver_usable_bytes`]), under the cap.
+    pub simulated_limit_bytes: u64,
     /// Ops of the request list, and how many ran on the GPU.
     pub ops: usize,
     pub ops_replayed: usize,
@@ -203,6 +206,18 @@ impl Observer for NoObserver {}
 
 /// How often [`Observer::progress`] is called, and a sample taken between segment events.
 pub const PROGRESS_EVERY: usize = 256;
+
+/// How much of `free_bytes` (what `cuMemGetInfo` reports free) the driver really hands
+/// out: whole pages of `granularity`, less one page it keeps for itself — for `cuMemAlloc`
+/// and `cuMemCreate` alike. Measured on an H200 with driver 580
+/// (`tests/cuda.rs`, `cuda_driver_usable_memory_is_whole_pages_less_one`): with 101.125 MiB
+/// free, 2 MiB requests got 98 MiB and 20 MiB pages 80 MiB; with 1025.125 MiB free, 1022
+/// and 1020 MiB. The simulation the GPU is compared with gets this much.
+#[must_use]
+pub fn driver_usable_bytes(free_bytes: u64, granularity: u64) -> u64 {
+    let g = granularity.max(1);
+    (free_bytes / g).saturating_sub(1) * g
+}
 
 /// Counts the refusals of a device (the simulated one).
 struct Counting<D> {
@@ -429,11 +444,10 @@ pub fn cuda_replay<G: Gpu>(
     let n = dt.ops.len();
     obs.started(&info, balloon_free, n);
 
-    // The simulation gets the memory the GPU has for the replay: the free memory now (what
-    // the balloon left), under the cap.
-    let sim_limit = opts
-        .capacity_bytes
-        .map_or(baseline_free, |c| c.min(baseline_free));
+    // The simulation gets the memory the GPU has for the replay: what the driver hands out
+    // of the free memory now (what the balloon left), under the cap.
+    let usable = driver_usable_bytes(baseline_free, granularity);
+    let sim_limit = opts.capacity_bytes.map_or(usable, |c| c.min(usable));
     let mut sim = sim_model.map(|model| SimRun {
         model,
         device: Counting {
@@ -661,6 +675,7 @@ pub fn cuda_replay<G: Gpu>(
         driver_refusal,
         prediction,
         peaks,
+        simulated_limit_bytes: sim_limit,
         ops: n,
         ops_replayed,
         stopped,
@@ -674,6 +689,18 @@ pub fn cuda_replay<G: Gpu>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_driver_hands_out_whole_pages_less_one() {
+        const MIB: u64 = 1 << 20;
+        assert_eq!(driver_usable_bytes(101 * MIB + MIB / 8, 2 * MIB), 98 * MIB);
+        assert_eq!(
+            driver_usable_bytes(1025 * MIB + MIB / 8, 2 * MIB),
+            1022 * MIB
+        );
+        assert_eq!(driver_usable_bytes(MIB, 2 * MIB), 0);
+        assert_eq!(driver_usable_bytes(0, 0), 0);
+    }
 
     #[test]
     fn patterns_differ_between_neighbours_and_are_never_zero() {

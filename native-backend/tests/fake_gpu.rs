@@ -128,7 +128,8 @@ fn the_balloon_leaves_the_asked_free_memory_and_goes_with_the_device() {
     let left = dev.inflate_balloon(100 * MIB).unwrap();
     assert!((100 * MIB..102 * MIB).contains(&left), "left {left}");
     assert_eq!(dev.free_bytes(), left);
-    assert!(dev.malloc(100 * MIB, 0).is_ok());
+    // Like the real driver, the fake keeps one 2 MiB page of what it reports free.
+    assert!(dev.malloc(98 * MIB, 0).is_ok());
     assert!(
         dev.malloc(2 * MIB, 0).is_err(),
         "the driver itself refuses now"
@@ -216,19 +217,22 @@ fn with_a_balloon_the_driver_refuses_where_the_simulation_does() {
         };
         let r = cuda_replay(FakeGpu::new(8 * GIB), &trace, &o, &mut NoObserver).unwrap();
         assert!(r.balloon_free_bytes.is_some_and(|b| b >= 100 * MIB));
-        // Plain: 3 × 30 MiB segments fit in 100 MiB, the 4th does not. Expandable: 20 MiB
-        // pages, so 5 × 20 MiB hold three 30 MiB blocks and the fourth needs a sixth page.
-        assert_eq!(r.oom.real_event_index, Some(3), "{}", spec.label());
+        // 98 MiB usable. Plain: 3 × 30 MiB segments fit, the 4th does not. Expandable:
+        // 20 MiB pages, so the third block needs a fifth page (100 MiB), which does not fit.
+        let expected = if spec.config.is_some() { 2 } else { 3 };
+        assert_eq!(r.oom.real_event_index, Some(expected), "{}", spec.label());
         assert_eq!(
             r.oom.simulated_event_index,
             r.oom.real_event_index,
             "{}",
             spec.label()
         );
-        assert_eq!(r.first_refusal.real_event_index, Some(3));
-        assert_eq!(r.first_refusal.simulated_event_index, Some(3));
+        assert_eq!(r.first_refusal.real_event_index, Some(expected));
+        assert_eq!(r.first_refusal.simulated_event_index, Some(expected));
+        assert_eq!(r.simulated_limit_bytes, 98 * MIB);
         assert_eq!(
-            r.ops_replayed, 4,
+            r.ops_replayed,
+            expected as usize + 1,
             "the replay stops where the program would have died"
         );
         assert_eq!(r.leaked_bytes, 0);
@@ -238,23 +242,20 @@ fn with_a_balloon_the_driver_refuses_where_the_simulation_does() {
 #[test]
 fn a_driver_that_keeps_memory_back_refuses_earlier_and_the_report_says_why() {
     let gpu = FakeGpu::new(8 * GIB);
-    gpu.lock().headroom_bytes = 4 * MIB;
+    // A driver keeping 16 MiB where the real one keeps 2 MiB.
+    gpu.lock().headroom_bytes = 16 * MIB;
     let o = CudaReplayOptions {
         balloon_free_bytes: Some(100 * MIB),
-        spec: expandable(),
         ..opts(Mode::Model, "pytorch")
     };
     let r = cuda_replay(gpu, &growing_trace(8), &o, &mut NoObserver).unwrap();
-    // The fourth and fifth pages fit in the 40 MiB reported free, but not with 4 MiB kept.
+    // The third 30 MiB segment fits in the 98 MiB the simulation counts usable, but not in
+    // the 84 MiB this driver hands out.
     assert_eq!(r.oom.simulated_event_index, Some(3));
     assert_eq!(r.oom.real_event_index, Some(2));
     let rf = r.driver_refusal.unwrap();
-    assert_eq!(rf.requested_bytes, 20 * MIB);
-    assert_eq!(
-        rf.free_bytes,
-        20 * MIB,
-        "the refusal left the fourth page's 20 MiB free"
-    );
+    assert_eq!(rf.requested_bytes, 30 * MIB);
+    assert_eq!(rf.free_bytes, 40 * MIB, "refused with 40 MiB reported free");
     assert!(
         r.notes.iter().any(|n| n.contains("still free")),
         "{:?}",

@@ -35,7 +35,8 @@ pub struct FakeState {
     /// Hand every allocation out at the same address (a broken driver: live blocks
     /// overlap), to prove the data check notices.
     pub overlap_bug: bool,
-    /// Memory the driver keeps for itself: reported free, never handed out.
+    /// Memory the driver keeps for itself: reported free, never handed out. One 2 MiB page
+    /// by default, as the real driver does (`driver_usable_bytes`).
     pub headroom_bytes: u64,
     /// Panic in the n-th driver call from now (once).
     pub panic_in_calls: Option<u64>,
@@ -68,6 +69,7 @@ impl FakeGpu {
         let state = FakeState {
             capacity_bytes,
             granularity: 2 * MIB,
+            headroom_bytes: 2 * MIB,
             next_addr: 0x7f00_0000_0000,
             ..FakeState::default()
         };
