@@ -29,10 +29,17 @@ pub fn summary_options() -> ReplayOptions {
 }
 
 /// Whether a replay ran the whole trace: no OOM of its own (OOMs the recording also had
-/// do not count: the program went on).
+/// do not count: the program went on). `min_capacity`'s notion.
 #[must_use]
 pub fn fits(r: &ReplayResult) -> bool {
     r.oom.as_ref().is_none_or(|o| !o.fatal)
+}
+
+/// Whether a replay served every request: no OOM at all, not even where the recording
+/// failed. `compare`'s and `recommend`'s notion: the allocator would have avoided the OOM.
+#[must_use]
+pub fn served_all(r: &ReplayResult) -> bool {
+    r.oom.is_none()
 }
 
 fn label(r: &ReplayResult) -> String {
@@ -43,9 +50,9 @@ fn label(r: &ReplayResult) -> String {
     }
 }
 
-/// Appends to an OOM explanation which of `others` would have fit.
+/// Appends to an OOM explanation which of `others` would have served every request.
 fn note_fits(r: &mut ReplayResult, fitting: &[String], what: &str) {
-    if let Some(o) = r.oom.as_mut().filter(|o| o.fatal) {
+    if let Some(o) = r.oom.as_mut() {
         let note = if fitting.is_empty() {
             format!("; no {what} would have fit")
         } else {
@@ -55,8 +62,8 @@ fn note_fits(r: &mut ReplayResult, fitting: &[String], what: &str) {
     }
 }
 
-/// Replays device `device` of `trace` through every spec under `capacity`. Each fatal OOM's
-/// explanation ends with the compared models that would have fit.
+/// Replays device `device` of `trace` through every spec under `capacity`. Each OOM's
+/// explanation ends with the compared models that served every request.
 pub fn compare(
     trace: &Trace,
     device: usize,
@@ -76,7 +83,11 @@ pub fn compare(
         )?);
         progress(i + 1, specs.len());
     }
-    let fitting: Vec<String> = results.iter().filter(|r| fits(r)).map(label).collect();
+    let fitting: Vec<String> = results
+        .iter()
+        .filter(|r| served_all(r))
+        .map(label)
+        .collect();
     for r in &mut results {
         note_fits(r, &fitting, "compared allocator");
     }
@@ -84,8 +95,12 @@ pub fn compare(
 }
 
 /// The answer of [`min_capacity`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MinCapacity {
+    /// The model, as the CLI names it.
+    pub allocator: &'static str,
+    /// Its effective configuration (canonical string).
+    pub config: String,
     /// C on the 2 MiB grid: a replay at C has no OOM of its own, one at C − 2 MiB has (or
     /// C is the grid's first point, 2 MiB).
     pub min_capacity_bytes: u64,
@@ -107,6 +122,7 @@ pub fn min_capacity(
 ) -> Result<MinCapacity, Error> {
     let unlimited = session::replay_device(trace, device, spec, None, summary_options())?;
     let peak = unlimited.peak_reserved_bytes;
+    let (allocator, config) = (unlimited.allocator, unlimited.config.clone());
     if !fits(&unlimited) {
         return Err(Error::Config(format!(
             "{} runs out of memory even without a capacity ({})",
@@ -140,6 +156,8 @@ pub fn min_capacity(
     progress(replays, total);
     if hi == 1 || fits_at(1, &mut replays)? {
         return Ok(MinCapacity {
+            allocator,
+            config,
             min_capacity_bytes: GRID_BYTES,
             unlimited_peak_reserved_bytes: peak,
             replays,
@@ -156,6 +174,8 @@ pub fn min_capacity(
         progress(replays, total.max(replays));
     }
     Ok(MinCapacity {
+        allocator,
+        config,
         min_capacity_bytes: hi * GRID_BYTES,
         unlimited_peak_reserved_bytes: peak,
         replays,
@@ -211,17 +231,24 @@ pub struct Recommendation {
     /// then the shortest config string.
     pub best: ReplayResult,
     pub candidates_tried: usize,
-    /// Candidates that ran without an OOM of their own.
+    /// Candidates that served every request.
     pub candidates_fitting: usize,
 }
 
-/// Orders candidates: fitting first (else those that got furthest), then lowest peak
-/// reserved, fewest segment ops, shortest config, and the config itself for a total order.
-fn rank(r: &ReplayResult) -> (bool, usize, u64, u64, usize, String) {
-    let fit = fits(r);
-    let progress = if fit { 0 } else { usize::MAX - r.ops_done };
+/// Orders candidates: no OOM first, then those with no OOM of their own, then those that
+/// got furthest; then lowest peak reserved, fewest segment ops, shortest config, and the
+/// config itself for a total order.
+fn rank(r: &ReplayResult) -> (u8, usize, u64, u64, usize, String) {
+    let class = if served_all(r) {
+        0
+    } else if fits(r) {
+        1
+    } else {
+        2
+    };
+    let progress = usize::MAX - r.ops_done;
     (
-        !fit,
+        class,
         progress,
         r.peak_reserved_bytes,
         r.segment_ops,
@@ -266,14 +293,14 @@ pub fn recommend(
         };
         let r = session::replay_device(trace, device, &spec, Some(capacity), summary_options())?;
         tried += 1;
-        fitting += usize::from(fits(&r));
+        fitting += usize::from(served_all(&r));
         if best.as_ref().is_none_or(|b| rank(&r) < rank(b)) {
             best = Some(r);
         }
     }
     let best =
         best.ok_or_else(|| Error::Config("no candidate config could be built".to_string()))?;
-    if fits(&best) {
+    if served_all(&best) {
         let conf = if best.config.is_empty() {
             "PyTorch's defaults".to_string()
         } else {
@@ -317,7 +344,7 @@ mod tests {
         let mut calls = 0;
         let r = compare(&story(), 0, &specs, Some(CAP), &mut |_, _| calls += 1).unwrap();
         assert_eq!(calls, 4);
-        assert!(!fits(&r[0]) && fits(&r[1]));
+        assert!(!fits(&r[0]) && served_all(&r[1]));
         let e = &r[0].oom.as_ref().unwrap().explanation;
         assert!(e.starts_with("Tried to allocate 400.00 MiB"), "{e}");
         assert!(
@@ -358,7 +385,7 @@ mod tests {
         assert_eq!(recommend_candidates().len(), 168);
         let r = recommend(&story(), 0, CAP, &mut |_, _| {}).unwrap();
         assert!(!fits(&r.default));
-        assert!(fits(&r.best), "{:?}", r.best.oom);
+        assert!(served_all(&r.best), "{:?}", r.best.oom);
         assert_eq!(r.candidates_tried, 168);
         let e = r.default.oom.unwrap().explanation;
         assert!(

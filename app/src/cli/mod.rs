@@ -5,6 +5,8 @@
 mod cuda_replay;
 mod replay;
 mod validate;
+mod progress;
+mod whatif;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -56,6 +58,12 @@ enum Command {
     Replay(replay::Args),
     /// Replay FILE on a real GPU (CUDA) and validate the simulation against it
     CudaReplay(cuda_replay::Args),
+    /// Replay FILE through several allocators or configs side by side
+    Compare(whatif::CompareArgs),
+    /// The smallest capacity (2 MiB grid) that runs FILE without running out of memory
+    MinCapacity(whatif::MinCapacityArgs),
+    /// Sweep PyTorch's allocator settings at a capacity and pick the best
+    Recommend(whatif::RecommendArgs),
 }
 
 /// The arguments every trace-reading command shares.
@@ -100,6 +108,9 @@ fn run(cli: Cli) -> Result<u8, Failure> {
         Some(Command::Validate(a)) => validate::run(&a),
         Some(Command::Replay(a)) => replay::run(&a),
         Some(Command::CudaReplay(a)) => cuda_replay::run(&a),
+        Some(Command::Compare(a)) => whatif::compare(&a),
+        Some(Command::MinCapacity(a)) => whatif::min_capacity(&a),
+        Some(Command::Recommend(a)) => whatif::recommend(&a),
     }
 }
 

@@ -1,0 +1,322 @@
+//! The what-if commands (DESIGN.md):
+//!
+//! ```text
+//! allocsim compare      FILE [--allocators LIST] [--capacity SIZE] [--trace-device D] [--json]
+//! allocsim min-capacity FILE [--allocator NAME] [--config STR] [--trace-device D] [--json]
+//! allocsim recommend    FILE --capacity SIZE [--trace-device D] [--json]
+//! ```
+//!
+//! `--workload SPEC` (a synthetic workload, `allocsim_core::workloads`) may stand instead of
+//! FILE. Long runs draw a progress bar on stderr; stdout carries only the result.
+
+use std::path::PathBuf;
+
+use allocsim_core::models::{ModelSpec, kind};
+use allocsim_core::replay::ReplayResult;
+use allocsim_core::trace::Trace;
+use allocsim_core::units::format_size;
+use allocsim_core::{whatif, workloads};
+use serde_json::json;
+
+use super::progress::Progress;
+use super::replay::replay_json;
+use super::{Failure, load_file, parse_size_arg, pick_device, print_json};
+
+/// FILE, or a synthetic workload in its place.
+#[derive(clap::Args, Debug, Clone)]
+pub struct Source {
+    /// A PyTorch snapshot (.pickle, .pickle.gz, .json, .json.gz; detected by content)
+    #[arg(required_unless_present = "workload", conflicts_with = "workload")]
+    pub file: Option<PathBuf>,
+    /// A synthetic workload instead of FILE, e.g. `train:steps=50,batch=8..32,seq=128..2048,seed=1`,
+    /// `kvcache:tokens=2000`, `oom-story`, `churn:events=1000000`
+    #[arg(long, value_name = "SPEC")]
+    pub workload: Option<String>,
+}
+
+/// A trace to run, and what to call it in messages.
+pub struct Loaded {
+    pub trace: Trace,
+    pub name: String,
+}
+
+/// Loads FILE (decoded and validated, `capacity` being the cap it ran under) or generates
+/// the workload. Errors name the file or the SPEC.
+pub fn load_source(src: &Source, capacity: Option<u64>) -> Result<Loaded, Failure> {
+    match (&src.file, &src.workload) {
+        (_, Some(spec)) => {
+            let trace = workloads::generate(spec).map_err(|e| Failure::bad_input(e.to_string()))?;
+            Ok(Loaded {
+                trace,
+                name: format!("workload {spec}"),
+            })
+        }
+        (Some(path), None) => {
+            let v = load_file(path, capacity)?;
+            Ok(Loaded {
+                trace: v.trace,
+                name: path.display().to_string(),
+            })
+        }
+        (None, None) => Err(Failure::bad_input("give a FILE or --workload SPEC")),
+    }
+}
+
+fn core_failure(name: &str, e: &allocsim_core::Error) -> Failure {
+    Failure::bad_input(format!("{name}: {e}"))
+}
+
+#[derive(clap::Args, Debug)]
+pub struct CompareArgs {
+    #[command(flatten)]
+    source: Source,
+    #[arg(
+        long,
+        help = "';'-separated NAME or NAME@CONFIG entries (default: every model with its defaults plus pytorch@expandable_segments:True)"
+    )]
+    allocators: Option<String>,
+    /// The memory each allocator may hold, e.g. 2.2GiB (default: unlimited)
+    #[arg(long, value_parser = parse_size_arg)]
+    capacity: Option<u64>,
+    #[arg(
+        long,
+        help = "Which device_traces[D] to replay (default: the one with the most events)"
+    )]
+    trace_device: Option<usize>,
+    /// One JSON object on stdout
+    #[arg(long)]
+    json: bool,
+}
+
+fn label(r: &ReplayResult) -> String {
+    if r.config.is_empty() {
+        r.allocator.to_string()
+    } else {
+        format!("{}@{}", r.allocator, r.config)
+    }
+}
+
+/// `allocsim compare`.
+pub fn compare(a: &CompareArgs) -> Result<u8, Failure> {
+    let specs = match &a.allocators {
+        Some(list) => {
+            kind::parse_list(list).map_err(|e| Failure::bad_input(format!("--allocators: {e}")))?
+        }
+        None => kind::DEFAULT_COMPARE
+            .iter()
+            .map(|s| ModelSpec::parse(s))
+            .collect::<Result<_, _>>()
+            .map_err(Failure::bad_input)?,
+    };
+    let src = load_source(&a.source, a.capacity)?;
+    let d = pick_device(&src.trace, a.trace_device)?;
+    let mut bar = Progress::new("compare");
+    let results = whatif::compare(&src.trace, d, &specs, a.capacity, &mut |done, total| {
+        bar.update(done, total);
+    })
+    .map_err(|e| core_failure(&src.name, &e))?;
+    drop(bar);
+    let events = src.trace.devices[d].events;
+    if a.json {
+        print_json(&json!({
+            "schema": 1,
+            "results": results.iter().map(|r| replay_json(r, events)).collect::<Vec<_>>(),
+        }));
+        return Ok(0);
+    }
+    println!(
+        "{} — device {d}, {events} events, capacity {}",
+        src.name,
+        capacity_text(a.capacity)
+    );
+    println!();
+    let width = results
+        .iter()
+        .map(|r| label(r).len())
+        .max()
+        .unwrap_or(9)
+        .max(9);
+    println!(
+        "{:width$}  {:>12}  {:>12}  {:>9}  {:>11}  out of memory",
+        "allocator", "peak reserved", "peak alloc.", "frag.", "segment ops"
+    );
+    for r in &results {
+        let oom = match &r.oom {
+            Some(o) if o.fatal => format!("at event {}", o.event_index),
+            Some(o) => format!("at event {} (as recorded)", o.event_index),
+            None => "never".to_string(),
+        };
+        println!(
+            "{:width$}  {:>12}  {:>12}  {:>8.1}%  {:>11}  {oom}",
+            label(r),
+            format_size(r.peak_reserved_bytes),
+            format_size(r.peak_allocated_bytes),
+            r.fragmentation_at_peak * 100.0,
+            r.segment_ops
+        );
+    }
+    for r in &results {
+        if let Some(o) = &r.oom {
+            println!();
+            println!("{}: {}", label(r), o.explanation);
+        }
+    }
+    Ok(0)
+}
+
+fn capacity_text(c: Option<u64>) -> String {
+    c.map_or_else(|| "unlimited".to_string(), format_size)
+}
+
+#[derive(clap::Args, Debug)]
+pub struct MinCapacityArgs {
+    #[command(flatten)]
+    source: Source,
+    /// The allocator model
+    #[arg(long, default_value = "pytorch")]
+    allocator: String,
+    /// The model's config in PyTorch's key:value,key:value syntax (pytorch: defaults plus STR; without it the snapshot's own settings)
+    #[arg(long)]
+    config: Option<String>,
+    #[arg(
+        long,
+        help = "Which device_traces[D] to replay (default: the one with the most events)"
+    )]
+    trace_device: Option<usize>,
+    /// One JSON object on stdout
+    #[arg(long)]
+    json: bool,
+}
+
+/// `allocsim min-capacity`.
+pub fn min_capacity(a: &MinCapacityArgs) -> Result<u8, Failure> {
+    let mut spec = ModelSpec::parse(&a.allocator).map_err(Failure::bad_input)?;
+    if spec.config.is_none() {
+        spec.config.clone_from(&a.config);
+    }
+    let src = load_source(&a.source, None)?;
+    let d = pick_device(&src.trace, a.trace_device)?;
+    let mut bar = Progress::new("min-capacity");
+    let m = whatif::min_capacity(&src.trace, d, &spec, &mut |done, total| {
+        bar.update(done, total);
+    })
+    .map_err(|e| core_failure(&src.name, &e))?;
+    drop(bar);
+    if a.json {
+        print_json(&json!({
+            "schema": 1,
+            "allocator": m.allocator,
+            "config": m.config,
+            "min_capacity_bytes": m.min_capacity_bytes,
+            "unlimited_peak_reserved_bytes": m.unlimited_peak_reserved_bytes,
+        }));
+        return Ok(0);
+    }
+    let conf = if m.config.is_empty() {
+        "defaults".to_string()
+    } else {
+        m.config.clone()
+    };
+    println!(
+        "{} — device {d}, {} (config: {conf})",
+        src.name, m.allocator
+    );
+    let mib = |b: u64| b >> 20;
+    println!(
+        "  min capacity        {} ({} MiB = {} bytes; {} MiB runs out of memory)",
+        format_size(m.min_capacity_bytes),
+        mib(m.min_capacity_bytes),
+        m.min_capacity_bytes,
+        mib(m.min_capacity_bytes - whatif::GRID_BYTES)
+    );
+    println!(
+        "  unlimited peak      {} reserved",
+        format_size(m.unlimited_peak_reserved_bytes)
+    );
+    println!("  replays             {}", m.replays);
+    Ok(0)
+}
+
+#[derive(clap::Args, Debug)]
+pub struct RecommendArgs {
+    #[command(flatten)]
+    source: Source,
+    /// The memory the allocator may hold, e.g. 2.2GiB
+    #[arg(long, value_parser = parse_size_arg)]
+    capacity: u64,
+    #[arg(
+        long,
+        help = "Which device_traces[D] to replay (default: the one with the most events)"
+    )]
+    trace_device: Option<usize>,
+    /// One JSON object on stdout
+    #[arg(long)]
+    json: bool,
+}
+
+/// `allocsim recommend`.
+pub fn recommend(a: &RecommendArgs) -> Result<u8, Failure> {
+    let src = load_source(&a.source, Some(a.capacity))?;
+    let d = pick_device(&src.trace, a.trace_device)?;
+    let mut bar = Progress::new("recommend");
+    let r = whatif::recommend(&src.trace, d, a.capacity, &mut |done, total| {
+        bar.update(done, total);
+    })
+    .map_err(|e| core_failure(&src.name, &e))?;
+    drop(bar);
+    let events = src.trace.devices[d].events;
+    if a.json {
+        print_json(&json!({
+            "schema": 1,
+            "capacity_bytes": a.capacity,
+            "default": replay_json(&r.default, events),
+            "best": replay_json(&r.best, events),
+            "candidates_tried": r.candidates_tried,
+        }));
+        return Ok(0);
+    }
+    println!(
+        "{} — device {d}, capacity {}",
+        src.name,
+        format_size(a.capacity)
+    );
+    let status = |x: &ReplayResult| match &x.oom {
+        Some(o) => format!("out of memory at event {}", o.event_index),
+        None => format!(
+            "fits, {} peak reserved, {} segment ops",
+            format_size(x.peak_reserved_bytes),
+            x.segment_ops
+        ),
+    };
+    let default_conf = if r.default.config.is_empty() {
+        "PyTorch's defaults".to_string()
+    } else {
+        r.default.config.clone()
+    };
+    println!(
+        "  recorded settings   {default_conf}: {}",
+        status(&r.default)
+    );
+    let best_conf = if r.best.config.is_empty() {
+        "PyTorch's defaults".to_string()
+    } else {
+        r.best.config.clone()
+    };
+    println!(
+        "  best of {:<3}        {best_conf}: {}",
+        r.candidates_tried,
+        status(&r.best)
+    );
+    println!(
+        "  configs that fit    {} of {}",
+        r.candidates_fitting, r.candidates_tried
+    );
+    if whatif::served_all(&r.best) {
+        println!("  set                 PYTORCH_CUDA_ALLOC_CONF={best_conf}");
+    }
+    if let Some(o) = &r.default.oom {
+        println!();
+        println!("{}", o.explanation);
+    }
+    Ok(0)
+}
