@@ -225,6 +225,52 @@ fn assert_same(a: &RawSnapshot, b: &RawSnapshot) {
     assert_eq!(a.frames.stack_count(), b.frames.stack_count());
 }
 
+/// The fuzz seeds include the same tiny snapshot as `CPython` writes it with protocols 0, 2,
+/// 4 and 5, as JSON and gzip'd: all decode to the same thing.
+#[test]
+fn python_written_protocols_agree() {
+    let dir = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../fuzz/seeds"));
+    let read = |name: &str| {
+        let bytes = std::fs::read(dir.join(name)).unwrap_or_else(|e| panic!("{name}: {e}"));
+        decode_snapshot(&bytes).unwrap_or_else(|e| panic!("{name}: {e}"))
+    };
+    let reference = read("tiny_p4.pickle");
+    assert_eq!(reference.device_traces[0].len(), 4);
+    assert_eq!(reference.device_traces[0][3].action, Action::Oom);
+    assert_eq!(
+        reference
+            .frames
+            .format_stack(reference.device_traces[0][0].stack),
+        ["forward (model.py:12)", "<module> (train.py:99)"]
+    );
+    for name in [
+        "tiny_p0.pickle",
+        "tiny_p2.pickle",
+        "tiny_p5.pickle",
+        "tiny.json",
+        "tiny_p4.pickle.gz",
+    ] {
+        assert_same(&reference, &read(name));
+    }
+    // Sets, frozensets and bytearrays are pickled with REDUCE below protocol 4: refused.
+    let p2 = std::fs::read(dir.join("values_p2.pickle")).expect("read");
+    assert!(matches!(
+        pickle::decode_value(&p2),
+        Err(ImportError::RefusedOpcode { name: "GLOBAL", .. })
+    ));
+    let p5 = std::fs::read(dir.join("values_p5.pickle")).expect("read");
+    let PyValue::List(items) = pickle::decode_value(&p5).expect("protocol 5 values") else {
+        panic!("not a list");
+    };
+    assert_eq!(items[0], PyValue::Int(1 << 64));
+    assert_eq!(items[1], PyValue::Str("é".repeat(300)));
+    assert_eq!(
+        items[3],
+        PyValue::Bytes(b"z".to_vec()),
+        "BYTEARRAY8 reads as bytes"
+    );
+}
+
 // ---------------------------------------------------------------------------------------
 // Hostile and malformed input
 
