@@ -67,7 +67,7 @@ fn truncated_huge_and_deep_inputs_fail_cleanly() {
     let f = tmp_file("deep.pickle", &deep);
     let t = std::time::Instant::now();
     let out = run(&["validate", f.to_str().unwrap()]);
-    assert_bad_input(&out, &f, "snapshot");
+    assert_bad_input(&out, &f, "byte");
     assert!(t.elapsed().as_secs() < 30, "deep nesting must not hang");
     if let Some(dir) = traces() {
         let gz = std::fs::read(dir.join("mlp_train.pickle.gz")).unwrap();
