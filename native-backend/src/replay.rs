@@ -219,6 +219,28 @@ pub fn driver_usable_bytes(free_bytes: u64, granularity: u64) -> u64 {
     (free_bytes / g).saturating_sub(1) * g
 }
 
+/// The OOM a replay reports, and whether it stops there — the rule of the core's
+/// `replay::replay`: the first OOM is reported unless a fatal one (the recording did not
+/// fail there too) follows reproduced ones; the replay stops at any fatal OOM.
+#[derive(Debug, Default, Clone, Copy)]
+struct OomSeen {
+    event_index: Option<u64>,
+    fatal: bool,
+}
+
+impl OomSeen {
+    /// An OOM at `event_index`; returns whether the replay stops.
+    fn note(&mut self, event_index: u64, fatal: bool) -> bool {
+        if self.event_index.is_none() || (fatal && !self.fatal) {
+            *self = OomSeen {
+                event_index: Some(event_index),
+                fatal,
+            };
+        }
+        fatal
+    }
+}
+
 /// Counts the refusals of a device (the simulated one).
 struct Counting<D> {
     inner: D,
@@ -470,12 +492,12 @@ pub fn cuda_replay<G: Gpu>(
     let mut out: Vec<ModelEvent> = Vec::with_capacity(16);
     let mut sim_out: Vec<ModelEvent> = Vec::with_capacity(16);
     let mut agreement = Agreement::default();
-    let mut oom = EventPair::default();
     let mut first_refusal = EventPair::default();
     let mut peaks = Peaks::default();
     let mut timeline: Vec<Sample> = Vec::new();
     let mut segment_events = 0u64;
     let mut real_done = false;
+    let (mut real_oom, mut sim_oom) = (OomSeen::default(), OomSeen::default());
     let mut ops_replayed = 0;
     let mut stopped = false;
     let (mut pred_n, mut pred_sum, mut pred_max) = (0u64, 0f64, 0u64);
@@ -488,10 +510,8 @@ pub fn cuda_replay<G: Gpu>(
             if let Step::Oom { fatal, .. } =
                 s.stepper
                     .step(dt, k, s.model.as_mut(), &mut s.device, &mut sim_out)
-                && oom.simulated_event_index.is_none()
             {
-                oom.simulated_event_index = Some(event_index);
-                s.done = fatal;
+                s.done = sim_oom.note(event_index, fatal);
             }
             if s.device.refusals > 0 && first_refusal.simulated_event_index.is_none() {
                 first_refusal.simulated_event_index = Some(event_index);
@@ -529,12 +549,7 @@ pub fn cuda_replay<G: Gpu>(
                             .map_err(|e| driver(k, event_index, e))?;
                     }
                 }
-                Step::Oom { fatal, .. } => {
-                    if oom.real_event_index.is_none() {
-                        oom.real_event_index = Some(event_index);
-                        real_done = fatal;
-                    }
-                }
+                Step::Oom { fatal, .. } => real_done = real_oom.note(event_index, fatal),
                 Step::Done => {}
             }
             if device.driver_refusals() > 0 && first_refusal.real_event_index.is_none() {
@@ -603,6 +618,10 @@ pub fn cuda_replay<G: Gpu>(
         }
     }
 
+    let oom = EventPair {
+        simulated_event_index: sim_oom.event_index,
+        real_event_index: real_oom.event_index,
+    };
     let driver_refusal = device.first_refusal();
     if let (Some(rf), Some(real), Some(sim)) = (
         driver_refusal,
@@ -689,6 +708,19 @@ pub fn cuda_replay<G: Gpu>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_fatal_oom_after_reproduced_ones_is_reported_and_stops() {
+        let mut o = OomSeen::default();
+        assert!(!o.note(5, false), "a reproduced OOM goes on");
+        assert!(!o.note(7, false));
+        assert_eq!(o.event_index, Some(5), "the first is reported");
+        assert!(o.note(9, true), "a fatal one stops");
+        assert_eq!(o.event_index, Some(9), "and replaces reproduced ones");
+        let mut f = OomSeen::default();
+        assert!(f.note(3, true));
+        assert_eq!(f.event_index, Some(3));
+    }
 
     #[test]
     fn the_driver_hands_out_whole_pages_less_one() {

@@ -52,39 +52,18 @@ pub struct Args {
     timeline: Option<PathBuf>,
 }
 
-#[cfg(not(feature = "cuda"))]
-pub fn run(a: &Args) -> Result<u8, Failure> {
-    let _ = (
-        &a.input,
-        a.mode,
-        &a.allocator,
-        &a.config,
-        a.capacity,
-        a.balloon,
-        a.verify_data,
-        a.device,
-        a.trace_device,
-        a.json,
-        &a.timeline,
-    );
-    Err(Failure::unavailable(
-        "cuda-replay: this build of allocsim has no CUDA support (cargo feature `cuda`)",
-    ))
+/// The checked request: the model, the loaded trace and the device of it to replay. Bad
+/// input is exit 2 whether or not this build or machine has CUDA.
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+struct Request {
+    spec: allocsim_core::models::ModelSpec,
+    validation: allocsim_core::validate::Validation,
+    trace_device: usize,
 }
 
-#[cfg(feature = "cuda")]
-pub fn run(a: &Args) -> Result<u8, Failure> {
+fn check(a: &Args) -> Result<Request, Failure> {
     use allocsim_core::models::ModelSpec;
-    use allocsim_native::replay::NoObserver;
-    use allocsim_native::{CudaReplayOptions, Mode, NativeError};
-
-    use super::{load_file, pick_device};
-
-    let mode = match a.mode {
-        ModeArg::Model => Mode::Model,
-        ModeArg::Raw => Mode::Raw,
-    };
-    let spec = match (&a.allocator, mode) {
+    let spec = match (&a.allocator, a.mode) {
         (Some(name), _) => {
             let mut s = ModelSpec::parse(name).map_err(Failure::bad_input)?;
             if s.config.is_none() {
@@ -92,19 +71,49 @@ pub fn run(a: &Args) -> Result<u8, Failure> {
             }
             s
         }
-        (None, Mode::Model) => ModelSpec {
+        (None, ModeArg::Model) => ModelSpec {
             name: "pytorch".into(),
             config: a.config.clone(),
         },
         // Raw mode checks the cuda-malloc model's prediction (the report says so if this
         // build has no such model).
-        (None, Mode::Raw) => ModelSpec {
+        (None, ModeArg::Raw) => ModelSpec {
             name: "cuda-malloc".into(),
             config: a.config.clone(),
         },
     };
-    let v = load_file(&a.input.file, a.capacity)?;
-    let d = pick_device(&v.trace, a.trace_device)?;
+    let validation = super::load_file(&a.input.file, a.capacity)?;
+    let trace_device = super::pick_device(&validation.trace, a.trace_device)?;
+    Ok(Request {
+        spec,
+        validation,
+        trace_device,
+    })
+}
+
+#[cfg(not(feature = "cuda"))]
+pub fn run(a: &Args) -> Result<u8, Failure> {
+    let _ = check(a)?;
+    let _ = (a.balloon, a.verify_data, a.device, a.json, &a.timeline);
+    Err(Failure::unavailable(
+        "cuda-replay: this build of allocsim has no CUDA support (cargo feature `cuda`)",
+    ))
+}
+
+#[cfg(feature = "cuda")]
+pub fn run(a: &Args) -> Result<u8, Failure> {
+    use allocsim_native::replay::NoObserver;
+    use allocsim_native::{CudaReplayOptions, Mode, NativeError};
+
+    let Request {
+        spec,
+        validation: v,
+        trace_device: d,
+    } = check(a)?;
+    let mode = match a.mode {
+        ModeArg::Model => Mode::Model,
+        ModeArg::Raw => Mode::Raw,
+    };
     let opts = CudaReplayOptions {
         mode,
         spec,
