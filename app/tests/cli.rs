@@ -34,10 +34,24 @@ fn tmp_file(name: &str, bytes: &[u8]) -> PathBuf {
 fn assert_bad_input(out: &Output, file: &Path, must_mention: &str) {
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "stderr: {err}");
-    assert!(out.stdout.is_empty(), "stdout: {}", String::from_utf8_lossy(&out.stdout));
-    assert_eq!(err.trim_end().lines().count(), 1, "one line expected: {err}");
-    assert!(err.contains(&file.display().to_string()), "names the file: {err}");
-    assert!(err.to_lowercase().contains(&must_mention.to_lowercase()), "mentions '{must_mention}': {err}");
+    assert!(
+        out.stdout.is_empty(),
+        "stdout: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    assert_eq!(
+        err.trim_end().lines().count(),
+        1,
+        "one line expected: {err}"
+    );
+    assert!(
+        err.contains(&file.display().to_string()),
+        "names the file: {err}"
+    );
+    assert!(
+        err.to_lowercase().contains(&must_mention.to_lowercase()),
+        "mentions '{must_mention}': {err}"
+    );
 }
 
 fn json_snapshot(events: &str) -> Vec<u8> {
@@ -57,7 +71,12 @@ fn refused_pickle_opcodes_are_never_executed() {
 
 #[test]
 fn truncated_huge_and_deep_inputs_fail_cleanly() {
-    let huge = [&b"\x80\x04\x8d"[..], &10_000_000_000u64.to_le_bytes(), b"abc"].concat();
+    let huge = [
+        &b"\x80\x04\x8d"[..],
+        &10_000_000_000u64.to_le_bytes(),
+        b"abc",
+    ]
+    .concat();
     let f = tmp_file("huge.pickle", &huge);
     assert_bad_input(&run(&["validate", f.to_str().unwrap()]), &f, "byte");
     let mut deep = b"\x80\x02".to_vec();
@@ -74,7 +93,12 @@ fn truncated_huge_and_deep_inputs_fail_cleanly() {
         for cut in [10, 1000, gz.len() / 2] {
             let f = tmp_file(&format!("cut{cut}.pickle.gz"), &gz[..cut]);
             let out = run(&["validate", f.to_str().unwrap()]);
-            assert_eq!(out.status.code(), Some(2), "{}", String::from_utf8_lossy(&out.stderr));
+            assert_eq!(
+                out.status.code(),
+                Some(2),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
         }
     }
     let f = tmp_file("garbage.bin", b"\x00\x01\x02 not a snapshot");
@@ -83,7 +107,8 @@ fn truncated_huge_and_deep_inputs_fail_cleanly() {
 
 #[test]
 fn bad_traces_name_the_event() {
-    let unknown = json_snapshot(r#"{"action": "free_requested", "addr": 4096, "size": 512, "stream": 0}"#);
+    let unknown =
+        json_snapshot(r#"{"action": "free_requested", "addr": 4096, "size": 512, "stream": 0}"#);
     let f = tmp_file("unknown_free.json", &unknown);
     assert_bad_input(&run(&["replay", f.to_str().unwrap()]), &f, "event 0");
     let twice = json_snapshot(
@@ -99,14 +124,23 @@ fn bad_traces_name_the_event() {
     let f = tmp_file("negative.json", &negative);
     assert_bad_input(&run(&["validate", f.to_str().unwrap()]), &f, "size");
     let missing = Path::new("/nonexistent/trace.pickle");
-    assert_bad_input(&run(&["validate", missing.to_str().unwrap()]), missing, "cannot read");
+    assert_bad_input(
+        &run(&["validate", missing.to_str().unwrap()]),
+        missing,
+        "cannot read",
+    );
 }
 
 #[test]
 fn usage_errors_exit_2() {
     let Some(dir) = traces() else { return };
     let f = dir.join("oom_story.pickle.gz");
-    let out = run(&["replay", f.to_str().unwrap(), "--config", "expandable_segments:true"]);
+    let out = run(&[
+        "replay",
+        f.to_str().unwrap(),
+        "--config",
+        "expandable_segments:true",
+    ]);
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("True/False"));
     let out = run(&["replay", f.to_str().unwrap(), "--capacity", "2.2XB"]);
@@ -123,10 +157,24 @@ fn usage_errors_exit_2() {
 fn validate_json_contract_and_exit_codes() {
     let Some(dir) = traces() else { return };
     let f = dir.join("oom_story.pickle.gz");
-    let out = run(&["validate", f.to_str().unwrap(), "--capacity", "2362232013", "--json"]);
-    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = run(&[
+        "validate",
+        f.to_str().unwrap(),
+        "--capacity",
+        "2362232013",
+        "--json",
+    ]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let text = String::from_utf8(out.stdout).unwrap();
-    assert!(text.trim_start().starts_with("{\n  \"schema\": 1"), "schema first: {text}");
+    assert!(
+        text.trim_start().starts_with("{\n  \"schema\": 1"),
+        "schema first: {text}"
+    );
     let v: serde_json::Value = serde_json::from_str(&text).unwrap();
     assert_eq!(v["exact"], true);
     assert_eq!(v["events_compared"], v["events_matched"]);
@@ -142,20 +190,43 @@ fn validate_json_contract_and_exit_codes() {
     let ctx = v["first_divergence"]["context"].as_str().unwrap();
     assert!(ctx.contains("unknown: the memory cap"), "{ctx}");
     let out = run(&["validate", f.to_str().unwrap(), "--capacity", "4GiB"]);
-    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stdout));
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
 }
 
 #[test]
 fn replay_json_reports_the_oom_story() {
     let Some(dir) = traces() else { return };
     let f = dir.join("oom_story.pickle.gz");
-    let out = run(&["replay", f.to_str().unwrap(), "--capacity", "2362232013", "--json"]);
+    let out = run(&[
+        "replay",
+        f.to_str().unwrap(),
+        "--capacity",
+        "2362232013",
+        "--json",
+    ]);
     assert_eq!(out.status.code(), Some(0));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     for k in [
-        "schema", "allocator", "config", "capacity_bytes", "events", "requests", "peak_reserved_bytes", "peak_allocated_bytes",
-        "peak_requested_bytes", "final_reserved_bytes", "internal_waste_bytes_at_peak", "fragmentation_at_peak", "max_fragmentation",
-        "segment_ops", "oom",
+        "schema",
+        "allocator",
+        "config",
+        "capacity_bytes",
+        "events",
+        "requests",
+        "peak_reserved_bytes",
+        "peak_allocated_bytes",
+        "peak_requested_bytes",
+        "final_reserved_bytes",
+        "internal_waste_bytes_at_peak",
+        "fragmentation_at_peak",
+        "max_fragmentation",
+        "segment_ops",
+        "oom",
     ] {
         assert!(v.get(k).is_some(), "missing {k}");
     }
@@ -163,7 +234,15 @@ fn replay_json_reports_the_oom_story() {
     assert_eq!(v["oom"]["free_holes"], 6);
     let e = v["oom"]["explanation"].as_str().unwrap();
     assert!(e.starts_with("Tried to allocate 400.00 MiB; 2.00 GiB reserved by PyTorch, 1.12 GiB of it free in 6 holes, the largest 248.00 MiB"), "{e}");
-    let out = run(&["replay", f.to_str().unwrap(), "--capacity", "2362232013", "--config", "expandable_segments:True", "--json"]);
+    let out = run(&[
+        "replay",
+        f.to_str().unwrap(),
+        "--capacity",
+        "2362232013",
+        "--config",
+        "expandable_segments:True",
+        "--json",
+    ]);
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert!(v["oom"].is_null(), "expandable segments fit: {v}");
     let text = run(&["replay", f.to_str().unwrap(), "--capacity", "2.2GiB"]);

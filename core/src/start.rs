@@ -27,8 +27,16 @@ struct Live {
 
 /// The segments and live blocks of device `device` before its first trace event.
 /// `model` supplies the rounding rules (the recording's configuration).
-pub fn rebuild_start(snap: &RawSnapshot, device: u32, model: &PyTorchModel) -> Result<Vec<StartSegment>, TraceError> {
-    let err = |i: usize, m: String| TraceError { device, event_index: i, message: m };
+pub fn rebuild_start(
+    snap: &RawSnapshot,
+    device: u32,
+    model: &PyTorchModel,
+) -> Result<Vec<StartSegment>, TraceError> {
+    let err = |i: usize, m: String| TraceError {
+        device,
+        event_index: i,
+        message: m,
+    };
     let mut segs: BTreeMap<u64, Seg> = BTreeMap::new();
     let mut live: BTreeMap<u64, Live> = BTreeMap::new();
     for s in snap.segments.iter().filter(|s| s.device == device) {
@@ -46,27 +54,54 @@ pub fn rebuild_start(snap: &RawSnapshot, device: u32, model: &PyTorchModel) -> R
             if b.state != BlockState::Inactive {
                 live.insert(
                     b.address,
-                    Live { requested: b.requested_size, pending: b.state == BlockState::ActivePendingFree, exact_size: Some(b.size) },
+                    Live {
+                        requested: b.requested_size,
+                        pending: b.state == BlockState::ActivePendingFree,
+                        exact_size: Some(b.size),
+                    },
                 );
             }
         }
     }
-    let events = snap.device_traces.get(device as usize).map_or(&[][..], Vec::as_slice);
+    let events = snap
+        .device_traces
+        .get(device as usize)
+        .map_or(&[][..], Vec::as_slice);
     for (i, e) in events.iter().enumerate().rev() {
         match e.action {
             Action::Alloc => {
                 if live.remove(&e.addr).is_none() {
-                    return Err(err(i, format!("alloc at {:#x} is neither alive at the end nor freed later", e.addr)));
+                    return Err(err(
+                        i,
+                        format!(
+                            "alloc at {:#x} is neither alive at the end nor freed later",
+                            e.addr
+                        ),
+                    ));
                 }
             }
             Action::FreeCompleted => {
-                live.insert(e.addr, Live { requested: e.size, pending: true, exact_size: None });
+                live.insert(
+                    e.addr,
+                    Live {
+                        requested: e.size,
+                        pending: true,
+                        exact_size: None,
+                    },
+                );
             }
             Action::FreeRequested => {
                 if let Some(l) = live.get_mut(&e.addr) {
                     l.pending = false;
                 } else {
-                    live.insert(e.addr, Live { requested: e.size, pending: false, exact_size: None });
+                    live.insert(
+                        e.addr,
+                        Live {
+                            requested: e.size,
+                            pending: false,
+                            exact_size: None,
+                        },
+                    );
                 }
             }
             Action::SegmentAlloc => {
@@ -75,7 +110,13 @@ pub fn rebuild_start(snap: &RawSnapshot, device: u32, model: &PyTorchModel) -> R
             Action::SegmentFree => {
                 segs.insert(
                     e.addr,
-                    Seg { size: e.size, stream: e.stream, small: e.size == SMALL_BUFFER_BYTES, pool: PoolId::DEFAULT, expandable: false },
+                    Seg {
+                        size: e.size,
+                        stream: e.stream,
+                        small: e.size == SMALL_BUFFER_BYTES,
+                        pool: PoolId::DEFAULT,
+                        expandable: false,
+                    },
                 );
             }
             Action::SegmentMap => {
@@ -84,11 +125,23 @@ pub fn rebuild_start(snap: &RawSnapshot, device: u32, model: &PyTorchModel) -> R
                 if let Some((a, s)) = hit.filter(|(a, s)| e.addr + e.size <= a + s.size) {
                     segs.remove(&a);
                     if e.addr > a {
-                        segs.insert(a, Seg { size: e.addr - a, ..s });
+                        segs.insert(
+                            a,
+                            Seg {
+                                size: e.addr - a,
+                                ..s
+                            },
+                        );
                     }
                     let end = a + s.size;
                     if e.addr + e.size < end {
-                        segs.insert(e.addr + e.size, Seg { size: end - e.addr - e.size, ..s });
+                        segs.insert(
+                            e.addr + e.size,
+                            Seg {
+                                size: end - e.addr - e.size,
+                                ..s
+                            },
+                        );
                     }
                 }
             }
@@ -109,7 +162,16 @@ pub fn rebuild_start(snap: &RawSnapshot, device: u32, model: &PyTorchModel) -> R
                         size += s.size;
                     }
                 }
-                segs.insert(start, Seg { size, stream: e.stream, small, pool: PoolId::DEFAULT, expandable: true });
+                segs.insert(
+                    start,
+                    Seg {
+                        size,
+                        stream: e.stream,
+                        small,
+                        pool: PoolId::DEFAULT,
+                        expandable: true,
+                    },
+                );
             }
             _ => {}
         }
@@ -121,7 +183,9 @@ pub fn rebuild_start(snap: &RawSnapshot, device: u32, model: &PyTorchModel) -> R
             .range(addr..end)
             .map(|(&a, l)| StartBlock {
                 addr: a,
-                size_bytes: l.exact_size.unwrap_or_else(|| model.round_size(l.requested)),
+                size_bytes: l
+                    .exact_size
+                    .unwrap_or_else(|| model.round_size(l.requested)),
                 requested_bytes: l.requested,
                 pending: l.pending,
             })
@@ -131,7 +195,11 @@ pub fn rebuild_start(snap: &RawSnapshot, device: u32, model: &PyTorchModel) -> R
             let next = blocks.get(k + 1).map_or(end, |b| b.addr);
             let b = &mut blocks[k];
             let gap = next.saturating_sub(b.addr + b.size_bytes);
-            let absorb = if s.small || s.expandable { gap < 512 } else { gap <= SMALL_SIZE_BYTES };
+            let absorb = if s.small || s.expandable {
+                gap < 512
+            } else {
+                gap <= SMALL_SIZE_BYTES
+            };
             if gap > 0 && absorb {
                 b.size_bytes += gap;
             }
@@ -151,9 +219,15 @@ pub fn rebuild_start(snap: &RawSnapshot, device: u32, model: &PyTorchModel) -> R
     }
     // A block outside every segment means the file contradicts itself.
     for (&a, _) in &live {
-        let inside = segs.range(..=a).next_back().is_some_and(|(&sa, s)| a < sa + s.size);
+        let inside = segs
+            .range(..=a)
+            .next_back()
+            .is_some_and(|(&sa, s)| a < sa + s.size);
         if !inside {
-            return Err(err(0, format!("block {a:#x} alive at the start lies in no segment")));
+            return Err(err(
+                0,
+                format!("block {a:#x} alive at the start lies in no segment"),
+            ));
         }
     }
     Ok(out)

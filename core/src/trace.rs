@@ -14,7 +14,12 @@ use crate::snapshot::{RawSnapshot, StackId};
 pub enum OpKind {
     /// Allocate `size_bytes` on `stream` in `pool`. `recorded_oom`: the recording failed
     /// here and the program went on.
-    Alloc { size_bytes: u64, stream: u64, pool: PoolId, recorded_oom: bool },
+    Alloc {
+        size_bytes: u64,
+        stream: u64,
+        pool: PoolId,
+        recorded_oom: bool,
+    },
     /// Free the allocation made by op `alloc` (an index into [`DeviceTrace::ops`]);
     /// `deferred`: it waits for other streams (`record_stream`) until a `CompleteFree`.
     Free { alloc: u32, deferred: bool },
@@ -97,7 +102,10 @@ impl DeviceTrace {
     /// Number of allocation requests.
     #[must_use]
     pub fn requests(&self) -> usize {
-        self.ops.iter().filter(|o| matches!(o.kind, OpKind::Alloc { .. })).count()
+        self.ops
+            .iter()
+            .filter(|o| matches!(o.kind, OpKind::Alloc { .. }))
+            .count()
     }
 }
 

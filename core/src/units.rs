@@ -19,13 +19,21 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
         "MB" => 1e6,
         "GB" => 1e9,
         "TB" => 1e12,
-        _ => return Err(format!("bad size '{text}': unknown unit '{unit}' (use B, KiB, MiB, GiB, TiB, KB, MB, GB or TB)")),
+        _ => {
+            return Err(format!(
+                "bad size '{text}': unknown unit '{unit}' (use B, KiB, MiB, GiB, TiB, KB, MB, GB or TB)"
+            ));
+        }
     };
     if num.is_empty() || num.matches('.').count() > 1 {
-        return Err(format!("bad size '{text}': expected a number with an optional unit, e.g. 2.2GiB"));
+        return Err(format!(
+            "bad size '{text}': expected a number with an optional unit, e.g. 2.2GiB"
+        ));
     }
     if !num.contains('.') && mult == 1.0 {
-        return num.parse::<u64>().map_err(|e| format!("bad size '{text}': {e}"));
+        return num
+            .parse::<u64>()
+            .map_err(|e| format!("bad size '{text}': {e}"));
     }
     let v: f64 = num.parse().map_err(|e| format!("bad size '{text}': {e}"))?;
     let bytes = (v * mult).floor();
@@ -59,7 +67,10 @@ mod tests {
     fn sizes_parse_with_binary_and_decimal_units() {
         assert_eq!(parse_size("1024").unwrap(), 1024);
         assert_eq!(parse_size("2MiB").unwrap(), 2 << 20);
-        assert_eq!(parse_size("2.2GiB").unwrap(), (2.2 * (1u64 << 30) as f64) as u64);
+        assert_eq!(
+            parse_size("2.2GiB").unwrap(),
+            (2.2 * (1u64 << 30) as f64) as u64
+        );
         assert_eq!(parse_size("1.5 KB").unwrap(), 1500);
         assert_eq!(parse_size("0.5B").unwrap(), 0);
         assert!(parse_size("12XB").is_err());

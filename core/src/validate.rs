@@ -25,7 +25,12 @@ pub struct RecordedDevice {
 
 impl RecordedDevice {
     fn new(group: Vec<RawEvent>, oracle: bool, synth: SimulatedDevice) -> RecordedDevice {
-        RecordedDevice { group, cursor: 0, oracle, synth }
+        RecordedDevice {
+            group,
+            cursor: 0,
+            oracle,
+            synth,
+        }
     }
 
     fn peek(&self) -> Option<&RawEvent> {
@@ -38,7 +43,11 @@ impl Device for RecordedDevice {
         match self.peek().copied() {
             Some(e) if e.action == Action::SegmentAlloc => {
                 self.cursor += 1;
-                if e.size == size { Ok(e.addr) } else { self.synth.malloc(size, stream) }
+                if e.size == size {
+                    Ok(e.addr)
+                } else {
+                    self.synth.malloc(size, stream)
+                }
             }
             _ if self.oracle => Err(DeviceOom),
             _ => self.synth.malloc(size, stream),
@@ -46,7 +55,10 @@ impl Device for RecordedDevice {
     }
 
     fn free(&mut self, addr: u64, _size: u64) {
-        if self.peek().is_some_and(|e| e.action == Action::SegmentFree && e.addr == addr) {
+        if self
+            .peek()
+            .is_some_and(|e| e.action == Action::SegmentFree && e.addr == addr)
+        {
             self.cursor += 1;
         }
     }
@@ -73,13 +85,20 @@ impl Device for RecordedDevice {
     }
 
     fn unmap(&mut self, addr: u64, _size: u64) {
-        if self.peek().is_some_and(|e| e.action == Action::SegmentUnmap && e.addr == addr) {
+        if self
+            .peek()
+            .is_some_and(|e| e.action == Action::SegmentUnmap && e.addr == addr)
+        {
             self.cursor += 1;
         }
     }
 
     fn free_bytes(&self) -> u64 {
-        self.group.iter().rev().find(|e| e.action == Action::Oom).map_or(0, |e| e.addr)
+        self.group
+            .iter()
+            .rev()
+            .find(|e| e.action == Action::Oom)
+            .map_or(0, |e| e.addr)
     }
 }
 
@@ -94,10 +113,20 @@ pub struct EventView {
 
 impl EventView {
     fn recorded(e: &RawEvent) -> EventView {
-        EventView { action: e.action.as_str(), addr: e.addr, size: e.size, stream: e.stream }
+        EventView {
+            action: e.action.as_str(),
+            addr: e.addr,
+            size: e.size,
+            stream: e.stream,
+        }
     }
     fn simulated(e: &ModelEvent) -> EventView {
-        EventView { action: e.action.as_str(), addr: e.addr, size: e.size, stream: e.stream }
+        EventView {
+            action: e.action.as_str(),
+            addr: e.addr,
+            size: e.size,
+            stream: e.stream,
+        }
     }
 }
 
@@ -131,12 +160,20 @@ pub struct DeviceReport {
 fn compared(a: Action) -> bool {
     matches!(
         a,
-        Action::Alloc | Action::SegmentAlloc | Action::SegmentFree | Action::SegmentMap | Action::SegmentUnmap | Action::Oom
+        Action::Alloc
+            | Action::SegmentAlloc
+            | Action::SegmentFree
+            | Action::SegmentMap
+            | Action::SegmentUnmap
+            | Action::Oom
     )
 }
 
 fn same(r: &RawEvent, s: &ModelEvent) -> bool {
-    r.action == s.action && r.size == s.size && r.stream == s.stream && (r.action == Action::Oom || r.addr == s.addr)
+    r.action == s.action
+        && r.size == s.size
+        && r.stream == s.stream
+        && (r.action == Action::Oom || r.addr == s.addr)
 }
 
 /// How a group of recorded events with leading segment releases is explained.
@@ -170,12 +207,22 @@ struct Annotator<'a> {
 
 impl Annotator<'_> {
     fn err(&self, i: usize, m: String) -> TraceError {
-        TraceError { device: self.device, event_index: i, message: m }
+        TraceError {
+            device: self.device,
+            event_index: i,
+            message: m,
+        }
     }
 
     fn op(&mut self, i: usize, kind: OpKind, recorded_addr: u64) -> u32 {
         let e = &self.events[i];
-        self.ops.push(Op { kind, event_index: i as u32, recorded_addr, stack: e.stack, time_us: e.time_us });
+        self.ops.push(Op {
+            kind,
+            event_index: i as u32,
+            recorded_addr,
+            stack: e.stack,
+            time_us: e.time_us,
+        });
         (self.ops.len() - 1) as u32
     }
 
@@ -185,9 +232,19 @@ impl Annotator<'_> {
 
     /// Compares the model's events with the recorded slice; counts and keeps the first
     /// divergence.
-    fn compare(&mut self, first: usize, recorded: &[RawEvent], out: &[ModelEvent], context: &dyn Fn() -> String) {
-        let rec: Vec<(usize, &RawEvent)> =
-            recorded.iter().enumerate().filter(|(_, e)| compared(e.action)).map(|(k, e)| (first + k, e)).collect();
+    fn compare(
+        &mut self,
+        first: usize,
+        recorded: &[RawEvent],
+        out: &[ModelEvent],
+        context: &dyn Fn() -> String,
+    ) {
+        let rec: Vec<(usize, &RawEvent)> = recorded
+            .iter()
+            .enumerate()
+            .filter(|(_, e)| compared(e.action))
+            .map(|(k, e)| (first + k, e))
+            .collect();
         let sim: Vec<&ModelEvent> = out.iter().filter(|e| compared(e.action)).collect();
         self.compared += rec.len() as u64;
         let mut bad: Option<(usize, Option<EventView>, Option<EventView>)> = None;
@@ -196,14 +253,25 @@ impl Annotator<'_> {
                 (Some((_, r)), Some(s)) if same(r, s) => self.matched += 1,
                 (r, s) => {
                     if bad.is_none() {
-                        let idx = r.map_or_else(|| first + recorded.len().saturating_sub(1), |(i, _)| *i);
-                        bad = Some((idx, r.map(|(_, e)| EventView::recorded(e)), s.map(|e| EventView::simulated(e))));
+                        let idx =
+                            r.map_or_else(|| first + recorded.len().saturating_sub(1), |(i, _)| *i);
+                        bad = Some((
+                            idx,
+                            r.map(|(_, e)| EventView::recorded(e)),
+                            s.map(|e| EventView::simulated(e)),
+                        ));
                     }
                 }
             }
         }
         if let (Some((idx, r, s)), None) = (bad, &self.divergence) {
-            self.divergence = Some(Divergence { device: self.device, event_index: idx, recorded: r, simulated: s, context: context() });
+            self.divergence = Some(Divergence {
+                device: self.device,
+                event_index: idx,
+                recorded: r,
+                simulated: s,
+                context: context(),
+            });
         }
     }
 
@@ -220,7 +288,11 @@ impl Annotator<'_> {
     }
 
     fn segment_group(&self, from: usize, to: usize) -> Vec<RawEvent> {
-        self.events[from..to].iter().filter(|e| compared(e.action) && e.action != Action::Alloc).copied().collect()
+        self.events[from..to]
+            .iter()
+            .filter(|e| compared(e.action) && e.action != Action::Alloc)
+            .copied()
+            .collect()
     }
 
     /// Runs one interpretation of a malloc group on `model`.
@@ -232,7 +304,8 @@ impl Annotator<'_> {
         group: &[RawEvent],
         out: &mut Vec<ModelEvent>,
     ) -> Result<u64, ()> {
-        let mut dev = RecordedDevice::new(group.to_vec(), self.capacity.is_none(), self.synth.clone());
+        let mut dev =
+            RecordedDevice::new(group.to_vec(), self.capacity.is_none(), self.synth.clone());
         if interp == Interp::EmptyFirst {
             model.empty_cache(&mut dev, out);
         }
@@ -250,7 +323,10 @@ impl Annotator<'_> {
 
     fn release_private_pools_in(&mut self, i: usize, group: &[RawEvent]) {
         let mut seen = Vec::new();
-        for e in group.iter().filter(|e| matches!(e.action, Action::SegmentFree | Action::SegmentUnmap)) {
+        for e in group
+            .iter()
+            .filter(|e| matches!(e.action, Action::SegmentFree | Action::SegmentUnmap))
+        {
             if let Some((pool, _, _)) = self.model.segment_of(e.addr) {
                 if pool.is_private() && !seen.contains(&pool) {
                     seen.push(pool);
@@ -273,8 +349,14 @@ impl Annotator<'_> {
         let is_oom = last.action == Action::Oom;
         let group_all = &self.events[i..=j];
         let seg_events = self.segment_group(i, j + 1);
-        let leading_free = matches!(self.events[i].action, Action::SegmentFree | Action::SegmentUnmap);
-        let first_new = seg_events.iter().find(|e| matches!(e.action, Action::SegmentAlloc | Action::SegmentMap)).copied();
+        let leading_free = matches!(
+            self.events[i].action,
+            Action::SegmentFree | Action::SegmentUnmap
+        );
+        let first_new = seg_events
+            .iter()
+            .find(|e| matches!(e.action, Action::SegmentAlloc | Action::SegmentMap))
+            .copied();
         let stream = last.stream;
         let scope = self.scope.get(&stream).copied().unwrap_or(PoolId::DEFAULT);
         // Which pools to try, most likely first.
@@ -301,7 +383,8 @@ impl Annotator<'_> {
         }
         if let Some(p) = known_from_end {
             // The private pool the scope was using gets its real name now.
-            if scope.is_private() && scope.0 == u64::MAX && !self.model.private_pools().contains(&p) {
+            if scope.is_private() && scope.0 == u64::MAX && !self.model.private_pools().contains(&p)
+            {
                 self.model.rename_pool(scope, p);
                 self.renames.insert(scope, p);
                 self.inferred.push(Inference {
@@ -321,13 +404,23 @@ impl Annotator<'_> {
         if leading_free {
             self.release_private_pools_in(i, group_all);
         }
-        let combos: Vec<(Interp, PoolId)> = interps.iter().flat_map(|&it| pools.iter().map(move |&p| (it, p))).collect();
-        let req_for = |p: PoolId| AllocRequest { size_bytes: last.size, stream, pool: p };
+        let combos: Vec<(Interp, PoolId)> = interps
+            .iter()
+            .flat_map(|&it| pools.iter().map(move |&p| (it, p)))
+            .collect();
+        let req_for = |p: PoolId| AllocRequest {
+            size_bytes: last.size,
+            stream,
+            pool: p,
+        };
         let mut chosen = combos[0];
         let mut out = Vec::new();
         let result;
         if combos.len() == 1 {
-            let mut m = std::mem::replace(&mut self.model, PyTorchModel::new(PyTorchConfig::default(), None));
+            let mut m = std::mem::replace(
+                &mut self.model,
+                PyTorchModel::new(PyTorchConfig::default(), None),
+            );
             result = self.run_malloc(&mut m, chosen.0, &req_for(chosen.1), &seg_events, &mut out);
             self.model = m;
         } else {
@@ -348,7 +441,8 @@ impl Annotator<'_> {
                 result = r;
             } else {
                 let mut m = self.model.clone();
-                result = self.run_malloc(&mut m, chosen.0, &req_for(chosen.1), &seg_events, &mut out);
+                result =
+                    self.run_malloc(&mut m, chosen.0, &req_for(chosen.1), &seg_events, &mut out);
                 self.model = m;
             }
         }
@@ -387,14 +481,27 @@ impl Annotator<'_> {
                 "device {dev}: malloc of {} ({} bytes) on stream {stream:#x}, pool {pool:?}{}{hint}",
                 crate::units::format_size(last.size),
                 last.size,
-                if interp == Interp::EmptyFirst { ", after an inferred empty_cache()" } else { "" }
+                if interp == Interp::EmptyFirst {
+                    ", after an inferred empty_cache()"
+                } else {
+                    ""
+                }
             )
         };
         self.compare(i, group_all, &out, &ctx);
         if !is_oom {
             self.scope.insert(stream, pool);
         }
-        let op = self.op(j, OpKind::Alloc { size_bytes: last.size, stream, pool, recorded_oom: is_oom }, if is_oom { 0 } else { last.addr });
+        let op = self.op(
+            j,
+            OpKind::Alloc {
+                size_bytes: last.size,
+                stream,
+                pool,
+                recorded_oom: is_oom,
+            },
+            if is_oom { 0 } else { last.addr },
+        );
         if !is_oom {
             self.live.insert(last.addr, op);
         }
@@ -412,12 +519,16 @@ impl Annotator<'_> {
         let mut out = Vec::new();
         self.model.empty_cache(&mut dev, &mut out);
         let dev_n = self.device;
-        self.compare(i, &group, &out, &move || format!("device {dev_n}: empty_cache() inferred before event {i}"));
+        self.compare(i, &group, &out, &move || {
+            format!("device {dev_n}: empty_cache() inferred before event {i}")
+        });
         self.op(i, OpKind::EmptyCache, 0);
         self.inferred.push(Inference {
             event_index: i as u32,
             kind: "empty_cache",
-            detail: format!("empty_cache() was called before event {i} (segment releases outside any malloc)"),
+            detail: format!(
+                "empty_cache() was called before event {i} (segment releases outside any malloc)"
+            ),
         });
     }
 
@@ -427,24 +538,48 @@ impl Annotator<'_> {
         while i < n {
             let e = self.events[i];
             match e.action {
-                Action::Alloc | Action::Oom | Action::SegmentAlloc | Action::SegmentMap | Action::SegmentFree | Action::SegmentUnmap => {
+                Action::Alloc
+                | Action::Oom
+                | Action::SegmentAlloc
+                | Action::SegmentMap
+                | Action::SegmentFree
+                | Action::SegmentUnmap => {
                     let mut j = i;
-                    while j < n && matches!(self.events[j].action, Action::SegmentAlloc | Action::SegmentMap | Action::SegmentFree | Action::SegmentUnmap) {
+                    while j < n
+                        && matches!(
+                            self.events[j].action,
+                            Action::SegmentAlloc
+                                | Action::SegmentMap
+                                | Action::SegmentFree
+                                | Action::SegmentUnmap
+                        )
+                    {
                         j += 1;
                     }
                     if j < n && matches!(self.events[j].action, Action::Alloc | Action::Oom) {
                         self.malloc_group(i, j);
                         i = j + 1;
                     } else {
-                        if let Some(k) = (i..j).find(|&k| matches!(self.events[k].action, Action::SegmentAlloc | Action::SegmentMap)) {
-                            return Err(self.err(k, format!("{} outside any malloc", self.events[k].action.as_str())));
+                        if let Some(k) = (i..j).find(|&k| {
+                            matches!(
+                                self.events[k].action,
+                                Action::SegmentAlloc | Action::SegmentMap
+                            )
+                        }) {
+                            return Err(self.err(
+                                k,
+                                format!("{} outside any malloc", self.events[k].action.as_str()),
+                            ));
                         }
                         self.empty_cache_group(i, j);
                         i = j;
                     }
                 }
                 Action::FreeRequested => {
-                    let deferred = !self.events.get(i + 1).is_some_and(|x| x.action == Action::FreeCompleted && x.addr == e.addr);
+                    let deferred = !self
+                        .events
+                        .get(i + 1)
+                        .is_some_and(|x| x.action == Action::FreeCompleted && x.addr == e.addr);
                     let Some(alloc) = self.live.remove(&e.addr) else {
                         return Err(self.err(i, format!("free of address {:#x}, which holds no live allocation (unknown address or double free)", e.addr)));
                     };
@@ -461,7 +596,10 @@ impl Annotator<'_> {
                 }
                 Action::FreeCompleted => {
                     let Some(alloc) = self.pending.remove(&e.addr) else {
-                        return Err(self.err(i, format!("free_completed at {:#x} without a pending free", e.addr)));
+                        return Err(self.err(
+                            i,
+                            format!("free_completed at {:#x} without a pending free", e.addr),
+                        ));
                     };
                     self.op(i, OpKind::CompleteFree { alloc }, e.addr);
                     let mut out = Vec::new();
@@ -484,7 +622,10 @@ impl Annotator<'_> {
                 event_index: i,
                 recorded: Some(EventView::recorded(e)),
                 simulated: None,
-                context: format!("device {}: the model cannot apply this event: {why}", self.device),
+                context: format!(
+                    "device {}: the model cannot apply this event: {why}",
+                    self.device
+                ),
             });
         }
     }
@@ -492,7 +633,12 @@ impl Annotator<'_> {
 
 /// The end state of the model in the snapshot's form (expandable segments as runs of
 /// mapped blocks), compared with the snapshot's `segments` of the device.
-fn end_state_difference(snap: &RawSnapshot, device: u32, model: &PyTorchModel, renames: &BTreeMap<PoolId, PoolId>) -> Option<String> {
+fn end_state_difference(
+    snap: &RawSnapshot,
+    device: u32,
+    model: &PyTorchModel,
+    renames: &BTreeMap<PoolId, PoolId>,
+) -> Option<String> {
     let mut sim: Vec<(u64, u64, bool, PoolId, Vec<(u64, u64, BlockState)>)> = Vec::new();
     for s in model.layout().segments {
         let pool = renames.get(&s.pool).copied().unwrap_or(s.pool);
@@ -522,24 +668,46 @@ fn end_state_difference(snap: &RawSnapshot, device: u32, model: &PyTorchModel, r
         }
     }
     sim.sort_by_key(|s| s.0);
-    let rec: Vec<_> = snap.segments.iter().filter(|s| s.device == device).collect();
+    let rec: Vec<_> = snap
+        .segments
+        .iter()
+        .filter(|s| s.device == device)
+        .collect();
     if rec.len() != sim.len() {
-        return Some(format!("{} segments recorded at the end, {} simulated", rec.len(), sim.len()));
+        return Some(format!(
+            "{} segments recorded at the end, {} simulated",
+            rec.len(),
+            sim.len()
+        ));
     }
     for (r, s) in rec.iter().zip(&sim) {
         if r.address != s.0 || r.total_size != s.1 {
-            return Some(format!("segment {:#x} ({} bytes) recorded, {:#x} ({} bytes) simulated", r.address, r.total_size, s.0, s.1));
+            return Some(format!(
+                "segment {:#x} ({} bytes) recorded, {:#x} ({} bytes) simulated",
+                r.address, r.total_size, s.0, s.1
+            ));
         }
         if (r.segment_type == SegmentType::Small) != s.2 {
             return Some(format!("segment {:#x}: pool type differs", r.address));
         }
         let rp = PoolId(r.segment_pool_id.0, r.segment_pool_id.1);
         if rp.is_private() != s.3.is_private() || (s.3.0 != u64::MAX && rp != s.3) {
-            return Some(format!("segment {:#x}: pool {rp:?} recorded, {:?} simulated", r.address, s.3));
+            return Some(format!(
+                "segment {:#x}: pool {rp:?} recorded, {:?} simulated",
+                r.address, s.3
+            ));
         }
-        let rb: Vec<(u64, u64, BlockState)> = r.blocks.iter().map(|b| (b.address, b.size, b.state)).collect();
+        let rb: Vec<(u64, u64, BlockState)> = r
+            .blocks
+            .iter()
+            .map(|b| (b.address, b.size, b.state))
+            .collect();
         if rb != s.4 {
-            let k = rb.iter().zip(&s.4).position(|(a, b)| a != b).unwrap_or(rb.len().min(s.4.len()));
+            let k = rb
+                .iter()
+                .zip(&s.4)
+                .position(|(a, b)| a != b)
+                .unwrap_or(rb.len().min(s.4.len()));
             return Some(format!(
                 "segment {:#x}: block {k} is {:?} recorded, {:?} simulated",
                 r.address,
@@ -553,13 +721,27 @@ fn end_state_difference(snap: &RawSnapshot, device: u32, model: &PyTorchModel, r
 
 /// Replays device `device` of a snapshot through the PyTorch model on the recorded device:
 /// builds the replayable requests and the validation report.
-pub fn annotate(snap: &RawSnapshot, device: u32, cfg: &PyTorchConfig, capacity: Option<u64>) -> Result<(DeviceTrace, DeviceReport), TraceError> {
-    let events = snap.device_traces.get(device as usize).map_or(&[][..], Vec::as_slice);
+pub fn annotate(
+    snap: &RawSnapshot,
+    device: u32,
+    cfg: &PyTorchConfig,
+    capacity: Option<u64>,
+) -> Result<(DeviceTrace, DeviceReport), TraceError> {
+    let events = snap
+        .device_traces
+        .get(device as usize)
+        .map_or(&[][..], Vec::as_slice);
     let mut model = PyTorchModel::new(cfg.clone(), capacity);
     let start = crate::start::rebuild_start(snap, device, &model)?;
     model.load_start(&start);
     let start_reserved: u64 = start.iter().map(|s| s.size_bytes).sum();
-    let max_addr = snap.segments.iter().map(|s| s.address + s.total_size).chain(events.iter().map(|e| e.addr)).max().unwrap_or(0);
+    let max_addr = snap
+        .segments
+        .iter()
+        .map(|s| s.address + s.total_size)
+        .chain(events.iter().map(|e| e.addr))
+        .max()
+        .unwrap_or(0);
     let _ = max_addr;
     let mut a = Annotator {
         snap,
@@ -585,7 +767,12 @@ pub fn annotate(snap: &RawSnapshot, device: u32, cfg: &PyTorchConfig, capacity: 
     for s in &start {
         for b in &s.blocks {
             a.ops.push(Op {
-                kind: OpKind::Alloc { size_bytes: b.requested_bytes, stream: s.stream, pool: s.pool, recorded_oom: false },
+                kind: OpKind::Alloc {
+                    size_bytes: b.requested_bytes,
+                    stream: s.stream,
+                    pool: s.pool,
+                    recorded_oom: false,
+                },
                 event_index: u32::MAX,
                 recorded_addr: b.addr,
                 stack: crate::snapshot::StackId::EMPTY,
@@ -616,7 +803,9 @@ pub fn annotate(snap: &RawSnapshot, device: u32, cfg: &PyTorchConfig, capacity: 
     for e in events {
         match e.action {
             Action::SegmentAlloc | Action::SegmentMap => reserved += e.size,
-            Action::SegmentFree | Action::SegmentUnmap => reserved = reserved.saturating_sub(e.size),
+            Action::SegmentFree | Action::SegmentUnmap => {
+                reserved = reserved.saturating_sub(e.size)
+            }
             _ => {}
         }
         peak_rec = peak_rec.max(reserved);
@@ -649,7 +838,14 @@ pub fn annotate(snap: &RawSnapshot, device: u32, cfg: &PyTorchConfig, capacity: 
         inferred: a.inferred.clone(),
         starts_empty: start.is_empty(),
     };
-    let trace = DeviceTrace { device, ops: a.ops, start, inferred: a.inferred, events: events.len(), initial_ops: initial };
+    let trace = DeviceTrace {
+        device,
+        ops: a.ops,
+        start,
+        inferred: a.inferred,
+        events: events.len(),
+        initial_ops: initial,
+    };
     Ok((trace, report))
 }
 
@@ -670,10 +866,17 @@ impl Validation {
 
 /// Builds the replayable trace of every device, validating each on the way.
 pub fn validate(snap: RawSnapshot, capacity: Option<u64>) -> Result<Validation, crate::Error> {
-    let cfg = PyTorchConfig::from_settings(&snap.settings).map_err(|e| crate::Error::Config(e.0))?;
+    let cfg =
+        PyTorchConfig::from_settings(&snap.settings).map_err(|e| crate::Error::Config(e.0))?;
     let mut devices = Vec::new();
     let mut reports = Vec::new();
-    let n = snap.device_traces.len().max(snap.segments.iter().map(|s| s.device as usize + 1).max().unwrap_or(0));
+    let n = snap.device_traces.len().max(
+        snap.segments
+            .iter()
+            .map(|s| s.device as usize + 1)
+            .max()
+            .unwrap_or(0),
+    );
     for d in 0..n as u32 {
         let (t, r) = annotate(&snap, d, &cfg, capacity)?;
         if t.events > 0 || !t.start.is_empty() {
@@ -681,5 +884,11 @@ pub fn validate(snap: RawSnapshot, capacity: Option<u64>) -> Result<Validation, 
         }
         devices.push(t);
     }
-    Ok(Validation { trace: Trace { snapshot: snap, devices }, devices: reports })
+    Ok(Validation {
+        trace: Trace {
+            snapshot: snap,
+            devices,
+        },
+        devices: reports,
+    })
 }

@@ -29,25 +29,50 @@ pub struct CorpusTrace {
 /// Every trace of the corpus, sorted by name (empty if the corpus is absent).
 #[must_use]
 pub fn corpus() -> Vec<CorpusTrace> {
-    let Some(dir) = traces_dir() else { return Vec::new() };
+    let Some(dir) = traces_dir() else {
+        return Vec::new();
+    };
     let mut out = Vec::new();
-    let Ok(rd) = std::fs::read_dir(&dir) else { return out };
+    let Ok(rd) = std::fs::read_dir(&dir) else {
+        return out;
+    };
     let mut paths: Vec<PathBuf> = rd.filter_map(Result::ok).map(|e| e.path()).collect();
     paths.sort();
     for path in paths {
-        let file = path.file_name().and_then(|f| f.to_str()).unwrap_or("").to_string();
-        if file.ends_with(".stats.json") || !(file.ends_with(".pickle.gz") || file.ends_with(".json")) {
+        let file = path
+            .file_name()
+            .and_then(|f| f.to_str())
+            .unwrap_or("")
+            .to_string();
+        if file.ends_with(".stats.json")
+            || !(file.ends_with(".pickle.gz") || file.ends_with(".json"))
+        {
             continue;
         }
         let name = file.split('.').next().unwrap_or("").to_string();
         let stats_path = dir.join(format!("{name}.stats.json"));
-        let Ok(text) = std::fs::read_to_string(&stats_path) else { continue };
-        let Ok(stats) = serde_json::from_str::<serde_json::Value>(&text) else { continue };
-        let cap_bytes = stats["memory_fraction_cap_gib"].as_f64().map(|c| (c * f64::from(1u32 << 30)).round() as u64);
-        let stats_peak_reserved = stats["memory_stats"]["reserved_bytes.all.peak"].as_u64().unwrap_or(0);
+        let Ok(text) = std::fs::read_to_string(&stats_path) else {
+            continue;
+        };
+        let Ok(stats) = serde_json::from_str::<serde_json::Value>(&text) else {
+            continue;
+        };
+        let cap_bytes = stats["memory_fraction_cap_gib"]
+            .as_f64()
+            .map(|c| (c * f64::from(1u32 << 30)).round() as u64);
+        let stats_peak_reserved = stats["memory_stats"]["reserved_bytes.all.peak"]
+            .as_u64()
+            .unwrap_or(0);
         let oom_raised = stats["oom_raised"].as_bool().unwrap_or(false);
         let bytes_on_disk = std::fs::metadata(&path).map_or(0, |m| m.len());
-        out.push(CorpusTrace { name, path, cap_bytes, stats_peak_reserved, oom_raised, bytes_on_disk });
+        out.push(CorpusTrace {
+            name,
+            path,
+            cap_bytes,
+            stats_peak_reserved,
+            oom_raised,
+            bytes_on_disk,
+        });
     }
     out
 }

@@ -11,7 +11,11 @@ fn validate_is_exact_on_every_shared_trace() {
         return;
     }
     let traces = corpus();
-    assert!(traces.len() >= 24, "expected the 24 shared traces, found {}", traces.len());
+    assert!(
+        traces.len() >= 24,
+        "expected the 24 shared traces, found {}",
+        traces.len()
+    );
     let mut failures = Vec::new();
     for t in &traces {
         let bytes = std::fs::read(&t.path).unwrap();
@@ -20,9 +24,16 @@ fn validate_is_exact_on_every_shared_trace() {
         for d in &v.devices {
             assert!(d.events_compared > 0, "{}: nothing compared", t.name);
             if !d.exact {
-                failures.push(format!("{} device {}: {:?} {:?}", t.name, d.device, d.first_divergence, d.end_state_difference));
+                failures.push(format!(
+                    "{} device {}: {:?} {:?}",
+                    t.name, d.device, d.first_divergence, d.end_state_difference
+                ));
             }
-            assert_eq!(d.peak_reserved_recorded, d.peak_reserved_simulated, "{}", t.name);
+            assert_eq!(
+                d.peak_reserved_recorded, d.peak_reserved_simulated,
+                "{}",
+                t.name
+            );
         }
     }
     assert!(failures.is_empty(), "not exact:\n{}", failures.join("\n"));
@@ -39,9 +50,17 @@ fn replay_peak_reserved_equals_memory_stats() {
         // The stats are device 0's; traces that start mid-program also count memory
         // reserved before the window, which the rebuilt start state holds.
         let spec = ModelSpec::parse("pytorch").unwrap();
-        let opts = ReplayOptions { checkpoint_every: 0, keep_timeline: false, ..ReplayOptions::default() };
+        let opts = ReplayOptions {
+            checkpoint_every: 0,
+            keep_timeline: false,
+            ..ReplayOptions::default()
+        };
         let r = session::replay_device(&v.trace, 0, &spec, t.cap_bytes, opts).unwrap();
-        assert_eq!(r.peak_reserved_bytes, t.stats_peak_reserved, "{}: peak reserved", t.name);
+        assert_eq!(
+            r.peak_reserved_bytes, t.stats_peak_reserved,
+            "{}: peak reserved",
+            t.name
+        );
         assert_eq!(r.oom.is_some(), t.oom_raised, "{}: OOM raised", t.name);
     }
 }
@@ -59,7 +78,12 @@ fn invariants_hold_at_every_checked_event_and_replays_are_deterministic() {
         // Every event on the small traces; every 997th (a prime, so phases vary) on the big.
         let check_every = if ops < 20_000 { 1 } else { 997 };
         let spec = ModelSpec::parse("pytorch").unwrap();
-        let opts = ReplayOptions { checkpoint_every: 0, check_every, keep_timeline: true, ..ReplayOptions::default() };
+        let opts = ReplayOptions {
+            checkpoint_every: 0,
+            check_every,
+            keep_timeline: true,
+            ..ReplayOptions::default()
+        };
         let a = session::replay_device(&v.trace, d, &spec, t.cap_bytes, opts).unwrap();
         assert_eq!(a.invariant_error, None, "{}", t.name);
         let b = session::replay_device(&v.trace, d, &spec, t.cap_bytes, opts).unwrap();
@@ -68,7 +92,14 @@ fn invariants_hold_at_every_checked_event_and_replays_are_deterministic() {
         // With its own settings the replay follows the recording: every served address is
         // the recorded one.
         for (k, op) in v.trace.devices[d].ops.iter().enumerate() {
-            if let (Outcome::Served(addr), allocsim_core::trace::OpKind::Alloc { recorded_oom: false, .. }) = (a.outcomes[k], op.kind) {
+            if let (
+                Outcome::Served(addr),
+                allocsim_core::trace::OpKind::Alloc {
+                    recorded_oom: false,
+                    ..
+                },
+            ) = (a.outcomes[k], op.kind)
+            {
                 assert_eq!(addr, op.recorded_addr, "{}: op {k}", t.name);
             }
         }
@@ -80,13 +111,36 @@ fn layout_at_any_op_matches_a_straight_replay() {
     if skip_without_corpus() {
         return;
     }
-    let t = corpus().into_iter().find(|t| t.name == "resnet_bs_change").expect("resnet_bs_change");
+    let t = corpus()
+        .into_iter()
+        .find(|t| t.name == "resnet_bs_change")
+        .expect("resnet_bs_change");
     let v = session::load(&std::fs::read(&t.path).unwrap(), None).unwrap();
     let spec = ModelSpec::parse("pytorch").unwrap();
     let dt = &v.trace.devices[0];
-    let fast = session::replay_device(&v.trace, 0, &spec, None, ReplayOptions { checkpoint_every: 512, ..ReplayOptions::default() }).unwrap();
+    let fast = session::replay_device(
+        &v.trace,
+        0,
+        &spec,
+        None,
+        ReplayOptions {
+            checkpoint_every: 512,
+            ..ReplayOptions::default()
+        },
+    )
+    .unwrap();
     // Only the checkpoint at op 0: every layout is replayed from the start.
-    let slow = session::replay_device(&v.trace, 0, &spec, None, ReplayOptions { checkpoint_every: usize::MAX, ..ReplayOptions::default() }).unwrap();
+    let slow = session::replay_device(
+        &v.trace,
+        0,
+        &spec,
+        None,
+        ReplayOptions {
+            checkpoint_every: usize::MAX,
+            ..ReplayOptions::default()
+        },
+    )
+    .unwrap();
     assert_eq!(slow.checkpoints.len(), 1);
     for &k in &[0usize, 1, 511, 512, 513, 3000, dt.ops.len()] {
         let a = allocsim_core::replay::layout_at(dt, &fast, k).unwrap();

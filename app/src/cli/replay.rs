@@ -61,18 +61,48 @@ pub fn replay_json(r: &ReplayResult, events: usize) -> Value {
 
 /// Readable text of one replay.
 pub fn print_replay_text(label: &str, r: &ReplayResult) {
-    println!("{label}  (config: {})", if r.config.is_empty() { "defaults" } else { &r.config });
-    println!("  capacity            {}", r.capacity_bytes.map_or_else(|| "unlimited".to_string(), format_size));
+    println!(
+        "{label}  (config: {})",
+        if r.config.is_empty() {
+            "defaults"
+        } else {
+            &r.config
+        }
+    );
+    println!(
+        "  capacity            {}",
+        r.capacity_bytes
+            .map_or_else(|| "unlimited".to_string(), format_size)
+    );
     println!("  requests            {}", r.requests);
-    println!("  peak reserved       {}", format_size(r.peak_reserved_bytes));
-    println!("  peak allocated      {}", format_size(r.peak_allocated_bytes));
-    println!("  final reserved      {}", format_size(r.final_reserved_bytes));
-    println!("  waste at peak       {}", format_size(r.internal_waste_bytes_at_peak));
-    println!("  fragmentation       {:.1}% at peak, {:.1}% max", r.fragmentation_at_peak * 100.0, r.max_fragmentation * 100.0);
+    println!(
+        "  peak reserved       {}",
+        format_size(r.peak_reserved_bytes)
+    );
+    println!(
+        "  peak allocated      {}",
+        format_size(r.peak_allocated_bytes)
+    );
+    println!(
+        "  final reserved      {}",
+        format_size(r.final_reserved_bytes)
+    );
+    println!(
+        "  waste at peak       {}",
+        format_size(r.internal_waste_bytes_at_peak)
+    );
+    println!(
+        "  fragmentation       {:.1}% at peak, {:.1}% max",
+        r.fragmentation_at_peak * 100.0,
+        r.max_fragmentation * 100.0
+    );
     println!("  segment ops         {}", r.segment_ops);
     match &r.oom {
         None => println!("  out of memory       never"),
-        Some(o) => println!("  OUT OF MEMORY at event {}: {}", o.event_index, o.explanation),
+        Some(o) => println!(
+            "  OUT OF MEMORY at event {}: {}",
+            o.event_index, o.explanation
+        ),
     }
 }
 
@@ -83,13 +113,20 @@ pub fn run(a: &Args) -> Result<u8, Failure> {
     }
     let v = load_file(&a.input.file, a.capacity)?;
     let d = pick_device(&v.trace, a.trace_device)?;
-    let opts = ReplayOptions { checkpoint_every: 0, keep_timeline: false, ..ReplayOptions::default() };
+    let opts = ReplayOptions {
+        checkpoint_every: 0,
+        keep_timeline: false,
+        ..ReplayOptions::default()
+    };
     let r = allocsim_core::session::replay_device(&v.trace, d, &spec, a.capacity, opts)
         .map_err(|e| Failure::bad_input(format!("{}: {e}", a.input.file.display())))?;
     if a.json {
         print_json(&replay_json(&r, v.trace.devices[d].events));
     } else {
-        print_replay_text(&format!("{} — {} on device {d}", a.input.file.display(), r.allocator), &r);
+        print_replay_text(
+            &format!("{} — {} on device {d}", a.input.file.display(), r.allocator),
+            &r,
+        );
     }
     Ok(0)
 }

@@ -49,14 +49,28 @@ pub fn run(a: &Args) -> Result<u8, Failure> {
     let matched: u64 = v.devices.iter().map(|d| d.events_matched).sum();
     let end_ok = v.devices.iter().all(|d| d.end_state_matches);
     let first = v.devices.iter().find_map(|d| d.first_divergence.as_ref());
-    let peak_rec: u64 = v.devices.iter().map(|d| d.peak_reserved_recorded).max().unwrap_or(0);
-    let peak_sim: u64 = v.devices.iter().map(|d| d.peak_reserved_simulated).max().unwrap_or(0);
+    let peak_rec: u64 = v
+        .devices
+        .iter()
+        .map(|d| d.peak_reserved_recorded)
+        .max()
+        .unwrap_or(0);
+    let peak_sim: u64 = v
+        .devices
+        .iter()
+        .map(|d| d.peak_reserved_simulated)
+        .max()
+        .unwrap_or(0);
     let mut inferred = serde_json::Map::new();
     for d in &v.devices {
         for i in &d.inferred {
-            let list = inferred.entry(i.kind.to_string()).or_insert_with(|| Value::Array(Vec::new()));
+            let list = inferred
+                .entry(i.kind.to_string())
+                .or_insert_with(|| Value::Array(Vec::new()));
             if let Value::Array(l) = list {
-                l.push(json!({"device": d.device, "event_index": i.event_index, "detail": i.detail}));
+                l.push(
+                    json!({"device": d.device, "event_index": i.event_index, "detail": i.detail}),
+                );
             }
         }
     }
@@ -74,15 +88,26 @@ pub fn run(a: &Args) -> Result<u8, Failure> {
             "inferred": inferred,
         }));
     } else {
-        println!("{}: {}", a.input.file.display(), if exact { "EXACT" } else { "DIVERGES" });
-        println!("{:<8} {:>10} {:>10} {:>10} {:>16} {:>16}", "device", "compared", "matched", "end state", "peak recorded", "peak simulated");
+        println!(
+            "{}: {}",
+            a.input.file.display(),
+            if exact { "EXACT" } else { "DIVERGES" }
+        );
+        println!(
+            "{:<8} {:>10} {:>10} {:>10} {:>16} {:>16}",
+            "device", "compared", "matched", "end state", "peak recorded", "peak simulated"
+        );
         for d in &v.devices {
             println!(
                 "{:<8} {:>10} {:>10} {:>10} {:>16} {:>16}",
                 d.device,
                 d.events_compared,
                 d.events_matched,
-                if d.end_state_matches { "equal" } else { "differs" },
+                if d.end_state_matches {
+                    "equal"
+                } else {
+                    "differs"
+                },
                 format_size(d.peak_reserved_recorded),
                 format_size(d.peak_reserved_simulated)
             );
@@ -91,13 +116,19 @@ pub fn run(a: &Args) -> Result<u8, Failure> {
             }
         }
         if let Some(d) = first {
-            println!("first divergence at device {} event {}: {}", d.device, d.event_index, d.context);
+            println!(
+                "first divergence at device {} event {}: {}",
+                d.device, d.event_index, d.context
+            );
             println!("  recorded:  {:?}", d.recorded);
             println!("  simulated: {:?}", d.simulated);
         }
         for d in &v.devices {
             for i in &d.inferred {
-                println!("inferred (device {}, event {}): {}", d.device, i.event_index, i.detail);
+                println!(
+                    "inferred (device {}, event {}): {}",
+                    d.device, i.event_index, i.detail
+                );
             }
         }
     }

@@ -22,7 +22,11 @@ fn main() -> anyhow::Result<()> {
     let gz = std::fs::read(&path)?;
     let mut raw = Vec::new();
     flate2::read::GzDecoder::new(&gz[..]).read_to_end(&mut raw)?;
-    println!("file: {} ({} bytes uncompressed)", path.display(), raw.len());
+    println!(
+        "file: {} ({} bytes uncompressed)",
+        path.display(),
+        raw.len()
+    );
 
     // Replay only (trace already built), several rounds, best and median.
     let v = session::load(&raw, None)?;
@@ -33,7 +37,11 @@ fn main() -> anyhow::Result<()> {
     let mut times = Vec::new();
     for _ in 0..7 {
         let t = Instant::now();
-        let opts = ReplayOptions { checkpoint_every: 0, keep_timeline: false, ..ReplayOptions::default() };
+        let opts = ReplayOptions {
+            checkpoint_every: 0,
+            keep_timeline: false,
+            ..ReplayOptions::default()
+        };
         let r = session::replay_device(&v.trace, d, &spec, None, opts)?;
         times.push(t.elapsed().as_secs_f64());
         assert!(r.ops_done == ops);
@@ -50,14 +58,22 @@ fn main() -> anyhow::Result<()> {
     let opts = ReplayOptions::default();
     let _ = session::replay_device(&v.trace, d, &spec, None, opts)?;
     let full = t.elapsed().as_secs_f64();
-    println!("replay with timeline and checkpoints: {:.1} ms = {:.1} M events/s", full * 1e3, events as f64 / full / 1e6);
+    println!(
+        "replay with timeline and checkpoints: {:.1} ms = {:.1} M events/s",
+        full * 1e3,
+        events as f64 / full / 1e6
+    );
 
     // Decode + trace building (validation pass) + replay, vs CPython's pickle.loads.
     let mut ours = Vec::new();
     for _ in 0..3 {
         let t = Instant::now();
         let v = session::load(&raw, None)?;
-        let opts = ReplayOptions { checkpoint_every: 0, keep_timeline: false, ..ReplayOptions::default() };
+        let opts = ReplayOptions {
+            checkpoint_every: 0,
+            keep_timeline: false,
+            ..ReplayOptions::default()
+        };
         let _ = session::replay_device(&v.trace, d, &spec, None, opts)?;
         ours.push(t.elapsed().as_secs_f64());
     }
@@ -72,7 +88,10 @@ fn main() -> anyhow::Result<()> {
     let _ = std::fs::remove_file(&tmp);
     match py {
         Ok(o) if o.status.success() => {
-            let s: f64 = String::from_utf8_lossy(&o.stdout).trim().parse().unwrap_or(f64::NAN);
+            let s: f64 = String::from_utf8_lossy(&o.stdout)
+                .trim()
+                .parse()
+                .unwrap_or(f64::NAN);
             println!(
                 "decode + validate + replay: {:.1} ms; CPython pickle.loads alone: {:.1} ms ({:.1}x faster)",
                 ours[0] * 1e3,
