@@ -834,6 +834,52 @@ fn older_snapshot_forms() {
 }
 
 #[test]
+fn hostile_sizes_do_not_overflow() {
+    // Block sizes summing past 2^64 (the segment's byte sums are rebuilt from them), and
+    // a computed block address past 2^64.
+    let block = |addr: Option<u64>| {
+        let mut b = vec![("size", u(u64::MAX)), ("state", s("active_allocated"))];
+        if let Some(a) = addr {
+            b.push(("address", u(a)));
+        }
+        dict(b)
+    };
+    let seg = |blocks| {
+        dict(vec![
+            ("device", int(0)),
+            ("address", int(0)),
+            ("total_size", u(u64::MAX)),
+            ("segment_type", s("large")),
+            ("blocks", PyValue::List(blocks)),
+        ])
+    };
+    let top = dict(vec![(
+        "segments",
+        PyValue::List(vec![seg(vec![block(Some(0)), block(Some(1))])]),
+    )]);
+    let snap = decode_snapshot(&encode(&top, Proto::P4, false)).expect("saturates");
+    assert_eq!(snap.segments[0].allocated_size, u64::MAX);
+    let top = dict(vec![(
+        "segments",
+        PyValue::List(vec![seg(vec![block(Some(1)), block(None)])]),
+    )]);
+    let m = err_of(&encode(&top, Proto::P4, false)).to_string();
+    assert!(
+        m.ends_with("segments[0].blocks[1]: `address` is an integer that does not fit in 64 bits"),
+        "{m}"
+    );
+    let json =
+        br#"{"segments": [{"device": 0, "address": 0, "total_size": 1, "segment_type": "large",
+        "blocks": [{"size": 18446744073709551615, "state": "inactive", "address": 0},
+                   {"size": 18446744073709551615, "state": "active_allocated", "address": 0},
+                   {"size": 18446744073709551615, "state": "active_allocated", "address": 0}]}]}"#;
+    assert_eq!(
+        decode_snapshot(json).expect("json saturates").segments[0].active_size,
+        u64::MAX
+    );
+}
+
+#[test]
 fn decompression_is_capped() {
     use std::io::Write;
     // 64 MiB of zeros compress to ~64 KiB.

@@ -683,7 +683,10 @@ impl<'de> Visitor<'de> for SegmentSeed<'_> {
                 stack: b.stack,
             });
         }
-        let sum = |f: fn(&RawBlock) -> Option<u64>| blocks.iter().filter_map(f).sum::<u64>();
+        // Saturating: hostile sizes must not overflow.
+        let sum = |f: fn(&RawBlock) -> Option<u64>| {
+            blocks.iter().filter_map(f).fold(0u64, u64::saturating_add)
+        };
         let allocated_size = allocated
             .unwrap_or_else(|| sum(|b| (b.state == BlockState::ActiveAllocated).then_some(b.size)));
         let active_size =

@@ -2331,7 +2331,10 @@ impl Vm<'_> {
             .ok_or_else(|| err(self, missing("blocks")))?;
         let blocks = self.blocks(blocks_value, off, index, address)?;
         // Older files lack the byte sums: rebuild them from the blocks.
-        let sum = |f: fn(&RawBlock) -> Option<u64>| blocks.iter().filter_map(f).sum::<u64>();
+        // Saturating: hostile sizes must not overflow.
+        let sum = |f: fn(&RawBlock) -> Option<u64>| {
+            blocks.iter().filter_map(f).fold(0u64, u64::saturating_add)
+        };
         let allocated_size = sizes[0]
             .unwrap_or_else(|| sum(|b| (b.state == BlockState::ActiveAllocated).then_some(b.size)));
         let active_size = sizes[1]
