@@ -143,9 +143,13 @@ pub struct AllocsimApp {
     /// Live bytes per call site at the main configuration's peak.
     peak_sites: Option<PeakSites>,
     bands_highlight: QuadSet,
+    /// The custom workload SPEC field of the menu.
+    pub workload_text: String,
     /// Messages shown in the error banner.
     pub errors: Vec<String>,
     wgpu: bool,
+    /// What draws the big views (shown in the status line).
+    pub renderer: String,
     timing: LoadTiming,
     /// Last first-frame time, in milliseconds.
     pub last_load_ms: Option<f64>,
@@ -164,14 +168,17 @@ impl AllocsimApp {
     /// The app inside eframe: the engine off the UI thread, our wgpu pipeline installed.
     #[must_use]
     pub fn new(cc: &eframe::CreationContext<'_>, startup: Startup) -> AllocsimApp {
-        let wgpu = if let Some(rs) = cc.wgpu_render_state.as_ref() {
+        let (wgpu, renderer) = if let Some(rs) = cc.wgpu_render_state.as_ref() {
             render::install(rs);
-            true
+            let info = rs.adapter.get_info();
+            (true, format!("wgpu {:?}, {}", info.backend, info.name))
         } else {
-            false
+            (false, "egui meshes".to_string())
         };
+        log::info!("allocsim: renderer {renderer}");
         cc.egui_ctx.set_theme(egui::Theme::Dark);
         let mut app = AllocsimApp::with_engine(io::EngineHandle::spawn(&cc.egui_ctx), wgpu);
+        app.renderer = renderer;
         if let (Startup::Example(_), Some(url)) = (&startup, io::trace_url_parameter()) {
             app.timing = LoadTiming {
                 started_ms: io::now_ms(),
@@ -207,7 +214,13 @@ impl AllocsimApp {
             peak_sites: None,
             bands_highlight: QuadSet::default(),
             errors: Vec::new(),
+            workload_text: String::new(),
             wgpu,
+            renderer: if wgpu {
+                "wgpu".into()
+            } else {
+                "egui meshes".into()
+            },
             timing: LoadTiming::default(),
             last_load_ms: None,
             marked_layout: None,
@@ -303,6 +316,10 @@ impl AllocsimApp {
                     .any(|s| s.replay_job.is_some() || s.layout_job.is_some())
             })
             || self.search.job.is_some()
+            || self
+                .doc
+                .as_ref()
+                .is_some_and(|d| d.slots.iter().any(|s| s.min_capacity_job.is_some()))
             || self.what_if.as_ref().is_some_and(|w| w.1.is_none())
     }
 
@@ -480,6 +497,17 @@ impl AllocsimApp {
                     self.search.hits = hits;
                 }
             }
+            Response::MinCapacity { job, slot, bytes } => {
+                if let Some(s) = self
+                    .doc
+                    .as_mut()
+                    .and_then(|d| d.slots.get_mut(slot as usize))
+                    && s.min_capacity_job == Some(job)
+                {
+                    s.min_capacity_job = None;
+                    s.min_capacity = Some(Ok(bytes));
+                }
+            }
             Response::WhatIf { job, rows } => {
                 if let Some((j, slot)) = &mut self.what_if
                     && *j == job
@@ -509,6 +537,10 @@ impl AllocsimApp {
                             s.replay_job = None;
                             s.error = Some(message.clone());
                             self.errors.push(message.clone());
+                        }
+                        if s.min_capacity_job == Some(job) {
+                            s.min_capacity_job = None;
+                            s.min_capacity = Some(Err(message.clone()));
                         }
                         if s.layout_job.map(|(j, _)| j) == Some(job) {
                             s.layout_job = None;
@@ -611,6 +643,55 @@ impl AllocsimApp {
         }
     }
 
+    /// Asks for the min capacity of every replayed slot that lacks one (the compare table).
+    pub fn request_min_capacities(&mut self) {
+        let n = self.doc.as_ref().map_or(0, |d| d.slots.len());
+        for i in 0..n {
+            let spec = match self.doc.as_ref().map(|d| &d.slots[i]) {
+                Some(s)
+                    if s.replay.is_some()
+                        && s.min_capacity.is_none()
+                        && s.min_capacity_job.is_none() =>
+                {
+                    s.spec.clone()
+                }
+                _ => continue,
+            };
+            let job = self.job();
+            if let Some(doc) = &mut self.doc {
+                doc.slots[i].min_capacity_job = Some(job);
+            }
+            self.engine.send(Request::MinCapacity {
+                job,
+                slot: i as u32,
+                spec,
+            });
+        }
+    }
+
+    /// Opens a synthetic workload (core's SPEC syntax) under `capacity`.
+    pub fn open_workload(&mut self, spec: &str, capacity: Option<u64>) {
+        let job = self.job();
+        self.load_job = Some(job);
+        self.progress = Some((job, format!("generating {spec}"), 0.0));
+        self.config.capacity_bytes = capacity;
+        self.config.capacity_text = capacity
+            .map(allocsim_core::units::format_size)
+            .unwrap_or_default();
+        self.config.model = "pytorch".into();
+        self.config.conf.clear();
+        self.config.compare = vec!["pytorch@expandable_segments:True".into()];
+        self.timing = LoadTiming {
+            started_ms: io::now_ms(),
+            name: spec.to_string(),
+            done: false,
+        };
+        self.engine.send(Request::Workload {
+            job,
+            spec: spec.to_string(),
+        });
+    }
+
     /// Asks which configurations would fit under the current capacity.
     pub fn request_what_if(&mut self) {
         let job = self.job();
@@ -685,7 +766,10 @@ impl AllocsimApp {
     /// Emits the first-full-frame and layout markers the browser test waits for.
     fn mark_frames(&mut self) {
         let Some(doc) = &self.doc else { return };
-        let complete = !doc.slots.is_empty()
+        // Complete: the file just opened is on screen with every configuration's layout.
+        let complete = self.load_job.is_none()
+            && self.timing.name.ends_with(doc.trace.name.as_str())
+            && !doc.slots.is_empty()
             && doc.slots.iter().all(|s| {
                 s.error.is_some()
                     || (s.replay.is_some()

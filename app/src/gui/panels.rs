@@ -24,6 +24,40 @@ pub enum Tab {
     Peak,
 }
 
+/// Synthetic workloads offered in the menu: (SPEC, cap, what it shows).
+const WORKLOADS: &[(&str, Option<u64>, &str)] = &[
+    (
+        "oom-story",
+        Some(2_362_232_013),
+        "the OOM story, generated (2.2 GiB cap)",
+    ),
+    (
+        "train:steps=30",
+        None,
+        "transformer training with varying batch and sequence length",
+    ),
+    (
+        "train:steps=30,comm=1",
+        None,
+        "the same with gradient buckets on a second stream",
+    ),
+    (
+        "kvcache:tokens=500",
+        None,
+        "greedy decode with a naively growing KV cache",
+    ),
+    (
+        "kvcache:tokens=3000",
+        None,
+        "the same, over a million events",
+    ),
+    (
+        "churn:events=200000",
+        None,
+        "random allocations and frees around 1000 live blocks",
+    ),
+];
+
 /// Memory caps offered next to free entry: common GPU sizes.
 const CAPACITIES: &[(&str, u64)] = &[
     ("8 GiB", 8 << 30),
@@ -45,13 +79,29 @@ pub(super) fn top_bar_ui(ui: &mut Ui, app: &mut AllocsimApp) {
                     io::open_file_dialog(ui.ctx(), &app.inbox);
                     ui.close();
                 }
-                ui.menu_button("Examples", |ui| {
+                                ui.menu_button("Examples", |ui| {
                     for e in EXAMPLES {
                         let r = ui.button(e.file).on_hover_text(e.about);
                         if r.clicked() {
                             app.open_example(e);
                             ui.close();
                         }
+                    }
+                });
+                ui.menu_button("Synthetic workloads", |ui| {
+                    for (spec, cap, about) in WORKLOADS {
+                        if ui.button(*spec).on_hover_text(*about).clicked() {
+                            app.open_workload(spec, *cap);
+                            ui.close();
+                        }
+                    }
+                    ui.separator();
+                    ui.label("any SPEC (train, kvcache, oom-story, churn):");
+                    let r = ui.add(egui::TextEdit::singleline(&mut app.workload_text).hint_text("churn:events=200000,live=500").desired_width(260.0));
+                    if r.lost_focus() && ui.input(|i| i.key_pressed(egui::Key::Enter)) && !app.workload_text.trim().is_empty() {
+                        let spec = app.workload_text.trim().to_string();
+                        app.open_workload(&spec, None);
+                        ui.close();
                     }
                 });
                 ui.separator();
@@ -90,7 +140,9 @@ pub(super) fn top_bar_ui(ui: &mut Ui, app: &mut AllocsimApp) {
             ui.separator();
             if let Some(doc) = &app.doc {
                 ui.label(RichText::new(&doc.trace.name).strong());
-                if doc.trace.exact {
+                if !doc.trace.recorded {
+                    ui.weak("synthetic workload");
+                } else if doc.trace.exact {
                     ui.colored_label(theme::OK_TEXT, "replays exactly").on_hover_text("The PyTorch model reproduces every recorded allocator event of this device");
                 } else {
                     let r = ui.colored_label(theme::BAD_TEXT, "differs from the recording");
@@ -167,7 +219,7 @@ pub(super) fn status_bar_ui(ui: &mut Ui, app: &mut AllocsimApp) {
                 ));
             }
             ui.separator();
-            ui.weak(if app.wgpu { "drawn with wgpu" } else { "drawn with egui meshes" });
+            ui.weak(format!("drawn with {}", app.renderer));
             if app.timeline.mode == Mode::Bands {
                 ui.weak(format!("· {} of {} bands drawn", app.timeline.bands_drawn, doc.trace.bands.pieces.len()));
             }
@@ -608,8 +660,10 @@ fn oom_ui(ui: &mut Ui, app: &mut AllocsimApp) {
                 .num_columns(3)
                 .striped(true)
                 .show(ui, |ui| {
-                    for r in rows {
-                        if r.error.is_empty() {
+                                        for r in rows {
+                        if r.recommended {
+                            ui.colored_label(theme::OK_TEXT, "best").on_hover_text("the PyTorch configuration with the lowest peak that fits (recommend)");
+                        } else if r.error.is_empty() {
                             ui.colored_label(
                                 if r.fits {
                                     theme::OK_TEXT
@@ -785,10 +839,11 @@ fn map_tab_ui(ui: &mut Ui, app: &mut AllocsimApp) {
 }
 
 fn compare_tab_ui(ui: &mut Ui, app: &mut AllocsimApp) {
+    app.request_min_capacities();
     let Some(doc) = &app.doc else { return };
     egui::Grid::new("summary")
         .striped(true)
-        .num_columns(7)
+        .num_columns(8)
         .show(ui, |ui| {
             for h in [
                 "configuration",
@@ -797,6 +852,7 @@ fn compare_tab_ui(ui: &mut Ui, app: &mut AllocsimApp) {
                 "fragmentation at peak",
                 "max fragmentation",
                 "segment ops",
+                "min capacity",
                 "result",
             ] {
                 ui.label(RichText::new(h).strong());
@@ -811,18 +867,30 @@ fn compare_tab_ui(ui: &mut Ui, app: &mut AllocsimApp) {
                     ui.label(format!("{:.1}%", m.fragmentation_at_peak * 100.0));
                     ui.label(format!("{:.1}%", m.max_fragmentation * 100.0));
                     ui.label(m.segment_ops.to_string());
+                    match &s.min_capacity {
+                        Some(Ok(b)) => ui.label(format_size(*b)),
+                        Some(Err(e)) => ui.colored_label(theme::BAD_TEXT, "none").on_hover_text(e),
+                        None => ui.spinner(),
+                    };
                     match &m.oom {
                         Some(o) => ui
                             .colored_label(
                                 theme::BAD_TEXT,
-                                format!("OOM at event {}", o.event_index),
+                                if o.fatal {
+                                    format!("OOM at event {}", o.event_index)
+                                } else {
+                                    format!(
+                                        "OOM at event {} (as recorded; the program went on)",
+                                        o.event_index
+                                    )
+                                },
                             )
                             .on_hover_text(&o.explanation),
                         None => ui.colored_label(theme::OK_TEXT, "fits"),
                     };
                 } else {
                     ui.label(s.error.clone().unwrap_or_else(|| "replaying…".into()));
-                    for _ in 0..5 {
+                    for _ in 0..6 {
                         ui.label("");
                     }
                 }

@@ -43,6 +43,10 @@ pub struct Slot {
     /// The layout request in flight: (job, op).
     pub layout_job: Option<(u64, u32)>,
     pub error: Option<String>,
+    /// The smallest capacity that runs the trace (or why there is none), once asked.
+    pub min_capacity: Option<Result<u64, String>>,
+    /// The min-capacity job in flight.
+    pub min_capacity_job: Option<u64>,
 }
 
 impl Slot {
@@ -56,6 +60,8 @@ impl Slot {
             replay_job: None,
             layout_job: None,
             error: None,
+            min_capacity: None,
+            min_capacity_job: None,
         }
     }
 }

@@ -1,4 +1,4 @@
-//! UI tests without a GPU: the whole app in a headless egui context (egui_kittest), the
+//! UI tests without a GPU: the whole app in a headless egui context (`egui_kittest`), the
 //! engine run inline, the big views drawn as egui meshes.
 
 use egui::accesskit::Role;
@@ -143,6 +143,7 @@ fn arrow_keys_step_the_cursor_and_the_layout_follows() {
 }
 
 #[test]
+#[allow(clippy::many_single_char_names)]
 fn hovering_a_block_shows_its_sizes_events_and_stack() {
     let mut h = harness(Startup::Example(&OOM_STORY));
     let (content, seg_bytes, blocks) = {
@@ -356,6 +357,64 @@ fn the_stacked_allocation_view_draws_bands_and_the_cursor_moves_by_click() {
         .map(|d| d.trace.ops.len())
         .expect("doc") as f32;
     assert_eq!(h.state().cursor, (n * 0.25).floor() as u32);
+}
+
+#[test]
+fn the_compare_table_gets_each_configurations_min_capacity() {
+    let mut h = harness(Startup::Example(&OOM_STORY));
+    h.state_mut().tab = Tab::Compare;
+    settle(&mut h);
+    let d = h.state().document().expect("doc");
+    let caps: Vec<u64> = d
+        .slots
+        .iter()
+        .map(|s| s.min_capacity.clone().expect("asked").expect("a capacity"))
+        .collect();
+        // On the 2 MiB grid, and no more than what each needed under the cap: the 2 GiB
+    // block for the default allocator (its OOM is the recorded one: the program went on).
+    for (c, s) in caps.iter().zip(&d.slots) {
+        let peak = s.replay.as_ref().expect("replayed").data.summary.peak_reserved_bytes;
+        assert_eq!(c % (2 << 20), 0, "{caps:?}");
+        assert!(*c <= peak.div_ceil(2 << 20) * (2 << 20), "{caps:?}");
+    }
+    assert_eq!(caps[0], 2 << 30);
+    assert!(has_text(&h, "min capacity"));
+    assert!(has_text(&h, &allocsim_core::units::format_size(caps[0])));
+}
+
+#[test]
+fn a_synthetic_workload_opens_from_the_menu_spec() {
+    let mut h = harness(Startup::Empty);
+    h.state_mut()
+        .open_workload("oom-story", OOM_STORY.cap_bytes());
+    settle(&mut h);
+    let d = h.state().document().expect("generated");
+    assert!(!d.trace.recorded);
+    assert!(
+        d.slots[0]
+            .replay
+            .as_ref()
+            .and_then(|r| r.data.summary.oom.as_ref())
+            .is_some(),
+        "the generated story fails too"
+    );
+    assert!(has_text(&h, "synthetic workload"));
+    h.state_mut().open_workload("nonsense:x=1", None);
+    settle(&mut h);
+    assert!(
+        h.state().errors.iter().any(|e| e.contains("nonsense")),
+        "{:?}",
+        h.state().errors
+    );
+}
+
+#[test]
+fn what_if_lists_the_best_configuration_under_the_cap() {
+    let mut h = harness(Startup::Example(&OOM_STORY));
+    h.state_mut().request_what_if();
+    settle(&mut h);
+    assert!(has_text(&h, "best"));
+    assert!(has_text(&h, "pytorch@expandable_segments:True"));
 }
 
 #[test]

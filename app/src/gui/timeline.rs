@@ -231,7 +231,7 @@ pub fn timeline_ui(
     }
     st.last_plot = Some(plot);
     let frag_rect = Rect::from_min_max(
-        pos2(plot.left(), plot.bottom() + 4.0),
+        pos2(plot.left(), plot.bottom() + 12.0),
         pos2(plot.right(), outer.bottom() - 22.0),
     );
     let (lo, hi) = st.visible(doc);
@@ -253,7 +253,15 @@ pub fn timeline_ui(
     let ymax = if ymax <= 0.0 { MIB } else { ymax * 1.06 };
     let to_y = |bytes: f64| plot.bottom() - (bytes / ymax * f64::from(plot.height())) as f32;
 
-    grid(&painter, plot, ymax, &xm, st.axis, doc);
+    grid(
+        &painter,
+        plot,
+        outer.bottom() - 19.0,
+        ymax,
+        &xm,
+        st.axis,
+        doc,
+    );
 
     match st.mode {
         Mode::Metrics => {
@@ -286,6 +294,13 @@ pub fn timeline_ui(
             }
             if st.show_fragmentation && frag_rect.height() > 4.0 {
                 painter.text(
+                    pos2(frag_rect.left() - 40.0, frag_rect.center().y),
+                    Align2::RIGHT_CENTER,
+                    "frag.",
+                    FontId::proportional(11.0),
+                    theme::AXIS_TEXT,
+                );
+                painter.text(
                     pos2(frag_rect.left() - 6.0, frag_rect.top()),
                     Align2::RIGHT_TOP,
                     "100%",
@@ -295,7 +310,7 @@ pub fn timeline_ui(
                 painter.text(
                     pos2(frag_rect.left() - 6.0, frag_rect.bottom()),
                     Align2::RIGHT_BOTTOM,
-                    "frag. 0%",
+                    "0%",
                     FontId::proportional(11.0),
                     theme::AXIS_TEXT,
                 );
@@ -568,7 +583,15 @@ fn envelope_points(
     pts
 }
 
-fn grid(painter: &egui::Painter, plot: Rect, ymax: f64, xm: &XMap, axis: Axis, doc: &Document) {
+fn grid(
+    painter: &egui::Painter,
+    plot: Rect,
+    labels_y: f32,
+    ymax: f64,
+    xm: &XMap,
+    axis: Axis,
+    doc: &Document,
+) {
     let font = FontId::proportional(11.0);
     // Bytes: a power-of-two step giving 3–8 lines.
     let mut step = 1024f64;
@@ -620,7 +643,7 @@ fn grid(painter: &egui::Painter, plot: Rect, ymax: f64, xm: &XMap, axis: Axis, d
             }
         };
         painter.text(
-            pos2(sx, plot.bottom() + 3.0),
+            pos2(sx, labels_y),
             Align2::CENTER_TOP,
             label,
             font.clone(),
@@ -633,7 +656,7 @@ fn grid(painter: &egui::Painter, plot: Rect, ymax: f64, xm: &XMap, axis: Axis, d
         _ => "event",
     };
     painter.text(
-        pos2(plot.left() - 6.0, plot.bottom() + 3.0),
+        pos2(plot.left() - 6.0, labels_y),
         Align2::RIGHT_TOP,
         unit,
         font,

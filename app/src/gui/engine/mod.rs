@@ -9,9 +9,9 @@ pub mod wire;
 
 use allocsim_core::models::{LayoutBlockState, MODEL_NAMES, ModelSpec};
 use allocsim_core::replay::{self, Outcome, ReplayOptions, ReplayResult};
-use allocsim_core::session;
 use allocsim_core::trace::{DeviceTrace, OpKind, Trace};
 use allocsim_core::validate::DeviceReport;
+use allocsim_core::{session, whatif, workloads};
 
 use wire::{
     AddressHit, BlockView, LayoutData, NO_OP, OomData, OpsTable, ReplayData, ReplaySummary,
@@ -122,6 +122,35 @@ impl Engine {
                 Ok(rows) => emit(Response::WhatIf { job, rows }),
                 Err(message) => emit(Response::Failed { job, message }),
             },
+            Request::Workload { job, spec } => {
+                emit(Response::Progress {
+                    job,
+                    stage: format!("generating {spec}"),
+                    fraction: 0.05,
+                });
+                match workloads::generate(&spec) {
+                    Ok(trace) => {
+                        self.device = 0;
+                        self.trace = Some(trace);
+                        self.reports = Vec::new();
+                        self.name = spec;
+                        self.slots.clear();
+                        let data = self.trace_data(emit, job);
+                        emit(Response::Loaded {
+                            job,
+                            trace: Box::new(data),
+                        });
+                    }
+                    Err(e) => emit(Response::Failed {
+                        job,
+                        message: e.to_string(),
+                    }),
+                }
+            }
+            Request::MinCapacity { job, slot, spec } => match self.min_capacity(job, &spec, emit) {
+                Ok(bytes) => emit(Response::MinCapacity { job, slot, bytes }),
+                Err(message) => emit(Response::Failed { job, message }),
+            },
         }
     }
 
@@ -197,6 +226,7 @@ impl Engine {
                 .map(|d| (d.events as u32, d.ops.len() as u32))
                 .collect(),
             recorded_conf: trace.snapshot.settings.conf.clone(),
+            recorded: !self.reports.is_empty(),
             exact: report.is_some_and(|r| r.exact),
             notes,
             starts_mid_program: !dt.starts_empty(),
@@ -352,6 +382,9 @@ impl Engine {
         Ok(hits)
     }
 
+    /// Core's what-if answers under `capacity`: PyTorch's main options and every other
+    /// model side by side (`whatif::compare`), and the best PyTorch configuration
+    /// (`whatif::recommend`) when there is a cap.
     fn what_if(
         &self,
         job: u64,
@@ -359,47 +392,79 @@ impl Engine {
         emit: &mut dyn FnMut(Response),
     ) -> Result<Vec<WhatIfRow>, String> {
         let trace = self.trace.as_ref().ok_or("no trace is loaded")?;
-        let mut specs: Vec<String> = WHAT_IF_PYTORCH.iter().map(|s| (*s).to_string()).collect();
-        specs.extend(
+        let mut labels: Vec<String> = WHAT_IF_PYTORCH.iter().map(|s| (*s).to_string()).collect();
+        labels.extend(
             MODEL_NAMES
                 .iter()
                 .filter(|m| **m != "pytorch")
                 .map(|m| (*m).to_string()),
         );
-        let opts = ReplayOptions {
-            checkpoint_every: 0,
-            keep_timeline: false,
-            ..ReplayOptions::default()
-        };
-        let mut rows = Vec::new();
-        for (i, spec) in specs.iter().enumerate() {
+        let specs: Vec<ModelSpec> = labels
+            .iter()
+            .map(|l| ModelSpec::parse(l))
+            .collect::<Result<_, _>>()?;
+        let results = whatif::compare(trace, self.device, &specs, capacity, &mut |done, total| {
             emit(Response::Progress {
                 job,
-                stage: format!("what if: {spec}"),
-                fraction: i as f32 / specs.len() as f32,
+                stage: "what if: other configurations".into(),
+                fraction: 0.5 * done as f32 / total.max(1) as f32,
             });
-            let row = match ModelSpec::parse(spec).and_then(|p| {
-                session::replay_device(trace, self.device, &p, capacity, opts)
-                    .map_err(|e| e.to_string())
-            }) {
-                Ok(r) => WhatIfRow {
-                    spec: spec.clone(),
-                    fits: r.oom.is_none(),
-                    peak_reserved_bytes: r.peak_reserved_bytes,
-                    oom_event: r.oom.as_ref().map(|o| o.event_index),
-                    error: String::new(),
-                },
-                Err(error) => WhatIfRow {
-                    spec: spec.clone(),
-                    fits: false,
-                    peak_reserved_bytes: 0,
-                    oom_event: None,
-                    error,
-                },
-            };
-            rows.push(row);
+        })
+        .map_err(|e| e.to_string())?;
+        let mut rows: Vec<WhatIfRow> = labels
+            .into_iter()
+            .zip(&results)
+            .map(|(spec, r)| row(spec, r, false))
+            .collect();
+        if let Some(cap) = capacity {
+            let rec = whatif::recommend(trace, self.device, cap, &mut |done, total| {
+                emit(Response::Progress {
+                    job,
+                    stage: "what if: PyTorch options".into(),
+                    fraction: 0.5 + 0.5 * done as f32 / total.max(1) as f32,
+                });
+            })
+            .map_err(|e| e.to_string())?;
+            if whatif::served_all(&rec.best) {
+                let spec = if rec.best.config.is_empty() {
+                    "pytorch".to_string()
+                } else {
+                    format!("pytorch@{}", rec.best.config)
+                };
+                rows.insert(0, row(spec, &rec.best, true));
+            }
         }
         Ok(rows)
+    }
+
+    fn min_capacity(
+        &self,
+        job: u64,
+        spec: &str,
+        emit: &mut dyn FnMut(Response),
+    ) -> Result<u64, String> {
+        let trace = self.trace.as_ref().ok_or("no trace is loaded")?;
+        let parsed = ModelSpec::parse(spec)?;
+        let m = whatif::min_capacity(trace, self.device, &parsed, &mut |done, total| {
+            emit(Response::Progress {
+                job,
+                stage: format!("min capacity of {spec}"),
+                fraction: done as f32 / total.max(1) as f32,
+            });
+        })
+        .map_err(|e| e.to_string())?;
+        Ok(m.min_capacity_bytes)
+    }
+}
+
+fn row(spec: String, r: &ReplayResult, recommended: bool) -> WhatIfRow {
+    WhatIfRow {
+        spec,
+        recommended,
+        fits: whatif::served_all(r),
+        peak_reserved_bytes: r.peak_reserved_bytes,
+        oom_event: r.oom.as_ref().map(|o| o.event_index),
+        error: String::new(),
     }
 }
 
@@ -509,6 +574,7 @@ pub fn replay_data(spec: &str, r: &ReplayResult) -> ReplayData {
         largest_free_bytes: o.largest_free_bytes,
         free_holes: o.free_holes,
         explanation: o.explanation.clone(),
+        fatal: o.fatal,
     });
     ReplayData {
         spec: spec.to_string(),

@@ -41,9 +41,9 @@ fn replayed(engine: &mut Engine, slot: u32, spec: &str, cap: Option<u64>) -> Box
     }
 }
 
-fn layout(engine: &mut Engine, slot: u32, op: u32) -> Box<LayoutData> {
+fn layout(engine: &mut Engine, slot: u32, op: u32) -> LayoutData {
     match last(run(engine, Request::Layout { job: 3, slot, op })) {
-        Response::Layout { layout, .. } => layout,
+        Response::Layout { layout, .. } => *layout,
         other => panic!("{other:?}"),
     }
 }
@@ -77,6 +77,7 @@ fn oom_story_fails_by_default_and_fits_with_expandable_segments() {
 }
 
 #[test]
+#[allow(clippy::many_single_char_names)]
 fn the_layout_at_the_oom_shows_the_holes_and_links_blocks_to_their_allocations() {
     let mut e = Engine::new();
     let t = loaded(&mut e, &OOM_STORY);

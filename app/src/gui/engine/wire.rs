@@ -39,6 +39,10 @@ pub enum Request {
         job: u64,
         capacity_bytes: Option<u64>,
     },
+    /// Generate a synthetic workload (core's SPEC syntax) and show it like a loaded trace.
+    Workload { job: u64, spec: String },
+    /// The smallest capacity (2 MiB grid) on which `spec` runs the trace.
+    MinCapacity { job: u64, slot: u32, spec: String },
 }
 
 /// What the engine answers.
@@ -74,6 +78,11 @@ pub enum Response {
         job: u64,
         rows: Vec<WhatIfRow>,
     },
+    MinCapacity {
+        job: u64,
+        slot: u32,
+        bytes: u64,
+    },
     /// The job failed; `message` is shown in the app as it is.
     Failed {
         job: u64,
@@ -92,6 +101,7 @@ impl Response {
             | Response::Layout { job, .. }
             | Response::AddressHits { job, .. }
             | Response::WhatIf { job, .. }
+            | Response::MinCapacity { job, .. }
             | Response::Failed { job, .. } => *job,
         }
     }
@@ -233,6 +243,7 @@ pub struct Bands {
 
 /// A loaded trace, as the UI needs it.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[allow(clippy::struct_excessive_bools)] // independent facts about the file, not a state machine
 pub struct TraceData {
     pub name: String,
     /// The device shown.
@@ -241,6 +252,8 @@ pub struct TraceData {
     pub devices: Vec<(u32, u32)>,
     /// The recording's `PYTORCH_CUDA_ALLOC_CONF` ("" if unset).
     pub recorded_conf: String,
+    /// A recording (false: a synthetic workload).
+    pub recorded: bool,
     /// Whether the PyTorch model reproduced the recording exactly (validate).
     pub exact: bool,
     /// The first divergence or what was inferred, one line each.
@@ -266,6 +279,8 @@ pub struct OomData {
     pub largest_free_bytes: u64,
     pub free_holes: u64,
     pub explanation: String,
+    /// The program would have died here (the recording did not fail there too).
+    pub fatal: bool,
 }
 
 /// The numbers of one replay (what `allocsim replay --json` reports).
@@ -356,6 +371,8 @@ pub struct AddressHit {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct WhatIfRow {
     pub spec: String,
+    /// The best PyTorch configuration `recommend` found under the capacity.
+    pub recommended: bool,
     pub fits: bool,
     pub peak_reserved_bytes: u64,
     pub oom_event: Option<u64>,
