@@ -32,7 +32,7 @@
 //! growth, 0.75 — JAX's `XLA_CLIENT_MEM_FRACTION` default — without),
 //! `garbage_collection` (False), `fragmentation_fraction` (0: the 128 MiB default).
 
-use super::common::{self, Arena, State, device_bytes, round_down, round_up};
+use super::common::{self, Arena, FreeKey, State, device_bytes, round_down, round_up};
 use super::{AllocRequest, Allocator, Layout, ModelError, ModelEvent, ModelStats, OomInfo};
 use crate::device::Device;
 use crate::snapshot::Action;
@@ -162,7 +162,7 @@ impl BfcModel {
 
     fn key(&self, i: u32) -> common::FreeKey {
         let b = self.arena.b(i);
-        (bin_for_size(b.size), b.size, b.addr)
+        FreeKey::new(bin_for_size(b.size), b.size, b.addr)
     }
 
     fn limits(&mut self, dev: &dyn Device) -> Limits {
@@ -192,7 +192,7 @@ impl BfcModel {
     fn find_chunk(&mut self, rounded: u64, lim: Limits) -> Option<u32> {
         let (_, i) = self
             .arena
-            .first_free_from((bin_for_size(rounded), rounded, 0))?;
+            .first_free_from(FreeKey::new(bin_for_size(rounded), rounded, 0))?;
         self.arena.remove_free(i);
         let size = self.arena.b(i).size;
         if size >= rounded * 2 || size - rounded >= lim.max_internal_fragmentation {
@@ -422,11 +422,11 @@ impl Allocator for BfcModel {
                         blk.addr, blk.size
                     ));
                 }
-                if blk.state == State::Free && blk.key.0 != bin_for_size(blk.size) {
+                if blk.state == State::Free && blk.key.a() != bin_for_size(blk.size) {
                     return Err(format!(
                         "free chunk at {:#x} is in bin {} instead of {}",
                         blk.addr,
-                        blk.key.0,
+                        blk.key.a(),
                         bin_for_size(blk.size)
                     ));
                 }

@@ -17,7 +17,7 @@
 //! Config keys: `min_block` (bytes, a power of two from 256; default 512),
 //! `heap_size_mb` (a power of two ≥ 2; default 256).
 
-use super::common::{self, Arena, State};
+use super::common::{self, Arena, FreeKey, State};
 use super::{AllocRequest, Allocator, Layout, ModelError, ModelEvent, ModelStats, OomInfo};
 use crate::device::Device;
 use crate::snapshot::Action;
@@ -88,7 +88,7 @@ pub struct BuddyModel {
 }
 
 fn key(b: &common::Block) -> common::FreeKey {
-    (b.size, b.addr, 0)
+    FreeKey::new(0, b.size, b.addr)
 }
 
 impl BuddyModel {
@@ -109,7 +109,7 @@ impl BuddyModel {
 
     /// Takes the smallest free block of at least `need` bytes and halves it down to `need`.
     fn take(&mut self, need: u64) -> Option<u32> {
-        let (_, i) = self.arena.first_free_from((need, 0, 0))?;
+        let (_, i) = self.arena.first_free_from(FreeKey::new(0, need, 0))?;
         self.arena.remove_free(i);
         while self.arena.b(i).size > need {
             let half = self.arena.b(i).size / 2;

@@ -8,7 +8,7 @@
 //! the device); the [`Arena`] keeps the *structure* consistent. Nothing here iterates a
 //! hash map, so every model built on it is deterministic.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BinaryHeap, HashMap};
 use std::hash::{BuildHasherDefault, Hasher};
 
 use super::{
@@ -43,10 +43,97 @@ pub fn device_bytes(size: u64) -> u64 {
     round_up(size, PAGE_BYTES)
 }
 
-/// A key of the free index. Each model chooses the meaning of the three parts (e.g.
-/// `(bin, size, addr)` for BFC, `(stream, size, addr)` for RMM's per-stream lists,
-/// `(class, insertion order, addr)` for TLSF's LIFO lists); the index is ordered by it.
-pub type FreeKey = (u64, u64, u64);
+/// A key of the free index: three parts packed into one `u128` (24, 48 and 56 bits), so the
+/// index compares one integer. Each model chooses their meaning (e.g. (bin, size, address)
+/// for BFC, (stream, size, address) for RMM's per-stream lists, (class, insertion order)
+/// for TLSF's LIFO lists); the index is ordered by (a, b, c).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct FreeKey(u128);
+
+impl FreeKey {
+    /// Largest first part.
+    pub const A_MAX: u64 = (1 << 24) - 1;
+    /// Largest second part.
+    pub const B_MAX: u64 = (1 << 48) - 1;
+    /// Largest third part.
+    pub const C_MAX: u64 = (1 << 56) - 1;
+
+    /// Packs (a, b, c); each part is clamped to its width (callers keep them in range:
+    /// classes and bins are small, sizes below 256 TiB, addresses below 2^56).
+    #[must_use]
+    pub fn new(a: u64, b: u64, c: u64) -> FreeKey {
+        debug_assert!(
+            a <= Self::A_MAX && b <= Self::B_MAX && c <= Self::C_MAX,
+            "free key ({a}, {b}, {c}) out of range"
+        );
+        FreeKey(
+            (u128::from(a.min(Self::A_MAX)) << 104)
+                | (u128::from(b.min(Self::B_MAX)) << 56)
+                | u128::from(c.min(Self::C_MAX)),
+        )
+    }
+
+    /// The first part.
+    #[must_use]
+    pub fn a(self) -> u64 {
+        (self.0 >> 104) as u64
+    }
+
+    /// The second part.
+    #[must_use]
+    pub fn b(self) -> u64 {
+        ((self.0 >> 56) as u64) & Self::B_MAX
+    }
+
+    /// The third part.
+    #[must_use]
+    pub fn c(self) -> u64 {
+        (self.0 as u64) & Self::C_MAX
+    }
+}
+
+/// The largest free block in O(1): a max-heap of free sizes with a count per size; sizes
+/// whose count drops to zero are popped once they reach the top, so the top is always live.
+#[derive(Debug, Clone, Default)]
+struct LargestFree {
+    heap: BinaryHeap<u64>,
+    counts: HashMap<u64, u32, BuildHasherDefault<AddrHasher>>,
+}
+
+impl LargestFree {
+    fn insert(&mut self, size: u64) {
+        let c = self.counts.entry(size).or_insert(0);
+        if *c == 0 {
+            self.heap.push(size);
+        }
+        *c += 1;
+    }
+
+    fn remove(&mut self, size: u64) {
+        if let Some(c) = self.counts.get_mut(&size) {
+            *c -= 1;
+            if *c == 0 {
+                self.counts.remove(&size);
+            }
+        }
+        while let Some(&top) = self.heap.peek() {
+            if self.counts.contains_key(&top) {
+                break;
+            }
+            self.heap.pop();
+        }
+        // Stale sizes below the top accumulate; rebuild when they dominate.
+        if self.heap.len() > 2 * self.counts.len() + 64 {
+            let mut sizes: Vec<u64> = self.counts.keys().copied().collect();
+            sizes.sort_unstable();
+            self.heap = BinaryHeap::from(sizes);
+        }
+    }
+
+    fn largest(&self) -> u64 {
+        self.heap.peek().copied().unwrap_or(0)
+    }
+}
 
 /// State of a block.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -147,8 +234,8 @@ pub struct Arena {
     live: AddrMap,
     /// Free blocks by their model-chosen key.
     free: BTreeMap<FreeKey, u32>,
-    /// Multiset of free block sizes (size → count): the largest free block in O(log n).
-    free_sizes: BTreeMap<u64, u32>,
+    /// The sizes of the free blocks: the largest free block in O(1).
+    largest: LargestFree,
     /// Σ `held` over live segments.
     reserved_bytes: u64,
     /// Σ size of `Allocated` blocks.
@@ -253,7 +340,7 @@ impl Arena {
     /// The largest free block.
     #[must_use]
     pub fn largest_free(&self) -> u64 {
-        self.free_sizes.keys().next_back().copied().unwrap_or(0)
+        self.largest.largest()
     }
 
     /// Counts one more device call that did not go through the arena's device helpers
@@ -334,7 +421,7 @@ impl Arena {
             next: NIL,
             state,
             owner: 0,
-            key: (0, 0, 0),
+            key: FreeKey::default(),
             indexed: false,
         });
         self.segs[s as usize].head = b;
@@ -408,7 +495,7 @@ impl Arena {
             next,
             state,
             owner,
-            key: (0, 0, 0),
+            key: FreeKey::default(),
             indexed: false,
         });
         if next != NIL {
@@ -448,7 +535,7 @@ impl Arena {
         };
         let prev = self.free.insert(key, i);
         debug_assert!(prev.is_none(), "free key {key:?} used twice");
-        *self.free_sizes.entry(size).or_insert(0) += 1;
+        self.largest.insert(size);
         self.free_bytes += size;
     }
 
@@ -463,12 +550,7 @@ impl Arena {
         );
         self.bm(i).indexed = false;
         self.free.remove(&key);
-        if let Some(c) = self.free_sizes.get_mut(&size) {
-            *c -= 1;
-            if *c == 0 {
-                self.free_sizes.remove(&size);
-            }
-        }
+        self.largest.remove(size);
         self.free_bytes -= size;
     }
 
@@ -849,8 +931,12 @@ impl Arena {
                 self.free.len()
             ));
         }
-        if sizes != self.free_sizes {
-            return Err("the free-size multiset does not match the free blocks".to_string());
+        let counted: BTreeMap<u64, u32> =
+            self.largest.counts.iter().map(|(&k, &v)| (k, v)).collect();
+        if sizes != counted
+            || self.largest.largest() != sizes.keys().next_back().copied().unwrap_or(0)
+        {
+            return Err("the free-size counts do not match the free blocks".to_string());
         }
         if live_blocks != self.live.len() {
             return Err(format!(
@@ -995,7 +1081,7 @@ mod tests {
             0,
             State::Free,
         );
-        a.insert_free(b, (0, size, 0x1000_0000));
+        a.insert_free(b, FreeKey::new(0, size, 0x1000_0000));
         (a, s, b)
     }
 
@@ -1006,7 +1092,7 @@ mod tests {
         let mut out = Vec::new();
         a.remove_free(b);
         let t = a.split(b, 1024);
-        a.insert_free(t, (0, 3072, a.b(t).addr));
+        a.insert_free(t, FreeKey::new(0, 3072, a.b(t).addr));
         a.allocate(b, 1000, 7, &mut out);
         a.check(|_, _| false).unwrap();
         assert_eq!(a.stats().allocated_bytes, 1024);
@@ -1016,7 +1102,7 @@ mod tests {
         // Freed but not yet merged or indexed: the check must notice.
         assert!(a.check(|_, _| false).is_err());
         let m = a.coalesce(i, |_| true);
-        a.insert_free(m, (0, a.b(m).size, a.b(m).addr));
+        a.insert_free(m, FreeKey::new(0, a.b(m).size, a.b(m).addr));
         a.check(|_, _| false).unwrap();
         assert_eq!(a.free_count(), 1);
         assert_eq!(a.largest_free(), 4096);
@@ -1030,8 +1116,8 @@ mod tests {
         let (mut a, _, b) = arena_with_segment(4096);
         a.remove_free(b);
         let t = a.split(b, 1024);
-        a.insert_free(b, (0, 1024, a.b(b).addr));
-        a.insert_free(t, (0, 3072, a.b(t).addr));
+        a.insert_free(b, FreeKey::new(0, 1024, a.b(b).addr));
+        a.insert_free(t, FreeKey::new(0, 3072, a.b(t).addr));
         assert!(
             a.check(|_, _| false)
                 .unwrap_err()
@@ -1051,7 +1137,7 @@ mod tests {
         assert_eq!(a.stats().requested_bytes, 4096);
         assert!(a.release(0x1000_0000, false, &mut out).is_err());
         let i = a.complete(0x1000_0000, &mut out).unwrap();
-        a.insert_free(i, (0, 4096, 0x1000_0000));
+        a.insert_free(i, FreeKey::new(0, 4096, 0x1000_0000));
         a.check(|_, _| false).unwrap();
         assert!(a.complete(0x1000_0000, &mut out).is_err());
     }

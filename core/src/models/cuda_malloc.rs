@@ -21,7 +21,7 @@
 //!
 //! Config keys: none.
 
-use super::common::{self, Arena, PAGE_BYTES, State, device_bytes, round_up};
+use super::common::{self, Arena, FreeKey, PAGE_BYTES, State, device_bytes, round_up};
 use super::{AllocRequest, Allocator, Layout, ModelError, ModelEvent, ModelStats, OomInfo};
 use crate::device::Device;
 use crate::snapshot::Action;
@@ -49,7 +49,7 @@ impl CudaMallocModel {
 
     fn key(&self, i: u32) -> common::FreeKey {
         let b = self.arena.b(i);
-        (0, b.size, b.addr)
+        FreeKey::new(0, b.size, b.addr)
     }
 
     /// Frees block `i` (released, not indexed): merges it inside its page and gives the page
@@ -86,7 +86,7 @@ impl Allocator for CudaMallocModel {
         let rounded = round_up(req.size_bytes.max(1), STEP_BYTES);
         let stream = req.stream;
         let i = if rounded < PAGE_BYTES {
-            if let Some((_, i)) = self.arena.first_free_from((0, rounded, 0)) {
+            if let Some((_, i)) = self.arena.first_free_from(FreeKey::new(0, rounded, 0)) {
                 self.arena.remove_free(i);
                 self.arena.count_segment_op();
                 i

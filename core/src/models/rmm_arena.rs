@@ -28,7 +28,7 @@
 
 use std::collections::BTreeMap;
 
-use super::common::{self, Arena, State, device_bytes, round_down, round_up};
+use super::common::{self, Arena, FreeKey, State, device_bytes, round_down, round_up};
 use super::{AllocRequest, Allocator, Layout, ModelError, ModelEvent, ModelStats, OomInfo};
 use crate::device::Device;
 use crate::snapshot::Action;
@@ -62,6 +62,8 @@ pub struct RmmArenaModel {
     free_sb_slots: Vec<u32>,
     /// The global arena's superblocks by address.
     global: BTreeMap<u64, u32>,
+    /// The global superblocks with a free block (the ones first fit looks at).
+    global_avail: BTreeMap<u64, u32>,
     /// Each stream arena's superblocks by address.
     streams: BTreeMap<u64, BTreeMap<u64, u32>>,
     /// Set at the first request: the upstream allocation failed.
@@ -70,7 +72,7 @@ pub struct RmmArenaModel {
 }
 
 fn key(sb: u32, addr: u64) -> common::FreeKey {
-    (u64::from(sb), addr, 0)
+    FreeKey::new(u64::from(sb), 0, addr)
 }
 
 impl RmmArenaModel {
@@ -93,6 +95,7 @@ impl RmmArenaModel {
             sbs: Vec::new(),
             free_sb_slots: Vec::new(),
             global: BTreeMap::new(),
+            global_avail: BTreeMap::new(),
             streams: BTreeMap::new(),
             init_error: None,
             initialized: false,
@@ -127,7 +130,35 @@ impl RmmArenaModel {
             .map(|(_, i)| self.arena.b(i).size)
             .max()
             .unwrap_or(0);
+        self.set_max_free(sb, m);
+    }
+
+    /// Sets a superblock's largest free block, keeping the global first-fit set in step.
+    fn set_max_free(&mut self, sb: u32, m: u64) {
         self.sbs[sb as usize].max_free = m;
+        let base = self.sbs[sb as usize].base;
+        if self.global.get(&base) == Some(&sb) {
+            if m > 0 {
+                self.global_avail.insert(base, sb);
+            } else {
+                self.global_avail.remove(&base);
+            }
+        }
+    }
+
+    /// Puts superblock `sb` into the global arena's sets.
+    fn global_insert(&mut self, sb: u32) {
+        let s = &self.sbs[sb as usize];
+        self.global.insert(s.base, sb);
+        if s.max_free > 0 {
+            self.global_avail.insert(s.base, sb);
+        }
+    }
+
+    /// Takes the superblock at `base` out of the global arena's sets.
+    fn global_remove(&mut self, base: u64) {
+        self.global.remove(&base);
+        self.global_avail.remove(&base);
     }
 
     /// The free block of superblock `sb` (which must be empty).
@@ -169,7 +200,7 @@ impl RmmArenaModel {
                 });
                 self.arena.bm(b).owner = u64::from(sb);
                 self.arena.insert_free(b, key(sb, addr));
-                self.global.insert(addr, sb);
+                self.global_insert(sb);
             }
             Err(_) => {
                 self.init_error = Some(format!(
@@ -187,14 +218,18 @@ impl RmmArenaModel {
             .arena
             .free_range(key(sb, 0), key(sb + 1, 0))
             .find(|&(_, i)| self.arena.b(i).size >= size)?;
+        let taken = self.arena.b(i).size;
         self.arena.remove_free(i);
-        if self.arena.b(i).size > size {
+        if taken > size {
             let t = self.arena.split(i, size);
             let a = self.arena.b(t).addr;
             self.arena.insert_free(t, key(sb, a));
         }
         self.sbs[sb as usize].free_bytes -= size;
-        self.refresh(sb);
+        // Only taking from the largest free block can lower the largest.
+        if taken == self.sbs[sb as usize].max_free {
+            self.refresh(sb);
+        }
         Some(i)
     }
 
@@ -203,20 +238,23 @@ impl RmmArenaModel {
         let size = self.arena.b(i).size;
         let owner = u64::from(sb);
         let m = self.arena.coalesce(i, |n| n.owner == owner);
-        let a = self.arena.b(m).addr;
+        let (a, merged) = (self.arena.b(m).addr, self.arena.b(m).size);
         self.arena.insert_free(m, key(sb, a));
         self.sbs[sb as usize].free_bytes += size;
-        self.refresh(sb);
+        // A merge only grows the largest free block.
+        if merged > self.sbs[sb as usize].max_free {
+            self.set_max_free(sb, merged);
+        }
     }
 
     /// `global_arena::first_fit`: takes the first global superblock that fits `size`,
     /// splitting an empty one that is big enough.
     fn global_first_fit(&mut self, size: u64) -> Option<u32> {
         let (&addr, &sb) = self
-            .global
+            .global_avail
             .iter()
             .find(|&(_, &sb)| self.sbs[sb as usize].max_free >= size)?;
-        self.global.remove(&addr);
+        self.global_remove(addr);
         let min = SUPERBLOCK_MIN_BYTES.max(size);
         if self.sb_empty(sb) && self.sbs[sb as usize].size >= min + SUPERBLOCK_MIN_BYTES {
             let b = self.sole_block(sb)?;
@@ -233,7 +271,7 @@ impl RmmArenaModel {
             });
             self.arena.bm(t).owner = u64::from(tail);
             self.arena.insert_free(t, key(tail, base + min));
-            self.global.insert(base + min, tail);
+            self.global_insert(tail);
             let s = &mut self.sbs[sb as usize];
             s.size = min;
             s.free_bytes = min;
@@ -251,9 +289,9 @@ impl RmmArenaModel {
         let base = self.sbs[sb as usize].base;
         if self.sb_empty(cur) {
             if let Some((_, &p)) = self.global.range(..base).next_back() {
-                let ps = &self.sbs[p as usize];
-                if ps.base + ps.size == base && self.sb_empty(p) {
-                    self.global.remove(&ps.base);
+                let (pbase, psize) = (self.sbs[p as usize].base, self.sbs[p as usize].size);
+                if pbase + psize == base && self.sb_empty(p) {
+                    self.global_remove(pbase);
                     self.merge_sbs(p, cur);
                     cur = p;
                 }
@@ -262,12 +300,11 @@ impl RmmArenaModel {
             if let Some(&n) = self.global.get(&(cb + cs))
                 && self.sb_empty(n)
             {
-                self.global.remove(&(cb + cs));
+                self.global_remove(cb + cs);
                 self.merge_sbs(cur, n);
             }
         }
-        let b = self.sbs[cur as usize].base;
-        self.global.insert(b, cur);
+        self.global_insert(cur);
     }
 
     /// Merges empty superblock `n` into the empty superblock `p` just before it.
@@ -292,8 +329,7 @@ impl RmmArenaModel {
         if size > SUPERBLOCK_MIN_BYTES {
             let sb = self.global_first_fit(size)?;
             let blk = self.sb_first_fit(sb, size);
-            let b = self.sbs[sb as usize].base;
-            self.global.insert(b, sb);
+            self.global_insert(sb);
             return blk;
         }
         let found = self.streams.get(&stream).and_then(|m| {
@@ -327,7 +363,7 @@ impl RmmArenaModel {
         self.sb_coalesce(sb, i);
         if self.sbs[sb as usize].owner.is_none() && self.sb_empty(sb) {
             let b = self.sbs[sb as usize].base;
-            self.global.remove(&b);
+            self.global_remove(b);
             self.global_coalesce(sb);
         }
     }
@@ -499,6 +535,15 @@ impl Allocator for RmmArenaModel {
                     "superblock at {base:#x}: free bytes or largest free block miscounted"
                 ));
             }
+        }
+        let avail: BTreeMap<u64, u32> = self
+            .global
+            .iter()
+            .filter(|&(_, &sb)| self.sbs[sb as usize].max_free > 0)
+            .map(|(&a, &sb)| (a, sb))
+            .collect();
+        if avail != self.global_avail {
+            return Err("the set of global superblocks with free space is stale".to_string());
         }
         let mut prev: Option<u32> = None;
         for &sb in self.global.values() {

@@ -15,7 +15,8 @@
 //!   Chunks are never returned before destruction: `empty_cache` does nothing.
 //! - Free lists are per stream and first-in first-out (`push_back`, `pop_front`); a new
 //!   chunk's blocks are appended in address order. A request takes the front of its
-//!   stream's list, else the front of another stream's list (in ascending stream order),
+//!   stream's list, else the front of another stream's list (in the order the streams first
+//!   appeared: RMM orders them by event handle, created at a stream's first use),
 //!   else a new chunk. Fixed-size blocks never merge.
 //!
 //! Private pools make no difference; a zero-byte request is served by the smallest bin.
@@ -23,7 +24,7 @@
 //! Config keys: `min_size_exponent` (18), `max_size_exponent` (22),
 //! `blocks_to_preallocate` (128).
 
-use super::common::{self, Arena, State, device_bytes};
+use super::common::{self, Arena, FreeKey, State, device_bytes};
 use super::{AllocRequest, Allocator, Layout, ModelError, ModelEvent, ModelStats, OomInfo};
 use crate::device::Device;
 use crate::snapshot::Action;
@@ -129,8 +130,11 @@ pub struct RmmBinningModel {
     initialized: bool,
     /// The constructor's preallocation failed: the resource does not exist.
     init_error: Option<String>,
-    /// Insertion counter: free-list order (keys are `(bin, stream, seq)`).
+    /// Insertion counter: free-list order (keys are `(bin, list, seq)`).
     seq: u64,
+    /// The streams in the order they first appeared; a stream's lists are named by its
+    /// index here (a block's `owner`).
+    streams: Vec<u64>,
 }
 
 impl RmmBinningModel {
@@ -143,14 +147,29 @@ impl RmmBinningModel {
             initialized: false,
             init_error: None,
             seq: 0,
+            streams: Vec::new(),
         }
+    }
+
+    /// The list index of `stream`.
+    fn list_of(&mut self, stream: u64) -> u64 {
+        let i = self
+            .streams
+            .iter()
+            .position(|&s| s == stream)
+            .unwrap_or_else(|| {
+                self.streams.push(stream);
+                self.streams.len() - 1
+            });
+        i as u64
     }
 
     /// Appends free block `i` to the back of `stream`'s list of `bin`.
     fn push_back(&mut self, i: u32, bin: u64, stream: u64) {
         self.seq += 1;
-        self.arena.bm(i).owner = stream;
-        self.arena.insert_free(i, (bin, stream, self.seq));
+        let list = self.list_of(stream);
+        self.arena.bm(i).owner = list;
+        self.arena.insert_free(i, FreeKey::new(bin, list, self.seq));
     }
 
     /// A new chunk for `bin`, its blocks appended to `stream`'s list.
@@ -185,17 +204,19 @@ impl RmmBinningModel {
         true
     }
 
-    /// The front of `stream`'s list of `bin`, else of another stream's list.
-    fn front(&self, bin: u64, stream: u64) -> Option<u32> {
-        if let Some((k, i)) = self.arena.first_free_from((bin, stream, 0))
-            && k.0 == bin
-            && k.1 == stream
+    /// The front of `stream`'s list of `bin`, else of another stream's list (in the order
+    /// the streams first appeared).
+    fn front(&mut self, bin: u64, stream: u64) -> Option<u32> {
+        let list = self.list_of(stream);
+        if let Some((k, i)) = self.arena.first_free_from(FreeKey::new(bin, list, 0))
+            && k.a() == bin
+            && k.b() == list
         {
             return Some(i);
         }
         self.arena
-            .first_free_from((bin, 0, 0))
-            .filter(|(k, _)| k.0 == bin)
+            .first_free_from(FreeKey::new(bin, 0, 0))
+            .filter(|(k, _)| k.a() == bin)
             .map(|(_, i)| i)
     }
 
@@ -383,7 +404,8 @@ impl Allocator for RmmBinningModel {
                         blk.addr, blk.size
                     ));
                 }
-                if blk.state == State::Free && (blk.key.0 != seg.tag || blk.key.1 != blk.owner) {
+                if blk.state == State::Free && (blk.key.a() != seg.tag || blk.key.b() != blk.owner)
+                {
                     return Err(format!(
                         "free block at {:#x} is in the wrong list",
                         blk.addr

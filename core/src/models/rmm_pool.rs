@@ -13,8 +13,8 @@
 //! - Order of attempts (`get_block`): the request's own stream list; another stream's list
 //!   (taking its best fit, after a `cudaStreamWaitEvent`); merging other streams' lists into
 //!   this one, one at a time, until a block fits; growing the pool. Other streams are tried
-//!   in ascending stream order (RMM orders them by event handle, which a trace does not
-//!   record).
+//!   in the order they first appeared (RMM orders them by the handle of the event it
+//!   creates at a stream's first use; a trace does not record handles).
 //! - Growth (`size_to_grow`, `try_to_expand`): with a maximum pool size, by
 //!   `max(size, remaining / 2)` (nothing when the request exceeds what remains); without,
 //!   by `max(size, pool_size)` — doubling. When the upstream refuses, the try size halves,
@@ -29,7 +29,7 @@
 //!
 //! Config keys: `initial_pool_size_mb` (0), `maximum_pool_size_mb` (unset).
 
-use super::common::{self, Arena, State, device_bytes, round_up};
+use super::common::{self, Arena, FreeKey, State, device_bytes, round_up};
 use super::{AllocRequest, Allocator, Layout, ModelError, ModelEvent, ModelStats, OomInfo};
 use crate::device::Device;
 use crate::snapshot::Action;
@@ -100,10 +100,13 @@ pub struct RmmPoolModel {
     initialized: bool,
     /// `current_pool_size_`: Σ upstream block sizes.
     pool_bytes: u64,
+    /// The streams in the order they first appeared; a free list is named by its index
+    /// here (a block's `owner`).
+    streams: Vec<u64>,
 }
 
-fn key(b: &common::Block) -> common::FreeKey {
-    (b.owner, b.size, b.addr)
+fn key(b: &common::Block) -> FreeKey {
+    FreeKey::new(b.owner, b.size, b.addr)
 }
 
 impl RmmPoolModel {
@@ -115,7 +118,21 @@ impl RmmPoolModel {
             arena: Arena::new(),
             initialized: false,
             pool_bytes: 0,
+            streams: Vec::new(),
         }
+    }
+
+    /// The free list of `stream`.
+    fn list_of(&mut self, stream: u64) -> u64 {
+        let i = self
+            .streams
+            .iter()
+            .position(|&s| s == stream)
+            .unwrap_or_else(|| {
+                self.streams.push(stream);
+                self.streams.len() - 1
+            });
+        i as u64
     }
 
     /// Inserts free block `i` into `list`, merging with contiguous blocks of that list.
@@ -129,21 +146,18 @@ impl RmmPoolModel {
     /// The best fit in `list`.
     fn best_fit(&self, list: u64, size: u64) -> Option<u32> {
         self.arena
-            .first_free_from((list, size, 0))
-            .filter(|(k, _)| k.0 == list)
+            .first_free_from(FreeKey::new(list, size, 0))
+            .filter(|(k, _)| k.a() == list)
             .map(|(_, i)| i)
     }
 
-    /// The streams with free blocks, in ascending order.
+    /// The lists with free blocks, in the order their streams first appeared.
     fn lists(&self) -> Vec<u64> {
         let mut out = Vec::new();
-        let mut from = (0, 0, 0);
+        let mut from = FreeKey::new(0, 0, 0);
         while let Some((k, _)) = self.arena.first_free_from(from) {
-            out.push(k.0);
-            match k.0.checked_add(1) {
-                Some(n) => from = (n, 0, 0),
-                None => break,
-            }
+            out.push(k.a());
+            from = FreeKey::new(k.a() + 1, 0, 0);
         }
         out
     }
@@ -183,7 +197,8 @@ impl RmmPoolModel {
                     0,
                     State::Free,
                 );
-                self.arena.bm(b).owner = stream;
+                let list = self.list_of(stream);
+                self.arena.bm(b).owner = list;
                 return Ok(b);
             }
             if try_size == min_size {
@@ -230,10 +245,11 @@ impl RmmPoolModel {
         stream: u64,
         out: &mut Vec<ModelEvent>,
     ) -> Result<u32, String> {
-        if let Some(i) = self.best_fit(stream, size) {
+        let list = self.list_of(stream);
+        if let Some(i) = self.best_fit(list, size) {
             return Ok(self.take(i, size));
         }
-        let others: Vec<u64> = self.lists().into_iter().filter(|&l| l != stream).collect();
+        let others: Vec<u64> = self.lists().into_iter().filter(|&l| l != list).collect();
         for &o in &others {
             if let Some(i) = self.best_fit(o, size) {
                 return Ok(self.take(i, size));
@@ -242,17 +258,17 @@ impl RmmPoolModel {
         for &o in &others {
             let moved: Vec<u32> = self
                 .arena
-                .free_range((o, 0, 0), (o, u64::MAX, u64::MAX))
+                .free_range(FreeKey::new(o, 0, 0), FreeKey::new(o + 1, 0, 0))
                 .map(|(_, i)| i)
                 .collect();
             for i in moved {
                 // A block may already have been merged into an earlier one of this batch.
                 if self.arena.is_indexed(i) && self.arena.b(i).owner == o {
                     self.arena.remove_free(i);
-                    self.insert_block(i, stream);
+                    self.insert_block(i, list);
                 }
             }
-            if let Some(i) = self.best_fit(stream, size) {
+            if let Some(i) = self.best_fit(list, size) {
                 return Ok(self.take(i, size));
             }
         }
@@ -260,14 +276,15 @@ impl RmmPoolModel {
         let b = self.try_to_expand(dev, grow, size, stream, out)?;
         if self.arena.b(b).size > size {
             let t = self.arena.split(b, size);
-            self.insert_block(t, stream);
+            self.insert_block(t, list);
         }
         Ok(b)
     }
 
     fn put_back(&mut self, i: u32) {
         let stream = self.arena.b(i).stream;
-        self.insert_block(i, stream);
+        let list = self.list_of(stream);
+        self.insert_block(i, list);
     }
 }
 

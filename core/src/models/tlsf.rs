@@ -26,7 +26,7 @@
 //! Config keys: `sli` (log2 of the second-level subdivisions, 1..=6; default 4),
 //! `pool_size_mb` (default 256).
 
-use super::common::{self, Arena, PAGE_BYTES, State, round_up};
+use super::common::{self, Arena, FreeKey, PAGE_BYTES, State, round_up};
 use super::{AllocRequest, Allocator, Layout, ModelError, ModelEvent, ModelStats, OomInfo};
 use crate::device::Device;
 use crate::snapshot::Action;
@@ -137,9 +137,9 @@ impl TlsfModel {
     fn push(&mut self, i: u32) {
         self.seq += 1;
         let b = self.arena.b(i);
-        let k = (
+        let k = FreeKey::new(
             self.cfg.class_of(b.size / GRANULARITY_BYTES),
-            u64::MAX - self.seq,
+            FreeKey::B_MAX - self.seq,
             b.addr,
         );
         self.arena.insert_free(i, k);
@@ -149,7 +149,7 @@ impl TlsfModel {
     /// search class, split.
     fn take(&mut self, rounded: u64) -> Option<u32> {
         let c = self.cfg.search_class(rounded / GRANULARITY_BYTES);
-        let (_, i) = self.arena.first_free_from((c, 0, 0))?;
+        let (_, i) = self.arena.first_free_from(FreeKey::new(c, 0, 0))?;
         self.arena.remove_free(i);
         if self.arena.b(i).size > rounded {
             let t = self.arena.split(i, rounded);
@@ -213,7 +213,7 @@ impl TlsfModel {
         let u = rounded / GRANULARITY_BYTES;
         let (lo, hi) = (self.cfg.class_of(u), self.cfg.search_class(u));
         self.arena
-            .free_range((lo, 0, 0), (hi, 0, 0))
+            .free_range(FreeKey::new(lo, 0, 0), FreeKey::new(hi, 0, 0))
             .map(|(_, i)| self.arena.b(i).size)
             .filter(|&s| s >= rounded)
             .max()
@@ -325,7 +325,7 @@ impl Allocator for TlsfModel {
                     ));
                 }
                 if blk.state == State::Free
-                    && blk.key.0 != self.cfg.class_of(blk.size / GRANULARITY_BYTES)
+                    && blk.key.a() != self.cfg.class_of(blk.size / GRANULARITY_BYTES)
                 {
                     return Err(format!(
                         "free block at {:#x} is in the wrong list",

@@ -35,7 +35,7 @@
 
 use std::collections::BTreeSet;
 
-use super::common::{self, Arena, PAGE_BYTES, State, round_up};
+use super::common::{self, Arena, FreeKey, PAGE_BYTES, State, round_up};
 use super::{AllocRequest, Allocator, Layout, ModelError, ModelEvent, ModelStats, OomInfo};
 use crate::device::Device;
 use crate::snapshot::Action;
@@ -73,7 +73,7 @@ impl VmmStitchModel {
     fn insert(&mut self, i: u32) {
         let b = self.arena.b(i);
         let class = self.arena.seg(b.seg).tag;
-        let k = (class, b.size, b.addr);
+        let k = FreeKey::new(class, b.size, b.addr);
         if class == LARGE {
             self.free_large_bytes += b.size;
         }
@@ -81,7 +81,7 @@ impl VmmStitchModel {
     }
 
     fn remove(&mut self, i: u32) {
-        if self.arena.b(i).key.0 == LARGE {
+        if self.arena.b(i).key.a() == LARGE {
             self.free_large_bytes -= self.arena.b(i).size;
         }
         self.arena.remove_free(i);
@@ -89,8 +89,8 @@ impl VmmStitchModel {
 
     /// Best fit in `class`, split to `size` (the tail stays free).
     fn take(&mut self, class: u64, size: u64) -> Option<u32> {
-        let (k, i) = self.arena.first_free_from((class, size, 0))?;
-        if k.0 != class {
+        let (k, i) = self.arena.first_free_from(FreeKey::new(class, size, 0))?;
+        if k.a() != class {
             return None;
         }
         self.remove(i);
@@ -105,7 +105,7 @@ impl VmmStitchModel {
         // The neighbours `coalesce` merges leave the index without going through `remove`.
         let (p, n) = (self.arena.b(i).prev, self.arena.b(i).next);
         for x in [p, n] {
-            if x != common::NIL && self.arena.b(x).indexed && self.arena.b(x).key.0 == LARGE {
+            if x != common::NIL && self.arena.b(x).indexed && self.arena.b(x).key.a() == LARGE {
                 self.free_large_bytes -= self.arena.b(x).size;
             }
         }
@@ -156,7 +156,7 @@ impl VmmStitchModel {
     fn release_cached(&mut self, dev: &mut dyn Device, out: &mut Vec<ModelEvent>) {
         let large: Vec<u32> = self
             .arena
-            .free_range((LARGE, 0, 0), (LARGE + 1, 0, 0))
+            .free_range(FreeKey::new(LARGE, 0, 0), FreeKey::new(LARGE + 1, 0, 0))
             .map(|(_, i)| i)
             .collect();
         for i in large {
@@ -242,11 +242,11 @@ impl VmmStitchModel {
             let want = need - fresh - covered;
             let piece = match self
                 .arena
-                .last_free_below((LARGE + 1, 0, 0))
-                .filter(|(k, _)| k.0 == LARGE)
+                .last_free_below(FreeKey::new(LARGE + 1, 0, 0))
+                .filter(|(k, _)| k.a() == LARGE)
             {
                 Some((k, i)) => {
-                    if k.1 > want {
+                    if k.b() > want {
                         self.remove(i);
                         let t = self.arena.split(i, want);
                         self.insert(t);
@@ -407,8 +407,8 @@ impl Allocator for VmmStitchModel {
     fn stats(&self) -> ModelStats {
         let small_largest = self
             .arena
-            .last_free_below((LARGE, 0, 0))
-            .map_or(0, |(k, _)| k.1);
+            .last_free_below(FreeKey::new(LARGE, 0, 0))
+            .map_or(0, |(k, _)| k.b());
         self.arena.stats_with(
             self.free_large_bytes.max(small_largest),
             self.arena.free_count(),
