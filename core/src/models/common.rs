@@ -48,7 +48,11 @@ pub fn device_bytes(size: u64) -> u64 {
 /// for BFC, (stream, size, address) for RMM's per-stream lists, (class, insertion order)
 /// for TLSF's LIFO lists); the index is ordered by (a, b, c).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
-pub struct FreeKey(u128);
+pub struct FreeKey {
+    // The packed u128 as two words (high first): 8-byte alignment keeps index entries small.
+    hi: u64,
+    lo: u64,
+}
 
 impl FreeKey {
     /// Largest first part.
@@ -66,29 +70,204 @@ impl FreeKey {
             a <= Self::A_MAX && b <= Self::B_MAX && c <= Self::C_MAX,
             "free key ({a}, {b}, {c}) out of range"
         );
-        FreeKey(
-            (u128::from(a.min(Self::A_MAX)) << 104)
-                | (u128::from(b.min(Self::B_MAX)) << 56)
-                | u128::from(c.min(Self::C_MAX)),
-        )
+        let k = (u128::from(a.min(Self::A_MAX)) << 104)
+            | (u128::from(b.min(Self::B_MAX)) << 56)
+            | u128::from(c.min(Self::C_MAX));
+        FreeKey {
+            hi: (k >> 64) as u64,
+            lo: k as u64,
+        }
+    }
+
+    fn packed(self) -> u128 {
+        (u128::from(self.hi) << 64) | u128::from(self.lo)
     }
 
     /// The first part.
     #[must_use]
     pub fn a(self) -> u64 {
-        (self.0 >> 104) as u64
+        (self.packed() >> 104) as u64
     }
 
     /// The second part.
     #[must_use]
     pub fn b(self) -> u64 {
-        ((self.0 >> 56) as u64) & Self::B_MAX
+        ((self.packed() >> 56) as u64) & Self::B_MAX
     }
 
     /// The third part.
     #[must_use]
     pub fn c(self) -> u64 {
-        (self.0 as u64) & Self::C_MAX
+        (self.packed() as u64) & Self::C_MAX
+    }
+}
+
+/// The free index: keys in order, kept as a list of sorted chunks of at most
+/// `2 × CHUNK` entries with each chunk's first key beside it. A lookup is two binary
+/// searches over small contiguous arrays, an update shifts at most one chunk: a few times
+/// faster than a node-based tree for the hundreds to hundreds of thousands of free blocks a
+/// model holds.
+#[derive(Debug, Clone, Default)]
+struct SortedIndex {
+    chunks: Vec<Vec<(FreeKey, u32)>>,
+    /// `mins[c]` is the first key of `chunks[c]`.
+    mins: Vec<FreeKey>,
+    len: usize,
+}
+
+const CHUNK: usize = 32;
+
+impl SortedIndex {
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    /// The chunk that holds (or would hold) `k`.
+    fn chunk_for(&self, k: FreeKey) -> usize {
+        self.mins.partition_point(|&m| m <= k).saturating_sub(1)
+    }
+
+    /// Inserts `k`; false if it was present (nothing changes then).
+    fn insert(&mut self, k: FreeKey, v: u32) -> bool {
+        if self.chunks.is_empty() {
+            self.chunks.push(vec![(k, v)]);
+            self.mins.push(k);
+            self.len = 1;
+            return true;
+        }
+        let c = self.chunk_for(k);
+        let chunk = &mut self.chunks[c];
+        let pos = chunk.partition_point(|e| e.0 < k);
+        if chunk.get(pos).is_some_and(|e| e.0 == k) {
+            return false;
+        }
+        chunk.insert(pos, (k, v));
+        if pos == 0 {
+            self.mins[c] = k;
+        }
+        self.len += 1;
+        if chunk.len() > 2 * CHUNK {
+            let tail = chunk.split_off(CHUNK);
+            self.mins.insert(c + 1, tail[0].0);
+            self.chunks.insert(c + 1, tail);
+        }
+        true
+    }
+
+    fn remove(&mut self, k: FreeKey) -> Option<u32> {
+        let c = self.chunk_for(k);
+        let chunk = self.chunks.get_mut(c)?;
+        let pos = chunk.binary_search_by(|e| e.0.cmp(&k)).ok()?;
+        let (_, v) = chunk.remove(pos);
+        self.len -= 1;
+        if chunk.is_empty() {
+            self.chunks.remove(c);
+            self.mins.remove(c);
+        } else if pos == 0 {
+            self.mins[c] = chunk[0].0;
+        }
+        Some(v)
+    }
+
+    /// Replaces `old` by `new` in place when no key lies between them (the order is kept);
+    /// false, with nothing changed, otherwise.
+    fn replace(&mut self, old: FreeKey, new: FreeKey, v: u32) -> bool {
+        let c = self.chunk_for(old);
+        let Some(chunk) = self.chunks.get_mut(c) else {
+            return false;
+        };
+        let Ok(pos) = chunk.binary_search_by(|e| e.0.cmp(&old)) else {
+            return false;
+        };
+        let before = if pos > 0 {
+            Some(chunk[pos - 1].0)
+        } else if c > 0 {
+            self.chunks[c - 1].last().map(|e| e.0)
+        } else {
+            None
+        };
+        let chunk = &self.chunks[c];
+        let after = chunk
+            .get(pos + 1)
+            .map(|e| e.0)
+            .or_else(|| self.chunks.get(c + 1).map(|n| n[0].0));
+        if before.is_some_and(|b| b >= new) || after.is_some_and(|a| a <= new) {
+            return false;
+        }
+        self.chunks[c][pos] = (new, v);
+        if pos == 0 {
+            self.mins[c] = new;
+        }
+        true
+    }
+
+    fn get(&self, k: FreeKey) -> Option<u32> {
+        let chunk = self.chunks.get(self.chunk_for(k))?;
+        chunk
+            .binary_search_by(|e| e.0.cmp(&k))
+            .ok()
+            .map(|p| chunk[p].1)
+    }
+
+    /// Position (chunk, index) of the first key ≥ `k`.
+    fn lower_bound(&self, k: FreeKey) -> (usize, usize) {
+        if self.chunks.is_empty() {
+            return (0, 0);
+        }
+        let c = self.chunk_for(k);
+        let pos = self.chunks[c].partition_point(|e| e.0 < k);
+        if pos == self.chunks[c].len() {
+            (c + 1, 0)
+        } else {
+            (c, pos)
+        }
+    }
+
+    fn first_from(&self, k: FreeKey) -> Option<(FreeKey, u32)> {
+        let (c, p) = self.lower_bound(k);
+        self.chunks.get(c).map(|ch| ch[p])
+    }
+
+    fn last_below(&self, k: FreeKey) -> Option<(FreeKey, u32)> {
+        let c = self.mins.partition_point(|&m| m < k).checked_sub(1)?;
+        let chunk = &self.chunks[c];
+        let pos = chunk.partition_point(|e| e.0 < k);
+        Some(chunk[pos - 1])
+    }
+
+    /// The index's own structure: chunks non-empty, not over-full, sorted within and
+    /// across, `mins` their first keys, `len` their total.
+    fn check(&self) -> Result<(), String> {
+        if self.mins.len() != self.chunks.len()
+            || self.chunks.iter().map(Vec::len).sum::<usize>() != self.len
+        {
+            return Err("free index: chunk bookkeeping is off".to_string());
+        }
+        let mut prev: Option<FreeKey> = None;
+        for (c, ch) in self.chunks.iter().enumerate() {
+            if ch.is_empty() || ch.len() > 2 * CHUNK || self.mins[c] != ch[0].0 {
+                return Err(format!("free index: chunk {c} is malformed"));
+            }
+            for e in ch {
+                if prev.is_some_and(|p| p >= e.0) {
+                    return Err(format!("free index: keys out of order at {:?}", e.0));
+                }
+                prev = Some(e.0);
+            }
+        }
+        Ok(())
+    }
+
+    /// Entries with keys in `[from, to)`, in order.
+    fn range(&self, from: FreeKey, to: FreeKey) -> impl Iterator<Item = (FreeKey, u32)> + '_ {
+        let (c, p) = self.lower_bound(from);
+        self.chunks
+            .get(c..)
+            .unwrap_or(&[])
+            .iter()
+            .enumerate()
+            .flat_map(move |(i, ch)| ch[if i == 0 { p } else { 0 }..].iter().copied())
+            .take_while(move |e| e.0 < to)
     }
 }
 
@@ -233,7 +412,7 @@ pub struct Arena {
     /// Allocated and pending blocks by address.
     live: AddrMap,
     /// Free blocks by their model-chosen key.
-    free: BTreeMap<FreeKey, u32>,
+    free: SortedIndex,
     /// The sizes of the free blocks: the largest free block in O(1).
     largest: LargestFree,
     /// Σ `held` over live segments.
@@ -507,6 +686,57 @@ impl Arena {
         t
     }
 
+    /// Splits free block `i`, which stays in the free index under its key (a model whose keys
+    /// do not depend on a block's size saves the re-keying), after `first` bytes. The tail is
+    /// returned free and not indexed.
+    pub fn split_indexed(&mut self, i: u32, first: u64) -> u32 {
+        let size = self.b(i).size;
+        debug_assert!(self.b(i).indexed, "split_indexed of an unindexed block");
+        self.largest.remove(size);
+        self.largest.insert(first);
+        self.free_bytes -= size - first;
+        self.split(i, first)
+    }
+
+    /// Merges the next block (free, not indexed) into free block `i`, which stays in the free
+    /// index under its key (see [`Arena::split_indexed`]).
+    pub fn absorb_next_indexed(&mut self, i: u32) {
+        let size = self.b(i).size;
+        debug_assert!(
+            self.b(i).indexed,
+            "absorb_next_indexed of an unindexed block"
+        );
+        let add = self.absorb_next(i);
+        self.largest.remove(size);
+        self.largest.insert(size + add);
+        self.free_bytes += add;
+    }
+
+    /// Free block `i` (indexed, now `i_old_size` in the counts) leaves the free index and
+    /// free block `t` (not indexed) enters it under `key`, in `i`'s slot when the order
+    /// allows: one update instead of a removal and an insertion (a split that hands out the
+    /// low part of a block whose keys follow addresses).
+    pub fn transfer_index(&mut self, i: u32, i_old_size: u64, t: u32, key: FreeKey) {
+        let old = self.b(i).key;
+        self.largest.remove(i_old_size);
+        self.free_bytes -= i_old_size;
+        self.bm(i).indexed = false;
+        if !self.free.replace(old, key, t) {
+            self.free.remove(old);
+            let fresh = self.free.insert(key, t);
+            debug_assert!(fresh, "free key {key:?} used twice");
+        }
+        let size = {
+            let b = self.bm(t);
+            b.state = State::Free;
+            b.key = key;
+            b.indexed = true;
+            b.size
+        };
+        self.largest.insert(size);
+        self.free_bytes += size;
+    }
+
     /// Merges `i`'s next neighbour into `i`. Neither may be in the free index; the next block
     /// must not be live. Returns the bytes absorbed.
     pub fn absorb_next(&mut self, i: u32) -> u64 {
@@ -533,8 +763,8 @@ impl Arena {
             b.indexed = true;
             b.size
         };
-        let prev = self.free.insert(key, i);
-        debug_assert!(prev.is_none(), "free key {key:?} used twice");
+        let fresh = self.free.insert(key, i);
+        debug_assert!(fresh, "free key {key:?} used twice");
         self.largest.insert(size);
         self.free_bytes += size;
     }
@@ -549,7 +779,7 @@ impl Arena {
             self.b(i).addr
         );
         self.bm(i).indexed = false;
-        self.free.remove(&key);
+        self.free.remove(key);
         self.largest.remove(size);
         self.free_bytes -= size;
     }
@@ -557,13 +787,13 @@ impl Arena {
     /// The first free block with key ≥ `from`.
     #[must_use]
     pub fn first_free_from(&self, from: FreeKey) -> Option<(FreeKey, u32)> {
-        self.free.range(from..).next().map(|(&k, &i)| (k, i))
+        self.free.first_from(from)
     }
 
     /// The last free block with key < `below`.
     #[must_use]
     pub fn last_free_below(&self, below: FreeKey) -> Option<(FreeKey, u32)> {
-        self.free.range(..below).next_back().map(|(&k, &i)| (k, i))
+        self.free.last_below(below)
     }
 
     /// Free blocks with keys in `[from, to)`, in key order.
@@ -572,8 +802,8 @@ impl Arena {
         &self,
         from: FreeKey,
         to: FreeKey,
-    ) -> impl DoubleEndedIterator<Item = (FreeKey, u32)> + '_ {
-        self.free.range(from..to).map(|(&k, &i)| (k, i))
+    ) -> impl Iterator<Item = (FreeKey, u32)> + '_ {
+        self.free.range(from, to)
     }
 
     /// Marks block `i` (out of the free index) as allocated for a request of `requested`
@@ -858,7 +1088,7 @@ impl Arena {
                         free_blocks += 1;
                         free_bytes += b.size;
                         *sizes.entry(b.size).or_insert(0) += 1;
-                        if !b.indexed || self.free.get(&b.key) != Some(&x) {
+                        if !b.indexed || self.free.get(b.key) != Some(x) {
                             return Err(format!(
                                 "free block at {:#x} is not in the free index under {:?}",
                                 b.addr, b.key
@@ -925,6 +1155,7 @@ impl Arena {
                 ));
             }
         }
+        self.free.check()?;
         if free_blocks != self.free.len() {
             return Err(format!(
                 "{free_blocks} free blocks in segments, {} in the free index",
@@ -1140,6 +1371,44 @@ mod tests {
         a.insert_free(i, FreeKey::new(0, 4096, 0x1000_0000));
         a.check(|_, _| false).unwrap();
         assert!(a.complete(0x1000_0000, &mut out).is_err());
+    }
+
+    #[test]
+    fn the_chunked_index_agrees_with_a_btree_map() {
+        let mut idx = SortedIndex::default();
+        let mut reference: BTreeMap<FreeKey, u32> = BTreeMap::new();
+        let mut x: u64 = 0x9E37_79B9;
+        for step in 0..40_000u32 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let k = FreeKey::new(x % 3, (x >> 8) % 700, (x >> 20) % 50);
+            if x % 5 < 3 {
+                assert_eq!(idx.insert(k, step), !reference.contains_key(&k));
+                reference.entry(k).or_insert(step);
+            } else {
+                assert_eq!(idx.remove(k), reference.remove(&k));
+            }
+            let probe = FreeKey::new((x >> 3) % 3, (x >> 11) % 700, 0);
+            assert_eq!(
+                idx.first_from(probe),
+                reference.range(probe..).next().map(|(&k, &v)| (k, v))
+            );
+            assert_eq!(
+                idx.last_below(probe),
+                reference.range(..probe).next_back().map(|(&k, &v)| (k, v))
+            );
+            let to = FreeKey::new(probe.a() + 1, 0, 0);
+            if step % 97 == 0 {
+                let got: Vec<_> = idx.range(probe, to).collect();
+                let want: Vec<_> = reference.range(probe..to).map(|(&k, &v)| (k, v)).collect();
+                assert_eq!(got, want);
+                idx.check().unwrap();
+            }
+            assert_eq!(idx.get(k), reference.get(&k).copied());
+        }
+        assert_eq!(idx.len(), reference.len());
+        assert!(idx.len() > 3 * CHUNK, "the test crosses chunk splits");
     }
 
     #[test]

@@ -51,6 +51,15 @@ struct Superblock {
     free_bytes: u64,
     /// The largest free block (what `fits` asks).
     max_free: u64,
+    /// Number of free blocks.
+    free_blocks: u32,
+    /// In the global arena's set (a global superblock being handed out is briefly not).
+    listed: bool,
+    /// The first arena block of the superblock.
+    first: u32,
+    /// Address-order neighbours (superblocks tile the arena; `NIL` at the ends).
+    prev: u32,
+    next: u32,
 }
 
 /// The RMM arena resource of one device.
@@ -60,9 +69,8 @@ pub struct RmmArenaModel {
     arena: Arena,
     sbs: Vec<Superblock>,
     free_sb_slots: Vec<u32>,
-    /// The global arena's superblocks by address.
-    global: BTreeMap<u64, u32>,
-    /// The global superblocks with a free block (the ones first fit looks at).
+    /// The global arena's superblocks with a free block, by address (the ones its first
+    /// fit looks at; the others are marked `listed` without an entry here).
     global_avail: BTreeMap<u64, u32>,
     /// Each stream arena's superblocks by address.
     streams: BTreeMap<u64, BTreeMap<u64, u32>>,
@@ -94,7 +102,6 @@ impl RmmArenaModel {
             arena: Arena::new(),
             sbs: Vec::new(),
             free_sb_slots: Vec::new(),
-            global: BTreeMap::new(),
             global_avail: BTreeMap::new(),
             streams: BTreeMap::new(),
             init_error: None,
@@ -136,37 +143,31 @@ impl RmmArenaModel {
     /// Sets a superblock's largest free block, keeping the global first-fit set in step.
     fn set_max_free(&mut self, sb: u32, m: u64) {
         self.sbs[sb as usize].max_free = m;
-        let base = self.sbs[sb as usize].base;
-        if self.global.get(&base) == Some(&sb) {
+        let s = &self.sbs[sb as usize];
+        if s.listed {
             if m > 0 {
-                self.global_avail.insert(base, sb);
+                self.global_avail.insert(s.base, sb);
             } else {
-                self.global_avail.remove(&base);
+                self.global_avail.remove(&s.base);
             }
         }
     }
 
-    /// Puts superblock `sb` into the global arena's sets.
+    /// Puts superblock `sb` into the global arena's set.
     fn global_insert(&mut self, sb: u32) {
-        let s = &self.sbs[sb as usize];
-        self.global.insert(s.base, sb);
+        let s = &mut self.sbs[sb as usize];
+        s.owner = None;
+        s.listed = true;
         if s.max_free > 0 {
             self.global_avail.insert(s.base, sb);
         }
     }
 
-    /// Takes the superblock at `base` out of the global arena's sets.
-    fn global_remove(&mut self, base: u64) {
-        self.global.remove(&base);
-        self.global_avail.remove(&base);
-    }
-
-    /// The free block of superblock `sb` (which must be empty).
-    fn sole_block(&self, sb: u32) -> Option<u32> {
-        self.arena
-            .free_range(key(sb, 0), key(sb + 1, 0))
-            .next()
-            .map(|(_, i)| i)
+    /// Takes superblock `sb` out of the global arena's set.
+    fn global_remove(&mut self, sb: u32) {
+        let s = &mut self.sbs[sb as usize];
+        s.listed = false;
+        self.global_avail.remove(&s.base);
     }
 
     fn start(&mut self, dev: &mut dyn Device, stream: u64, out: &mut Vec<ModelEvent>) {
@@ -197,6 +198,11 @@ impl RmmArenaModel {
                     live: true,
                     free_bytes: size,
                     max_free: size,
+                    free_blocks: 1,
+                    listed: false,
+                    first: b,
+                    prev: common::NIL,
+                    next: common::NIL,
                 });
                 self.arena.bm(b).owner = u64::from(sb);
                 self.arena.insert_free(b, key(sb, addr));
@@ -219,16 +225,25 @@ impl RmmArenaModel {
             .free_range(key(sb, 0), key(sb + 1, 0))
             .find(|&(_, i)| self.arena.b(i).size >= size)?;
         let taken = self.arena.b(i).size;
-        self.arena.remove_free(i);
         if taken > size {
+            // The remainder takes the block's place in the address-ordered index.
             let t = self.arena.split(i, size);
             let a = self.arena.b(t).addr;
-            self.arena.insert_free(t, key(sb, a));
+            self.arena.transfer_index(i, taken, t, key(sb, a));
+        } else {
+            self.arena.remove_free(i);
+            self.sbs[sb as usize].free_blocks -= 1;
         }
         self.sbs[sb as usize].free_bytes -= size;
-        // Only taking from the largest free block can lower the largest.
-        if taken == self.sbs[sb as usize].max_free {
-            self.refresh(sb);
+        // Only taking from the largest free block can lower the largest; with one free
+        // block left the remainder is the largest.
+        let s = &self.sbs[sb as usize];
+        if taken == s.max_free {
+            match s.free_blocks {
+                0 => self.set_max_free(sb, 0),
+                1 if taken > size => self.set_max_free(sb, taken - size),
+                _ => self.refresh(sb),
+            }
         }
         Some(i)
     }
@@ -237,9 +252,17 @@ impl RmmArenaModel {
     fn sb_coalesce(&mut self, sb: u32, i: u32) {
         let size = self.arena.b(i).size;
         let owner = u64::from(sb);
+        let (before, after) = (self.arena.b(i).prev, self.arena.b(i).next);
+        let merging = [before, after]
+            .iter()
+            .filter(|&&x| {
+                x != common::NIL && self.arena.b(x).indexed && self.arena.b(x).owner == owner
+            })
+            .count() as u32;
+        self.sbs[sb as usize].free_blocks = self.sbs[sb as usize].free_blocks + 1 - merging;
         let m = self.arena.coalesce(i, |n| n.owner == owner);
-        let (a, merged) = (self.arena.b(m).addr, self.arena.b(m).size);
-        self.arena.insert_free(m, key(sb, a));
+        let (addr, merged) = (self.arena.b(m).addr, self.arena.b(m).size);
+        self.arena.insert_free(m, key(sb, addr));
         self.sbs[sb as usize].free_bytes += size;
         // A merge only grows the largest free block.
         if merged > self.sbs[sb as usize].max_free {
@@ -250,17 +273,20 @@ impl RmmArenaModel {
     /// `global_arena::first_fit`: takes the first global superblock that fits `size`,
     /// splitting an empty one that is big enough.
     fn global_first_fit(&mut self, size: u64) -> Option<u32> {
-        let (&addr, &sb) = self
+        let (_, &sb) = self
             .global_avail
             .iter()
             .find(|&(_, &sb)| self.sbs[sb as usize].max_free >= size)?;
-        self.global_remove(addr);
+        self.global_remove(sb);
         let min = SUPERBLOCK_MIN_BYTES.max(size);
         if self.sb_empty(sb) && self.sbs[sb as usize].size >= min + SUPERBLOCK_MIN_BYTES {
-            let b = self.sole_block(sb)?;
-            self.arena.remove_free(b);
-            let t = self.arena.split(b, min);
-            let (base, total) = (self.sbs[sb as usize].base, self.sbs[sb as usize].size);
+            let b = self.sbs[sb as usize].first;
+            // The head keeps its key (superblock, address): only the tail is filed anew.
+            let t = self.arena.split_indexed(b, min);
+            let (base, total, next) = {
+                let s = &self.sbs[sb as usize];
+                (s.base, s.size, s.next)
+            };
             let tail = self.new_sb(Superblock {
                 base: base + min,
                 size: total - min,
@@ -268,7 +294,15 @@ impl RmmArenaModel {
                 live: true,
                 free_bytes: total - min,
                 max_free: total - min,
+                free_blocks: 1,
+                listed: false,
+                first: t,
+                prev: sb,
+                next,
             });
+            if next != common::NIL {
+                self.sbs[next as usize].prev = tail;
+            }
             self.arena.bm(t).owner = u64::from(tail);
             self.arena.insert_free(t, key(tail, base + min));
             self.global_insert(tail);
@@ -276,7 +310,7 @@ impl RmmArenaModel {
             s.size = min;
             s.free_bytes = min;
             s.max_free = min;
-            self.arena.insert_free(b, key(sb, base));
+            s.next = tail;
         }
         Some(sb)
     }
@@ -286,21 +320,16 @@ impl RmmArenaModel {
     fn global_coalesce(&mut self, sb: u32) {
         self.sbs[sb as usize].owner = None;
         let mut cur = sb;
-        let base = self.sbs[sb as usize].base;
         if self.sb_empty(cur) {
-            if let Some((_, &p)) = self.global.range(..base).next_back() {
-                let (pbase, psize) = (self.sbs[p as usize].base, self.sbs[p as usize].size);
-                if pbase + psize == base && self.sb_empty(p) {
-                    self.global_remove(pbase);
-                    self.merge_sbs(p, cur);
-                    cur = p;
-                }
+            let p = self.sbs[cur as usize].prev;
+            if p != common::NIL && self.sbs[p as usize].listed && self.sb_empty(p) {
+                self.global_remove(p);
+                self.merge_sbs(p, cur);
+                cur = p;
             }
-            let (cb, cs) = (self.sbs[cur as usize].base, self.sbs[cur as usize].size);
-            if let Some(&n) = self.global.get(&(cb + cs))
-                && self.sb_empty(n)
-            {
-                self.global_remove(cb + cs);
+            let n = self.sbs[cur as usize].next;
+            if n != common::NIL && self.sbs[n as usize].listed && self.sb_empty(n) {
+                self.global_remove(n);
                 self.merge_sbs(cur, n);
             }
         }
@@ -309,18 +338,18 @@ impl RmmArenaModel {
 
     /// Merges empty superblock `n` into the empty superblock `p` just before it.
     fn merge_sbs(&mut self, p: u32, n: u32) {
-        if let (Some(pb), Some(nb)) = (self.sole_block(p), self.sole_block(n)) {
-            self.arena.remove_free(pb);
-            self.arena.remove_free(nb);
-            self.arena.absorb_next(pb);
-            let a = self.arena.b(pb).addr;
-            self.arena.insert_free(pb, key(p, a));
+        let (pb, nb) = (self.sbs[p as usize].first, self.sbs[n as usize].first);
+        self.arena.remove_free(nb);
+        self.arena.absorb_next_indexed(pb);
+        let (add, after) = (self.sbs[n as usize].size, self.sbs[n as usize].next);
+        if after != common::NIL {
+            self.sbs[after as usize].prev = p;
         }
-        let add = self.sbs[n as usize].size;
         let s = &mut self.sbs[p as usize];
         s.size += add;
         s.free_bytes = s.size;
         s.max_free = s.size;
+        s.next = after;
         self.drop_sb(n);
     }
 
@@ -361,9 +390,8 @@ impl RmmArenaModel {
     fn put_back(&mut self, i: u32) {
         let sb = self.arena.b(i).owner as u32;
         self.sb_coalesce(sb, i);
-        if self.sbs[sb as usize].owner.is_none() && self.sb_empty(sb) {
-            let b = self.sbs[sb as usize].base;
-            self.global_remove(b);
+        if self.sbs[sb as usize].listed && self.sb_empty(sb) {
+            self.global_remove(sb);
             self.global_coalesce(sb);
         }
     }
@@ -492,8 +520,10 @@ impl Allocator for RmmArenaModel {
             }
             at += s.size;
             let listed = match s.owner {
-                None => self.global.get(&base) == Some(&sb),
-                Some(st) => self.streams.get(&st).and_then(|m| m.get(&base)) == Some(&sb),
+                None => s.listed,
+                Some(st) => {
+                    !s.listed && self.streams.get(&st).and_then(|m| m.get(&base)) == Some(&sb)
+                }
             };
             if !listed {
                 return Err(format!("superblock at {base:#x} is not in its owner's set"));
@@ -502,12 +532,36 @@ impl Allocator for RmmArenaModel {
         if at != segment.base + segment.size {
             return Err("superblocks do not tile the arena".to_string());
         }
-        let listed = self.global.len() + self.streams.values().map(BTreeMap::len).sum::<usize>();
+        let in_global = live
+            .iter()
+            .filter(|&&(_, sb)| self.sbs[sb as usize].listed)
+            .count();
+        let listed = in_global + self.streams.values().map(BTreeMap::len).sum::<usize>();
+        for w in live.windows(2) {
+            let (a, b) = (w[0].1, w[1].1);
+            if self.sbs[a as usize].next != b || self.sbs[b as usize].prev != a {
+                return Err(format!("superblock links at {:#x} are broken", w[1].0));
+            }
+        }
+        if let (Some(f), Some(l)) = (live.first(), live.last())
+            && (self.sbs[f.1 as usize].prev != common::NIL
+                || self.sbs[l.1 as usize].next != common::NIL)
+        {
+            return Err("the superblock list does not end at the arena's ends".to_string());
+        }
+        for &(base, sb) in &live {
+            if self.arena.b(self.sbs[sb as usize].first).addr != base {
+                return Err(format!(
+                    "superblock at {base:#x} names the wrong first block"
+                ));
+            }
+        }
         if listed != live.len() {
             return Err(format!("{listed} superblocks listed, {} live", live.len()));
         }
         let mut free = vec![0u64; self.sbs.len()];
         let mut max = vec![0u64; self.sbs.len()];
+        let mut count = vec![0u32; self.sbs.len()];
         for b in self.arena.seg_blocks(seg) {
             let blk = self.arena.b(b);
             let sb = blk.owner as usize;
@@ -526,27 +580,34 @@ impl Allocator for RmmArenaModel {
             if blk.state == State::Free {
                 free[sb] += blk.size;
                 max[sb] = max[sb].max(blk.size);
+                count[sb] += 1;
             }
         }
         for &(base, sb) in &live {
             let s = &self.sbs[sb as usize];
-            if s.free_bytes != free[sb as usize] || s.max_free != max[sb as usize] {
+            if s.free_bytes != free[sb as usize]
+                || s.max_free != max[sb as usize]
+                || s.free_blocks != count[sb as usize]
+            {
                 return Err(format!(
                     "superblock at {base:#x}: free bytes or largest free block miscounted"
                 ));
             }
         }
-        let avail: BTreeMap<u64, u32> = self
-            .global
+        let avail: BTreeMap<u64, u32> = live
             .iter()
-            .filter(|&(_, &sb)| self.sbs[sb as usize].max_free > 0)
-            .map(|(&a, &sb)| (a, sb))
+            .filter(|&&(_, sb)| self.sbs[sb as usize].listed && self.sbs[sb as usize].max_free > 0)
+            .copied()
             .collect();
         if avail != self.global_avail {
             return Err("the set of global superblocks with free space is stale".to_string());
         }
         let mut prev: Option<u32> = None;
-        for &sb in self.global.values() {
+        for sb in live
+            .iter()
+            .map(|&(_, sb)| sb)
+            .filter(|&sb| self.sbs[sb as usize].listed)
+        {
             if let Some(p) = prev {
                 let ps = &self.sbs[p as usize];
                 if ps.base + ps.size == self.sbs[sb as usize].base

@@ -405,10 +405,10 @@ impl Allocator for VmmStitchModel {
     }
 
     fn stats(&self) -> ModelStats {
-        let small_largest = self
-            .arena
-            .last_free_below(FreeKey::new(LARGE, 0, 0))
-            .map_or(0, |(k, _)| k.b());
+        // Small free blocks are at most 2 MiB and large ones at least 2 MiB, so the largest
+        // free block of all, capped at 2 MiB, stands for the largest small one wherever it
+        // matters (a large free block makes the stitchable bytes at least 2 MiB).
+        let small_largest = self.arena.largest_free().min(SMALL_SEGMENT_BYTES);
         self.arena.stats_with(
             self.free_large_bytes.max(small_largest),
             self.arena.free_count(),
@@ -468,6 +468,13 @@ impl Allocator for VmmStitchModel {
                     seg.base
                 ));
             }
+        }
+        let small_largest = self
+            .arena
+            .last_free_below(FreeKey::new(LARGE, 0, 0))
+            .map_or(0, |(k, _)| k.b());
+        if self.stats().largest_free_bytes != free_large.max(small_largest) {
+            return Err("the largest free block is misreported".to_string());
         }
         if free_large != self.free_large_bytes {
             return Err(format!(

@@ -4,7 +4,7 @@
 //! wall time and the thread's on-CPU time (`/proc/thread-self/schedstat`, Linux) are
 //! measured: on a busy machine the CPU time is the fair number.
 //!
-//! `cargo run --release -p allocsim-tests --bin bench_models [-- FILE | --workload SPEC] [--rounds N] [--only SPEC]`
+//! `cargo run --release -p allocsim-tests --bin bench_models [-- FILE | --workload SPEC] [--rounds N] [--only "SPEC;SPEC…"]`
 //! (default: `../shared/traces/big_gpt_long_stacks_s9.pickle.gz`).
 
 use std::time::Instant;
@@ -81,26 +81,27 @@ fn main() -> anyhow::Result<()> {
         "cpu Mev/s",
         "peak reserved"
     );
-    let list: Vec<&str> = match &only {
-        Some(s) => vec![s.as_str()],
-        None => kind::DEFAULT_COMPARE.to_vec(),
+    let specs: Vec<ModelSpec> = match &only {
+        Some(list) => kind::parse_list(list).map_err(anyhow::Error::msg)?,
+        None => kind::DEFAULT_COMPARE
+            .iter()
+            .map(|s| ModelSpec::parse(s))
+            .collect::<Result<_, _>>()
+            .map_err(anyhow::Error::msg)?,
     };
-    let specs: Vec<ModelSpec> = list
-        .iter()
-        .map(|s| ModelSpec::parse(s))
-        .collect::<Result<_, _>>()
-        .map_err(anyhow::Error::msg)?;
     let mut slowest = f64::INFINITY;
-    for spec in &specs {
-        let mut times = Vec::with_capacity(rounds);
-        let mut cpu = Vec::with_capacity(rounds);
-        let mut peak = 0;
-        for _ in 0..rounds {
+    // Rounds outside, models inside: a busy machine's slow spells hit every model alike.
+    let n = specs.len();
+    let mut times = vec![Vec::with_capacity(rounds); n];
+    let mut cpu = vec![Vec::with_capacity(rounds); n];
+    let mut peak = vec![0; n];
+    for _ in 0..rounds {
+        for (m, spec) in specs.iter().enumerate() {
             let (t, c) = (Instant::now(), cpu_ns());
             let r = session::replay_device(&trace, d, spec, None, whatif::summary_options())?;
-            times.push(t.elapsed().as_secs_f64());
+            times[m].push(t.elapsed().as_secs_f64());
             if let (Some(a), Some(b)) = (c, cpu_ns()) {
-                cpu.push((b - a) as f64 / 1e9);
+                cpu[m].push((b - a) as f64 / 1e9);
             }
             anyhow::ensure!(
                 r.ops_done == ops,
@@ -108,12 +109,14 @@ fn main() -> anyhow::Result<()> {
                 spec.label(),
                 r.ops_done
             );
-            peak = r.peak_reserved_bytes;
+            peak[m] = r.peak_reserved_bytes;
         }
-        times.sort_by(f64::total_cmp);
-        cpu.sort_by(f64::total_cmp);
-        let (best, median) = (times[0], times[times.len() / 2]);
-        let cpu_best = cpu.first().copied().unwrap_or(f64::NAN);
+    }
+    for (m, spec) in specs.iter().enumerate() {
+        times[m].sort_by(f64::total_cmp);
+        cpu[m].sort_by(f64::total_cmp);
+        let (best, median) = (times[m][0], times[m][times[m].len() / 2]);
+        let cpu_best = cpu[m].first().copied().unwrap_or(f64::NAN);
         let rate = |s: f64| events as f64 / s / 1e6;
         slowest = slowest.min(if cpu_best.is_nan() {
             rate(best)
@@ -129,7 +132,7 @@ fn main() -> anyhow::Result<()> {
             rate(median),
             cpu_best * 1e3,
             rate(cpu_best),
-            allocsim_core::units::format_size(peak)
+            allocsim_core::units::format_size(peak[m])
         );
     }
     let t = Instant::now();
