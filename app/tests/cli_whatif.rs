@@ -242,6 +242,30 @@ fn text_output_and_progress_leave_stdout_to_the_result() {
 }
 
 #[test]
+fn replay_takes_a_workload_in_place_of_file() {
+    let v = json_of(&run(&[
+        "replay",
+        "--workload",
+        "oom-story",
+        "--capacity",
+        "2.2GiB",
+        "--json",
+    ]));
+    assert_eq!(v["events"], 20);
+    assert_eq!(v["oom"]["requested_bytes"], 400u64 << 20);
+    let v = json_of(&run(&[
+        "replay",
+        "--workload",
+        "kvcache:tokens=50,layers=2",
+        "--allocator",
+        "tlsf",
+        "--json",
+    ]));
+    assert_eq!(v["allocator"], "tlsf");
+    assert!(v["oom"].is_null());
+}
+
+#[test]
 fn bad_what_if_input_is_one_line_and_exit_2() {
     bad_input(
         &run(&["compare", "--workload", "nope", "--json"]),

@@ -5,12 +5,13 @@ use allocsim_core::replay::{ReplayOptions, ReplayResult};
 use allocsim_core::units::format_size;
 use serde_json::{Value, json};
 
-use super::{Failure, Input, load_file, parse_size_arg, pick_device, print_json};
+use super::whatif::{Source, load_source};
+use super::{Failure, parse_size_arg, pick_device, print_json};
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
     #[command(flatten)]
-    input: Input,
+    input: Source,
     /// The allocator model
     #[arg(long, default_value = "pytorch")]
     allocator: String,
@@ -111,7 +112,7 @@ pub fn run(a: &Args) -> Result<u8, Failure> {
     if spec.config.is_none() {
         spec.config.clone_from(&a.config);
     }
-    let v = load_file(&a.input.file, a.capacity)?;
+    let v = load_source(&a.input, a.capacity)?;
     let d = pick_device(&v.trace, a.trace_device)?;
     let opts = ReplayOptions {
         checkpoint_every: 0,
@@ -119,14 +120,11 @@ pub fn run(a: &Args) -> Result<u8, Failure> {
         ..ReplayOptions::default()
     };
     let r = allocsim_core::session::replay_device(&v.trace, d, &spec, a.capacity, opts)
-        .map_err(|e| Failure::bad_input(format!("{}: {e}", a.input.file.display())))?;
+        .map_err(|e| Failure::bad_input(format!("{}: {e}", v.name)))?;
     if a.json {
         print_json(&replay_json(&r, v.trace.devices[d].events));
     } else {
-        print_replay_text(
-            &format!("{} — {} on device {d}", a.input.file.display(), r.allocator),
-            &r,
-        );
+        print_replay_text(&format!("{} — {} on device {d}", v.name, r.allocator), &r);
     }
     Ok(0)
 }
