@@ -220,10 +220,16 @@ impl RmmArenaModel {
 
     /// `superblock::first_fit`: the first free block (address order) that fits, split.
     fn sb_first_fit(&mut self, sb: u32, size: u64) -> Option<u32> {
-        let (_, i) = self
-            .arena
-            .free_range(key(sb, 0), key(sb + 1, 0))
-            .find(|&(_, i)| self.arena.b(i).size >= size)?;
+        let s = &self.sbs[sb as usize];
+        let i = if s.free_blocks == 1 && self.arena.b(s.first).indexed {
+            // The only free block is the first one (a fresh or empty superblock).
+            Some(s.first).filter(|&f| self.arena.b(f).size >= size)?
+        } else {
+            self.arena
+                .free_range(key(sb, 0), key(sb + 1, 0))
+                .find(|&(_, i)| self.arena.b(i).size >= size)?
+                .1
+        };
         let taken = self.arena.b(i).size;
         if taken > size {
             // The remainder takes the block's place in the address-ordered index.
@@ -389,10 +395,15 @@ impl RmmArenaModel {
 
     fn put_back(&mut self, i: u32) {
         let sb = self.arena.b(i).owner as u32;
-        self.sb_coalesce(sb, i);
-        if self.sbs[sb as usize].listed && self.sb_empty(sb) {
+        let s = &self.sbs[sb as usize];
+        if s.listed && s.free_bytes + self.arena.b(i).size == s.size {
+            // About to be empty: out of the global set first, merged with empty neighbours
+            // after (no passing through the first-fit set on the way).
             self.global_remove(sb);
+            self.sb_coalesce(sb, i);
             self.global_coalesce(sb);
+        } else {
+            self.sb_coalesce(sb, i);
         }
     }
 }
