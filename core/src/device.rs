@@ -38,7 +38,11 @@ pub enum RecordedSegmentOp {
     /// `segment_alloc(addr, size)`.
     Malloc { addr: u64, size: u64 },
     /// `segment_map(addr, size)`; `new_reservation` when it opens a new expandable segment.
-    Map { addr: u64, size: u64, new_reservation: bool },
+    Map {
+        addr: u64,
+        size: u64,
+        new_reservation: bool,
+    },
 }
 
 const SYNTH_ALIGN: u64 = 2 << 20;
@@ -110,7 +114,10 @@ impl SimulatedDevice {
     }
 
     fn fits(&self, size: u64) -> bool {
-        let limit = self.capacity_bytes.unwrap_or(self.total_bytes).min(self.total_bytes);
+        let limit = self
+            .capacity_bytes
+            .unwrap_or(self.total_bytes)
+            .min(self.total_bytes);
         self.used_bytes.saturating_add(size) <= limit
     }
 
@@ -123,7 +130,11 @@ impl SimulatedDevice {
 
     fn synth_malloc(&mut self, size: u64) -> u64 {
         let len = size.div_ceil(SYNTH_ALIGN) * SYNTH_ALIGN;
-        let found = self.free_ranges.iter().find(|&(_, &l)| l >= len).map(|(&a, &l)| (a, l));
+        let found = self
+            .free_ranges
+            .iter()
+            .find(|&(_, &l)| l >= len)
+            .map(|(&a, &l)| (a, l));
         let Some((a, l)) = found else {
             // The synthetic range is 8 TiB; running out means an absurd workload.
             return self.synth_base;
@@ -141,12 +152,12 @@ impl SimulatedDevice {
         }
         let mut start = addr;
         let mut len = size.div_ceil(SYNTH_ALIGN) * SYNTH_ALIGN;
-        if let Some((&a, &l)) = self.free_ranges.range(..start).next_back() {
-            if a + l == start {
-                self.free_ranges.remove(&a);
-                start = a;
-                len += l;
-            }
+        if let Some((&a, &l)) = self.free_ranges.range(..start).next_back()
+            && a + l == start
+        {
+            self.free_ranges.remove(&a);
+            start = a;
+            len += l;
         }
         if let Some(&l) = self.free_ranges.get(&(start + len)) {
             self.free_ranges.remove(&(start + len));
@@ -165,11 +176,11 @@ impl Device for SimulatedDevice {
         self.ops += 1;
         self.used_bytes += pages;
         if self.following {
-            if let Some(&RecordedSegmentOp::Malloc { addr, size: s }) = self.follow.get(self.cursor) {
-                if s == size {
-                    self.cursor += 1;
-                    return Ok(addr);
-                }
+            if let Some(&RecordedSegmentOp::Malloc { addr, size: s }) = self.follow.get(self.cursor)
+                && s == size
+            {
+                self.cursor += 1;
+                return Ok(addr);
             }
             self.stop_following();
         }
@@ -178,13 +189,20 @@ impl Device for SimulatedDevice {
 
     fn free(&mut self, addr: u64, size: u64) {
         self.ops += 1;
-        self.used_bytes = self.used_bytes.saturating_sub(size.div_ceil(SYNTH_ALIGN) * SYNTH_ALIGN);
+        self.used_bytes = self
+            .used_bytes
+            .saturating_sub(size.div_ceil(SYNTH_ALIGN) * SYNTH_ALIGN);
         self.synth_free(addr, size);
     }
 
     fn reserve(&mut self, size: u64, page: u64, _stream: u64) -> Result<u64, DeviceOom> {
         if self.following {
-            if let Some(&RecordedSegmentOp::Map { addr, new_reservation: true, .. }) = self.follow.get(self.cursor) {
+            if let Some(&RecordedSegmentOp::Map {
+                addr,
+                new_reservation: true,
+                ..
+            }) = self.follow.get(self.cursor)
+            {
                 return Ok(addr);
             }
             self.stop_following();
@@ -205,7 +223,9 @@ impl Device for SimulatedDevice {
         self.used_bytes += size;
         if self.following {
             match self.follow.get(self.cursor) {
-                Some(&RecordedSegmentOp::Map { addr: a, size: s, .. }) if a == addr && s == size => self.cursor += 1,
+                Some(&RecordedSegmentOp::Map {
+                    addr: a, size: s, ..
+                }) if a == addr && s == size => self.cursor += 1,
                 _ => self.stop_following(),
             }
         }
@@ -218,7 +238,10 @@ impl Device for SimulatedDevice {
     }
 
     fn free_bytes(&self) -> u64 {
-        let limit = self.capacity_bytes.unwrap_or(self.total_bytes).min(self.total_bytes);
+        let limit = self
+            .capacity_bytes
+            .unwrap_or(self.total_bytes)
+            .min(self.total_bytes);
         limit.saturating_sub(self.used_bytes)
     }
 

@@ -1,5 +1,7 @@
 //! The metrics of a replay, each defined once (DESIGN.md, "Metrics").
 
+use std::fmt::Write as _;
+
 use crate::models::ModelStats;
 
 /// Bytes held from the device and not allocated: `free = reserved − allocated`
@@ -47,7 +49,8 @@ impl Timeline {
         self.allocated_bytes.push(s.allocated_bytes);
         self.requested_bytes.push(s.requested_bytes);
         self.largest_free_bytes.push(s.largest_free_bytes);
-        self.free_holes.push(s.free_holes.min(u64::from(u32::MAX)) as u32);
+        self.free_holes
+            .push(s.free_holes.min(u64::from(u32::MAX)) as u32);
         self.time_us.push(time_us);
     }
 
@@ -63,7 +66,7 @@ impl Timeline {
         self.reserved_bytes.is_empty()
     }
 
-    /// The stats of sample `i` (segment_ops not kept per sample).
+    /// The stats of sample `i` (`segment_ops` not kept per sample).
     #[must_use]
     pub fn stats_at(&self, i: usize) -> ModelStats {
         ModelStats {
@@ -85,11 +88,14 @@ impl Timeline {
     /// The metrics as CSV (`op,time_us,reserved_bytes,…`).
     #[must_use]
     pub fn to_csv(&self) -> String {
-        let mut s = String::from("op,time_us,reserved_bytes,allocated_bytes,requested_bytes,free_bytes,largest_free_bytes,free_holes,fragmentation\n");
+        let mut s = String::from(
+            "op,time_us,reserved_bytes,allocated_bytes,requested_bytes,free_bytes,largest_free_bytes,free_holes,fragmentation\n",
+        );
         for i in 0..self.len() {
             let st = self.stats_at(i);
-            s.push_str(&format!(
-                "{i},{},{},{},{},{},{},{},{:.6}\n",
+            let _ = writeln!(
+                s,
+                "{i},{},{},{},{},{},{},{},{:.6}",
                 self.time_us[i],
                 st.reserved_bytes,
                 st.allocated_bytes,
@@ -98,7 +104,7 @@ impl Timeline {
                 st.largest_free_bytes,
                 st.free_holes,
                 fragmentation(&st)
-            ));
+            );
         }
         s
     }
@@ -110,7 +116,11 @@ mod tests {
 
     #[test]
     fn fragmentation_is_zero_without_free_memory_and_grows_with_holes() {
-        let mut s = ModelStats { reserved_bytes: 100, allocated_bytes: 100, ..ModelStats::default() };
+        let mut s = ModelStats {
+            reserved_bytes: 100,
+            allocated_bytes: 100,
+            ..ModelStats::default()
+        };
         assert!(fragmentation(&s).abs() < f64::EPSILON);
         s.allocated_bytes = 60;
         s.largest_free_bytes = 40;

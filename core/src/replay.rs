@@ -2,6 +2,8 @@
 //! the outcome of every request, the metrics timeline and checkpoints of the state every
 //! K ops, so the layout at any op is rebuilt quickly (scrubbing in the app).
 
+use std::fmt::Write as _;
+
 use crate::device::{Device, RecordedSegmentOp, SimulatedDevice};
 use crate::metrics::{self, Timeline};
 use crate::models::{AllocRequest, Allocator, Layout, ModelEvent, ModelStats, OomInfo};
@@ -59,7 +61,12 @@ pub struct ReplayOptions {
 
 impl Default for ReplayOptions {
     fn default() -> Self {
-        ReplayOptions { checkpoint_every: 4096, check_every: 0, keep_timeline: true, preloaded: false }
+        ReplayOptions {
+            checkpoint_every: 4096,
+            check_every: 0,
+            keep_timeline: true,
+            preloaded: false,
+        }
     }
 }
 
@@ -73,7 +80,9 @@ pub struct Checkpoint {
 
 impl std::fmt::Debug for Checkpoint {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Checkpoint").field("ops_done", &self.ops_done).finish_non_exhaustive()
+        f.debug_struct("Checkpoint")
+            .field("ops_done", &self.ops_done)
+            .finish_non_exhaustive()
     }
 }
 
@@ -110,22 +119,41 @@ pub struct ReplayResult {
 
 /// The recording's segment requests, for a simulated device that follows them.
 #[must_use]
-pub fn recorded_segment_ops(snap: &RawSnapshot, device: u32, reservation_bytes: impl Fn(u64) -> u64) -> Vec<RecordedSegmentOp> {
+pub fn recorded_segment_ops(
+    snap: &RawSnapshot,
+    device: u32,
+    reservation_bytes: impl Fn(u64) -> u64,
+) -> Vec<RecordedSegmentOp> {
     let mut out = Vec::new();
     let mut reservations: Vec<(u64, u64)> = Vec::new();
-    let Some(events) = snap.device_traces.get(device as usize) else { return out };
-    for s in snap.segments.iter().filter(|s| s.device == device && s.is_expandable) {
+    let Some(events) = snap.device_traces.get(device as usize) else {
+        return out;
+    };
+    for s in snap
+        .segments
+        .iter()
+        .filter(|s| s.device == device && s.is_expandable)
+    {
         let _ = s;
     }
     for e in events {
         match e.action {
-            Action::SegmentAlloc => out.push(RecordedSegmentOp::Malloc { addr: e.addr, size: e.size }),
+            Action::SegmentAlloc => out.push(RecordedSegmentOp::Malloc {
+                addr: e.addr,
+                size: e.size,
+            }),
             Action::SegmentMap => {
-                let inside = reservations.iter().any(|&(b, l)| e.addr >= b && e.addr < b + l);
+                let inside = reservations
+                    .iter()
+                    .any(|&(b, l)| e.addr >= b && e.addr < b + l);
                 if !inside {
                     reservations.push((e.addr, reservation_bytes(e.size)));
                 }
-                out.push(RecordedSegmentOp::Map { addr: e.addr, size: e.size, new_reservation: !inside });
+                out.push(RecordedSegmentOp::Map {
+                    addr: e.addr,
+                    size: e.size,
+                    new_reservation: !inside,
+                });
             }
             _ => {}
         }
@@ -146,9 +174,9 @@ pub fn explain_oom(who: &str, requested: u64, info: &OomInfo, capacity: Option<u
         format_size(info.largest_free_bytes)
     );
     if let Some(c) = capacity {
-        s.push_str(&format!("; capacity {}", format_size(c)));
+        let _ = write!(s, "; capacity {}", format_size(c));
     }
-    s.push_str(&format!(" ({})", info.reason));
+    let _ = write!(s, " ({})", info.reason);
     s
 }
 
@@ -182,19 +210,39 @@ impl OpStepper {
     /// A stepper for `trace`, at its first op.
     #[must_use]
     pub fn new(trace: &DeviceTrace, preloaded: bool) -> OpStepper {
-        OpStepper { addrs: vec![0; trace.ops.len()], dead: vec![false; trace.ops.len()], preloaded }
+        OpStepper {
+            addrs: vec![0; trace.ops.len()],
+            dead: vec![false; trace.ops.len()],
+            preloaded,
+        }
     }
 
     /// Applies op `k` of `trace` to `model` on `device`; the model's events go to `out`.
-    pub fn step(&mut self, trace: &DeviceTrace, k: usize, model: &mut dyn Allocator, device: &mut dyn Device, out: &mut Vec<ModelEvent>) -> Step {
+    pub fn step(
+        &mut self,
+        trace: &DeviceTrace,
+        k: usize,
+        model: &mut dyn Allocator,
+        device: &mut dyn Device,
+        out: &mut Vec<ModelEvent>,
+    ) -> Step {
         let op = &trace.ops[k];
         match op.kind {
             OpKind::Alloc { .. } if self.preloaded && k < trace.initial_ops => {
                 self.addrs[k] = op.recorded_addr;
                 Step::Served(op.recorded_addr)
             }
-            OpKind::Alloc { size_bytes, stream, pool, recorded_oom } => {
-                let req = AllocRequest { size_bytes, stream, pool };
+            OpKind::Alloc {
+                size_bytes,
+                stream,
+                pool,
+                recorded_oom,
+            } => {
+                let req = AllocRequest {
+                    size_bytes,
+                    stream,
+                    pool,
+                };
                 match model.malloc(device, &req, out) {
                     Ok(a) => {
                         self.addrs[k] = a;
@@ -207,7 +255,10 @@ impl OpStepper {
                     }
                     Err(info) => {
                         self.dead[k] = true;
-                        Step::Oom { info, fatal: !recorded_oom }
+                        Step::Oom {
+                            info,
+                            fatal: !recorded_oom,
+                        }
                     }
                 }
             }
@@ -242,14 +293,27 @@ impl OpStepper {
     #[must_use]
     pub fn held_addr(&self, trace: &DeviceTrace, alloc: usize) -> Option<u64> {
         // Served addresses are never 0 (every device hands out real or synthetic ones).
-        let held = matches!(trace.ops.get(alloc)?.kind, OpKind::Alloc { .. }) && !self.dead[alloc] && self.addrs[alloc] != 0;
+        let held = matches!(trace.ops.get(alloc)?.kind, OpKind::Alloc { .. })
+            && !self.dead[alloc]
+            && self.addrs[alloc] != 0;
         held.then(|| self.addrs[alloc])
     }
 }
 
 /// Replays `trace` through `model` on `device`.
-pub fn replay(trace: &DeviceTrace, mut model: Box<dyn Allocator>, mut device: SimulatedDevice, capacity: Option<u64>, opts: ReplayOptions) -> ReplayResult {
-    let mut outcomes = if opts.keep_timeline { Vec::with_capacity(trace.ops.len()) } else { Vec::new() };
+#[must_use]
+pub fn replay(
+    trace: &DeviceTrace,
+    mut model: Box<dyn Allocator>,
+    mut device: SimulatedDevice,
+    capacity: Option<u64>,
+    opts: ReplayOptions,
+) -> ReplayResult {
+    let mut outcomes = if opts.keep_timeline {
+        Vec::with_capacity(trace.ops.len())
+    } else {
+        Vec::new()
+    };
     let mut timeline = Timeline::default();
     let mut out: Vec<ModelEvent> = Vec::with_capacity(16);
     let mut checkpoints = Vec::new();
@@ -263,7 +327,11 @@ pub fn replay(trace: &DeviceTrace, mut model: Box<dyn Allocator>, mut device: Si
     let mut stepper = OpStepper::new(trace, opts.preloaded);
     for (k, op) in trace.ops.iter().enumerate() {
         if opts.checkpoint_every > 0 && k % opts.checkpoint_every == 0 {
-            checkpoints.push(Checkpoint { ops_done: k, model: model.clone_box(), device: device.clone() });
+            checkpoints.push(Checkpoint {
+                ops_done: k,
+                model: model.clone_box(),
+                device: device.clone(),
+            });
         }
         out.clear();
         let mut stop = false;
@@ -290,7 +358,16 @@ pub fn replay(trace: &DeviceTrace, mut model: Box<dyn Allocator>, mut device: Si
                         free_bytes: metrics::free_bytes(&st),
                         largest_free_bytes: info.largest_free_bytes,
                         free_holes: info.free_holes,
-                        explanation: explain_oom(if model.name() == "pytorch" { "PyTorch" } else { model.name() }, size_bytes, &info, capacity),
+                        explanation: explain_oom(
+                            if model.name() == "pytorch" {
+                                "PyTorch"
+                            } else {
+                                model.name()
+                            },
+                            size_bytes,
+                            &info,
+                            capacity,
+                        ),
                         reason: info.reason.clone(),
                         fatal,
                     });
@@ -313,10 +390,12 @@ pub fn replay(trace: &DeviceTrace, mut model: Box<dyn Allocator>, mut device: Si
             outcomes.push(outcome);
         }
         ops_done = k + 1;
-        if opts.check_every > 0 && (k % opts.check_every == 0 || k + 1 == trace.ops.len()) && invariant_error.is_none() {
-            if let Err(e) = model.check_invariants() {
-                invariant_error = Some((k, e));
-            }
+        if opts.check_every > 0
+            && (k % opts.check_every == 0 || k + 1 == trace.ops.len())
+            && invariant_error.is_none()
+            && let Err(e) = model.check_invariants()
+        {
+            invariant_error = Some((k, e));
         }
         if stop {
             break;
@@ -350,7 +429,11 @@ pub fn replay(trace: &DeviceTrace, mut model: Box<dyn Allocator>, mut device: Si
 /// The layout after `ops_done` ops, rebuilt from the nearest checkpoint at or before it.
 #[must_use]
 pub fn layout_at(trace: &DeviceTrace, result: &ReplayResult, ops_done: usize) -> Option<Layout> {
-    let cp = result.checkpoints.iter().rev().find(|c| c.ops_done <= ops_done)?;
+    let cp = result
+        .checkpoints
+        .iter()
+        .rev()
+        .find(|c| c.ops_done <= ops_done)?;
     let mut model = cp.model.clone_box();
     let mut device = cp.device.clone();
     let mut out = Vec::new();
@@ -362,9 +445,23 @@ pub fn layout_at(trace: &DeviceTrace, result: &ReplayResult, ops_done: usize) ->
     for k in cp.ops_done..ops_done.min(trace.ops.len()) {
         out.clear();
         match trace.ops[k].kind {
-            OpKind::Alloc { .. } if k < trace.initial_ops && served(k).is_some() && result.preloaded => {}
-            OpKind::Alloc { size_bytes, stream, pool, recorded_oom } => {
-                if let Ok(a) = model.malloc(&mut device, &AllocRequest { size_bytes, stream, pool }, &mut out) {
+            OpKind::Alloc { .. }
+                if k < trace.initial_ops && served(k).is_some() && result.preloaded => {}
+            OpKind::Alloc {
+                size_bytes,
+                stream,
+                pool,
+                recorded_oom,
+            } => {
+                if let Ok(a) = model.malloc(
+                    &mut device,
+                    &AllocRequest {
+                        size_bytes,
+                        stream,
+                        pool,
+                    },
+                    &mut out,
+                ) {
                     addrs.insert(k as u32, a);
                     if recorded_oom {
                         let _ = model.free(&mut device, a, false, &mut out);
@@ -372,12 +469,20 @@ pub fn layout_at(trace: &DeviceTrace, result: &ReplayResult, ops_done: usize) ->
                 }
             }
             OpKind::Free { alloc, deferred } => {
-                if let Some(a) = addrs.get(&alloc).copied().or_else(|| served(alloc as usize)) {
+                if let Some(a) = addrs
+                    .get(&alloc)
+                    .copied()
+                    .or_else(|| served(alloc as usize))
+                {
                     let _ = model.free(&mut device, a, deferred, &mut out);
                 }
             }
             OpKind::CompleteFree { alloc } => {
-                if let Some(a) = addrs.get(&alloc).copied().or_else(|| served(alloc as usize)) {
+                if let Some(a) = addrs
+                    .get(&alloc)
+                    .copied()
+                    .or_else(|| served(alloc as usize))
+                {
                     let _ = model.complete_free(&mut device, a, &mut out);
                 }
             }

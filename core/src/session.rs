@@ -17,8 +17,17 @@ pub fn load(bytes: &[u8], capacity: Option<u64>) -> Result<Validation, crate::Er
 }
 
 /// Replays device `device` of `trace` through the model `spec` names, under `capacity`.
-pub fn replay_device(trace: &Trace, device: usize, spec: &ModelSpec, capacity: Option<u64>, mut opts: ReplayOptions) -> Result<ReplayResult, crate::Error> {
-    let dt = trace.devices.get(device).ok_or_else(|| crate::Error::Config(format!("the trace has no device {device}")))?;
+pub fn replay_device(
+    trace: &Trace,
+    device: usize,
+    spec: &ModelSpec,
+    capacity: Option<u64>,
+    mut opts: ReplayOptions,
+) -> Result<ReplayResult, crate::Error> {
+    let dt = trace
+        .devices
+        .get(device)
+        .ok_or_else(|| crate::Error::Config(format!("the trace has no device {device}")))?;
     let settings = &trace.snapshot.settings;
     let mut model = kind::build(spec, settings, capacity).map_err(crate::Error::Config)?;
     let mut dev = simulated_device(trace, device, spec, H200_TOTAL_BYTES, capacity);
@@ -39,15 +48,26 @@ pub fn replay_device(trace: &Trace, device: usize, spec: &ModelSpec, capacity: O
 /// so does the CUDA replay for the simulation it compares the GPU with, e.g. with the free
 /// memory a balloon left.)
 #[must_use]
-pub fn simulated_device(trace: &Trace, device: usize, spec: &ModelSpec, total_bytes: u64, capacity: Option<u64>) -> SimulatedDevice {
+pub fn simulated_device(
+    trace: &Trace,
+    device: usize,
+    spec: &ModelSpec,
+    total_bytes: u64,
+    capacity: Option<u64>,
+) -> SimulatedDevice {
     // Expandable reservations are sized from the recording GPU's total (the model's
     // `device_total_bytes`), whatever device the replay runs on.
     let total = H200_TOTAL_BYTES;
-    let large_page = kind::pytorch_config(spec, &trace.snapshot.settings).map_or(20 << 20, |c| c.large_segment_size_bytes);
+    let large_page = kind::pytorch_config(spec, &trace.snapshot.settings)
+        .map_or(20 << 20, |c| c.large_segment_size_bytes);
     // A recorded map's page size: large-pool maps are whole large pages, small-pool maps
     // single 2 MiB pages; the reservation is 9/8 of the device rounded to the page.
     let reservation = move |map_size: u64| {
-        let page = if map_size % large_page == 0 { large_page } else { 2 << 20 };
+        let page = if map_size.is_multiple_of(large_page) {
+            large_page
+        } else {
+            2 << 20
+        };
         (total + total / 8).div_ceil(page) * page
     };
     let follow = replay::recorded_segment_ops(&trace.snapshot, device as u32, reservation);

@@ -69,16 +69,14 @@ pub fn rebuild_start(
         .map_or(&[][..], Vec::as_slice);
     for (i, e) in events.iter().enumerate().rev() {
         match e.action {
-            Action::Alloc => {
-                if live.remove(&e.addr).is_none() {
-                    return Err(err(
-                        i,
-                        format!(
-                            "alloc at {:#x} is neither alive at the end nor freed later",
-                            e.addr
-                        ),
-                    ));
-                }
+            Action::Alloc if live.remove(&e.addr).is_none() => {
+                return Err(err(
+                    i,
+                    format!(
+                        "alloc at {:#x} is neither alive at the end nor freed later",
+                        e.addr
+                    ),
+                ));
             }
             Action::FreeCompleted => {
                 live.insert(
@@ -149,18 +147,21 @@ pub fn rebuild_start(
                 let small = e.size == SMALL_BUFFER_BYTES;
                 let mut start = e.addr;
                 let mut size = e.size;
-                if let Some((&a, &s)) = segs.range(..e.addr).next_back() {
-                    if a + s.size == e.addr && s.expandable && s.stream == e.stream {
-                        segs.remove(&a);
-                        start = a;
-                        size += s.size;
-                    }
+                if let Some((&a, &s)) = segs.range(..e.addr).next_back()
+                    && a + s.size == e.addr
+                    && s.expandable
+                    && s.stream == e.stream
+                {
+                    segs.remove(&a);
+                    start = a;
+                    size += s.size;
                 }
-                if let Some(&s) = segs.get(&(e.addr + e.size)) {
-                    if s.expandable && s.stream == e.stream {
-                        segs.remove(&(e.addr + e.size));
-                        size += s.size;
-                    }
+                if let Some(&s) = segs.get(&(e.addr + e.size))
+                    && s.expandable
+                    && s.stream == e.stream
+                {
+                    segs.remove(&(e.addr + e.size));
+                    size += s.size;
                 }
                 segs.insert(
                     start,
@@ -218,7 +219,7 @@ pub fn rebuild_start(
         });
     }
     // A block outside every segment means the file contradicts itself.
-    for (&a, _) in &live {
+    for &a in live.keys() {
         let inside = segs
             .range(..=a)
             .next_back()

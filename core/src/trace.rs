@@ -27,7 +27,7 @@ pub enum OpKind {
     CompleteFree { alloc: u32 },
     /// `torch.cuda.empty_cache()` (inferred).
     EmptyCache,
-    /// A private pool was released (graph or MemPool deleted; inferred).
+    /// A private pool was released (graph or `MemPool` deleted; inferred).
     ReleasePool { pool: PoolId },
 }
 

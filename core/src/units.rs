@@ -30,7 +30,7 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
             "bad size '{text}': expected a number with an optional unit, e.g. 2.2GiB"
         ));
     }
-    if !num.contains('.') && mult == 1.0 {
+    if !num.contains('.') && matches!(unit, "" | "B") {
         return num
             .parse::<u64>()
             .map_err(|e| format!("bad size '{text}': {e}"));

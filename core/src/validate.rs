@@ -327,10 +327,11 @@ impl Annotator<'_> {
             .iter()
             .filter(|e| matches!(e.action, Action::SegmentFree | Action::SegmentUnmap))
         {
-            if let Some((pool, _, _)) = self.model.segment_of(e.addr) {
-                if pool.is_private() && !seen.contains(&pool) {
-                    seen.push(pool);
-                }
+            if let Some((pool, _, _)) = self.model.segment_of(e.addr)
+                && pool.is_private()
+                && !seen.contains(&pool)
+            {
+                seen.push(pool);
             }
         }
         for pool in seen {
@@ -633,16 +634,21 @@ impl Annotator<'_> {
 
 /// The end state of the model in the snapshot's form (expandable segments as runs of
 /// mapped blocks), compared with the snapshot's `segments` of the device.
+/// One end-state segment: address, size, small pool, pool, blocks (address, size, state).
+type EndSegment = (u64, u64, bool, PoolId, Vec<(u64, u64, BlockState)>);
+/// A run of mapped blocks being collected: start, length, blocks.
+type EndRun = (u64, u64, Vec<(u64, u64, BlockState)>);
+
 fn end_state_difference(
     snap: &RawSnapshot,
     device: u32,
     model: &PyTorchModel,
     renames: &BTreeMap<PoolId, PoolId>,
 ) -> Option<String> {
-    let mut sim: Vec<(u64, u64, bool, PoolId, Vec<(u64, u64, BlockState)>)> = Vec::new();
+    let mut sim: Vec<EndSegment> = Vec::new();
     for s in model.layout().segments {
         let pool = renames.get(&s.pool).copied().unwrap_or(s.pool);
-        let mut run: Option<(u64, u64, Vec<(u64, u64, BlockState)>)> = None;
+        let mut run: Option<EndRun> = None;
         for b in &s.blocks {
             let st = match b.state {
                 LayoutBlockState::Allocated => Some(BlockState::ActiveAllocated),
@@ -804,7 +810,7 @@ pub fn annotate(
         match e.action {
             Action::SegmentAlloc | Action::SegmentMap => reserved += e.size,
             Action::SegmentFree | Action::SegmentUnmap => {
-                reserved = reserved.saturating_sub(e.size)
+                reserved = reserved.saturating_sub(e.size);
             }
             _ => {}
         }

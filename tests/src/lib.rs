@@ -28,6 +28,8 @@ pub struct CorpusTrace {
 
 /// Every trace of the corpus, sorted by name (empty if the corpus is absent).
 #[must_use]
+// The corpus names its files in lower case (`NAME.pickle.gz`, `NAME.stats.json`).
+#[allow(clippy::case_sensitive_file_extension_comparisons)]
 pub fn corpus() -> Vec<CorpusTrace> {
     let Some(dir) = traces_dir() else {
         return Vec::new();

@@ -78,15 +78,15 @@ fn invariants_hold_at_every_checked_event_and_replays_are_deterministic() {
         // Every event on the small traces; every 997th (a prime, so phases vary) on the big.
         let check_every = if ops < 20_000 { 1 } else { 997 };
         let spec = ModelSpec::parse("pytorch").unwrap();
-        let opts = ReplayOptions {
+        let replay_opts = ReplayOptions {
             checkpoint_every: 0,
             check_every,
             keep_timeline: true,
             ..ReplayOptions::default()
         };
-        let a = session::replay_device(&v.trace, d, &spec, t.cap_bytes, opts).unwrap();
+        let a = session::replay_device(&v.trace, d, &spec, t.cap_bytes, replay_opts).unwrap();
         assert_eq!(a.invariant_error, None, "{}", t.name);
-        let b = session::replay_device(&v.trace, d, &spec, t.cap_bytes, opts).unwrap();
+        let b = session::replay_device(&v.trace, d, &spec, t.cap_bytes, replay_opts).unwrap();
         assert_eq!(a.outcomes, b.outcomes, "{}: two replays differ", t.name);
         assert_eq!(a.timeline, b.timeline, "{}: two replays differ", t.name);
         // With its own settings the replay follows the recording: every served address is

@@ -187,7 +187,7 @@ pub trait Allocator {
     ) -> Result<(), ModelError>;
     /// `torch.cuda.empty_cache()`: returns cached memory to the device.
     fn empty_cache(&mut self, dev: &mut dyn Device, out: &mut Vec<ModelEvent>);
-    /// A private pool is no longer in use (its graph or MemPool was deleted): its cached
+    /// A private pool is no longer in use (its graph or `MemPool` was deleted): its cached
     /// segments may be released by the next cache flush.
     fn release_pool(&mut self, pool: PoolId) {
         let _ = pool;

@@ -14,7 +14,9 @@ pub use frames::{Frame, FrameId, FrameTable, StackId, StrId};
 pub use import::{ImportError, decode_snapshot};
 
 /// Which of the two default pools a segment belongs to (`segment_type`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum SegmentType {
     Small,

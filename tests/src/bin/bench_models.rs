@@ -18,6 +18,7 @@ fn cpu_ns() -> Option<u64> {
 use allocsim_core::models::{ModelSpec, kind};
 use allocsim_core::{session, whatif};
 
+#[allow(clippy::many_single_char_names)] // d, t, r, … are the usual device, time and result
 fn main() -> anyhow::Result<()> {
     let mut file = None;
     let mut workload = None;

@@ -1,5 +1,5 @@
 //! Benchmark: replay speed of the PyTorch model (events/s), and decode + replay of a
-//! snapshot against CPython's `pickle.loads` of the same bytes, in the same run.
+//! snapshot against `CPython`'s `pickle.loads` of the same bytes, in the same run.
 //!
 //! `cargo run --release -p allocsim-tests --bin bench_replay [-- FILE.pickle.gz]`
 
@@ -10,6 +10,7 @@ use allocsim_core::models::ModelSpec;
 use allocsim_core::replay::ReplayOptions;
 use allocsim_core::session;
 
+#[allow(clippy::many_single_char_names, clippy::similar_names)] // t, d, r, opts: time, device, result, options
 fn main() -> anyhow::Result<()> {
     let path = std::env::args().nth(1).map_or_else(
         || allocsim_tests::traces_dir().map(|d| d.join("big_gpt_long_stacks_s9.pickle.gz")),

@@ -92,7 +92,7 @@ fn parse_u64(key: &str, v: &str) -> Result<u64, ConfigError> {
 }
 
 fn log2_floor(v: u64) -> u32 {
-    63 - v.leading_zeros()
+    v.ilog2()
 }
 
 impl PyTorchConfig {

@@ -1,4 +1,4 @@
-//! The free-block set of a BlockPool, ordered as PyTorch's `BlockComparatorSize` orders it:
+//! The free-block set of a `BlockPool`, ordered as PyTorch's `BlockComparatorSize` orders it:
 //! (stream, size, address). Stored as one ordered map per stream keyed by
 //! `size << 64 | address`, so a lookup compares one `u128` instead of a 3-tuple; the
 //! streams are kept sorted so a walk over the whole set is in comparator order.
@@ -54,7 +54,7 @@ impl FreeIndex {
 
     /// Blocks of `stream` with size ≥ `size`, smallest first (ties: lowest address):
     /// `(size, addr, index)`.
-    pub(super) fn from_size(
+    pub(super) fn at_least(
         &self,
         stream: u64,
         size: u64,

@@ -39,7 +39,7 @@ pub const ROUND_LARGE_BYTES: u64 = 2 << 20;
 const NIL: u32 = u32::MAX;
 
 /// A multiply-shift hasher for block addresses: lookups only, never iterated, so the
-/// order it would give does not matter; SipHash costs more than the whole malloc.
+/// order it would give does not matter; `SipHash` costs more than the whole malloc.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct AddrHasher(u64);
 
@@ -96,7 +96,7 @@ struct Segment {
     live: bool,
 }
 
-/// A BlockPool: the free mapped blocks ordered by (stream, size, addr), and the unmapped
+/// A `BlockPool`: the free mapped blocks ordered by (stream, size, addr), and the unmapped
 /// ranges ordered by (stream, addr). Each free block is in exactly one of them.
 #[derive(Debug, Clone)]
 struct Pool {
@@ -215,7 +215,7 @@ impl PyTorchModel {
     }
 
     fn divisions_for(&self, size: u64) -> u32 {
-        let log = 63 - size.leading_zeros() as u64;
+        let log = 63 - u64::from(size.leading_zeros());
         let idx = log.saturating_sub(20).min(15) as usize;
         self.cfg.roundup_power2_divisions[idx]
     }
@@ -429,7 +429,7 @@ impl PyTorchModel {
         }
         let (bsize, idx) = {
             let p = &self.pools[pool as usize];
-            let mut it = p.blocks.from_size(stream, size);
+            let mut it = p.blocks.at_least(stream, size);
             let (mut bsize, mut idx) = it.next().map(|(s, _, v)| (s, v))?;
             if self.segments[self.b(idx).seg as usize].expandable {
                 if self.cfg.expandable_segments {
@@ -477,6 +477,7 @@ impl PyTorchModel {
     }
 
     /// `alloc_block` (§5.5): a new segment (or mapped pages) for the request.
+    #[allow(clippy::too_many_arguments)] // mirrors PyTorch's AllocParams fields one for one
     fn alloc_block(
         &mut self,
         dev: &mut dyn Device,
@@ -490,10 +491,10 @@ impl PyTorchModel {
         if is_retry {
             self.num_alloc_retries += 1;
         }
-        if let Some(limit) = self.limit_bytes {
-            if self.reserved_bytes + alloc_size > limit {
-                return None;
-            }
+        if let Some(limit) = self.limit_bytes
+            && self.reserved_bytes + alloc_size > limit
+        {
+            return None;
         }
         if self.cfg.expandable_segments {
             return self.try_allocate_expandable_block(dev, pool, stream, size, out);
@@ -872,12 +873,12 @@ impl PyTorchModel {
         }
         let key_size = size.max(m);
         let p = &self.pools[pool as usize];
-        let at = p.blocks.from_size(stream, key_size).next();
-        if let Some((_, _, v)) = at {
-            if !self.is_expandable(v) {
-                self.release_block(dev, v, out);
-                return true;
-            }
+        let at = p.blocks.at_least(stream, key_size).next();
+        if let Some((_, _, v)) = at
+            && !self.is_expandable(v)
+        {
+            self.release_block(dev, v, out);
+            return true;
         }
         let below: Vec<(u64, u32)> = p
             .blocks
@@ -1023,7 +1024,7 @@ impl PyTorchModel {
         let mut bytes = 0;
         let mut holes = 0;
         let mut largest = 0;
-        for (size, _, _) in self.pools[pool as usize].blocks.from_size(stream, 0) {
+        for (size, _, _) in self.pools[pool as usize].blocks.at_least(stream, 0) {
             bytes += size;
             holes += 1;
             largest = largest.max(size);
@@ -1126,8 +1127,8 @@ fn roundup_power2_next_division(size: u64, divisions: u64) -> u64 {
     if size.is_power_of_two() {
         return size;
     }
-    let floor2 = 1u64 << (63 - size.leading_zeros());
-    let step = floor2 >> (63 - divisions.leading_zeros());
+    let floor2 = 1u64 << size.ilog2();
+    let step = floor2 >> divisions.ilog2();
     if step == 0 {
         return floor2 << 1;
     }
@@ -1425,13 +1426,13 @@ impl Allocator for PyTorchModel {
                 }
             }
         }
-        if let Some(l) = self.largest_free_cache.get() {
-            if l != self.compute_largest_free() {
-                return Err(format!(
-                    "cached largest free block {l} != {}",
-                    self.compute_largest_free()
-                ));
-            }
+        if let Some(l) = self.largest_free_cache.get()
+            && l != self.compute_largest_free()
+        {
+            return Err(format!(
+                "cached largest free block {l} != {}",
+                self.compute_largest_free()
+            ));
         }
         Ok(())
     }

@@ -62,17 +62,23 @@ impl Run {
 fn golden_16_then_32_reserves_256_mib() {
     let mut r = Run::new("");
     let a: Vec<u64> = (0..8).map(|_| r.alloc(16 * MIB)).collect();
-    a.into_iter().for_each(|x| r.free(x));
+    for x in a {
+        r.free(x);
+    }
     let b: Vec<u64> = (0..4).map(|_| r.alloc(32 * MIB)).collect();
     assert_eq!(r.reserved(), 256 * MIB);
-    b.into_iter().for_each(|x| r.free(x));
+    for x in b {
+        r.free(x);
+    }
 }
 
 #[test]
 fn golden_32_then_16_reserves_128_mib() {
     let mut r = Run::new("");
     let a: Vec<u64> = (0..4).map(|_| r.alloc(32 * MIB)).collect();
-    a.into_iter().for_each(|x| r.free(x));
+    for x in a {
+        r.free(x);
+    }
     for _ in 0..8 {
         r.alloc(16 * MIB);
     }
@@ -83,7 +89,9 @@ fn golden_32_then_16_reserves_128_mib() {
 fn golden_expandable_16_then_32_maps_140_mib() {
     let mut r = Run::new("expandable_segments:True");
     let a: Vec<u64> = (0..8).map(|_| r.alloc(16 * MIB)).collect();
-    a.into_iter().for_each(|x| r.free(x));
+    for x in a {
+        r.free(x);
+    }
     for _ in 0..4 {
         r.alloc(32 * MIB);
     }
