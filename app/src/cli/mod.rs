@@ -3,9 +3,9 @@
 //! else on stdout.
 
 mod cuda_replay;
+mod progress;
 mod replay;
 mod validate;
-mod progress;
 mod whatif;
 
 use std::path::{Path, PathBuf};
@@ -32,17 +32,27 @@ pub struct Failure {
 impl Failure {
     /// Bad input or usage (exit 2).
     pub fn bad_input(message: impl Into<String>) -> Failure {
-        Failure { code: EXIT_BAD_INPUT, message: message.into() }
+        Failure {
+            code: EXIT_BAD_INPUT,
+            message: message.into(),
+        }
     }
 
     /// The machine lacks what the command needs (exit 3).
     pub fn unavailable(message: impl Into<String>) -> Failure {
-        Failure { code: EXIT_UNAVAILABLE, message: message.into() }
+        Failure {
+            code: EXIT_UNAVAILABLE,
+            message: message.into(),
+        }
     }
 }
 
 #[derive(Parser, Debug)]
-#[command(name = "allocsim", version, about = "A visual simulator of GPU memory allocators: replay PyTorch memory snapshots through exact allocator models")]
+#[command(
+    name = "allocsim",
+    version,
+    about = "A visual simulator of GPU memory allocators: replay PyTorch memory snapshots through exact allocator models"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Option<Command>,
@@ -80,8 +90,10 @@ pub fn parse_size_arg(s: &str) -> Result<u64, String> {
 
 /// Reads and decodes FILE, building its replayable trace; errors name the file.
 pub fn load_file(path: &Path, capacity: Option<u64>) -> Result<Validation, Failure> {
-    let bytes = std::fs::read(path).map_err(|e| Failure::bad_input(format!("{}: cannot read: {e}", path.display())))?;
-    allocsim_core::session::load(&bytes, capacity).map_err(|e| Failure::bad_input(format!("{}: {e}", path.display())))
+    let bytes = std::fs::read(path)
+        .map_err(|e| Failure::bad_input(format!("{}: cannot read: {e}", path.display())))?;
+    allocsim_core::session::load(&bytes, capacity)
+        .map_err(|e| Failure::bad_input(format!("{}: {e}", path.display())))
 }
 
 /// Which device of `trace` to replay: `--trace-device D` or the busiest one.
@@ -89,7 +101,10 @@ pub fn pick_device(trace: &Trace, requested: Option<usize>) -> Result<usize, Fai
     match requested {
         None => Ok(trace.busiest_device()),
         Some(d) if d < trace.devices.len() => Ok(d),
-        Some(d) => Err(Failure::bad_input(format!("--trace-device {d}: the trace has {} device(s)", trace.devices.len()))),
+        Some(d) => Err(Failure::bad_input(format!(
+            "--trace-device {d}: the trace has {} device(s)",
+            trace.devices.len()
+        ))),
     }
 }
 
@@ -116,7 +131,9 @@ fn run(cli: Cli) -> Result<u8, Failure> {
 
 fn open_app(file: Option<PathBuf>) -> Result<u8, Failure> {
     let _ = file;
-    Err(Failure::unavailable("this build of allocsim has no GUI (build the allocsim-app crate with its `gui` feature)"))
+    Err(Failure::unavailable(
+        "this build of allocsim has no GUI (build the allocsim-app crate with its `gui` feature)",
+    ))
 }
 
 /// Entry point of the binary.
@@ -125,7 +142,14 @@ pub fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(c) => c,
         Err(e) => {
-            let code = if matches!(e.kind(), clap::error::ErrorKind::DisplayHelp | clap::error::ErrorKind::DisplayVersion) { 0 } else { EXIT_BAD_INPUT };
+            let code = if matches!(
+                e.kind(),
+                clap::error::ErrorKind::DisplayHelp | clap::error::ErrorKind::DisplayVersion
+            ) {
+                0
+            } else {
+                EXIT_BAD_INPUT
+            };
             let _ = e.print();
             return ExitCode::from(code);
         }
