@@ -129,6 +129,20 @@ fn run(cli: Cli) -> Result<u8, Failure> {
     }
 }
 
+#[cfg(feature = "gui")]
+fn open_app(file: Option<PathBuf>) -> Result<u8, Failure> {
+    if let Some(f) = &file {
+        // A file that cannot be read is bad input, before any window opens.
+        std::fs::metadata(f)
+            .map_err(|e| Failure::bad_input(format!("{}: cannot read: {e}", f.display())))?;
+    }
+    crate::gui::run_native(file)
+        .map(|()| 0)
+        .map_err(Failure::unavailable)
+}
+
+#[cfg(not(feature = "gui"))]
+#[allow(clippy::needless_pass_by_value)] // same signature as the GUI build's
 fn open_app(file: Option<PathBuf>) -> Result<u8, Failure> {
     let _ = file;
     Err(Failure::unavailable(

@@ -21,7 +21,7 @@ pub struct Args {
     /// The memory the allocator may hold, e.g. 2.2GiB (default: unlimited)
     #[arg(long, value_parser = parse_size_arg)]
     capacity: Option<u64>,
-    /// Which device_traces[D] to replay (default: the one with the most events)
+    /// Which `device_traces[D]` to replay (default: the one with the most events)
     #[arg(long)]
     trace_device: Option<usize>,
     /// One JSON object on stdout

@@ -10,7 +10,7 @@ use super::{EXIT_DIVERGED, Failure, Input, load_file, parse_size_arg, print_json
 pub struct Args {
     #[command(flatten)]
     input: Input,
-    /// The per-process memory cap the program ran under (set_per_process_memory_fraction), e.g. 2.2GiB
+    /// The per-process memory cap the program ran under (`set_per_process_memory_fraction`), e.g. 2.2GiB
     #[arg(long, value_parser = parse_size_arg)]
     capacity: Option<u64>,
     /// One JSON object on stdout
