@@ -370,10 +370,16 @@ fn the_compare_table_gets_each_configurations_min_capacity() {
         .iter()
         .map(|s| s.min_capacity.clone().expect("asked").expect("a capacity"))
         .collect();
-        // On the 2 MiB grid, and no more than what each needed under the cap: the 2 GiB
+    // On the 2 MiB grid, and no more than what each needed under the cap: the 2 GiB
     // block for the default allocator (its OOM is the recorded one: the program went on).
     for (c, s) in caps.iter().zip(&d.slots) {
-        let peak = s.replay.as_ref().expect("replayed").data.summary.peak_reserved_bytes;
+        let peak = s
+            .replay
+            .as_ref()
+            .expect("replayed")
+            .data
+            .summary
+            .peak_reserved_bytes;
         assert_eq!(c % (2 << 20), 0, "{caps:?}");
         assert!(*c <= peak.div_ceil(2 << 20) * (2 << 20), "{caps:?}");
     }
