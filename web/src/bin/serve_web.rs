@@ -22,7 +22,7 @@ fn main() -> anyhow::Result<()> {
                     .next()
                     .context("--port needs a number")?
                     .parse()
-                    .context("--port")?
+                    .context("--port")?;
             }
             "-h" | "--help" => {
                 println!(
@@ -101,7 +101,7 @@ mod serve {
                 && file.canonicalize().is_ok_and(|f| f.starts_with(dir));
             match (inside, std::fs::read(&file)) {
                 (true, Ok(body)) => {
-                    respond(&mut out, "200 OK", mime(rel), &body, method == "HEAD")?
+                    respond(&mut out, "200 OK", mime(rel), &body, method == "HEAD")?;
                 }
                 _ => respond(
                     &mut out,
