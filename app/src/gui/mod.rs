@@ -489,7 +489,7 @@ impl AllocsimApp {
                 s.layout_job = None;
                 let hl = highlighter(&trace, &self.search, self.selected_alloc);
                 let data = *layout;
-                s.layout = Some(LayoutView::new(data.clone(), &|b| hl(&data, b)));
+                s.layout = Some(LayoutView::new(data, &hl));
             }
             Response::AddressHits { job, hits, .. } => {
                 if self.search.job == Some(job) {
@@ -637,8 +637,7 @@ impl AllocsimApp {
         let hl = highlighter(&trace, &self.search, sel);
         for s in &mut doc.slots {
             if let Some(l) = &mut s.layout {
-                let data = l.data.clone();
-                l.set_highlight(&|b| hl(&data, b));
+                l.set_highlight(&hl);
             }
         }
     }

@@ -159,7 +159,7 @@ pub struct LayoutView {
 impl LayoutView {
     /// Builds rows and quads; `highlighted` blocks are drawn in the highlight colour.
     #[must_use]
-    pub fn new(data: LayoutData, highlighted: &dyn Fn(usize) -> bool) -> LayoutView {
+    pub fn new(data: LayoutData, highlighted: &dyn Fn(&LayoutData, usize) -> bool) -> LayoutView {
         let mut rows = Vec::new();
         let mut segment_row = vec![0u32; data.segments.len()];
         let mut group: Option<((u64, u64), u64)> = None;
@@ -206,8 +206,9 @@ impl LayoutView {
     }
 
     /// Recolours the highlighted blocks.
-    pub fn set_highlight(&mut self, highlighted: &dyn Fn(usize) -> bool) {
-        self.highlight = QuadSet::new(self.block_quads(highlighted, Some(theme::HIGHLIGHT)));
+    pub fn set_highlight(&mut self, highlighted: &dyn Fn(&LayoutData, usize) -> bool) {
+        let pick = |b: usize| highlighted(&self.data, b);
+        self.highlight = QuadSet::new(self.block_quads(&pick, Some(theme::HIGHLIGHT)));
     }
 
     fn block_quads(&self, pick: &dyn Fn(usize) -> bool, color: Option<egui::Color32>) -> Vec<Quad> {

@@ -84,4 +84,4 @@ pub const ROW_HEIGHT: f32 = 18.0;
 /// Gap between memory-map rows, in points.
 pub const ROW_GAP: f32 = 3.0;
 /// Width of the memory map's label column, in points.
-pub const LABEL_WIDTH: f32 = 190.0;
+pub const LABEL_WIDTH: f32 = 240.0;
