@@ -18,6 +18,8 @@ use super::{
 use crate::device::{Device, DeviceOom};
 use crate::snapshot::Action;
 
+use super::sorted_index::SortedIndex;
+
 /// "No block" in the neighbour links.
 pub const NIL: u32 = u32::MAX;
 
@@ -99,175 +101,6 @@ impl FreeKey {
     #[must_use]
     pub fn c(self) -> u64 {
         (self.packed() as u64) & Self::C_MAX
-    }
-}
-
-/// The free index: keys in order, kept as a list of sorted chunks of at most
-/// `2 × CHUNK` entries with each chunk's first key beside it. A lookup is two binary
-/// searches over small contiguous arrays, an update shifts at most one chunk: a few times
-/// faster than a node-based tree for the hundreds to hundreds of thousands of free blocks a
-/// model holds.
-#[derive(Debug, Clone, Default)]
-struct SortedIndex {
-    chunks: Vec<Vec<(FreeKey, u32)>>,
-    /// `mins[c]` is the first key of `chunks[c]`.
-    mins: Vec<FreeKey>,
-    len: usize,
-}
-
-const CHUNK: usize = 32;
-
-impl SortedIndex {
-    fn len(&self) -> usize {
-        self.len
-    }
-
-    /// The chunk that holds (or would hold) `k`.
-    fn chunk_for(&self, k: FreeKey) -> usize {
-        self.mins.partition_point(|&m| m <= k).saturating_sub(1)
-    }
-
-    /// Inserts `k`; false if it was present (nothing changes then).
-    fn insert(&mut self, k: FreeKey, v: u32) -> bool {
-        if self.chunks.is_empty() {
-            self.chunks.push(vec![(k, v)]);
-            self.mins.push(k);
-            self.len = 1;
-            return true;
-        }
-        let c = self.chunk_for(k);
-        let chunk = &mut self.chunks[c];
-        let pos = chunk.partition_point(|e| e.0 < k);
-        if chunk.get(pos).is_some_and(|e| e.0 == k) {
-            return false;
-        }
-        chunk.insert(pos, (k, v));
-        if pos == 0 {
-            self.mins[c] = k;
-        }
-        self.len += 1;
-        if chunk.len() > 2 * CHUNK {
-            let tail = chunk.split_off(CHUNK);
-            self.mins.insert(c + 1, tail[0].0);
-            self.chunks.insert(c + 1, tail);
-        }
-        true
-    }
-
-    fn remove(&mut self, k: FreeKey) -> Option<u32> {
-        let c = self.chunk_for(k);
-        let chunk = self.chunks.get_mut(c)?;
-        let pos = chunk.binary_search_by(|e| e.0.cmp(&k)).ok()?;
-        let (_, v) = chunk.remove(pos);
-        self.len -= 1;
-        if chunk.is_empty() {
-            self.chunks.remove(c);
-            self.mins.remove(c);
-        } else if pos == 0 {
-            self.mins[c] = chunk[0].0;
-        }
-        Some(v)
-    }
-
-    /// Replaces `old` by `new` in place when no key lies between them (the order is kept);
-    /// false, with nothing changed, otherwise.
-    fn replace(&mut self, old: FreeKey, new: FreeKey, v: u32) -> bool {
-        let c = self.chunk_for(old);
-        let Some(chunk) = self.chunks.get_mut(c) else {
-            return false;
-        };
-        let Ok(pos) = chunk.binary_search_by(|e| e.0.cmp(&old)) else {
-            return false;
-        };
-        let before = if pos > 0 {
-            Some(chunk[pos - 1].0)
-        } else if c > 0 {
-            self.chunks[c - 1].last().map(|e| e.0)
-        } else {
-            None
-        };
-        let chunk = &self.chunks[c];
-        let after = chunk
-            .get(pos + 1)
-            .map(|e| e.0)
-            .or_else(|| self.chunks.get(c + 1).map(|n| n[0].0));
-        if before.is_some_and(|b| b >= new) || after.is_some_and(|a| a <= new) {
-            return false;
-        }
-        self.chunks[c][pos] = (new, v);
-        if pos == 0 {
-            self.mins[c] = new;
-        }
-        true
-    }
-
-    fn get(&self, k: FreeKey) -> Option<u32> {
-        let chunk = self.chunks.get(self.chunk_for(k))?;
-        chunk
-            .binary_search_by(|e| e.0.cmp(&k))
-            .ok()
-            .map(|p| chunk[p].1)
-    }
-
-    /// Position (chunk, index) of the first key ≥ `k`.
-    fn lower_bound(&self, k: FreeKey) -> (usize, usize) {
-        if self.chunks.is_empty() {
-            return (0, 0);
-        }
-        let c = self.chunk_for(k);
-        let pos = self.chunks[c].partition_point(|e| e.0 < k);
-        if pos == self.chunks[c].len() {
-            (c + 1, 0)
-        } else {
-            (c, pos)
-        }
-    }
-
-    fn first_from(&self, k: FreeKey) -> Option<(FreeKey, u32)> {
-        let (c, p) = self.lower_bound(k);
-        self.chunks.get(c).map(|ch| ch[p])
-    }
-
-    fn last_below(&self, k: FreeKey) -> Option<(FreeKey, u32)> {
-        let c = self.mins.partition_point(|&m| m < k).checked_sub(1)?;
-        let chunk = &self.chunks[c];
-        let pos = chunk.partition_point(|e| e.0 < k);
-        Some(chunk[pos - 1])
-    }
-
-    /// The index's own structure: chunks non-empty, not over-full, sorted within and
-    /// across, `mins` their first keys, `len` their total.
-    fn check(&self) -> Result<(), String> {
-        if self.mins.len() != self.chunks.len()
-            || self.chunks.iter().map(Vec::len).sum::<usize>() != self.len
-        {
-            return Err("free index: chunk bookkeeping is off".to_string());
-        }
-        let mut prev: Option<FreeKey> = None;
-        for (c, ch) in self.chunks.iter().enumerate() {
-            if ch.is_empty() || ch.len() > 2 * CHUNK || self.mins[c] != ch[0].0 {
-                return Err(format!("free index: chunk {c} is malformed"));
-            }
-            for e in ch {
-                if prev.is_some_and(|p| p >= e.0) {
-                    return Err(format!("free index: keys out of order at {:?}", e.0));
-                }
-                prev = Some(e.0);
-            }
-        }
-        Ok(())
-    }
-
-    /// Entries with keys in `[from, to)`, in order.
-    fn range(&self, from: FreeKey, to: FreeKey) -> impl Iterator<Item = (FreeKey, u32)> + '_ {
-        let (c, p) = self.lower_bound(from);
-        self.chunks
-            .get(c..)
-            .unwrap_or(&[])
-            .iter()
-            .enumerate()
-            .flat_map(move |(i, ch)| ch[if i == 0 { p } else { 0 }..].iter().copied())
-            .take_while(move |e| e.0 < to)
     }
 }
 
@@ -412,7 +245,7 @@ pub struct Arena {
     /// Allocated and pending blocks by address.
     live: AddrMap,
     /// Free blocks by their model-chosen key.
-    free: SortedIndex,
+    free: SortedIndex<FreeKey>,
     /// The sizes of the free blocks: the largest free block in O(1).
     largest: LargestFree,
     /// Σ `held` over live segments.
@@ -1371,44 +1204,6 @@ mod tests {
         a.insert_free(i, FreeKey::new(0, 4096, 0x1000_0000));
         a.check(|_, _| false).unwrap();
         assert!(a.complete(0x1000_0000, &mut out).is_err());
-    }
-
-    #[test]
-    fn the_chunked_index_agrees_with_a_btree_map() {
-        let mut idx = SortedIndex::default();
-        let mut reference: BTreeMap<FreeKey, u32> = BTreeMap::new();
-        let mut x: u64 = 0x9E37_79B9;
-        for step in 0..40_000u32 {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            let k = FreeKey::new(x % 3, (x >> 8) % 700, (x >> 20) % 50);
-            if x % 5 < 3 {
-                assert_eq!(idx.insert(k, step), !reference.contains_key(&k));
-                reference.entry(k).or_insert(step);
-            } else {
-                assert_eq!(idx.remove(k), reference.remove(&k));
-            }
-            let probe = FreeKey::new((x >> 3) % 3, (x >> 11) % 700, 0);
-            assert_eq!(
-                idx.first_from(probe),
-                reference.range(probe..).next().map(|(&k, &v)| (k, v))
-            );
-            assert_eq!(
-                idx.last_below(probe),
-                reference.range(..probe).next_back().map(|(&k, &v)| (k, v))
-            );
-            let to = FreeKey::new(probe.a() + 1, 0, 0);
-            if step % 97 == 0 {
-                let got: Vec<_> = idx.range(probe, to).collect();
-                let want: Vec<_> = reference.range(probe..to).map(|(&k, &v)| (k, v)).collect();
-                assert_eq!(got, want);
-                idx.check().unwrap();
-            }
-            assert_eq!(idx.get(k), reference.get(&k).copied());
-        }
-        assert_eq!(idx.len(), reference.len());
-        assert!(idx.len() > 3 * CHUNK, "the test crosses chunk splits");
     }
 
     #[test]

@@ -10,6 +10,7 @@ pub mod pytorch;
 pub mod rmm_arena;
 pub mod rmm_binning;
 pub mod rmm_pool;
+pub mod sorted_index;
 pub mod tlsf;
 pub mod vmm_stitch;
 

@@ -1,9 +1,10 @@
 //! The free-block set of a `BlockPool`, ordered as PyTorch's `BlockComparatorSize` orders it:
-//! (stream, size, address). Stored as one ordered map per stream keyed by
-//! `size << 64 | address`, so a lookup compares one `u128` instead of a 3-tuple; the
-//! streams are kept sorted so a walk over the whole set is in comparator order.
+//! (stream, size, address). Stored as one chunked sorted index per stream keyed by
+//! `size << 64 | address` (the shared [`SortedIndex`]: a best-fit lookup is two binary
+//! searches comparing one `u128`, an update shifts one small chunk); the streams are kept
+//! sorted so a walk over the whole set is in comparator order.
 
-use std::collections::BTreeMap;
+use crate::models::sorted_index::{Iter, SortedIndex};
 
 fn key(size: u64, addr: u64) -> u128 {
     (u128::from(size) << 64) | u128::from(addr)
@@ -17,7 +18,7 @@ fn unkey(k: u128) -> (u64, u64) {
 #[derive(Debug, Clone, Default)]
 pub(super) struct FreeIndex {
     /// Sorted by stream.
-    streams: Vec<(u64, BTreeMap<u128, u32>)>,
+    streams: Vec<(u64, SortedIndex<u128>)>,
     len: usize,
 }
 
@@ -31,11 +32,11 @@ impl FreeIndex {
         let at = match self.find(stream) {
             Ok(at) => at,
             Err(at) => {
-                self.streams.insert(at, (stream, BTreeMap::new()));
+                self.streams.insert(at, (stream, SortedIndex::default()));
                 at
             }
         };
-        if self.streams[at].1.insert(key(size, addr), i).is_none() {
+        if self.streams[at].1.insert(key(size, addr), i) {
             self.len += 1;
         }
     }
@@ -45,11 +46,28 @@ impl FreeIndex {
         let Ok(at) = self.find(stream) else {
             return false;
         };
-        let removed = self.streams[at].1.remove(&key(size, addr)).is_some();
+        let removed = self.streams[at].1.remove(key(size, addr)).is_some();
         if removed {
             self.len -= 1;
         }
         removed
+    }
+
+    /// Moves the entry `old` = (size, addr) of `stream` to `new` for block `i` (remove then
+    /// insert, in one pass where the order allows); whether `old` was there.
+    pub(super) fn reposition(
+        &mut self,
+        stream: u64,
+        old: (u64, u64),
+        new: (u64, u64),
+        i: u32,
+    ) -> bool {
+        let Ok(at) = self.find(stream) else {
+            return false;
+        };
+        self.streams[at]
+            .1
+            .reposition(key(old.0, old.1), key(new.0, new.1), i)
     }
 
     /// Blocks of `stream` with size ≥ `size`, smallest first (ties: lowest address):
@@ -59,12 +77,13 @@ impl FreeIndex {
         stream: u64,
         size: u64,
     ) -> impl Iterator<Item = (u64, u64, u32)> + '_ {
-        let m = self.find(stream).ok().map(|at| &self.streams[at].1);
-        m.into_iter().flat_map(move |m| {
-            m.range(key(size, 0)..).map(|(&k, &v)| {
-                let (s, a) = unkey(k);
-                (s, a, v)
-            })
+        let it = match self.find(stream) {
+            Ok(at) => self.streams[at].1.iter_from(key(size, 0)),
+            Err(_) => Iter::default(),
+        };
+        it.map(|(k, v)| {
+            let (s, a) = unkey(k);
+            (s, a, v)
         })
     }
 
@@ -76,7 +95,7 @@ impl FreeIndex {
     ) -> impl Iterator<Item = (u64, u64, u32)> + '_ {
         let m = self.find(stream).ok().map(|at| &self.streams[at].1);
         m.into_iter().flat_map(move |m| {
-            m.range(..key(size, 0)).rev().map(|(&k, &v)| {
+            m.iter_below_rev(key(size, 0)).map(|(k, v)| {
                 let (s, a) = unkey(k);
                 (s, a, v)
             })
@@ -86,7 +105,7 @@ impl FreeIndex {
     /// Every block in comparator order: `(stream, size, addr, index)`.
     pub(super) fn iter(&self) -> impl Iterator<Item = (u64, u64, u64, u32)> + '_ {
         self.streams.iter().flat_map(|(st, m)| {
-            m.iter().map(move |(&k, &v)| {
+            m.iter().map(move |(k, v)| {
                 let (s, a) = unkey(k);
                 (*st, s, a, v)
             })
@@ -102,10 +121,15 @@ impl FreeIndex {
     pub(super) fn largest(&self) -> u64 {
         self.streams
             .iter()
-            .filter_map(|(_, m)| m.keys().next_back())
-            .map(|&k| unkey(k).0)
+            .filter_map(|(_, m)| m.last())
+            .map(|(k, _)| unkey(k).0)
             .max()
             .unwrap_or(0)
+    }
+
+    /// The per-stream indexes' own structure.
+    pub(super) fn check(&self) -> Result<(), String> {
+        self.streams.iter().try_for_each(|(_, m)| m.check())
     }
 
     /// Number of blocks.

@@ -363,10 +363,39 @@ impl PyTorchModel {
         let (stream, size, addr) = (b.stream, b.size, b.addr);
         let pool = b.pool as usize;
         if self.pools[pool].blocks.remove(stream, size, addr) {
-            self.free_holes -= 1;
-            if self.largest_free_cache.get().is_some_and(|l| l <= size) {
-                self.largest_free_cache.set(None);
-            }
+            self.removed_free(size);
+        }
+    }
+
+    /// The counters' side of taking a free block of `size` out of its pool.
+    fn removed_free(&mut self, size: u64) {
+        self.free_holes -= 1;
+        if self.largest_free_cache.get().is_some_and(|l| l <= size) {
+            self.largest_free_cache.set(None);
+        }
+    }
+
+    /// `remove_free` of the entry `(old_size, old_addr)` followed by `insert_free(i)`, as
+    /// one move inside the pool's index where the order allows (`i` is the block that
+    /// entry stood for, split or merged since; same pool and stream).
+    fn reindex_free(&mut self, i: u32, old_size: u64, old_addr: u64) {
+        let (pool, stream, size, addr) = {
+            let b = self.b(i);
+            (b.pool, b.stream, b.size, b.addr)
+        };
+        self.removed_free(old_size);
+        let count = self.pools[pool as usize].get_free_blocks_call_count;
+        self.bm(i).gc_base = count;
+        let moved = self.pools[pool as usize].blocks.reposition(
+            stream,
+            (old_size, old_addr),
+            (size, addr),
+            i,
+        );
+        debug_assert!(moved, "free block ({old_size}, {old_addr:#x}) not indexed");
+        self.free_holes += 1;
+        if let Some(l) = self.largest_free_cache.get() {
+            self.largest_free_cache.set(Some(l.max(size)));
         }
     }
 
@@ -393,11 +422,29 @@ impl PyTorchModel {
 
     /// `try_merge_blocks(dst, src)`: absorbs the free neighbour `src` into `dst`.
     fn try_merge(&mut self, dst: u32, src: u32) -> u64 {
+        self.try_merge_reusing(dst, src, None)
+    }
+
+    /// `try_merge_blocks(dst, src)`. With `reuse` holding `None`, a mapped `src`'s index
+    /// entry is left in place (counted as removed) and named in `reuse`, for the caller to
+    /// move to the merged block with [`Self::reindex_free`].
+    fn try_merge_reusing(
+        &mut self,
+        dst: u32,
+        src: u32,
+        reuse: Option<&mut Option<(u64, u64)>>,
+    ) -> u64 {
         if src == NIL || !self.free_mergeable(src) || self.b(dst).mapped != self.b(src).mapped {
             return 0;
         }
         if self.b(src).mapped {
-            self.remove_free(src);
+            match reuse {
+                Some(slot @ None) => {
+                    let b = self.b(src);
+                    *slot = Some((b.size, b.addr));
+                }
+                _ => self.remove_free(src),
+            }
         } else {
             self.remove_unmapped(src);
         }
@@ -472,7 +519,8 @@ impl PyTorchModel {
         if size >= m && bsize >= size.saturating_add(self.cfg.max_non_split_rounding_bytes) {
             return None;
         }
-        self.remove_free(idx);
+        // Still in the pool: `alloc_found_block` takes it out (or moves its entry to the
+        // remainder of a split).
         Some(idx)
     }
 
@@ -645,11 +693,7 @@ impl PyTorchModel {
             blk.mapped = true;
             blk.size = mapped;
         }
-        let prev = self.b(b).prev;
-        self.try_merge(b, prev);
-        let next = self.b(b).next;
-        self.try_merge(b, next);
-        self.insert_free(b);
+        self.merge_free(b);
         self.reserved_bytes += mapped;
         self.segment_ops += 1;
         out.push(ModelEvent {
@@ -951,8 +995,19 @@ impl PyTorchModel {
         }
     }
 
-    /// `alloc_found_block`: carves the request from the low end of the block.
-    fn alloc_found_block(&mut self, i: u32, orig: u64, size: u64, split: bool) -> u32 {
+    /// `alloc_found_block`: carves the request from the low end of the block. `indexed`:
+    /// the block is still in its pool's free index (found by `get_free_block`).
+    fn alloc_found_block(
+        &mut self,
+        i: u32,
+        orig: u64,
+        size: u64,
+        split: bool,
+        indexed: bool,
+    ) -> u32 {
+        if indexed && !split {
+            self.remove_free(i);
+        }
         let blk = if split {
             let r = self.b(i).clone();
             let nb = self.new_block(Block {
@@ -978,7 +1033,11 @@ impl PyTorchModel {
                 rem.addr += size;
                 rem.size -= size;
             }
-            self.insert_free(i);
+            if indexed {
+                self.reindex_free(i, r.size, r.addr);
+            } else {
+                self.insert_free(i);
+            }
             nb
         } else {
             let b = self.bm(i);
@@ -1012,11 +1071,22 @@ impl PyTorchModel {
             b.pending = false;
             b.allocated = false;
         }
+        self.merge_free(i);
+    }
+
+    /// Merges the mapped free block `i` with its free neighbours and puts it into its
+    /// pool: a merged neighbour's index entry is moved to the result rather than removed
+    /// and a new one inserted.
+    fn merge_free(&mut self, i: u32) {
+        let mut reuse = None;
         let prev = self.b(i).prev;
-        self.try_merge(i, prev);
+        self.try_merge_reusing(i, prev, Some(&mut reuse));
         let next = self.b(i).next;
-        self.try_merge(i, next);
-        self.insert_free(i);
+        self.try_merge_reusing(i, next, Some(&mut reuse));
+        match reuse {
+            Some((size, addr)) => self.reindex_free(i, size, addr),
+            None => self.insert_free(i),
+        }
     }
 
     /// Free bytes and holes of one pool on one stream, and its largest free block.
@@ -1158,6 +1228,7 @@ impl Allocator for PyTorchModel {
         let pool = self.pool_index(req.pool, small);
         let alloc_size = self.allocation_size(size);
         let mut found = self.get_free_block(pool, stream, size);
+        let indexed = found.is_some();
         if found.is_none() {
             if self.gc_enabled() {
                 self.garbage_collect(dev, out);
@@ -1202,7 +1273,7 @@ impl Allocator for PyTorchModel {
             });
         };
         let split = self.should_split(i, size);
-        let blk = self.alloc_found_block(i, orig, size, split);
+        let blk = self.alloc_found_block(i, orig, size, split, indexed);
         let addr = self.b(blk).addr;
         out.push(ModelEvent {
             action: Action::Alloc,
@@ -1412,6 +1483,7 @@ impl Allocator for PyTorchModel {
             ));
         }
         for p in &self.pools {
+            p.blocks.check()?;
             for (stream, size, addr, i) in p.blocks.iter() {
                 let b = self.b(i);
                 if (b.stream, b.size, b.addr) != (stream, size, addr)
