@@ -40,7 +40,10 @@ pub struct TimelineState {
     pub bands_drawn: usize,
     /// Where the plot was drawn last frame (tests click into it).
     pub last_plot: Option<Rect>,
-    cache: Option<(CacheKey, Vec<Shape>)>,
+    /// The metric lines of the last view, tessellated once: scrubbing only moves the
+    /// cursor, and re-tessellating thousands of anti-aliased line points every frame was
+    /// most of a frame's CPU time (`benches/frame.rs`).
+    cache: Option<(CacheKey, Shape)>,
 }
 
 impl Default for TimelineState {
@@ -62,6 +65,7 @@ impl Default for TimelineState {
 #[derive(Debug, Clone, PartialEq)]
 struct CacheKey {
     rect: Rect,
+    pixels_per_point: f32,
     view: (f64, f64),
     axis: Axis,
     ymax: f64,
@@ -267,6 +271,7 @@ pub fn timeline_ui(
         Mode::Metrics => {
             let key = CacheKey {
                 rect: outer,
+                pixels_per_point: ui.ctx().pixels_per_point(),
                 view: (lo, hi),
                 axis: st.axis,
                 ymax,
@@ -287,10 +292,10 @@ pub fn timeline_ui(
             };
             if st.cache.as_ref().is_none_or(|(k, _)| *k != key) {
                 let shapes = metric_shapes(st, doc, &xm, ymax, frag_rect);
-                st.cache = Some((key, shapes));
+                st.cache = Some((key, tessellated(ui.ctx(), shapes)));
             }
-            if let Some((_, shapes)) = &st.cache {
-                painter.extend(shapes.iter().cloned());
+            if let Some((_, mesh)) = &st.cache {
+                painter.add(mesh.clone());
             }
             if st.show_fragmentation && frag_rect.height() > 4.0 {
                 painter.text(
@@ -545,6 +550,20 @@ fn metric_shapes(
         ));
     }
     shapes
+}
+
+/// `shapes` (lines and outlines, no text or circles) as one mesh, tessellated as egui
+/// would tessellate them at this scale.
+fn tessellated(ctx: &egui::Context, shapes: Vec<Shape>) -> Shape {
+    let options = ctx.tessellation_options(|o| *o);
+    // Lines need neither the font atlas nor the prepared discs.
+    let mut tess =
+        egui::epaint::Tessellator::new(ctx.pixels_per_point(), options, [1, 1], Vec::new());
+    let mut mesh = egui::epaint::Mesh::default();
+    for shape in shapes {
+        tess.tessellate_shape(shape, &mut mesh);
+    }
+    Shape::mesh(mesh)
 }
 
 /// The envelope of `env` over the visible range, one min/max pair per point column.
