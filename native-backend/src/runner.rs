@@ -203,6 +203,13 @@ impl Runner {
         self.rx.recv_timeout(timeout).ok()
     }
 
+    /// Whether the replay thread has ended (its last messages may still wait in
+    /// [`Runner::drain`]), so that a relay can tell a quiet moment from the end.
+    #[must_use]
+    pub fn is_finished(&self) -> bool {
+        self.thread.as_ref().is_none_or(JoinHandle::is_finished)
+    }
+
     /// Waits for the run to end and returns the messages not taken yet.
     #[must_use]
     pub fn wait(mut self) -> Vec<Message> {

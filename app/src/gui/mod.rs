@@ -8,6 +8,8 @@ pub mod engine;
 pub mod envelope;
 pub mod examples;
 pub mod io;
+#[cfg(feature = "cuda")]
+pub mod live;
 pub mod memory_map;
 mod panels;
 pub mod render;
@@ -154,6 +156,9 @@ pub struct AllocsimApp {
     /// Last first-frame time, in milliseconds.
     pub last_load_ms: Option<f64>,
     marked_layout: Option<u32>,
+    /// The live CUDA replay panel (desktop builds with CUDA support only).
+    #[cfg(feature = "cuda")]
+    pub live: live::LivePanel,
 }
 
 impl std::fmt::Debug for AllocsimApp {
@@ -224,6 +229,8 @@ impl AllocsimApp {
             timing: LoadTiming::default(),
             last_load_ms: None,
             marked_layout: None,
+            #[cfg(feature = "cuda")]
+            live: live::LivePanel::default(),
         }
     }
 
@@ -296,6 +303,11 @@ impl AllocsimApp {
                 done: false,
             };
         }
+        #[cfg(feature = "cuda")]
+        self.live.opening(live::LiveSource::Snapshot {
+            name: name.clone(),
+            bytes: Arc::from(bytes.as_slice()),
+        });
         self.engine.send(Request::Load { job, name, bytes });
     }
 
@@ -427,6 +439,9 @@ impl AllocsimApp {
                     return;
                 }
                 self.load_job = None;
+                #[cfg(feature = "cuda")]
+                self.live.loaded();
+                self.timeline.overlays.clear();
                 let trace = Arc::new(*trace);
                 let seconds = state::seconds_of(&trace);
                 let bands = QuadSet::new(state::band_quads(&trace, &seconds, &|_| true, None));
@@ -685,6 +700,9 @@ impl AllocsimApp {
             name: spec.to_string(),
             done: false,
         };
+        #[cfg(feature = "cuda")]
+        self.live
+            .opening(live::LiveSource::Workload(spec.to_string()));
         self.engine.send(Request::Workload {
             job,
             spec: spec.to_string(),
@@ -751,6 +769,10 @@ impl AllocsimApp {
     pub fn ui(&mut self, ui: &mut egui::Ui) {
         let ctx = ui.ctx().clone();
         self.pump(&ctx);
+        #[cfg(feature = "cuda")]
+        if self.live.pump() {
+            self.timeline.overlays = self.live.overlays();
+        }
         self.keys(&ctx);
         panels::top_bar_ui(ui, self);
         panels::status_bar_ui(ui, self);
@@ -965,3 +987,6 @@ pub fn run_native(path: Option<std::path::PathBuf>) -> Result<(), String> {
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(all(test, feature = "cuda"))]
+mod live_tests;

@@ -239,6 +239,11 @@ pub(super) fn side_panel_ui(ui: &mut Ui, app: &mut AllocsimApp) {
             ui.separator();
             selection_ui(ui, app);
             oom_ui(ui, app);
+            #[cfg(feature = "cuda")]
+            {
+                ui.separator();
+                super::live::live_section_ui(ui, app);
+            }
             if let Some(doc) = &app.doc
                 && !doc.trace.notes.is_empty()
             {
@@ -778,6 +783,9 @@ fn legend_ui(ui: &mut Ui, app: &AllocsimApp) {
     match app.timeline.mode {
         Mode::Metrics => {
             ui.weak("thick: reserved · thin: allocated · faint: largest free block");
+            for o in &app.timeline.overlays {
+                ui.colored_label(o.color, &o.label);
+            }
         }
         Mode::Bands => {
             ui.weak("every live allocation stacked, coloured by call site; lines: reserved");

@@ -32,6 +32,10 @@ pub const ERROR_BG: Color32 = Color32::from_rgb(90, 24, 24);
 pub const OK_TEXT: Color32 = Color32::from_rgb(110, 200, 120);
 pub const BAD_TEXT: Color32 = Color32::from_rgb(240, 110, 100);
 
+/// The live CUDA replay's curves: the GPU's real usage, and the simulation run beside it.
+pub const LIVE_REAL: Color32 = Color32::from_rgb(245, 245, 245);
+pub const LIVE_SIM: Color32 = Color32::from_rgb(150, 190, 255);
+
 /// One colour per compared configuration (slot), repeating.
 pub const SLOTS: [Color32; 6] = [
     Color32::from_rgb(66, 133, 244),

@@ -26,6 +26,16 @@ pub enum Axis {
     Time,
 }
 
+/// An extra curve over ops, drawn over the metric lines (the live CUDA replay's).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Overlay {
+    pub label: String,
+    pub color: Color32,
+    pub dashed: bool,
+    /// (op, bytes), ops ascending.
+    pub points: Vec<(u32, u64)>,
+}
+
 /// The timeline's view state.
 #[derive(Debug, Clone)]
 pub struct TimelineState {
@@ -40,6 +50,8 @@ pub struct TimelineState {
     pub bands_drawn: usize,
     /// Where the plot was drawn last frame (tests click into it).
     pub last_plot: Option<Rect>,
+    /// Extra curves drawn in metric mode.
+    pub overlays: Vec<Overlay>,
     /// The metric lines of the last view, tessellated once: scrubbing only moves the
     /// cursor, and re-tessellating thousands of anti-aliased line points every frame was
     /// most of a frame's CPU time (`benches/frame.rs`).
@@ -57,6 +69,7 @@ impl Default for TimelineState {
             show_fragmentation: true,
             bands_drawn: 0,
             last_plot: None,
+            overlays: Vec::new(),
             cache: None,
         }
     }
@@ -253,6 +266,10 @@ pub fn timeline_ui(
     }
     if st.mode == Mode::Bands {
         ymax = ymax.max(doc.trace.bands.peak_bytes as f64);
+    } else {
+        for o in &st.overlays {
+            ymax = o.points.iter().fold(ymax, |m, p| m.max(p.1 as f64));
+        }
     }
     let ymax = if ymax <= 0.0 { MIB } else { ymax * 1.06 };
     let to_y = |bytes: f64| plot.bottom() - (bytes / ymax * f64::from(plot.height())) as f32;
@@ -296,6 +313,9 @@ pub fn timeline_ui(
             }
             if let Some((_, mesh)) = &st.cache {
                 painter.add(mesh.clone());
+            }
+            for o in &st.overlays {
+                painter.extend(overlay_shapes(st, doc, &xm, o, &to_y));
             }
             if st.show_fragmentation && frag_rect.height() > 4.0 {
                 painter.text(
@@ -564,6 +584,44 @@ fn tessellated(ctx: &egui::Context, shapes: Vec<Shape>) -> Shape {
         tess.tessellate_shape(shape, &mut mesh);
     }
     Shape::mesh(mesh)
+}
+
+/// An overlay's polyline over the visible range (with one point either side, so the line
+/// reaches the edges), as steps: a value holds until the next point.
+fn overlay_shapes(
+    st: &TimelineState,
+    doc: &Document,
+    xm: &XMap,
+    o: &Overlay,
+    to_y: &dyn Fn(f64) -> f32,
+) -> Vec<Shape> {
+    let first = o
+        .points
+        .partition_point(|p| st.x_of_op(doc, p.0) < xm.lo)
+        .saturating_sub(1);
+    let last = o
+        .points
+        .partition_point(|p| st.x_of_op(doc, p.0) <= xm.hi)
+        .min(o.points.len().saturating_sub(1));
+    let mut pts: Vec<Pos2> = Vec::new();
+    let clamp = |x: f32| x.clamp(xm.rect.left(), xm.rect.right());
+    for &(op, bytes) in o.points.get(first..=last).unwrap_or(&[]) {
+        let x = clamp(xm.to_screen(st.x_of_op(doc, op)));
+        let y = to_y(bytes as f64);
+        if let Some(prev) = pts.last().copied() {
+            pts.push(pos2(x, prev.y));
+        }
+        pts.push(pos2(x, y));
+    }
+    if pts.len() < 2 {
+        return Vec::new();
+    }
+    let stroke = Stroke::new(1.5, o.color);
+    if o.dashed {
+        Shape::dashed_line(&pts, stroke, 6.0, 4.0)
+    } else {
+        vec![Shape::line(pts, stroke)]
+    }
 }
 
 /// The envelope of `env` over the visible range, one min/max pair per point column.
