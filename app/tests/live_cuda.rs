@@ -107,6 +107,10 @@ fn live_replay_with_a_balloon_is_refused_by_the_driver() {
         r.first_refusal.real_event_index.is_some(),
         "the driver refused: {r:?}"
     );
+    assert_eq!(
+        r.first_refusal.real_event_index, r.first_refusal.simulated_event_index,
+        "the driver refuses at the request where the simulation does"
+    );
     assert_eq!(r.leaked_bytes, 0, "the balloon and the replay given back");
     println!(
         "balloon leaving {:?} bytes: first refusal real {:?} sim {:?}; OOM real {:?} sim {:?}",
@@ -142,6 +146,19 @@ fn stopping_a_live_replay_gives_everything_back() {
     assert!(r.ops_replayed < r.ops, "{} of {}", r.ops_replayed, r.ops);
     assert_eq!(r.leaked_bytes, 0, "a stopped replay gives everything back");
     println!("stopped after {} of {} ops", r.ops_replayed, r.ops);
+}
+
+#[test]
+fn the_balloon_replaces_the_cap() {
+    let opts = oom_story(true).options().expect("options");
+    assert_eq!(opts.capacity_bytes, None, "the driver refuses, not a cap");
+    assert_eq!(opts.balloon_free_bytes, OOM_STORY.cap_bytes());
+    let opts = oom_story(false).options().expect("options");
+    assert_eq!(opts.capacity_bytes, OOM_STORY.cap_bytes());
+    assert_eq!(opts.balloon_free_bytes, None);
+    let mut no_cap = oom_story(true);
+    no_cap.capacity_bytes = None;
+    assert!(no_cap.options().is_err(), "a balloon needs a cap");
 }
 
 #[test]

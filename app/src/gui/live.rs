@@ -57,15 +57,17 @@ impl LiveRequest {
     /// The replay options of this request.
     pub fn options(&self) -> Result<CudaReplayOptions, String> {
         let spec = ModelSpec::parse(&self.spec).map_err(|e| format!("{}: {e}", self.spec))?;
-        let balloon_free_bytes = match (self.balloon, self.capacity_bytes) {
-            (true, Some(c)) => Some(c),
+        // With the balloon the driver itself refuses at the cap: no cap on top of it (as
+        // `cuda-replay --balloon`).
+        let (capacity_bytes, balloon_free_bytes) = match (self.balloon, self.capacity_bytes) {
+            (true, Some(c)) => (None, Some(c)),
             (true, None) => return Err("the balloon needs a memory cap".into()),
-            (false, _) => None,
+            (false, c) => (c, None),
         };
         Ok(CudaReplayOptions {
             mode: Mode::Model,
             spec,
-            capacity_bytes: self.capacity_bytes,
+            capacity_bytes,
             balloon_free_bytes,
             verify_data: false,
             trace_device: self.trace_device,
@@ -88,14 +90,14 @@ pub fn build_trace(source: &LiveSource) -> Result<Trace, String> {
 /// (`Done`, `Unavailable` or `Failed`). Setting `stop` stops the replay (a `Done` with
 /// `stopped` follows). What the panel's thread runs; the GPU machine's headless test too.
 pub fn run_live(req: &LiveRequest, stop: &AtomicBool, send: &mut dyn FnMut(Message)) {
-    // Ask for the device first: without CUDA there is no point decoding the trace.
-    if let Err(Unavailable { reason }) = allocsim_native::probe(req.ordinal) {
-        return send(Message::Unavailable { reason });
-    }
     let opts = match req.options() {
         Ok(o) => o,
         Err(message) => return send(Message::Failed { message }),
     };
+    // Ask for the device before decoding: without CUDA there is no point.
+    if let Err(Unavailable { reason }) = allocsim_native::probe(req.ordinal) {
+        return send(Message::Unavailable { reason });
+    }
     let trace = match build_trace(&req.source) {
         Ok(t) => Arc::new(t),
         Err(message) => return send(Message::Failed { message }),
