@@ -375,13 +375,13 @@ impl LivePanel {
             .collect();
         vec![
             Overlay {
-                label: "GPU used (cuMemGetInfo)".into(),
+                label: "GPU used (live)".into(),
                 color: theme::LIVE_REAL,
                 dashed: false,
                 points: real,
             },
             Overlay {
-                label: "simulated reserved (live run)".into(),
+                label: "simulated (live)".into(),
                 color: theme::LIVE_SIM,
                 dashed: true,
                 points: sim,

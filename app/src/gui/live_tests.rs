@@ -195,10 +195,7 @@ fn a_recorded_run_draws_its_curves_and_stops_when_asked() {
         .collect();
     assert_eq!(overlays[0].points, real);
     assert_eq!(overlays[1].points.len(), shown.len());
-    assert!(
-        has_text(&h, "GPU used (cuMemGetInfo)"),
-        "the legend names it"
-    );
+    assert!(has_text(&h, "GPU used (live)"), "the legend names it");
     assert!(
         h.get_by_label("Replay on the GPU")
             .accesskit_node()

@@ -727,7 +727,9 @@ pub(super) fn central_ui(ui: &mut Ui, app: &mut AllocsimApp) {
             });
             return;
         }
-        ui.horizontal(|ui| {
+        // Wrapped: the legend grows with the live replay's curves, and must not widen
+        // the panel past the window.
+        ui.horizontal_wrapped(|ui| {
             ui.selectable_value(&mut app.timeline.mode, Mode::Metrics, "Metrics");
             ui.selectable_value(&mut app.timeline.mode, Mode::Bands, "Allocations");
             ui.separator();
