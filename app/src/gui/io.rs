@@ -93,6 +93,26 @@ impl EngineHandle {
                         let mut batch = vec![req];
                         batch.extend(req_rx.try_iter());
                         for req in coalesce(batch) {
+                            if let Request::MinCapacity { job, slot, spec } = req {
+                                // Beside the engine, so that layouts go on during the search.
+                                let work = engine.detached_min_capacity(job, slot, spec);
+                                let (tx, ctx) = (resp_tx.clone(), ctx.clone());
+                                let started = std::thread::Builder::new()
+                                    .name("allocsim-min-capacity".into())
+                                    .spawn(move || {
+                                        work(&mut |r| {
+                                            let _ = tx.send(r);
+                                            ctx.request_repaint();
+                                        });
+                                    });
+                                if let Err(e) = started {
+                                    let _ = resp_tx.send(Response::Failed {
+                                        job,
+                                        message: format!("cannot start the search: {e}"),
+                                    });
+                                }
+                                continue;
+                            }
                             engine.handle(req, &mut |r| {
                                 let _ = resp_tx.send(r);
                                 ctx.request_repaint();
@@ -483,5 +503,64 @@ mod web {
         {
             let _ = body.set_attribute("data-allocsim-layout", &op.to_string());
         }
+    }
+}
+
+#[cfg(all(test, not(target_arch = "wasm32")))]
+mod tests {
+    use super::{EngineHandle, Request, Response};
+
+    #[test]
+    fn layouts_are_answered_while_a_min_capacity_search_runs() {
+        let ctx = egui::Context::default();
+        let mut e = EngineHandle::spawn(&ctx);
+        e.send(Request::Workload {
+            job: 1,
+            spec: "kvcache:tokens=500".into(),
+        });
+        e.send(Request::Replay {
+            job: 2,
+            slot: 0,
+            spec: "pytorch".into(),
+            capacity_bytes: None,
+        });
+        // The search replays the trace a dozen times beside the engine; the layout asked
+        // after it is answered first.
+        e.send(Request::MinCapacity {
+            job: 3,
+            slot: 0,
+            spec: "pytorch".into(),
+        });
+        e.send(Request::Layout {
+            job: 4,
+            slot: 0,
+            op: 10,
+        });
+        let mut order = Vec::new();
+        let start = std::time::Instant::now();
+        while order.len() < 2 {
+            assert!(start.elapsed().as_secs() < 120, "no answer: {order:?}");
+            for r in e.poll() {
+                match r {
+                    Response::Layout { job: 4, layout, .. } => {
+                        assert_eq!(layout.op, 10);
+                        order.push(4);
+                    }
+                    Response::MinCapacity {
+                        job: 3,
+                        bytes,
+                        slot,
+                    } => {
+                        assert_eq!(slot, 0);
+                        assert!(bytes > 0);
+                        order.push(3);
+                    }
+                    Response::Failed { job, message } => panic!("job {job}: {message}"),
+                    _ => {}
+                }
+            }
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        }
+        assert_eq!(order, [4, 3]);
     }
 }

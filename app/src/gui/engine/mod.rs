@@ -7,6 +7,8 @@
 pub mod bands;
 pub mod wire;
 
+use std::sync::Arc;
+
 use allocsim_core::models::{LayoutBlockState, MODEL_NAMES, ModelSpec};
 use allocsim_core::replay::{self, Outcome, ReplayOptions, ReplayResult};
 use allocsim_core::trace::{DeviceTrace, OpKind, Trace};
@@ -26,7 +28,8 @@ struct Slot {
 /// The engine's state: the loaded trace and one replay per compare slot.
 #[derive(Default)]
 pub struct Engine {
-    trace: Option<Trace>,
+    /// Shared with work that runs beside the engine ([`Engine::detached_min_capacity`]).
+    trace: Option<Arc<Trace>>,
     reports: Vec<DeviceReport>,
     name: String,
     device: usize,
@@ -131,7 +134,7 @@ impl Engine {
                 match workloads::generate(&spec) {
                     Ok(trace) => {
                         self.device = 0;
-                        self.trace = Some(trace);
+                        self.trace = Some(Arc::new(trace));
                         self.reports = Vec::new();
                         self.name = spec;
                         self.slots.clear();
@@ -163,7 +166,7 @@ impl Engine {
         match session::load(bytes, None) {
             Ok(v) => {
                 self.device = v.trace.busiest_device();
-                self.trace = Some(v.trace);
+                self.trace = Some(Arc::new(v.trace));
                 self.reports = v.devices;
                 self.name = name;
                 self.slots.clear();
@@ -443,18 +446,49 @@ impl Engine {
         spec: &str,
         emit: &mut dyn FnMut(Response),
     ) -> Result<u64, String> {
-        let trace = self.trace.as_ref().ok_or("no trace is loaded")?;
-        let parsed = ModelSpec::parse(spec)?;
-        let m = whatif::min_capacity(trace, self.device, &parsed, &mut |done, total| {
-            emit(Response::Progress {
-                job,
-                stage: format!("min capacity of {spec}"),
-                fraction: done as f32 / total.max(1) as f32,
-            });
-        })
-        .map_err(|e| e.to_string())?;
-        Ok(m.min_capacity_bytes)
+        min_capacity_of(self.trace.as_deref(), self.device, job, spec, emit)
     }
+
+    /// [`Request::MinCapacity`] as work that needs nothing of the engine but the trace,
+    /// for a host that runs it beside the engine (natively: on its own thread): a search
+    /// replays the trace a dozen times, and layouts keep coming meanwhile. It emits what
+    /// [`Engine::handle`] would.
+    pub fn detached_min_capacity(
+        &self,
+        job: u64,
+        slot: u32,
+        spec: String,
+    ) -> impl FnOnce(&mut dyn FnMut(Response)) + Send + 'static {
+        let (trace, device) = (self.trace.clone(), self.device);
+        move |emit: &mut dyn FnMut(Response)| {
+            let r = min_capacity_of(trace.as_deref(), device, job, &spec, emit);
+            emit(match r {
+                Ok(bytes) => Response::MinCapacity { job, slot, bytes },
+                Err(message) => Response::Failed { job, message },
+            });
+        }
+    }
+}
+
+/// The smallest capacity on which `spec` runs device `device` of `trace`, with progress.
+fn min_capacity_of(
+    trace: Option<&Trace>,
+    device: usize,
+    job: u64,
+    spec: &str,
+    emit: &mut dyn FnMut(Response),
+) -> Result<u64, String> {
+    let trace = trace.ok_or("no trace is loaded")?;
+    let parsed = ModelSpec::parse(spec)?;
+    let m = whatif::min_capacity(trace, device, &parsed, &mut |done, total| {
+        emit(Response::Progress {
+            job,
+            stage: format!("min capacity of {spec}"),
+            fraction: done as f32 / total.max(1) as f32,
+        });
+    })
+    .map_err(|e| e.to_string())?;
+    Ok(m.min_capacity_bytes)
 }
 
 fn row(spec: String, r: &ReplayResult, recommended: bool) -> WhatIfRow {
