@@ -122,17 +122,22 @@ impl LargestFree {
     }
 
     fn remove(&mut self, size: u64) {
-        if let Some(c) = self.counts.get_mut(&size) {
-            *c -= 1;
-            if *c == 0 {
-                self.counts.remove(&size);
-            }
+        // One hash lookup; the top can only go stale when the last block of its size goes.
+        let std::collections::hash_map::Entry::Occupied(mut e) = self.counts.entry(size) else {
+            return;
+        };
+        *e.get_mut() -= 1;
+        if *e.get() > 0 {
+            return;
         }
-        while let Some(&top) = self.heap.peek() {
-            if self.counts.contains_key(&top) {
-                break;
+        e.remove();
+        if self.heap.peek() == Some(&size) {
+            while let Some(&top) = self.heap.peek() {
+                if self.counts.contains_key(&top) {
+                    break;
+                }
+                self.heap.pop();
             }
-            self.heap.pop();
         }
         // Stale sizes below the top accumulate; rebuild when they dominate.
         if self.heap.len() > 2 * self.counts.len() + 64 {

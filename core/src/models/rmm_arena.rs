@@ -66,21 +66,41 @@ struct Superblock {
 #[derive(Debug, Clone)]
 pub struct RmmArenaModel {
     arena_bytes_cfg: Option<u64>,
+    /// The blocks, keyed by address in the free index: a superblock's free blocks are the
+    /// key range of its address range, and a block that grows or shrinks at its high end
+    /// keeps its key.
     arena: Arena,
     sbs: Vec<Superblock>,
     free_sb_slots: Vec<u32>,
-    /// The global arena's superblocks with a free block, by address (the ones its first
-    /// fit looks at; the others are marked `listed` without an entry here).
-    global_avail: BTreeMap<u64, u32>,
-    /// Each stream arena's superblocks by address.
-    streams: BTreeMap<u64, BTreeMap<u64, u32>>,
+    /// The global arena's superblocks with a free block, as (base, superblock) sorted by
+    /// base (the ones its first fit looks at; the other global superblocks are `listed`
+    /// without an entry here). Exactly the listed superblocks with `max_free > 0`.
+    global_avail: Vec<(u64, u32)>,
+    /// Each stream arena's superblocks as (base, superblock) sorted by base.
+    streams: BTreeMap<u64, Vec<(u64, u32)>>,
     /// Set at the first request: the upstream allocation failed.
     init_error: Option<String>,
     initialized: bool,
 }
 
-fn key(sb: u32, addr: u64) -> common::FreeKey {
-    FreeKey::new(u64::from(sb), 0, addr)
+/// The free-index key of the free block at `addr`.
+fn key(addr: u64) -> FreeKey {
+    FreeKey::new(0, 0, addr)
+}
+
+/// Inserts (base, sb) into a list sorted by base (replacing an entry with that base).
+fn sorted_insert(v: &mut Vec<(u64, u32)>, base: u64, sb: u32) {
+    match v.binary_search_by_key(&base, |e| e.0) {
+        Ok(p) => v[p].1 = sb,
+        Err(p) => v.insert(p, (base, sb)),
+    }
+}
+
+/// Removes the entry with `base` from a list sorted by base, if there is one.
+fn sorted_remove(v: &mut Vec<(u64, u32)>, base: u64) {
+    if let Ok(p) = v.binary_search_by_key(&base, |e| e.0) {
+        v.remove(p);
+    }
 }
 
 impl RmmArenaModel {
@@ -102,7 +122,7 @@ impl RmmArenaModel {
             arena: Arena::new(),
             sbs: Vec::new(),
             free_sb_slots: Vec::new(),
-            global_avail: BTreeMap::new(),
+            global_avail: Vec::new(),
             streams: BTreeMap::new(),
             init_error: None,
             initialized: false,
@@ -129,26 +149,36 @@ impl RmmArenaModel {
         s.free_bytes == s.size
     }
 
+    /// The free-index key range of superblock `sb`'s blocks.
+    fn sb_keys(&self, sb: u32) -> (FreeKey, FreeKey) {
+        let s = &self.sbs[sb as usize];
+        (key(s.base), key(s.base + s.size))
+    }
+
     /// Recomputes a superblock's largest free block.
     fn refresh(&mut self, sb: u32) {
+        let (from, to) = self.sb_keys(sb);
         let m = self
             .arena
-            .free_range(key(sb, 0), key(sb + 1, 0))
+            .free_range(from, to)
             .map(|(_, i)| self.arena.b(i).size)
             .max()
             .unwrap_or(0);
         self.set_max_free(sb, m);
     }
 
-    /// Sets a superblock's largest free block, keeping the global first-fit set in step.
+    /// Sets a superblock's largest free block, keeping the global first-fit set in step
+    /// (a listed superblock is in it exactly while its largest free block is not 0).
     fn set_max_free(&mut self, sb: u32, m: u64) {
-        self.sbs[sb as usize].max_free = m;
-        let s = &self.sbs[sb as usize];
-        if s.listed {
+        let s = &mut self.sbs[sb as usize];
+        let old = s.max_free;
+        s.max_free = m;
+        if s.listed && (old == 0) != (m == 0) {
+            let base = s.base;
             if m > 0 {
-                self.global_avail.insert(s.base, sb);
+                sorted_insert(&mut self.global_avail, base, sb);
             } else {
-                self.global_avail.remove(&s.base);
+                sorted_remove(&mut self.global_avail, base);
             }
         }
     }
@@ -159,15 +189,19 @@ impl RmmArenaModel {
         s.owner = None;
         s.listed = true;
         if s.max_free > 0 {
-            self.global_avail.insert(s.base, sb);
+            let base = s.base;
+            sorted_insert(&mut self.global_avail, base, sb);
         }
     }
 
-    /// Takes superblock `sb` out of the global arena's set.
+    /// Takes superblock `sb` (listed) out of the global arena's set.
     fn global_remove(&mut self, sb: u32) {
         let s = &mut self.sbs[sb as usize];
         s.listed = false;
-        self.global_avail.remove(&s.base);
+        if s.max_free > 0 {
+            let base = s.base;
+            sorted_remove(&mut self.global_avail, base);
+        }
     }
 
     fn start(&mut self, dev: &mut dyn Device, stream: u64, out: &mut Vec<ModelEvent>) {
@@ -205,7 +239,7 @@ impl RmmArenaModel {
                     next: common::NIL,
                 });
                 self.arena.bm(b).owner = u64::from(sb);
-                self.arena.insert_free(b, key(sb, addr));
+                self.arena.insert_free(b, key(addr));
                 self.global_insert(sb);
             }
             Err(_) => {
@@ -225,8 +259,9 @@ impl RmmArenaModel {
             // The only free block is the first one (a fresh or empty superblock).
             Some(s.first).filter(|&f| self.arena.b(f).size >= size)?
         } else {
+            let (from, to) = self.sb_keys(sb);
             self.arena
-                .free_range(key(sb, 0), key(sb + 1, 0))
+                .free_range(from, to)
                 .find(|&(_, i)| self.arena.b(i).size >= size)?
                 .1
         };
@@ -235,7 +270,7 @@ impl RmmArenaModel {
             // The remainder takes the block's place in the address-ordered index.
             let t = self.arena.split(i, size);
             let a = self.arena.b(t).addr;
-            self.arena.transfer_index(i, taken, t, key(sb, a));
+            self.arena.transfer_index(i, taken, t, key(a));
         } else {
             self.arena.remove_free(i);
             self.sbs[sb as usize].free_blocks -= 1;
@@ -254,71 +289,98 @@ impl RmmArenaModel {
         Some(i)
     }
 
-    /// `superblock::coalesce`: puts freed block `i` back into its superblock.
-    fn sb_coalesce(&mut self, sb: u32, i: u32) {
-        let size = self.arena.b(i).size;
-        let owner = u64::from(sb);
-        let (before, after) = (self.arena.b(i).prev, self.arena.b(i).next);
-        let merging = [before, after]
-            .iter()
-            .filter(|&&x| {
-                x != common::NIL && self.arena.b(x).indexed && self.arena.b(x).owner == owner
-            })
-            .count() as u32;
-        self.sbs[sb as usize].free_blocks = self.sbs[sb as usize].free_blocks + 1 - merging;
-        let m = self.arena.coalesce(i, |n| n.owner == owner);
-        let (addr, merged) = (self.arena.b(m).addr, self.arena.b(m).size);
-        self.arena.insert_free(m, key(sb, addr));
-        self.sbs[sb as usize].free_bytes += size;
-        // A merge only grows the largest free block.
-        if merged > self.sbs[sb as usize].max_free {
-            self.set_max_free(sb, merged);
+    /// Merges a run of contiguous free blocks, listed from low to high address, into the
+    /// first; every block but one (the one just freed) is in the free index. Keys are
+    /// addresses, so the survivor keeps the first block's entry, or takes over its right
+    /// neighbour's when the first is the unindexed one (nothing lies between the two): at
+    /// most one index update besides the removal of the others. Returns the survivor.
+    fn merge_run(&mut self, run: &[u32]) -> u32 {
+        let head = run[0];
+        let mut rest = &run[1..];
+        if !self.arena.b(head).indexed {
+            let addr = self.arena.b(head).addr;
+            let Some((&n, more)) = rest.split_first() else {
+                self.arena.insert_free(head, key(addr));
+                return head;
+            };
+            let n_size = self.arena.b(n).size;
+            self.arena.transfer_index(n, n_size, head, key(addr));
+            self.arena.absorb_next_indexed(head);
+            rest = more;
         }
+        for &b in rest {
+            if self.arena.b(b).indexed {
+                self.arena.remove_free(b);
+            }
+            self.arena.absorb_next_indexed(head);
+        }
+        head
     }
 
-    /// `global_arena::first_fit`: takes the first global superblock that fits `size`,
-    /// splitting an empty one that is big enough.
-    fn global_first_fit(&mut self, size: u64) -> Option<u32> {
-        let (_, &sb) = self
+    /// `global_arena::first_fit` and `superblock::first_fit` in the superblock it picks:
+    /// the first global superblock that fits `size`, split when it is empty and big
+    /// enough. Returns the superblock and the block allocated. With `stay` the superblock
+    /// stays in the global arena, else it leaves the global set (for a stream arena).
+    fn global_alloc(&mut self, size: u64, stay: bool) -> Option<(u32, Option<u32>)> {
+        let pos = self
             .global_avail
             .iter()
-            .find(|&(_, &sb)| self.sbs[sb as usize].max_free >= size)?;
-        self.global_remove(sb);
+            .position(|&(_, sb)| self.sbs[sb as usize].max_free >= size)?;
+        let sb = self.global_avail[pos].1;
         let min = SUPERBLOCK_MIN_BYTES.max(size);
-        if self.sb_empty(sb) && self.sbs[sb as usize].size >= min + SUPERBLOCK_MIN_BYTES {
-            let b = self.sbs[sb as usize].first;
-            // The head keeps its key (superblock, address): only the tail is filed anew.
-            let t = self.arena.split_indexed(b, min);
-            let (base, total, next) = {
-                let s = &self.sbs[sb as usize];
-                (s.base, s.size, s.next)
-            };
-            let tail = self.new_sb(Superblock {
-                base: base + min,
-                size: total - min,
-                owner: None,
-                live: true,
-                free_bytes: total - min,
-                max_free: total - min,
-                free_blocks: 1,
-                listed: false,
-                first: t,
-                prev: sb,
-                next,
-            });
-            if next != common::NIL {
-                self.sbs[next as usize].prev = tail;
+        if !(self.sb_empty(sb) && self.sbs[sb as usize].size >= min + SUPERBLOCK_MIN_BYTES) {
+            // Taking the superblock out of the global set and putting it back after, as RMM
+            // does, leaves the set as keeping it there does.
+            if !stay {
+                self.sbs[sb as usize].listed = false;
+                self.global_avail.remove(pos);
             }
-            self.arena.bm(t).owner = u64::from(tail);
-            self.arena.insert_free(t, key(tail, base + min));
-            self.global_insert(tail);
-            let s = &mut self.sbs[sb as usize];
-            s.size = min;
-            s.free_bytes = min;
-            s.max_free = min;
-            s.next = tail;
+            return Some((sb, self.sb_first_fit(sb, size)));
         }
-        Some(sb)
+        let b = self.sbs[sb as usize].first;
+        let (base, total, next) = {
+            let s = &self.sbs[sb as usize];
+            (s.base, s.size, s.next)
+        };
+        // The tail superblock's block takes the head's entry in the index, the tail
+        // superblock the head's entry in the global set (nothing lies between).
+        let t = self.arena.split(b, min);
+        self.arena.transfer_index(b, total, t, key(base + min));
+        let tail = self.new_sb(Superblock {
+            base: base + min,
+            size: total - min,
+            owner: None,
+            live: true,
+            free_bytes: total - min,
+            max_free: total - min,
+            free_blocks: 1,
+            listed: true,
+            first: t,
+            prev: sb,
+            next,
+        });
+        if next != common::NIL {
+            self.sbs[next as usize].prev = tail;
+        }
+        self.arena.bm(t).owner = u64::from(tail);
+        self.global_avail[pos] = (base + min, tail);
+        // The allocation at the low end of the head; the rest of the head stays free.
+        let left = min - size;
+        if left > 0 {
+            let r = self.arena.split(b, size);
+            self.arena.insert_free(r, key(base + size));
+        }
+        let s = &mut self.sbs[sb as usize];
+        s.size = min;
+        s.free_bytes = left;
+        s.max_free = left;
+        s.free_blocks = u32::from(left > 0);
+        s.next = tail;
+        s.listed = stay;
+        if stay && left > 0 {
+            sorted_insert(&mut self.global_avail, base, sb);
+        }
+        Some((sb, Some(b)))
     }
 
     /// `global_arena::coalesce`: a superblock joins the global arena, merging with empty
@@ -362,24 +424,20 @@ impl RmmArenaModel {
     /// One attempt to allocate `size` bytes for `stream`.
     fn try_allocate(&mut self, size: u64, stream: u64) -> Option<u32> {
         if size > SUPERBLOCK_MIN_BYTES {
-            let sb = self.global_first_fit(size)?;
-            let blk = self.sb_first_fit(sb, size);
-            self.global_insert(sb);
-            return blk;
+            return self.global_alloc(size, true)?.1;
         }
-        let found = self.streams.get(&stream).and_then(|m| {
-            m.values()
-                .copied()
+        let found = self.streams.get(&stream).and_then(|v| {
+            v.iter()
+                .map(|&(_, sb)| sb)
                 .find(|&sb| self.sbs[sb as usize].max_free >= size)
         });
         if let Some(sb) = found {
             return self.sb_first_fit(sb, size);
         }
-        let sb = self.global_first_fit(size)?;
-        let blk = self.sb_first_fit(sb, size);
+        let (sb, blk) = self.global_alloc(size, false)?;
         self.sbs[sb as usize].owner = Some(stream);
         let b = self.sbs[sb as usize].base;
-        self.streams.entry(stream).or_default().insert(b, sb);
+        sorted_insert(self.streams.entry(stream).or_default(), b, sb);
         blk
     }
 
@@ -393,18 +451,112 @@ impl RmmArenaModel {
         }
     }
 
+    /// `superblock::coalesce` of freed block `i`, and `global_arena::coalesce` when that
+    /// empties a global superblock (it merges with empty global neighbours).
     fn put_back(&mut self, i: u32) {
         let sb = self.arena.b(i).owner as u32;
+        let owner = u64::from(sb);
+        let (size, before, after) = {
+            let b = self.arena.b(i);
+            (b.size, b.prev, b.next)
+        };
+        let mergeable =
+            |x: u32| x != common::NIL && self.arena.b(x).indexed && self.arena.b(x).owner == owner;
+        let (merge_before, merge_after) = (mergeable(before), mergeable(after));
         let s = &self.sbs[sb as usize];
-        if s.listed && s.free_bytes + self.arena.b(i).size == s.size {
-            // About to be empty: out of the global set first, merged with empty neighbours
-            // after (no passing through the first-fit set on the way).
-            self.global_remove(sb);
-            self.sb_coalesce(sb, i);
-            self.global_coalesce(sb);
-        } else {
-            self.sb_coalesce(sb, i);
+        let mut run = [common::NIL; 5];
+        let mut n = 0;
+        let mut push = |b: u32| {
+            run[n] = b;
+            n += 1;
+        };
+        if !(s.listed && s.free_bytes + size == s.size) {
+            if merge_before {
+                push(before);
+            }
+            push(i);
+            if merge_after {
+                push(after);
+            }
+            let s = &mut self.sbs[sb as usize];
+            s.free_blocks = s.free_blocks + 1 - u32::from(merge_before) - u32::from(merge_after);
+            s.free_bytes += size;
+            let m = self.merge_run(&run[..n]);
+            // A merge only grows the largest free block.
+            let merged = self.arena.b(m).size;
+            if merged > self.sbs[sb as usize].max_free {
+                self.set_max_free(sb, merged);
+            }
+            return;
         }
+        // The last allocation of a global superblock: it becomes one free block and merges
+        // with the empty global superblocks on either side (the other blocks of an emptying
+        // superblock are free and merged already, so they are `before` and `after`).
+        let (p, nx) = (s.prev, s.next);
+        let empty_global =
+            |x: u32| x != common::NIL && self.sbs[x as usize].listed && self.sb_empty(x);
+        let (with_prev, with_next) = (empty_global(p), empty_global(nx));
+        if with_prev {
+            push(self.sbs[p as usize].first);
+        }
+        if merge_before {
+            push(before);
+        }
+        push(i);
+        if merge_after {
+            push(after);
+        }
+        if with_next {
+            push(self.sbs[nx as usize].first);
+        }
+        self.merge_run(&run[..n]);
+        // The first-fit set: the survivor keeps its entry or takes the next one's (nothing
+        // lies between), the others leave it.
+        let (base, had_entry) = {
+            let s = &self.sbs[sb as usize];
+            (s.base, s.max_free > 0)
+        };
+        let avail = &mut self.global_avail;
+        if with_prev && had_entry {
+            sorted_remove(avail, base);
+        }
+        if with_next {
+            let nb = self.sbs[nx as usize].base;
+            let at = avail.binary_search_by_key(&nb, |e| e.0);
+            match at {
+                Ok(p) if !with_prev && !had_entry => avail[p] = (base, sb),
+                Ok(p) => {
+                    avail.remove(p);
+                }
+                Err(_) if !with_prev && !had_entry => sorted_insert(avail, base, sb),
+                Err(_) => {}
+            }
+        } else if !with_prev && !had_entry {
+            sorted_insert(avail, base, sb);
+        }
+        let cur = if with_prev { p } else { sb };
+        let mut total = self.sbs[sb as usize].size;
+        let mut end = nx;
+        if with_prev {
+            total += self.sbs[p as usize].size;
+            self.drop_sb(sb);
+        }
+        if with_next {
+            total += self.sbs[nx as usize].size;
+            end = self.sbs[nx as usize].next;
+            self.drop_sb(nx);
+        }
+        if end != common::NIL {
+            self.sbs[end as usize].prev = cur;
+        }
+        let s = &mut self.sbs[cur as usize];
+        s.size = total;
+        s.free_bytes = total;
+        s.max_free = total;
+        s.free_blocks = 1;
+        s.next = end;
+        s.owner = None;
+        s.listed = true;
     }
 }
 
@@ -533,7 +685,11 @@ impl Allocator for RmmArenaModel {
             let listed = match s.owner {
                 None => s.listed,
                 Some(st) => {
-                    !s.listed && self.streams.get(&st).and_then(|m| m.get(&base)) == Some(&sb)
+                    !s.listed
+                        && self
+                            .streams
+                            .get(&st)
+                            .is_some_and(|v| v.binary_search(&(base, sb)).is_ok() && v.is_sorted())
                 }
             };
             if !listed {
@@ -547,7 +703,7 @@ impl Allocator for RmmArenaModel {
             .iter()
             .filter(|&&(_, sb)| self.sbs[sb as usize].listed)
             .count();
-        let listed = in_global + self.streams.values().map(BTreeMap::len).sum::<usize>();
+        let listed = in_global + self.streams.values().map(Vec::len).sum::<usize>();
         for w in live.windows(2) {
             let (a, b) = (w[0].1, w[1].1);
             if self.sbs[a as usize].next != b || self.sbs[b as usize].prev != a {
@@ -589,6 +745,12 @@ impl Allocator for RmmArenaModel {
                 ));
             }
             if blk.state == State::Free {
+                if blk.key != key(blk.addr) {
+                    return Err(format!(
+                        "free block at {:#x} is not keyed by its address",
+                        blk.addr
+                    ));
+                }
                 free[sb] += blk.size;
                 max[sb] = max[sb].max(blk.size);
                 count[sb] += 1;
@@ -605,7 +767,7 @@ impl Allocator for RmmArenaModel {
                 ));
             }
         }
-        let avail: BTreeMap<u64, u32> = live
+        let avail: Vec<(u64, u32)> = live
             .iter()
             .filter(|&&(_, sb)| self.sbs[sb as usize].listed && self.sbs[sb as usize].max_free > 0)
             .copied()
