@@ -28,4 +28,5 @@ if [ -x scripts/test-extra.sh ]; then
   step "extra suites"
   scripts/test-extra.sh
 fi
+step "browser"; bash scripts/test-browser.sh
 step "done"

@@ -1,0 +1,118 @@
+// The README's browser figures (scripts/test-browser.sh --bench): in Debian's headless
+// Chromium (WebGL2 through SwiftShader), for a real snapshot (kvcache_decode by default):
+// the time from dropping it on the page to its first full frame (every configuration
+// replayed and its layout at the cursor on screen), the time to show the layout at another
+// event (keyboard steps, pages and jumps), the longest frame gap while it loads, and the
+// tab's memory (renderer and GPU process RSS from /proc, the page's JS heap from the
+// DevTools protocol). Each run is a fresh browser (cold); the figures are the minimum over
+// the runs for times and the maximum for memory, as ../shared/docs/peers.md §E measured
+// memory_viz.
+//
+// node bench.mjs --url URL --traces DIR --out DIR [--trace NAME] [--runs N] [--chromium PATH]
+
+import { writeFileSync, mkdirSync } from "node:fs";
+import { join } from "node:path";
+import {
+  arg,
+  launch,
+  waitFrame,
+  layoutMarker,
+  markTime,
+  frameGaps,
+  canvasStats,
+  dropFile,
+  processMemory,
+  jsHeap,
+} from "./lib.mjs";
+
+const url = arg("--url");
+const traces = arg("--traces");
+const out = arg("--out", "/tmp/allocsim-artifacts");
+const trace = arg("--trace", "kvcache_decode.pickle.gz");
+const runs = Number(arg("--runs", "3"));
+const chromiumPath = arg("--chromium", "/usr/bin/chromium");
+mkdirSync(out, { recursive: true });
+const log = (msg) => console.log(msg);
+
+/// The keys pressed for "the layout at another event", in order.
+const KEYS = ["ArrowRight", "ArrowRight", "PageDown", "PageDown", "End", "Home", "PageDown", "ArrowLeft", "End", "PageUp"];
+
+async function oneRun(i) {
+  const s = await launch(chromiumPath);
+  const { page } = s;
+  const r = {};
+  await page.goto(url, { waitUntil: "load" });
+  await waitFrame(page, "ready:oom_story");
+  r.renderer = (s.console.find((l) => l.includes("allocsim: renderer")) ?? "").replace(/^.*allocsim: renderer /, "");
+  await page.waitForTimeout(300);
+  r.memory_before_mib = { ...processMemory(s.profile), js_heap: await jsHeap(s) };
+
+  const dropT = await dropFile(page, join(traces, trace), trace);
+  await waitFrame(page, `ready:${trace}`, 300000);
+  const readyT = await markTime(page, "data-allocsim-frame", dropT, `v.startsWith('ready:${trace}')`);
+  r.open_to_first_full_frame_ms = Math.round(readyT - dropT);
+  r.while_loading = await frameGaps(page, dropT, readyT);
+  r.events = Number((await page.evaluate(() => document.body.getAttribute("data-allocsim-frame"))).split(":").pop());
+  await page.waitForTimeout(500);
+  r.memory_after_open_mib = { ...processMemory(s.profile), js_heap: await jsHeap(s) };
+  await canvasStats(page, join(out, `bench-${i}-opened.png`));
+
+  await page.mouse.move(700, 890);
+  r.layout = [];
+  for (const key of KEYS) {
+    const from = await layoutMarker(page);
+    const t = await page.evaluate(() => performance.now());
+    await page.keyboard.press(key);
+    await page.waitForFunction((f) => Number(document.body.getAttribute("data-allocsim-layout")) !== f, from, {
+      timeout: 60000,
+      polling: 5,
+    });
+    const to = await layoutMarker(page);
+    const shown = await markTime(page, "data-allocsim-layout", t, `Number(v) === ${to}`);
+    r.layout.push({ key, from, to, ms: Math.round(shown - t) });
+  }
+  await page.waitForTimeout(500);
+  r.memory_after_scrub_mib = { ...processMemory(s.profile), js_heap: await jsHeap(s) };
+  await canvasStats(page, join(out, `bench-${i}-scrubbed.png`));
+  r.console_errors = s.errors;
+  await s.close();
+  return r;
+}
+
+const all = [];
+for (let i = 1; i <= runs; i++) {
+  const r = await oneRun(i);
+  const ms = r.layout.map((l) => l.ms).sort((a, b) => a - b);
+  log(
+    `run ${i}: ${trace} (${r.events} events) opened to first full frame in ${r.open_to_first_full_frame_ms} ms ` +
+      `(longest frame gap ${r.while_loading.longest_gap_ms} ms); layout at another event: median ${ms[ms.length >> 1]} ms, max ${ms[ms.length - 1]} ms; ` +
+      `renderer RSS ${r.memory_after_open_mib.renderer} MiB after open, ${r.memory_after_scrub_mib.renderer} MiB after scrubbing; ` +
+      `GPU process ${r.memory_after_scrub_mib.gpu} MiB; JS heap ${r.memory_after_scrub_mib.js_heap.used_mib} MiB`,
+  );
+  if (r.console_errors.length > 0) log(`run ${i}: console errors: ${r.console_errors.join(" | ")}`);
+  all.push(r);
+}
+
+const min = (f) => Math.min(...all.map(f));
+const max = (f) => Math.max(...all.map(f));
+const layoutAll = all.flatMap((r) => r.layout.map((l) => l.ms)).sort((a, b) => a - b);
+const summary = {
+  trace,
+  events: all[0].events,
+  renderer: all[0].renderer,
+  runs,
+  open_to_first_full_frame_ms_min: min((r) => r.open_to_first_full_frame_ms),
+  open_to_first_full_frame_ms_all: all.map((r) => r.open_to_first_full_frame_ms),
+  longest_frame_gap_while_loading_ms_max: max((r) => r.while_loading.longest_gap_ms),
+  layout_at_another_event_ms_median: layoutAll[layoutAll.length >> 1],
+  layout_at_another_event_ms_max: layoutAll[layoutAll.length - 1],
+  renderer_rss_mib_before_open_max: max((r) => r.memory_before_mib.renderer),
+  renderer_rss_mib_after_open_max: max((r) => r.memory_after_open_mib.renderer),
+  renderer_rss_mib_after_scrub_max: max((r) => r.memory_after_scrub_mib.renderer),
+  gpu_process_rss_mib_after_scrub_max: max((r) => r.memory_after_scrub_mib.gpu),
+  js_heap_used_mib_after_scrub_max: max((r) => r.memory_after_scrub_mib.js_heap.used_mib),
+};
+writeFileSync(join(out, "bench-results.json"), JSON.stringify({ summary, runs: all }, null, 2) + "\n");
+log(JSON.stringify(summary, null, 2));
+log(`figures in ${join(out, "bench-results.json")}`);
+if (all.some((r) => r.console_errors.length > 0)) process.exit(1);

@@ -1,0 +1,240 @@
+// What browser.mjs (the test) and bench.mjs (the figures) share: launching Debian's
+// Chromium through playwright-core, the app's markers, dropping files on the canvas,
+// looking at the canvas's pixels, frame gaps, and the memory of the tab.
+
+import { chromium } from "playwright-core";
+import { mkdtempSync, readFileSync, readdirSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+
+/// Command-line `--name value`, or `def`.
+export function arg(name, def) {
+  const i = process.argv.indexOf(name);
+  return i > 0 ? process.argv[i + 1] : def;
+}
+
+/// Flags that work as root on a machine without a GPU: WebGL2 through SwiftShader, and
+/// nothing that talks to the network on its own.
+const FLAGS = [
+  "--no-sandbox",
+  "--enable-unsafe-swiftshader",
+  "--use-angle=swiftshader",
+  "--ignore-gpu-blocklist",
+  "--disable-background-networking",
+  "--disable-component-update",
+  "--disable-sync",
+  "--no-first-run",
+  "--disable-quic",
+];
+
+/// A headless Chromium with a fresh profile (its own --user-data-dir) and one page, with
+/// the console (page and workers) and the page's marker and frame records wired up.
+export async function launch(executablePath, { width = 1400, height = 900 } = {}) {
+  const profile = mkdtempSync(join(tmpdir(), "allocsim-chromium-"));
+  const context = await chromium.launchPersistentContext(profile, {
+    executablePath,
+    headless: true,
+    args: FLAGS,
+    viewport: { width, height },
+  });
+  const page = context.pages()[0] ?? (await context.newPage());
+  const session = {
+    context,
+    page,
+    profile,
+    console: [],
+    errors: [],
+    requests: [],
+    async close() {
+      await context.close();
+      rmSync(profile, { recursive: true, force: true });
+    },
+  };
+  const onConsole = (who) => (m) => {
+    session.console.push(`[${who}${m.type()}] ${m.text()}`);
+    if (m.type() === "error") session.errors.push(`${who}${m.text()}`);
+  };
+  page.on("console", onConsole(""));
+  page.on("pageerror", (e) => session.errors.push("page error: " + e.message));
+  page.on("worker", (w) => w.on("console", onConsole("worker ")));
+  context.on("request", (r) => session.requests.push(r.url()));
+
+  // Every change of the app's markers with its time, and every animation frame's time
+  // (a long gap between two is a frozen page), recorded in the page.
+  await page.addInitScript(() => {
+    window.__marks = [];
+    window.__frames = [];
+    const watch = () => {
+      new MutationObserver((changes) => {
+        for (const c of changes) {
+          window.__marks.push({ t: performance.now(), name: c.attributeName, value: document.body.getAttribute(c.attributeName) });
+        }
+      }).observe(document.body, { attributes: true, attributeFilter: ["data-allocsim-frame", "data-allocsim-layout"] });
+    };
+    if (document.body) watch();
+    else document.addEventListener("DOMContentLoaded", watch);
+    const tick = (t) => {
+      window.__frames.push(t);
+      requestAnimationFrame(tick);
+    };
+    requestAnimationFrame(tick);
+  });
+  return session;
+}
+
+/// Waits until the first-full-frame marker starts with `prefix` (`ready:NAME`).
+export async function waitFrame(page, prefix, timeout = 180000) {
+  await page.waitForFunction((p) => (document.body.getAttribute("data-allocsim-frame") || "").startsWith(p), prefix, {
+    timeout,
+    polling: 20,
+  });
+}
+
+/// The op whose layout is on screen (the shown event), from the app's marker.
+export async function layoutMarker(page) {
+  return page.evaluate(() => Number(document.body.getAttribute("data-allocsim-layout")));
+}
+
+/// Waits until the shown event is `op`.
+export async function waitLayout(page, op, timeout = 60000) {
+  await page.waitForFunction((o) => Number(document.body.getAttribute("data-allocsim-layout")) === o, op, {
+    timeout,
+    polling: 10,
+  });
+}
+
+/// When (performance.now) the marker `name` first took a value satisfying `predSrc` (a JS
+/// expression of `v`) at or after page time `after`; `null` if it has not.
+export async function markTime(page, name, after, predSrc) {
+  return page.evaluate(
+    ([name, after, predSrc]) => {
+      const pred = new Function("v", "return " + predSrc);
+      const m = window.__marks.find((m) => m.name === name && m.t >= after && pred(m.value));
+      return m ? m.t : null;
+    },
+    [name, after, predSrc],
+  );
+}
+
+/// The animation frames between page times `from` and `to`: how many, the longest gap
+/// between two (ms) — how long the page was frozen at worst — and every gap over 200 ms as
+/// [start after `from`, length].
+export async function frameGaps(page, from, to) {
+  return page.evaluate(
+    ([from, to]) => {
+      const f = window.__frames.filter((t) => t >= from && t <= to);
+      let longest = 0;
+      const long = [];
+      for (let i = 1; i < f.length; i++) {
+        const gap = f[i] - f[i - 1];
+        longest = Math.max(longest, gap);
+        if (gap > 200) long.push([Math.round(f[i - 1] - from), Math.round(gap)]);
+      }
+      // What the app's markers said meanwhile, to place the gaps.
+      const marks = window.__marks.filter((m) => m.t >= from && m.t <= to).map((m) => [Math.round(m.t - from), m.name, m.value]);
+      return { frames: f.length, longest_gap_ms: Math.round(longest), gaps_over_200ms: long, marks };
+    },
+    [from, to],
+  );
+}
+
+/// Screenshots the canvas into `file` and counts its distinct colours (sampled) and the
+/// share of pixels that differ from the top-left one (the background).
+export async function canvasStats(page, file) {
+  const png = await page.locator("#allocsim_canvas").screenshot({ path: file });
+  return page.evaluate(async (b64) => {
+    const img = new Image();
+    img.src = "data:image/png;base64," + b64;
+    await img.decode();
+    const c = document.createElement("canvas");
+    c.width = img.width;
+    c.height = img.height;
+    const g = c.getContext("2d");
+    g.drawImage(img, 0, 0);
+    const d = g.getImageData(0, 0, c.width, c.height).data;
+    const colours = new Set();
+    const bg = [d[0], d[1], d[2]];
+    let differ = 0;
+    for (let i = 0; i < d.length; i += 4 * 7) {
+      colours.add((d[i] << 16) | (d[i + 1] << 8) | d[i + 2]);
+      if (Math.abs(d[i] - bg[0]) + Math.abs(d[i + 1] - bg[1]) + Math.abs(d[i + 2] - bg[2]) > 24) differ++;
+    }
+    return { width: c.width, height: c.height, colours: colours.size, differing: differ / (d.length / (4 * 7)) };
+  }, png.toString("base64"));
+}
+
+/// Drops `bytes` as a file named `name` on the canvas, as a user's drag-and-drop does;
+/// returns the page time of the drop.
+export async function dropBytes(page, bytes, name) {
+  return page.evaluate(
+    ([b64, name]) => {
+      const bin = atob(b64);
+      const bytes = new Uint8Array(bin.length);
+      for (let i = 0; i < bin.length; i++) bytes[i] = bin.charCodeAt(i);
+      const dt = new DataTransfer();
+      dt.items.add(new File([bytes], name));
+      const canvas = document.getElementById("allocsim_canvas");
+      const t = performance.now();
+      for (const type of ["dragenter", "dragover", "drop"]) {
+        canvas.dispatchEvent(new DragEvent(type, { dataTransfer: dt, bubbles: true, cancelable: true }));
+      }
+      return t;
+    },
+    [Buffer.from(bytes).toString("base64"), name],
+  );
+}
+
+/// Drops the file at `path` on the canvas (see [`dropBytes`]).
+export async function dropFile(page, path, name) {
+  return dropBytes(page, readFileSync(path), name);
+}
+
+/// Resident memory (MiB) of this Chromium's processes by kind, from /proc: the browser
+/// process is the one started with our profile folder, the rest are its descendants (the
+/// renderer holds the tab, its worker and the wasm memories; the GPU process SwiftShader).
+export function processMemory(profile) {
+  const procs = new Map();
+  for (const pid of readdirSync("/proc").filter((p) => /^\d+$/.test(p))) {
+    try {
+      const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+      const ppid = Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[1]);
+      const cmd = readFileSync(`/proc/${pid}/cmdline`, "utf8");
+      const rss = readFileSync(`/proc/${pid}/status`, "utf8").match(/VmRSS:\s+(\d+) kB/);
+      procs.set(Number(pid), { ppid, cmd, mib: rss ? Number(rss[1]) / 1024 : 0 });
+    } catch {
+      // The process ended while we looked.
+    }
+  }
+  const root = [...procs.entries()].find(([, p]) => p.cmd.includes(profile) && !p.cmd.includes("--type="));
+  const out = { renderer: 0, gpu: 0, browser: 0, other: 0 };
+  if (!root) return out;
+  const mine = new Set([root[0]]);
+  for (let grew = true; grew; ) {
+    grew = false;
+    for (const [pid, p] of procs) {
+      if (!mine.has(pid) && mine.has(p.ppid)) {
+        mine.add(pid);
+        grew = true;
+      }
+    }
+  }
+  for (const pid of mine) {
+    const p = procs.get(pid);
+    if (pid === root[0]) out.browser += p.mib;
+    else if (p.cmd.includes("--type=renderer")) out.renderer += p.mib;
+    else if (p.cmd.includes("--type=gpu-process")) out.gpu += p.mib;
+    else out.other += p.mib;
+  }
+  for (const k of Object.keys(out)) out[k] = Math.round(out[k]);
+  return out;
+}
+
+/// The page's JS heap from the DevTools protocol (`Performance.getMetrics`), MiB.
+export async function jsHeap(session) {
+  const cdp = await session.context.newCDPSession(session.page);
+  await cdp.send("Performance.enable");
+  const { metrics } = await cdp.send("Performance.getMetrics");
+  await cdp.detach();
+  const m = Object.fromEntries(metrics.map((x) => [x.name, x.value]));
+  return { used_mib: Math.round(m.JSHeapUsedSize / 2 ** 20), total_mib: Math.round(m.JSHeapTotalSize / 2 ** 20) };
+}
