@@ -91,7 +91,9 @@ mod entry {
             | R::Replay { job, .. }
             | R::Layout { job, .. }
             | R::FindAddress { job, .. }
-            | R::WhatIf { job, .. } => *job,
+            | R::WhatIf { job, .. }
+            | R::Workload { job, .. }
+            | R::MinCapacity { job, .. } => *job,
             R::DropSlot { .. } => 0,
         }
     }
