@@ -78,9 +78,38 @@ pub fn site(stack: u32, alloc: u32) -> Color32 {
     hsv(h, 0.55, v)
 }
 
+/// `Color32::from(Hsva::new(h, s, v, 1.0))` without its three `powf`s: the stacked view
+/// colours every allocation at load (a hundred thousand bands), and in wasm those `powf`s
+/// were most of a frozen second on the page.
 fn hsv(h: f32, s: f32, v: f32) -> Color32 {
-    let c = egui::ecolor::Hsva::new(h, s, v, 1.0);
-    Color32::from(c)
+    let [r, g, b] = egui::ecolor::rgb_from_hsv((h, s, v));
+    Color32::from_rgb(gamma_u8(r), gamma_u8(g), gamma_u8(b))
+}
+
+/// `egui::ecolor::gamma_u8_from_linear_f32` by search in a table of where each output value
+/// begins (the conversion is monotonic), built once.
+fn gamma_u8(linear: f32) -> u8 {
+    static STARTS: std::sync::OnceLock<[f32; 255]> = std::sync::OnceLock::new();
+    let starts = STARTS.get_or_init(|| {
+        let mut t = [0.0f32; 255];
+        for (i, start) in t.iter_mut().enumerate() {
+            // The least linear value that converts to at least i + 1, by bisection.
+            let want = i + 1;
+            let (mut lo, mut hi) = (0.0f32, 1.0f32);
+            for _ in 0..40 {
+                let mid = 0.5 * (lo + hi);
+                if usize::from(egui::ecolor::gamma_u8_from_linear_f32(mid)) >= want {
+                    hi = mid;
+                } else {
+                    lo = mid;
+                }
+            }
+            *start = hi;
+        }
+        t
+    });
+    // At most 255: the table has 255 entries.
+    starts.partition_point(|&x| x <= linear) as u8
 }
 
 /// Height of one memory-map row, in points.
@@ -89,3 +118,35 @@ pub const ROW_HEIGHT: f32 = 18.0;
 pub const ROW_GAP: f32 = 3.0;
 /// Width of the memory map's label column, in points.
 pub const LABEL_WIDTH: f32 = 240.0;
+
+#[cfg(test)]
+mod tests {
+    use egui::Color32;
+
+    #[test]
+    fn gamma_table_is_eguis_conversion() {
+        for i in 0..=200_000u32 {
+            let l = i as f32 / 200_000.0;
+            assert_eq!(
+                super::gamma_u8(l),
+                egui::ecolor::gamma_u8_from_linear_f32(l),
+                "linear {l}"
+            );
+        }
+        assert_eq!(super::gamma_u8(-0.5), 0);
+        assert_eq!(super::gamma_u8(1.5), 255);
+    }
+
+    #[test]
+    fn site_colours_are_eguis_hsva() {
+        for key in 0..5000u32 {
+            let h = key as f32 / 5000.0;
+            let v = 0.62 + 0.25 * ((key % 256) as f32 / 255.0);
+            assert_eq!(
+                super::hsv(h, 0.55, v),
+                Color32::from(egui::ecolor::Hsva::new(h, 0.55, v, 1.0)),
+                "h {h} v {v}"
+            );
+        }
+    }
+}
