@@ -8,7 +8,8 @@
 // the runs for times and the maximum for memory, as ../shared/docs/peers.md §E measured
 // memory_viz.
 //
-// node bench.mjs --url URL --traces DIR --out DIR [--trace NAME] [--runs N] [--chromium PATH]
+// node bench.mjs --url URL --traces DIR --out DIR [--trace NAME] [--runs N] [--settle-ms MS]
+//   [--chromium PATH]
 
 import { writeFileSync, mkdirSync } from "node:fs";
 import { join } from "node:path";
@@ -30,6 +31,9 @@ const traces = arg("--traces");
 const out = arg("--out", "/tmp/allocsim-artifacts");
 const trace = arg("--trace", "kvcache_decode.pickle.gz");
 const runs = Number(arg("--runs", "3"));
+/// Milliseconds to wait after the first full frame before stepping (0: step at once, while
+/// the worker may still run the what-if replays the compare table asks for).
+const settle = Number(arg("--settle-ms", "0"));
 const chromiumPath = arg("--chromium", "/usr/bin/chromium");
 mkdirSync(out, { recursive: true });
 const log = (msg) => console.log(msg);
@@ -53,7 +57,7 @@ async function oneRun(i) {
   r.open_to_first_full_frame_ms = Math.round(readyT - dropT);
   r.while_loading = await frameGaps(page, dropT, readyT);
   r.events = Number((await page.evaluate(() => document.body.getAttribute("data-allocsim-frame"))).split(":").pop());
-  await page.waitForTimeout(500);
+  await page.waitForTimeout(500 + settle);
   r.memory_after_open_mib = { ...processMemory(s.profile), js_heap: await jsHeap(s) };
   await canvasStats(page, join(out, `bench-${i}-opened.png`));
 
