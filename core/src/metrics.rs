@@ -23,6 +23,26 @@ pub fn fragmentation(s: &ModelStats) -> f64 {
     1.0 - largest as f64 / free as f64
 }
 
+/// Whether `a` is strictly more fragmented than `b`, compared exactly:
+/// `(free_a − largest_a) / free_a > (free_b − largest_b) / free_b` by cross-multiplying
+/// (no division). [`fragmentation`] is monotone in that ratio, so the state this picks
+/// as the most fragmented gives the largest [`fragmentation`] too.
+#[must_use]
+pub fn more_fragmented(a: &ModelStats, b: &ModelStats) -> bool {
+    let ratio = |s: &ModelStats| {
+        let free = free_bytes(s);
+        (free - s.largest_free_bytes.min(free), free)
+    };
+    let ((na, da), (nb, db)) = (ratio(a), ratio(b));
+    if da == 0 {
+        return false;
+    }
+    if db == 0 {
+        return na > 0;
+    }
+    u128::from(na) * u128::from(db) > u128::from(nb) * u128::from(da)
+}
+
 /// Internal waste: bytes of live blocks beyond what their requests asked for (rounding
 /// and unsplit slack): `allocated − requested`.
 #[must_use]
@@ -113,6 +133,41 @@ impl Timeline {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_exact_comparison_finds_the_float_maximum() {
+        let mut x: u64 = 0x2545_F491_4F6C_DD1D;
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        let mut best = ModelStats::default();
+        let mut float_max = 0f64;
+        for _ in 0..100_000 {
+            let reserved = next() % (1 << 40);
+            let allocated = next() % (reserved + 1);
+            let s = ModelStats {
+                reserved_bytes: reserved,
+                allocated_bytes: allocated,
+                // Sometimes beyond the free bytes (clamped), sometimes equal.
+                largest_free_bytes: match next() % 4 {
+                    0 => reserved - allocated,
+                    1 => reserved,
+                    _ => next() % (reserved - allocated + 1),
+                },
+                ..ModelStats::default()
+            };
+            float_max = float_max.max(fragmentation(&s));
+            if more_fragmented(&s, &best) {
+                best = s;
+            }
+            assert!(!more_fragmented(&s, &s));
+        }
+        assert!(float_max > 0.99);
+        assert_eq!(fragmentation(&best).to_bits(), float_max.to_bits());
+    }
 
     #[test]
     fn fragmentation_is_zero_without_free_memory_and_grows_with_holes() {

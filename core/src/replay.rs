@@ -7,7 +7,7 @@ use std::fmt::Write as _;
 use crate::device::{Device, RecordedSegmentOp, SimulatedDevice};
 use crate::metrics::{self, Timeline};
 use crate::models::{AllocRequest, Allocator, Layout, ModelEvent, ModelStats, OomInfo};
-use crate::snapshot::{Action, RawSnapshot};
+use crate::snapshot::{Action, RawEvent};
 use crate::trace::{DeviceTrace, OpKind};
 use crate::units::format_size;
 
@@ -117,25 +117,15 @@ pub struct ReplayResult {
     pub preloaded: bool,
 }
 
-/// The recording's segment requests, for a simulated device that follows them.
+/// The recording's segment requests, for a simulated device that follows them, from the
+/// trace's recorded segment events ([`DeviceTrace::segment_events`]).
 #[must_use]
 pub fn recorded_segment_ops(
-    snap: &RawSnapshot,
-    device: u32,
+    events: &[RawEvent],
     reservation_bytes: impl Fn(u64) -> u64,
 ) -> Vec<RecordedSegmentOp> {
-    let mut out = Vec::new();
+    let mut out = Vec::with_capacity(events.len());
     let mut reservations: Vec<(u64, u64)> = Vec::new();
-    let Some(events) = snap.device_traces.get(device as usize) else {
-        return out;
-    };
-    for s in snap
-        .segments
-        .iter()
-        .filter(|s| s.device == device && s.is_expandable)
-    {
-        let _ = s;
-    }
     for e in events {
         match e.action {
             Action::SegmentAlloc => out.push(RecordedSegmentOp::Malloc {
@@ -319,7 +309,10 @@ pub fn replay(
     let mut checkpoints = Vec::new();
     let mut peak = ModelStats::default();
     let mut peak_at = ModelStats::default();
-    let (mut peak_alloc, mut peak_req, mut max_frag) = (0u64, 0u64, 0f64);
+    let (mut peak_alloc, mut peak_req) = (0u64, 0u64);
+    // The most fragmented state so far, as the stats it was computed from: compared
+    // exactly in integers (no float division per op), converted once at the end.
+    let mut max_frag = ModelStats::default();
     let mut oom = None;
     let mut reproduced = 0;
     let mut ops_done = 0;
@@ -384,7 +377,9 @@ pub fn replay(
         }
         peak_alloc = peak_alloc.max(st.allocated_bytes);
         peak_req = peak_req.max(st.requested_bytes);
-        max_frag = max_frag.max(metrics::fragmentation(&st));
+        if metrics::more_fragmented(&st, &max_frag) {
+            max_frag = st;
+        }
         if opts.keep_timeline {
             timeline.push(&st, op.time_us);
             outcomes.push(outcome);
@@ -416,7 +411,7 @@ pub fn replay(
         final_reserved_bytes: fin.reserved_bytes,
         internal_waste_bytes_at_peak: metrics::internal_waste_bytes(&peak_at),
         fragmentation_at_peak: metrics::fragmentation(&peak_at),
-        max_fragmentation: max_frag,
+        max_fragmentation: metrics::fragmentation(&max_frag),
         segment_ops: fin.segment_ops,
         oom,
         recorded_ooms_reproduced: reproduced,

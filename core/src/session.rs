@@ -70,6 +70,8 @@ pub fn simulated_device(
         };
         (total + total / 8).div_ceil(page) * page
     };
-    let follow = replay::recorded_segment_ops(&trace.snapshot, device as u32, reservation);
+    let follow = trace.devices.get(device).map_or_else(Vec::new, |d| {
+        replay::recorded_segment_ops(&d.segment_events, reservation)
+    });
     SimulatedDevice::new(total_bytes, capacity).following(follow)
 }

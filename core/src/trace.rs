@@ -7,7 +7,7 @@
 //! PyTorch model on the recorded device to infer what the file does not say.
 
 use crate::models::PoolId;
-use crate::snapshot::{RawSnapshot, StackId};
+use crate::snapshot::{RawEvent, RawSnapshot, StackId};
 
 /// What a request does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -90,6 +90,9 @@ pub struct DeviceTrace {
     /// The first `initial_ops` ops allocate the blocks alive at the start (in address
     /// order): a model that cannot load [`DeviceTrace::start`] replays them first.
     pub initial_ops: usize,
+    /// The recording's `segment_alloc` and `segment_map` events, in order: what a
+    /// simulated device follows (kept here so a replay need not scan every event).
+    pub segment_events: Vec<RawEvent>,
 }
 
 impl DeviceTrace {

@@ -851,6 +851,11 @@ pub fn annotate(
         inferred: a.inferred,
         events: events.len(),
         initial_ops: initial,
+        segment_events: events
+            .iter()
+            .filter(|e| matches!(e.action, Action::SegmentAlloc | Action::SegmentMap))
+            .copied()
+            .collect(),
     };
     Ok((trace, report))
 }

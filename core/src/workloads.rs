@@ -268,6 +268,7 @@ impl Builder {
                 inferred: Vec::new(),
                 events,
                 initial_ops: 0,
+                segment_events: Vec::new(),
             }],
         }
     }
