@@ -81,6 +81,7 @@ pub fn site(stack: u32, alloc: u32) -> Color32 {
 /// `Color32::from(Hsva::new(h, s, v, 1.0))` without its three `powf`s: the stacked view
 /// colours every allocation at load (a hundred thousand bands), and in wasm those `powf`s
 /// were most of a frozen second on the page.
+#[allow(clippy::many_single_char_names)] // h, s, v and r, g, b are the colour channels
 fn hsv(h: f32, s: f32, v: f32) -> Color32 {
     let [r, g, b] = egui::ecolor::rgb_from_hsv((h, s, v));
     Color32::from_rgb(gamma_u8(r), gamma_u8(g), gamma_u8(b))
