@@ -28,5 +28,7 @@ if [ -x scripts/test-extra.sh ]; then
   step "extra suites"
   scripts/test-extra.sh
 fi
+step "fuzzing the snapshot decoder and trace builder (bounded)"
+bash scripts/fuzz-ci.sh
 step "browser"; bash scripts/test-browser.sh
 step "done"

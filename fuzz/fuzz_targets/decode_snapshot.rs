@@ -1,13 +1,24 @@
 //! Every input must decode or fail with an error: no panic, no hang, no unbounded memory.
+//! A snapshot that decodes is also turned into a replayable trace (the validation pass
+//! replays it through the PyTorch model), so hostile traces reach the trace builder too:
+//! unknown or double frees, negative or huge sizes, events out of order.
 #![no_main]
 
 use allocsim_core::snapshot::{decode_snapshot, pickle};
+use allocsim_core::session;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    if let Err(e) = decode_snapshot(data) {
-        // Errors are one line.
-        assert!(!e.to_string().contains('\n'), "{e}");
+    match decode_snapshot(data) {
+        Err(e) => {
+            // Errors are one line.
+            assert!(!e.to_string().contains('\n'), "{e}");
+        }
+        Ok(_) => {
+            if let Err(e) = session::load(data, None) {
+                assert!(!e.to_string().contains('\n'), "{e}");
+            }
+        }
     }
     // The generic decoder shares the machine and adds the tree conversion.
     let _ = pickle::decode_value(data);

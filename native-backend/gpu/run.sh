@@ -7,6 +7,10 @@
 #   .carry/bin/cuda_tests, fake_gpu_tests, unit_tests
 #                              cargo test --release -p allocsim-native --no-run
 #   .carry/bin/cli_tests       cargo test --release -p allocsim-app --no-default-features --features cuda --test cuda_replay_cli --no-run
+#   .carry/bin/live_cuda_tests, app_unit_tests
+#                              cargo test --release -p allocsim-app --test live_cuda --lib --no-run
+#                              (the desktop app's live CUDA replay: its thread's path on the
+#                              GPU, and the panel's UI tests on recorded message streams)
 #   .carry/traces/             a copy of ../shared/traces
 #   .carry/summarize.py        a copy of native-backend/gpu/summarize.py
 set -u
@@ -21,6 +25,10 @@ $C/bin/cuda_tests --test-threads=1 --nocapture > $R/cuda_tests.txt 2>&1; echo "c
 $C/bin/fake_gpu_tests > $R/fake_tests.txt 2>&1; echo "fake tests rc=$?"; grep "test result" $R/fake_tests.txt
 $C/bin/unit_tests > $R/unit_tests.txt 2>&1; echo "unit tests rc=$?"; grep "test result" $R/unit_tests.txt
 ALLOCSIM_BIN=$C/bin/allocsim ALLOCSIM_TRACES=$C/traces $C/bin/cli_tests --test-threads=1 --nocapture > $R/cli_tests.txt 2>&1; echo "cli tests rc=$?"; grep -E "^test |test result|skipped" $R/cli_tests.txt
+if [ -x $C/bin/live_cuda_tests ]; then
+  $C/bin/live_cuda_tests --test-threads=1 --nocapture > $R/live_cuda_tests.txt 2>&1; echo "live cuda tests rc=$?"; grep -E "^test |test result|skipped" $R/live_cuda_tests.txt
+  $C/bin/app_unit_tests live_tests --test-threads=1 > $R/app_live_tests.txt 2>&1; echo "app live panel tests rc=$?"; grep -E "^test |test result" $R/app_live_tests.txt
+fi
 cap_of() { python3 -c "import json,sys; c=json.load(open('$C/traces/$1.stats.json')).get('memory_fraction_cap_gib'); print(round(c*2**30) if c else '')"; }
 run() { # kind name timeout args...
   local kind=$1 n=$2 t=$3; shift 3
