@@ -916,10 +916,15 @@ impl PyTorchModel {
             return false;
         }
         let key_size = size.max(m);
+        // Only a block that is a whole segment can be released. PyTorch never splits a
+        // block of max_split_size or more, so it checks only for expandable segments; a
+        // start state rebuilt from a hostile or inconsistent snapshot can hold such a
+        // split block, and releasing it would free part of a segment.
+        let releasable = |m: &PyTorchModel, v: u32| !m.is_expandable(v) && !m.is_split(v);
         let p = &self.pools[pool as usize];
         let at = p.blocks.at_least(stream, key_size).next();
         if let Some((_, _, v)) = at
-            && !self.is_expandable(v)
+            && releasable(self, v)
         {
             self.release_block(dev, v, out);
             return true;
@@ -934,7 +939,7 @@ impl PyTorchModel {
             if released >= key_size || size < m {
                 break;
             }
-            if !self.is_expandable(v) {
+            if releasable(self, v) {
                 released += size;
                 self.release_block(dev, v, out);
             }

@@ -213,3 +213,41 @@ fn expandable_grows_at_the_segment_edge() {
     );
     assert_eq!(r.reserved(), 20 * MIB);
 }
+
+/// Found by fuzzing: a start state rebuilt from an inconsistent snapshot can hold a split
+/// block of `max_split_size` or more (PyTorch never splits one). The OOM ladder's
+/// `release_available_cached_blocks` must not release it as if it were a whole segment
+/// (that freed part of a segment and broke the free-block count).
+#[test]
+fn a_split_oversize_block_of_a_start_state_is_never_released_alone() {
+    let mut run = Run::with_limit("max_split_size_mb:96", Some(2048 * MIB));
+    let base = 0x7f00_0000_0000;
+    run.model.load_start(&[crate::trace::StartSegment {
+        addr: base,
+        size_bytes: 2048 * MIB,
+        stream: 0,
+        pool: PoolId::DEFAULT,
+        small: false,
+        expandable: false,
+        blocks: vec![crate::trace::StartBlock {
+            addr: base,
+            size_bytes: 180 * MIB,
+            requested_bytes: 180 * MIB,
+            pending: true,
+        }],
+    }]);
+    run.model.check_invariants().unwrap();
+    run.dev.preload(2048 * MIB);
+    // Nothing fits beside the 2 GiB segment: the ladder runs, completes the pending free
+    // (the segment is whole again) and releases the segment only then.
+    let r = run.try_alloc(2048 * MIB);
+    assert!(r.is_ok(), "{r:?}");
+    assert_eq!(run.reserved(), 2048 * MIB);
+    let released: Vec<_> = run
+        .out
+        .iter()
+        .filter(|e| e.action == Action::SegmentFree)
+        .map(|e| (e.addr, e.size))
+        .collect();
+    assert_eq!(released, vec![(base, 2048 * MIB)]);
+}
