@@ -198,6 +198,45 @@ impl<G: Gpu> CudaDevice<G> {
         }
     }
 
+    /// Measures how much of the free memory the driver really hands out now: takes
+    /// `cuMemAlloc`s of halving sizes down to one page of the granularity until the driver
+    /// refuses a single page, then gives all of it back. The driver keeps some memory it
+    /// reports free for itself, and how much differs between GPUs (one 2 MiB page on an
+    /// H200, two on an H100 with the same driver), so a simulation compared with the GPU
+    /// gets this measured figure rather than a rule.
+    pub fn probe_usable_bytes(&mut self) -> Result<u64, GpuError> {
+        let g = self.gpu.granularity().max(1);
+        let (free, _) = self.gpu.mem_get_info()?;
+        let mut chunk = (free / g).max(1) * g;
+        let mut taken: Vec<DevicePtr> = Vec::new();
+        let mut total = 0u64;
+        let outcome = loop {
+            match self.gpu.alloc(chunk) {
+                Ok(p) => {
+                    taken.push(p);
+                    total += chunk;
+                }
+                Err(e) if e.is_out_of_memory() => {
+                    if chunk <= g {
+                        break Ok(total);
+                    }
+                    chunk = (chunk / 2 / g).max(1) * g;
+                }
+                Err(e) => break Err(e),
+            }
+        };
+        let mut first_error = None;
+        for p in taken {
+            if let Err(e) = self.gpu.free(p) {
+                first_error.get_or_insert(e);
+            }
+        }
+        match first_error {
+            Some(e) => Err(e),
+            None => outcome,
+        }
+    }
+
     /// Frees everything the device holds (segments, pages, reservations, the balloon),
     /// going on past failures; returns the first. Dropping the device does the same.
     pub fn release_all(&mut self) -> Result<(), GpuError> {

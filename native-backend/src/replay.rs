@@ -163,7 +163,8 @@ pub struct CudaReplayReport {
     pub prediction: Option<Prediction>,
     pub peaks: Peaks,
     /// The memory the simulated device was given: what the driver hands out of the free
-    /// memory at the start ([`driver_usable_bytes`]), under the cap.
+    /// memory at the start (measured behind a balloon, else [`driver_usable_bytes`]), under
+    /// the cap.
     pub simulated_limit_bytes: u64,
     /// Ops of the request list, and how many ran on the GPU.
     pub ops: usize,
@@ -207,12 +208,12 @@ impl Observer for NoObserver {}
 /// How often [`Observer::progress`] is called, and a sample taken between segment events.
 pub const PROGRESS_EVERY: usize = 256;
 
-/// How much of `free_bytes` (what `cuMemGetInfo` reports free) the driver really hands
-/// out: whole pages of `granularity`, less one page it keeps for itself — for `cuMemAlloc`
-/// and `cuMemCreate` alike. Measured on an H200 with driver 580
-/// (`tests/cuda.rs`, `cuda_driver_usable_memory_is_whole_pages_less_one`): with 101.125 MiB
-/// free, 2 MiB requests got 98 MiB and 20 MiB pages 80 MiB; with 1025.125 MiB free, 1022
-/// and 1020 MiB. The simulation the GPU is compared with gets this much.
+/// An estimate of how much of `free_bytes` (what `cuMemGetInfo` reports free) the driver
+/// really hands out: whole pages of `granularity`, less one page it keeps for itself, as
+/// measured on an H200 with driver 580 (with 101.125 MiB free, 2 MiB requests got 98 MiB
+/// and 20 MiB pages 80 MiB; with 1025.125 MiB free, 1022 and 1020 MiB). An H100 with the
+/// same driver keeps two pages back, so a replay behind a balloon measures the figure
+/// instead ([`CudaDevice::probe_usable_bytes`]); this rule stands in where all the GPU is free.
 #[must_use]
 pub fn driver_usable_bytes(free_bytes: u64, granularity: u64) -> u64 {
     let g = granularity.max(1);
@@ -467,8 +468,14 @@ pub fn cuda_replay<G: Gpu>(
     obs.started(&info, balloon_free, n);
 
     // The simulation gets the memory the GPU has for the replay: what the driver hands out
-    // of the free memory now (what the balloon left), under the cap.
-    let usable = driver_usable_bytes(baseline_free, granularity);
+    // of the free memory now, under the cap. Behind a balloon that is measured (the driver
+    // keeps back a GPU-dependent part of what it reports free); on a GPU with all its
+    // memory free the rule stands in, as probing would briefly take the whole GPU.
+    let usable = if balloon_free.is_some() {
+        device.probe_usable_bytes().map_err(|e| driver(0, 0, e))?
+    } else {
+        driver_usable_bytes(baseline_free, granularity)
+    };
     let sim_limit = opts.capacity_bytes.map_or(usable, |c| c.min(usable));
     let mut sim = sim_model.map(|model| SimRun {
         model,

@@ -240,27 +240,56 @@ fn with_a_balloon_the_driver_refuses_where_the_simulation_does() {
 }
 
 #[test]
-fn a_driver_that_keeps_memory_back_refuses_earlier_and_the_report_says_why() {
+fn a_driver_that_keeps_more_memory_back_is_measured_and_the_simulation_agrees() {
     let gpu = FakeGpu::new(8 * GIB);
-    // A driver keeping 16 MiB where the real one keeps 2 MiB.
+    // A driver keeping 16 MiB where the H200's keeps 2 MiB: the rule would say 98 MiB
+    // usable behind the balloon, the probe finds the 84 MiB this driver hands out.
     gpu.lock().headroom_bytes = 16 * MIB;
     let o = CudaReplayOptions {
         balloon_free_bytes: Some(100 * MIB),
         ..opts(Mode::Model, "pytorch")
     };
-    let r = cuda_replay(gpu, &growing_trace(8), &o, &mut NoObserver).unwrap();
-    // The third 30 MiB segment fits in the 98 MiB the simulation counts usable, but not in
-    // the 84 MiB this driver hands out.
-    assert_eq!(r.oom.simulated_event_index, Some(3));
+    let r = cuda_replay(gpu.clone(), &growing_trace(8), &o, &mut NoObserver).unwrap();
+    assert_eq!(r.simulated_limit_bytes, 84 * MIB);
+    // Two 30 MiB segments fit in 84 MiB, the third does not: on the GPU and in the
+    // simulation alike (with the rule's 98 MiB the simulation would have fit a third).
     assert_eq!(r.oom.real_event_index, Some(2));
+    assert_eq!(r.oom.simulated_event_index, Some(2));
     let rf = r.driver_refusal.unwrap();
     assert_eq!(rf.requested_bytes, 30 * MIB);
     assert_eq!(rf.free_bytes, 40 * MIB, "refused with 40 MiB reported free");
+    // Both refuse at the same request, so there is no disagreement to explain.
     assert!(
-        r.notes.iter().any(|n| n.contains("still free")),
+        !r.notes.iter().any(|n| n.contains("still free")),
         "{:?}",
         r.notes
     );
+    assert_eq!(r.leaked_bytes, 0);
+    assert!(gpu.lock().is_empty(), "the probe gave everything back");
+}
+
+#[test]
+fn the_probe_finds_what_the_driver_hands_out_and_gives_it_back() {
+    for headroom in [0, 2 * MIB, 4 * MIB, 16 * MIB] {
+        let gpu = FakeGpu::new(8 * GIB);
+        gpu.lock().headroom_bytes = headroom;
+        let mut dev = CudaDevice::new(gpu.clone(), None);
+        let left = dev.inflate_balloon(101 * MIB).unwrap();
+        let usable = dev.probe_usable_bytes().unwrap();
+        assert_eq!(
+            usable,
+            (left - headroom) / (2 * MIB) * (2 * MIB),
+            "headroom {headroom}"
+        );
+        // Exactly that much can be taken in 2 MiB segments, and not one more.
+        let mut got = 0;
+        while dev.malloc(2 * MIB, 0).is_ok() {
+            got += 2 * MIB;
+        }
+        assert_eq!(got, usable, "headroom {headroom}");
+        drop(dev);
+        assert!(gpu.lock().is_empty());
+    }
 }
 
 #[test]

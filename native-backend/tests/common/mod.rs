@@ -36,7 +36,8 @@ pub struct FakeState {
     /// overlap), to prove the data check notices.
     pub overlap_bug: bool,
     /// Memory the driver keeps for itself: reported free, never handed out. One 2 MiB page
-    /// by default, as the real driver does (`driver_usable_bytes`).
+    /// by default, as an H200's driver does (an H100's keeps two; replays behind a
+    /// balloon measure it with `CudaDevice::probe_usable_bytes`).
     pub headroom_bytes: u64,
     /// Panic in the n-th driver call from now (once).
     pub panic_in_calls: Option<u64>,
