@@ -30,14 +30,18 @@ fn main() {
     let mut app = AllocsimApp::with_engine(EngineHandle::spawn(&ctx), true);
     let t = Instant::now();
     app.open_workload(&spec, None);
-    // One frame: (the whole frame, its tessellation alone).
+    // One frame: (the whole frame, its tessellation alone); the area egui's own shader
+    // covered is kept in `shaded`.
+    let shaded = std::cell::Cell::new(0.0f64);
     let frame = |app: &mut AllocsimApp| -> (Duration, Duration) {
         let t = Instant::now();
         let out = ctx.run_ui(input(), |ui| app.ui(ui));
         let t_tess = Instant::now();
         let prims = ctx.tessellate(out.shapes, out.pixels_per_point);
+        let took = (t.elapsed(), t_tess.elapsed());
+        shaded.set(shaded_area(&prims));
         std::hint::black_box(prims);
-        (t.elapsed(), t_tess.elapsed())
+        took
     };
     // Open: generate, replay both configurations, first layouts.
     while app
@@ -107,11 +111,37 @@ fn main() {
             &mut ingest,
         );
         report(&format!("{label}: tessellation alone"), &mut tess);
+        println!(
+            "  {label}: egui's shader covers {:.2}x the window's pixels (the last frame; the quad pipeline's pixels not counted)",
+            shaded.get() / (1600.0 * 1000.0)
+        );
         report(
             &format!("{label}: cursor move to its layout on screen"),
             &mut latency,
         );
     }
+}
+
+/// The pixels egui's own shader shades in a frame (every triangle of every mesh, cut to
+/// its clip rectangle by the share of its bounding box inside it): what a frame costs on a
+/// software rasterizer, where that shader is dear per pixel.
+fn shaded_area(prims: &[egui::ClippedPrimitive]) -> f64 {
+    let mut total = 0.0f64;
+    for p in prims {
+        let egui::epaint::Primitive::Mesh(mesh) = &p.primitive else {
+            continue;
+        };
+        for tri in mesh.indices.chunks_exact(3) {
+            let [a, b, c] = [0, 1, 2].map(|i| mesh.vertices[tri[i] as usize].pos);
+            let area = f64::from(((b - a).x * (c - a).y - (b - a).y * (c - a).x).abs()) / 2.0;
+            let bb = egui::Rect::from_points(&[a, b, c]);
+            let inside = bb.intersect(p.clip_rect);
+            if bb.area() > 0.0 && inside.is_positive() {
+                total += area * f64::from(inside.area() / bb.area()).min(1.0);
+            }
+        }
+    }
+    total
 }
 
 fn report(what: &str, v: &mut [Duration]) {

@@ -28,7 +28,12 @@ mod entry {
         eframe::WebRunner::new()
             .start(
                 canvas,
-                eframe::WebOptions::default(),
+                // No dithering: the app draws flat colours, and a software rasterizer pays
+                // for the dithering step on every pixel.
+                eframe::WebOptions {
+                    dithering: false,
+                    ..eframe::WebOptions::default()
+                },
                 Box::new(|cc| {
                     Ok(Box::new(AllocsimApp::new(
                         cc,

@@ -176,6 +176,13 @@ impl EngineHandle {
         }
     }
 
+    /// Whether each answer wakes the UI by itself (a thread or a worker asks for a repaint
+    /// when it sends one); an inline engine only answers when a frame polls it.
+    #[must_use]
+    pub fn wakes_ui(&self) -> bool {
+        !matches!(&self.inner, Inner::Inline { .. })
+    }
+
     /// Whether requests wait in an inline queue (tests poll until this is false).
     #[must_use]
     pub fn has_queued(&self) -> bool {

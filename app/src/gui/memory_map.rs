@@ -54,7 +54,13 @@ pub fn memory_map_ui(
     let avail = ui.available_rect_before_wrap();
     let (outer, response) = ui.allocate_exact_size(avail.size(), Sense::click_and_drag());
     let painter = ui.painter_at(outer);
-    painter.rect_filled(outer, 0.0, theme::PLOT_BG);
+    render::fill_rect(
+        &painter,
+        outer,
+        theme::PLOT_BG,
+        wgpu,
+        render::LAYER_FILLS + 16 + layer,
+    );
     let label_w = theme::LABEL_WIDTH.min(outer.width() * 0.35);
     let ruler_h = 20.0;
     let content = Rect::from_min_max(

@@ -27,6 +27,11 @@ use state::{Document, LayoutView, ReplayView, Slot};
 
 pub use panels::Tab;
 
+/// Time a frame spends building band quads (see [`Document::build_bands`]): a few
+/// milliseconds, so that the stacked view of millions of pieces fills in over frames
+/// instead of freezing one.
+const BAND_BUDGET: std::time::Duration = std::time::Duration::from_millis(6);
+
 /// What the app shows first.
 #[derive(Debug, Clone)]
 pub enum Startup {
@@ -333,6 +338,8 @@ impl AllocsimApp {
                 .as_ref()
                 .is_some_and(|d| d.slots.iter().any(|s| s.min_capacity_job.is_some()))
             || self.what_if.as_ref().is_some_and(|w| w.1.is_none())
+            || (self.timeline.mode == timeline::Mode::Bands
+                && self.doc.as_ref().is_some_and(|d| !d.bands_complete()))
     }
 
     /// Replays the compared configurations that changed (after a config or capacity
@@ -442,17 +449,13 @@ impl AllocsimApp {
                 #[cfg(feature = "cuda")]
                 self.live.loaded();
                 self.timeline.overlays.clear();
-                let trace = Arc::new(*trace);
-                let seconds = state::seconds_of(&trace);
-                let bands = QuadSet::new(state::band_quads(&trace, &seconds, &|_| true, None));
-                self.doc = Some(Document {
-                    trace,
-                    seconds,
-                    bands,
-                    slots: Vec::new(),
-                });
+                // The band quads are built once the stacked view is shown, a slice per
+                // frame (`build_bands`).
+                self.doc = Some(Document::new(Arc::new(*trace)));
                 self.cursor = 0;
                 self.cursor_pending = true;
+                // The new document's first layout is marked even at the op marked last.
+                self.marked_layout = None;
                 self.timeline.view = None;
                 if self.timeline.axis == timeline::Axis::Time
                     && self.doc.as_ref().is_some_and(|d| d.seconds.is_empty())
@@ -774,28 +777,52 @@ impl AllocsimApp {
             self.timeline.overlays = self.live.overlays();
         }
         self.keys(&ctx);
+        self.build_bands(&ctx);
         panels::top_bar_ui(ui, self);
         panels::status_bar_ui(ui, self);
         panels::side_panel_ui(ui, self);
         panels::central_ui(ui, self);
+        // A cursor moved by this frame's keys or clicks asks for its layout now, not one
+        // frame later (a frame costs up to a second on a software rasterizer).
+        self.request_layouts();
         self.mark_frames();
-        if self.busy() {
+        // A thread or worker engine wakes the UI with each answer; polling it with frames
+        // meanwhile would only redraw an unchanged window (up to a second per frame on a
+        // software rasterizer, competing with the engine for the CPU).
+        if self.busy() && !self.engine.wakes_ui() {
             ctx.request_repaint_after(std::time::Duration::from_millis(16));
+        }
+    }
+
+    /// Builds a slice of the band quads while the stacked view is shown and some are
+    /// missing, and asks for the next frame to build the next slice.
+    fn build_bands(&mut self, ctx: &egui::Context) {
+        if self.timeline.mode != timeline::Mode::Bands {
+            return;
+        }
+        if let Some(doc) = &mut self.doc
+            && !doc.build_bands(BAND_BUDGET)
+        {
+            ctx.request_repaint();
         }
     }
 
     /// Emits the first-full-frame and layout markers the browser test waits for.
     fn mark_frames(&mut self) {
         let Some(doc) = &self.doc else { return };
-        // Complete: the file just opened is on screen with every configuration's layout.
-        let complete = self.load_job.is_none()
-            && self.timing.name.ends_with(doc.trace.name.as_str())
+        // Settled: no load in flight, and every configuration's layout at the cursor (or
+        // its error) is on screen.
+        let settled = self.load_job.is_none()
             && !doc.slots.is_empty()
             && doc.slots.iter().all(|s| {
                 s.error.is_some()
                     || (s.replay.is_some()
                         && s.layout.as_ref().is_some_and(|l| l.data.op == self.cursor))
             });
+        // Complete: settled on the file just opened. A file that failed to open leaves
+        // the document before it on screen: its first frame was marked already, and its
+        // layouts go on being marked below.
+        let complete = settled && self.timing.name.ends_with(doc.trace.name.as_str());
         if complete && !self.timing.done {
             self.timing.done = true;
             let ms = io::now_ms() - self.timing.started_ms;
@@ -811,12 +838,25 @@ impl AllocsimApp {
             .first()
             .and_then(|s| s.layout.as_ref())
             .map(|l| l.data.op);
-        if complete && l0 != self.marked_layout {
+        if settled && l0 != self.marked_layout {
             self.marked_layout = l0;
             if let Some(op) = l0 {
                 io::mark_layout(op);
             }
         }
+    }
+
+    /// The op whose layout was last marked as on screen (what the browser's layout marker
+    /// says).
+    #[must_use]
+    pub fn marked_layout(&self) -> Option<u32> {
+        self.marked_layout
+    }
+
+    /// Whether the first full frame of the file opened last was marked.
+    #[must_use]
+    pub fn first_frame_marked(&self) -> bool {
+        self.timing.done
     }
 
     /// Whether the wgpu pipeline draws the big views.
@@ -882,6 +922,11 @@ impl AllocsimApp {
 impl eframe::App for AllocsimApp {
     fn ui(&mut self, ui: &mut egui::Ui, _frame: &mut eframe::Frame) {
         AllocsimApp::ui(self, ui);
+    }
+
+    /// The panels' colour: the panels are drawn without a fill of their own.
+    fn clear_color(&self, visuals: &egui::Visuals) -> [f32; 4] {
+        visuals.panel_fill.to_normalized_gamma_f32()
     }
 }
 

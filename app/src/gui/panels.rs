@@ -71,8 +71,21 @@ const CAPACITIES: &[(&str, u64)] = &[
     ("192 GiB (B200)", 192 << 30),
 ];
 
+/// A panel's usual frame without its fill: the window is cleared to the panel colour
+/// ([`super::AllocsimApp`]'s `clear_color`), so filling every panel again only costs pixels
+/// (dear ones on a software rasterizer: see [`super::render::fill_rect`]).
+fn unfilled(ui: &Ui, central: bool) -> egui::Frame {
+    let style = ui.style();
+    let frame = if central {
+        egui::Frame::central_panel(style)
+    } else {
+        egui::Frame::side_top_panel(style)
+    };
+    frame.fill(egui::Color32::TRANSPARENT)
+}
+
 pub(super) fn top_bar_ui(ui: &mut Ui, app: &mut AllocsimApp) {
-    egui::Panel::top("top_bar").show(ui, |ui| {
+    egui::Panel::top("top_bar").frame(unfilled(ui, false)).show(ui, |ui| {
         egui::MenuBar::new().ui(ui, |ui| {
             ui.menu_button("File", |ui| {
                 if ui.button("Open snapshot…").clicked() {
@@ -194,7 +207,7 @@ pub(super) fn top_bar_ui(ui: &mut Ui, app: &mut AllocsimApp) {
 }
 
 pub(super) fn status_bar_ui(ui: &mut Ui, app: &mut AllocsimApp) {
-    egui::Panel::bottom("status").show(ui, |ui| {
+    egui::Panel::bottom("status").frame(unfilled(ui, false)).show(ui, |ui| {
         ui.horizontal(|ui| {
             let Some(doc) = &app.doc else {
                 ui.label("drop a PyTorch memory snapshot (.pickle, .pickle.gz, .json) anywhere, or File > Open snapshot…");
@@ -231,7 +244,11 @@ pub(super) fn status_bar_ui(ui: &mut Ui, app: &mut AllocsimApp) {
 }
 
 pub(super) fn side_panel_ui(ui: &mut Ui, app: &mut AllocsimApp) {
-    egui::Panel::left("side").resizable(true).default_size(340.0).show(ui, |ui| {
+    egui::Panel::left("side")
+        .resizable(true)
+        .default_size(340.0)
+        .frame(unfilled(ui, false))
+        .show(ui, |ui| {
         egui::ScrollArea::vertical().show(ui, |ui| {
             config_ui(ui, app);
             ui.separator();
@@ -714,70 +731,72 @@ fn oom_ui(ui: &mut Ui, app: &mut AllocsimApp) {
 }
 
 pub(super) fn central_ui(ui: &mut Ui, app: &mut AllocsimApp) {
-    egui::CentralPanel::default().show(ui, |ui| {
-        if app.doc.is_none() {
-            ui.centered_and_justified(|ui| {
-                if app.load_job.is_some() {
-                    ui.spinner();
-                } else {
-                    ui.heading(
-                        "Drop a PyTorch memory snapshot here, or open one from the File menu",
-                    );
+    egui::CentralPanel::default()
+        .frame(unfilled(ui, true))
+        .show(ui, |ui| {
+            if app.doc.is_none() {
+                ui.centered_and_justified(|ui| {
+                    if app.load_job.is_some() {
+                        ui.spinner();
+                    } else {
+                        ui.heading(
+                            "Drop a PyTorch memory snapshot here, or open one from the File menu",
+                        );
+                    }
+                });
+                return;
+            }
+            // Wrapped: the legend grows with the live replay's curves, and must not widen
+            // the panel past the window.
+            ui.horizontal_wrapped(|ui| {
+                ui.selectable_value(&mut app.timeline.mode, Mode::Metrics, "Metrics");
+                ui.selectable_value(&mut app.timeline.mode, Mode::Bands, "Allocations");
+                ui.separator();
+                let has_time = app.doc.as_ref().is_some_and(|d| !d.seconds.is_empty());
+                ui.selectable_value(&mut app.timeline.axis, Axis::Events, "Events");
+                ui.add_enabled_ui(has_time, |ui| {
+                    ui.selectable_value(&mut app.timeline.axis, Axis::Time, "Time")
+                });
+                ui.separator();
+                if ui.button("Show all").clicked() {
+                    app.timeline.view = None;
+                }
+                legend_ui(ui, app);
+            });
+            let h = (ui.available_height() * 0.42).max(140.0);
+            let mut tl_input = None;
+            ui.allocate_ui(egui::vec2(ui.available_width(), h), |ui| {
+                if let Some(doc) = &app.doc {
+                    tl_input = Some(timeline_ui(
+                        ui,
+                        &mut app.timeline,
+                        doc,
+                        app.cursor,
+                        app.wgpu,
+                        &app.bands_highlight,
+                    ));
                 }
             });
-            return;
-        }
-        // Wrapped: the legend grows with the live replay's curves, and must not widen
-        // the panel past the window.
-        ui.horizontal_wrapped(|ui| {
-            ui.selectable_value(&mut app.timeline.mode, Mode::Metrics, "Metrics");
-            ui.selectable_value(&mut app.timeline.mode, Mode::Bands, "Allocations");
-            ui.separator();
-            let has_time = app.doc.as_ref().is_some_and(|d| !d.seconds.is_empty());
-            ui.selectable_value(&mut app.timeline.axis, Axis::Events, "Events");
-            ui.add_enabled_ui(has_time, |ui| {
-                ui.selectable_value(&mut app.timeline.axis, Axis::Time, "Time")
+            if let Some(inp) = tl_input {
+                if let Some(c) = inp.cursor {
+                    app.set_cursor(c);
+                }
+                if let Some(a) = inp.picked_alloc {
+                    app.selected_alloc = Some(a);
+                    app.refresh_highlight();
+                }
+            }
+            ui.horizontal(|ui| {
+                ui.selectable_value(&mut app.tab, Tab::Map, "Memory map");
+                ui.selectable_value(&mut app.tab, Tab::Compare, "Compare");
+                ui.selectable_value(&mut app.tab, Tab::Peak, "At the peak");
             });
-            ui.separator();
-            if ui.button("Show all").clicked() {
-                app.timeline.view = None;
-            }
-            legend_ui(ui, app);
-        });
-        let h = (ui.available_height() * 0.42).max(140.0);
-        let mut tl_input = None;
-        ui.allocate_ui(egui::vec2(ui.available_width(), h), |ui| {
-            if let Some(doc) = &app.doc {
-                tl_input = Some(timeline_ui(
-                    ui,
-                    &mut app.timeline,
-                    doc,
-                    app.cursor,
-                    app.wgpu,
-                    &app.bands_highlight,
-                ));
+            match app.tab {
+                Tab::Map => map_tab_ui(ui, app),
+                Tab::Compare => compare_tab_ui(ui, app),
+                Tab::Peak => peak_tab_ui(ui, app),
             }
         });
-        if let Some(inp) = tl_input {
-            if let Some(c) = inp.cursor {
-                app.set_cursor(c);
-            }
-            if let Some(a) = inp.picked_alloc {
-                app.selected_alloc = Some(a);
-                app.refresh_highlight();
-            }
-        }
-        ui.horizontal(|ui| {
-            ui.selectable_value(&mut app.tab, Tab::Map, "Memory map");
-            ui.selectable_value(&mut app.tab, Tab::Compare, "Compare");
-            ui.selectable_value(&mut app.tab, Tab::Peak, "At the peak");
-        });
-        match app.tab {
-            Tab::Map => map_tab_ui(ui, app),
-            Tab::Compare => compare_tab_ui(ui, app),
-            Tab::Peak => peak_tab_ui(ui, app),
-        }
-    });
 }
 
 fn legend_ui(ui: &mut Ui, app: &AllocsimApp) {

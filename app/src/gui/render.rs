@@ -75,10 +75,8 @@ impl QuadSet {
     /// A set with a fresh generation number.
     #[must_use]
     pub fn new(quads: Vec<Quad>) -> QuadSet {
-        use std::sync::atomic::{AtomicU64, Ordering};
-        static NEXT: AtomicU64 = AtomicU64::new(1);
         QuadSet {
-            generation: NEXT.fetch_add(1, Ordering::Relaxed),
+            generation: next_generation(),
             quads: Arc::new(quads),
         }
     }
@@ -92,6 +90,198 @@ impl QuadSet {
     pub fn is_empty(&self) -> bool {
         self.quads.is_empty()
     }
+}
+
+/// A number no set of instances or mesh had before (the GPU copy is refreshed when it
+/// changes).
+fn next_generation() -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    NEXT.fetch_add(1, Ordering::Relaxed)
+}
+
+/// One vertex of a flat-coloured mesh: a position in points and a premultiplied colour.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, bytemuck::Pod, bytemuck::Zeroable)]
+pub struct MeshVertex {
+    pub pos: [f32; 2],
+    pub color: [u8; 4],
+}
+
+/// A tessellated egui mesh of untextured shapes (lines, outlines) kept for the GPU: drawn
+/// by our pipeline, it is uploaded once per change instead of every frame, and shaded
+/// without egui's texture lookup.
+#[derive(Debug, Clone, Default)]
+pub struct MeshSet {
+    pub generation: u64,
+    pub vertices: Arc<Vec<MeshVertex>>,
+    pub indices: Arc<Vec<u32>>,
+}
+
+impl MeshSet {
+    /// The triangles of `mesh` (its texture coordinates are dropped: the mesh must be of
+    /// untextured shapes, whose coordinates all point at the font atlas's white texel).
+    #[must_use]
+    pub fn from_egui(mesh: &egui::Mesh) -> MeshSet {
+        MeshSet {
+            generation: next_generation(),
+            vertices: Arc::new(
+                mesh.vertices
+                    .iter()
+                    .map(|v| MeshVertex {
+                        pos: [v.pos.x, v.pos.y],
+                        color: v.color.to_array(),
+                    })
+                    .collect(),
+            ),
+            indices: Arc::new(mesh.indices.clone()),
+        }
+    }
+
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.indices.is_empty()
+    }
+}
+
+/// Draws `mesh` (positions in points) clipped to `rect` through the mesh pipeline, in
+/// layer `layer`.
+pub struct MeshCallback {
+    pub layer: u64,
+    pub mesh: MeshSet,
+    pub transform: Transform,
+    /// Drawn once into a texture of this size (pixels) and copied from it after, while
+    /// the mesh and the transform stay.
+    pub cached: Option<[u32; 2]>,
+}
+
+impl MeshCallback {
+    fn draw(&self, res: &Resources, layer: &Layer, pass: &mut wgpu::RenderPass<'_>) {
+        let (Some(vb), Some(ib)) = (&layer.buffer, &layer.index_buffer) else {
+            return;
+        };
+        if self.mesh.is_empty() {
+            return;
+        }
+        pass.set_pipeline(&res.mesh_pipeline);
+        pass.set_bind_group(0, &layer.bind_group, &[]);
+        pass.set_vertex_buffer(0, vb.slice(..));
+        pass.set_index_buffer(ib.slice(..), wgpu::IndexFormat::Uint32);
+        pass.draw_indexed(0..self.mesh.indices.len() as u32, 0, 0..1);
+    }
+}
+
+impl egui_wgpu::CallbackTrait for MeshCallback {
+    fn prepare(
+        &self,
+        device: &wgpu::Device,
+        queue: &wgpu::Queue,
+        _screen: &egui_wgpu::ScreenDescriptor,
+        encoder: &mut wgpu::CommandEncoder,
+        resources: &mut egui_wgpu::CallbackResources,
+    ) -> Vec<wgpu::CommandBuffer> {
+        let Some(res) = resources.get_mut::<Resources>() else {
+            return Vec::new();
+        };
+        let linear = res.linear_target;
+        let layout = &res.bind_group_layout;
+        let layer = res
+            .layers
+            .entry(self.layer)
+            .or_insert_with(|| Layer::new(device, layout));
+        if layer.generation != self.mesh.generation {
+            upload(
+                device,
+                queue,
+                &mut layer.buffer,
+                &mut layer.capacity,
+                wgpu::BufferUsages::VERTEX,
+                bytemuck::cast_slice(self.mesh.vertices.as_slice()),
+            );
+            upload(
+                device,
+                queue,
+                &mut layer.index_buffer,
+                &mut layer.index_capacity,
+                wgpu::BufferUsages::INDEX,
+                bytemuck::cast_slice(self.mesh.indices.as_slice()),
+            );
+            layer.generation = self.mesh.generation;
+        }
+        let mut t = self.transform;
+        t.linear_target = if linear { 1.0 } else { 0.0 };
+        queue.write_buffer(&layer.uniforms, 0, bytemuck::bytes_of(&t));
+        if let Some(size) = self.cached {
+            let mut key = self.mesh.generation.to_le_bytes().to_vec();
+            key.extend_from_slice(bytemuck::bytes_of(&t));
+            if let Some(view) = layer.cache_target(device, &res.cache, size, key) {
+                let layer = &res.layers[&self.layer];
+                self.draw(res, layer, &mut cache_pass(encoder, &view));
+            }
+        }
+        Vec::new()
+    }
+
+    fn paint(
+        &self,
+        _info: egui::PaintCallbackInfo,
+        pass: &mut wgpu::RenderPass<'static>,
+        resources: &egui_wgpu::CallbackResources,
+    ) {
+        let Some(res) = resources.get::<Resources>() else {
+            return;
+        };
+        let Some(layer) = res.layers.get(&self.layer) else {
+            return;
+        };
+        if self.cached.is_some() {
+            layer.blit(res, pass);
+        } else {
+            self.draw(res, layer, pass);
+        }
+    }
+}
+
+/// Draws a mesh of untextured shapes in `rect`: `mesh` through the mesh pipeline when it is
+/// installed (drawn once into a texture, then copied from it while the mesh and `rect`
+/// stay), else `shape` (the same mesh as an egui shape).
+pub fn paint_mesh(
+    painter: &egui::Painter,
+    rect: Rect,
+    wgpu: bool,
+    layer: u64,
+    mesh: &MeshSet,
+    shape: &egui::Shape,
+) {
+    if !wgpu {
+        painter.add(shape.clone());
+        return;
+    }
+    if mesh.is_empty() {
+        return;
+    }
+    let ppp = painter.ctx().pixels_per_point();
+    let transform = Transform {
+        origin: [rect.left(), rect.top()],
+        scale: [ppp, ppp],
+        viewport: [rect.width() * ppp, rect.height() * ppp],
+        min_px: [0.0, 0.0],
+        gap_px: 0.0,
+        use_alt_x: 0.0,
+        linear_target: 0.0,
+        pad: 0.0,
+    };
+    painter.add(egui::Shape::Callback(
+        egui_wgpu::Callback::new_paint_callback(
+            rect,
+            MeshCallback {
+                layer,
+                mesh: mesh.clone(),
+                transform,
+                cached: Some(viewport_px(rect, ppp)),
+            },
+        ),
+    ));
 }
 
 /// Whether the wgpu pipeline is installed (false in tests and with other renderers).
@@ -154,8 +344,101 @@ pub fn install(render_state: &egui_wgpu::RenderState) {
         multiview_mask: None,
         cache: None,
     });
+    let mesh_pipeline = device.create_render_pipeline(&wgpu::RenderPipelineDescriptor {
+        label: Some("allocsim_mesh"),
+        layout: Some(&layout),
+        vertex: wgpu::VertexState {
+            module: &shader,
+            entry_point: Some("vs_mesh"),
+            buffers: &[Some(wgpu::VertexBufferLayout {
+                array_stride: std::mem::size_of::<MeshVertex>() as u64,
+                step_mode: wgpu::VertexStepMode::Vertex,
+                attributes: &wgpu::vertex_attr_array![0 => Float32x2, 1 => Unorm8x4],
+            })],
+            compilation_options: wgpu::PipelineCompilationOptions::default(),
+        },
+        primitive: wgpu::PrimitiveState::default(),
+        depth_stencil: None,
+        multisample: wgpu::MultisampleState {
+            count: 1,
+            mask: !0,
+            alpha_to_coverage_enabled: false,
+        },
+        fragment: Some(wgpu::FragmentState {
+            module: &shader,
+            entry_point: Some("fs_main"),
+            targets: &[Some(wgpu::ColorTargetState {
+                format: render_state.target_format,
+                blend: Some(wgpu::BlendState::PREMULTIPLIED_ALPHA_BLENDING),
+                write_mask: wgpu::ColorWrites::ALL,
+            })],
+            compilation_options: wgpu::PipelineCompilationOptions::default(),
+        }),
+        multiview_mask: None,
+        cache: None,
+    });
+    let blit_layout = device.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
+        label: Some("allocsim_blit"),
+        entries: &[wgpu::BindGroupLayoutEntry {
+            binding: 0,
+            visibility: wgpu::ShaderStages::FRAGMENT,
+            ty: wgpu::BindingType::Texture {
+                sample_type: wgpu::TextureSampleType::Float { filterable: false },
+                view_dimension: wgpu::TextureViewDimension::D2,
+                multisampled: false,
+            },
+            count: None,
+        }],
+    });
+    let blit_pipeline_layout = device.create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
+        label: Some("allocsim_blit"),
+        bind_group_layouts: &[Some(&blit_layout)],
+        immediate_size: 0,
+    });
+    let blit_shader = device.create_shader_module(wgpu::ShaderModuleDescriptor {
+        label: Some("allocsim_blit"),
+        source: wgpu::ShaderSource::Wgsl(BLIT_SHADER.into()),
+    });
+    let blit_pipeline = device.create_render_pipeline(&wgpu::RenderPipelineDescriptor {
+        label: Some("allocsim_blit"),
+        layout: Some(&blit_pipeline_layout),
+        vertex: wgpu::VertexState {
+            module: &blit_shader,
+            entry_point: Some("vs_blit"),
+            buffers: &[],
+            compilation_options: wgpu::PipelineCompilationOptions::default(),
+        },
+        primitive: wgpu::PrimitiveState {
+            topology: wgpu::PrimitiveTopology::TriangleStrip,
+            ..wgpu::PrimitiveState::default()
+        },
+        depth_stencil: None,
+        multisample: wgpu::MultisampleState {
+            count: 1,
+            mask: !0,
+            alpha_to_coverage_enabled: false,
+        },
+        fragment: Some(wgpu::FragmentState {
+            module: &blit_shader,
+            entry_point: Some("fs_blit"),
+            targets: &[Some(wgpu::ColorTargetState {
+                format: render_state.target_format,
+                blend: Some(wgpu::BlendState::PREMULTIPLIED_ALPHA_BLENDING),
+                write_mask: wgpu::ColorWrites::ALL,
+            })],
+            compilation_options: wgpu::PipelineCompilationOptions::default(),
+        }),
+        multiview_mask: None,
+        cache: None,
+    });
     let resources = Resources {
         pipeline,
+        mesh_pipeline,
+        cache: CacheResources {
+            format: render_state.target_format,
+            blit_layout,
+            blit_pipeline,
+        },
         bind_group_layout,
         layers: HashMap::new(),
         linear_target: render_state.target_format.is_srgb(),
@@ -171,12 +454,179 @@ struct Layer {
     generation: u64,
     buffer: Option<wgpu::Buffer>,
     capacity: u64,
+    /// Mesh layers: the triangles' indices.
+    index_buffer: Option<wgpu::Buffer>,
+    index_capacity: u64,
     uniforms: wgpu::Buffer,
     bind_group: wgpu::BindGroup,
+    /// Cached layers: the view drawn into a texture, copied to the screen each frame.
+    cached: Option<Cached>,
+}
+
+/// A view drawn once into a texture: what it shows (`key`) and the texture.
+struct Cached {
+    key: Vec<u8>,
+    size: [u32; 2],
+    view: wgpu::TextureView,
+    blit: wgpu::BindGroup,
+}
+
+impl Layer {
+    fn new(device: &wgpu::Device, layout: &wgpu::BindGroupLayout) -> Layer {
+        let uniforms = device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("allocsim_quads_uniforms"),
+            size: std::mem::size_of::<Transform>() as u64,
+            usage: wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        });
+        let bind_group = device.create_bind_group(&wgpu::BindGroupDescriptor {
+            label: Some("allocsim_quads_uniforms"),
+            layout,
+            entries: &[wgpu::BindGroupEntry {
+                binding: 0,
+                resource: uniforms.as_entire_binding(),
+            }],
+        });
+        Layer {
+            generation: 0,
+            buffer: None,
+            capacity: 0,
+            index_buffer: None,
+            index_capacity: 0,
+            uniforms,
+            bind_group,
+            cached: None,
+        }
+    }
+
+    /// Makes sure the layer's texture is `size` pixels and shows `key`: when it does not,
+    /// returns the texture to draw into (cleared to transparent by the caller's pass).
+    fn cache_target(
+        &mut self,
+        device: &wgpu::Device,
+        res: &CacheResources,
+        size: [u32; 2],
+        key: Vec<u8>,
+    ) -> Option<wgpu::TextureView> {
+        if self.cached.as_ref().is_some_and(|c| c.key == key) {
+            return None;
+        }
+        if self.cached.as_ref().is_none_or(|c| c.size != size) {
+            let texture = device.create_texture(&wgpu::TextureDescriptor {
+                label: Some("allocsim_cached_view"),
+                size: wgpu::Extent3d {
+                    width: size[0],
+                    height: size[1],
+                    depth_or_array_layers: 1,
+                },
+                mip_level_count: 1,
+                sample_count: 1,
+                dimension: wgpu::TextureDimension::D2,
+                format: res.format,
+                usage: wgpu::TextureUsages::RENDER_ATTACHMENT
+                    | wgpu::TextureUsages::TEXTURE_BINDING,
+                view_formats: &[],
+            });
+            let view = texture.create_view(&wgpu::TextureViewDescriptor::default());
+            let blit = device.create_bind_group(&wgpu::BindGroupDescriptor {
+                label: Some("allocsim_blit"),
+                layout: &res.blit_layout,
+                entries: &[wgpu::BindGroupEntry {
+                    binding: 0,
+                    resource: wgpu::BindingResource::TextureView(&view),
+                }],
+            });
+            self.cached = Some(Cached {
+                key: Vec::new(),
+                size,
+                view,
+                blit,
+            });
+        }
+        let c = self.cached.as_mut()?;
+        c.key = key;
+        Some(c.view.clone())
+    }
+
+    /// Copies the cached texture to the callback's viewport.
+    fn blit(&self, res: &Resources, pass: &mut wgpu::RenderPass<'static>) {
+        if let Some(c) = &self.cached {
+            pass.set_pipeline(&res.cache.blit_pipeline);
+            pass.set_bind_group(0, &c.blit, &[]);
+            pass.draw(0..4, 0..1);
+        }
+    }
+}
+
+/// What drawing views into textures needs: their format, and the pipeline that copies a
+/// texture to the screen.
+struct CacheResources {
+    format: wgpu::TextureFormat,
+    blit_layout: wgpu::BindGroupLayout,
+    blit_pipeline: wgpu::RenderPipeline,
+}
+
+/// A pass that clears `view` and draws into it.
+fn cache_pass<'e>(
+    encoder: &'e mut wgpu::CommandEncoder,
+    view: &wgpu::TextureView,
+) -> wgpu::RenderPass<'e> {
+    encoder.begin_render_pass(&wgpu::RenderPassDescriptor {
+        label: Some("allocsim_cached_view"),
+        color_attachments: &[Some(wgpu::RenderPassColorAttachment {
+            view,
+            depth_slice: None,
+            resolve_target: None,
+            ops: wgpu::Operations {
+                load: wgpu::LoadOp::Clear(wgpu::Color::TRANSPARENT),
+                store: wgpu::StoreOp::Store,
+            },
+        })],
+        depth_stencil_attachment: None,
+        timestamp_writes: None,
+        occlusion_query_set: None,
+        multiview_mask: None,
+    })
+}
+
+/// The size in pixels of the viewport egui gives a callback in `rect` (rounded as
+/// `epaint::ViewportInPixels` rounds it).
+fn viewport_px(rect: Rect, ppp: f32) -> [u32; 2] {
+    let w = (rect.max.x * ppp).round() - (rect.min.x * ppp).round();
+    let h = (rect.max.y * ppp).round() - (rect.min.y * ppp).round();
+    [w.max(1.0) as u32, h.max(1.0) as u32]
+}
+
+/// Writes `bytes` into `buffer`, (re)creating it with room to spare when it is too small.
+fn upload(
+    device: &wgpu::Device,
+    queue: &wgpu::Queue,
+    buffer: &mut Option<wgpu::Buffer>,
+    capacity: &mut u64,
+    usage: wgpu::BufferUsages,
+    bytes: &[u8],
+) {
+    let needed = (bytes.len() as u64).max(16).next_multiple_of(4);
+    if buffer.is_none() || *capacity < needed {
+        *capacity = needed.next_power_of_two();
+        *buffer = Some(device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("allocsim_view"),
+            size: *capacity,
+            usage: usage | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        }));
+    }
+    if let Some(b) = buffer
+        && !bytes.is_empty()
+    {
+        queue.write_buffer(b, 0, bytes);
+    }
 }
 
 struct Resources {
     pipeline: wgpu::RenderPipeline,
+    mesh_pipeline: wgpu::RenderPipeline,
+    cache: CacheResources,
     bind_group_layout: wgpu::BindGroupLayout,
     layers: HashMap<u64, Layer>,
     linear_target: bool,
@@ -189,6 +639,23 @@ pub struct QuadCallback {
     pub set: QuadSet,
     pub range: std::ops::Range<u32>,
     pub transform: Transform,
+    /// Drawn once into a texture of this size (pixels) and copied from it after, while
+    /// the instances, the range and the transform stay.
+    pub cached: Option<[u32; 2]>,
+}
+
+impl QuadCallback {
+    fn draw(&self, res: &Resources, layer: &Layer, pass: &mut wgpu::RenderPass<'_>) {
+        let Some(buffer) = &layer.buffer else { return };
+        let end = self.range.end.min(self.set.len() as u32);
+        if self.range.start >= end {
+            return;
+        }
+        pass.set_pipeline(&res.pipeline);
+        pass.set_bind_group(0, &layer.bind_group, &[]);
+        pass.set_vertex_buffer(0, buffer.slice(..));
+        pass.draw(0..4, self.range.start..end);
+    }
 }
 
 impl QuadCallback {
@@ -204,7 +671,7 @@ impl egui_wgpu::CallbackTrait for QuadCallback {
         device: &wgpu::Device,
         queue: &wgpu::Queue,
         _screen: &egui_wgpu::ScreenDescriptor,
-        _encoder: &mut wgpu::CommandEncoder,
+        encoder: &mut wgpu::CommandEncoder,
         resources: &mut egui_wgpu::CallbackResources,
     ) -> Vec<wgpu::CommandBuffer> {
         let Some(res) = resources.get_mut::<Resources>() else {
@@ -212,51 +679,34 @@ impl egui_wgpu::CallbackTrait for QuadCallback {
         };
         let linear = res.linear_target;
         let layout = &res.bind_group_layout;
-        let layer = res.layers.entry(self.layer).or_insert_with(|| {
-            let uniforms = device.create_buffer(&wgpu::BufferDescriptor {
-                label: Some("allocsim_quads_uniforms"),
-                size: std::mem::size_of::<Transform>() as u64,
-                usage: wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
-                mapped_at_creation: false,
-            });
-            let bind_group = device.create_bind_group(&wgpu::BindGroupDescriptor {
-                label: Some("allocsim_quads_uniforms"),
-                layout,
-                entries: &[wgpu::BindGroupEntry {
-                    binding: 0,
-                    resource: uniforms.as_entire_binding(),
-                }],
-            });
-            Layer {
-                generation: 0,
-                buffer: None,
-                capacity: 0,
-                uniforms,
-                bind_group,
-            }
-        });
+        let layer = res
+            .layers
+            .entry(self.layer)
+            .or_insert_with(|| Layer::new(device, layout));
         if layer.generation != self.set.generation {
-            let bytes: &[u8] = bytemuck::cast_slice(self.set.quads.as_slice());
-            let needed = (bytes.len() as u64).max(std::mem::size_of::<Quad>() as u64);
-            if layer.buffer.is_none() || layer.capacity < needed {
-                layer.buffer = Some(device.create_buffer(&wgpu::BufferDescriptor {
-                    label: Some("allocsim_quads"),
-                    size: needed.next_power_of_two(),
-                    usage: wgpu::BufferUsages::VERTEX | wgpu::BufferUsages::COPY_DST,
-                    mapped_at_creation: false,
-                }));
-                layer.capacity = needed.next_power_of_two();
-            }
-            if let Some(b) = &layer.buffer
-                && !bytes.is_empty()
-            {
-                queue.write_buffer(b, 0, bytes);
-            }
+            upload(
+                device,
+                queue,
+                &mut layer.buffer,
+                &mut layer.capacity,
+                wgpu::BufferUsages::VERTEX,
+                bytemuck::cast_slice(self.set.quads.as_slice()),
+            );
             layer.generation = self.set.generation;
         }
         let mut t = self.transform;
         t.linear_target = if linear { 1.0 } else { 0.0 };
         queue.write_buffer(&layer.uniforms, 0, bytemuck::bytes_of(&t));
+        if let Some(size) = self.cached {
+            let mut key = self.set.generation.to_le_bytes().to_vec();
+            key.extend_from_slice(&self.range.start.to_le_bytes());
+            key.extend_from_slice(&self.range.end.to_le_bytes());
+            key.extend_from_slice(bytemuck::bytes_of(&t));
+            if let Some(view) = layer.cache_target(device, &res.cache, size, key) {
+                let layer = &res.layers[&self.layer];
+                self.draw(res, layer, &mut cache_pass(encoder, &view));
+            }
+        }
         Vec::new()
     }
 
@@ -272,17 +722,39 @@ impl egui_wgpu::CallbackTrait for QuadCallback {
         let Some(layer) = res.layers.get(&self.layer) else {
             return;
         };
-        let Some(buffer) = &layer.buffer else { return };
-        let end = self.range.end.min(self.set.len() as u32);
-        if self.range.start >= end {
-            return;
+        if self.cached.is_some() {
+            layer.blit(res, pass);
+        } else {
+            self.draw(res, layer, pass);
         }
-        pass.set_pipeline(&res.pipeline);
-        pass.set_bind_group(0, &layer.bind_group, &[]);
-        pass.set_vertex_buffer(0, buffer.slice(..));
-        pass.draw(0..4, self.range.start..end);
     }
 }
+
+/// Copies a cached view's texture to the callback's viewport, pixel for pixel.
+const BLIT_SHADER: &str = r"
+@group(0) @binding(0) var tex: texture_2d<f32>;
+
+struct BlitOut {
+    @builtin(position) pos: vec4<f32>,
+    @location(0) uv: vec2<f32>,
+};
+
+@vertex
+fn vs_blit(@builtin(vertex_index) vi: u32) -> BlitOut {
+    let corner = vec2<f32>(f32(vi & 1u), f32((vi >> 1u) & 1u));
+    var out: BlitOut;
+    out.pos = vec4<f32>(corner.x * 2.0 - 1.0, 1.0 - corner.y * 2.0, 0.0, 1.0);
+    out.uv = corner;
+    return out;
+}
+
+@fragment
+fn fs_blit(in: BlitOut) -> @location(0) vec4<f32> {
+    let size = vec2<i32>(textureDimensions(tex));
+    let texel = min(vec2<i32>(in.uv * vec2<f32>(size)), size - vec2<i32>(1, 1));
+    return textureLoad(tex, texel, 0);
+}
+";
 
 const SHADER: &str = r"
 struct Transform {
@@ -334,7 +806,26 @@ fn vs_main(@builtin(vertex_index) vi: u32, @location(0) rect: vec4<f32>, @locati
     let p = clamp(mix(vec2<f32>(xs.x, ys.x), vec2<f32>(xs.y, ys.y), corner), lo, hi);
     var out: VsOut;
     out.pos = vec4<f32>(p.x / t.viewport.x * 2.0 - 1.0, 1.0 - p.y / t.viewport.y * 2.0, 0.0, 1.0);
-    out.color = color;
+    // A quad is one colour: convert it here, once per corner, not per pixel (a software
+    // rasterizer runs both sides of a per-pixel branch, and `pow` is dear there).
+    var c = color;
+    if (t.linear_target > 0.5) {
+        c = vec4<f32>(to_linear(color.rgb), color.a);
+    }
+    out.color = c;
+    return out;
+}
+
+@vertex
+fn vs_mesh(@location(0) pos: vec2<f32>, @location(1) color: vec4<f32>) -> VsOut {
+    let p = (pos - t.origin) * t.scale;
+    var out: VsOut;
+    out.pos = vec4<f32>(p.x / t.viewport.x * 2.0 - 1.0, 1.0 - p.y / t.viewport.y * 2.0, 0.0, 1.0);
+    var c = color;
+    if (t.linear_target > 0.5) {
+        c = vec4<f32>(to_linear(color.rgb), color.a);
+    }
+    out.color = c;
     return out;
 }
 
@@ -347,9 +838,6 @@ fn to_linear(c: vec3<f32>) -> vec3<f32> {
 
 @fragment
 fn fs_main(in: VsOut) -> @location(0) vec4<f32> {
-    if (t.linear_target > 0.5) {
-        return vec4<f32>(to_linear(in.color.rgb), in.color.a);
-    }
     return in.color;
 }
 ";
@@ -366,16 +854,35 @@ pub fn paint_quads(
     range: std::ops::Range<u32>,
     transform: Transform,
 ) {
+    paint_quads_with(painter, rect, wgpu, layer, set, range, transform, false);
+}
+
+/// [`paint_quads`], drawn once into a texture and copied from it while `set`, `range` and
+/// `transform` stay when `cached` (a view of many instances that changes only with zoom,
+/// pan or data: each frame then costs one copy, not every instance).
+#[allow(clippy::too_many_arguments)]
+pub fn paint_quads_with(
+    painter: &egui::Painter,
+    rect: Rect,
+    wgpu: bool,
+    layer: u64,
+    set: &QuadSet,
+    range: std::ops::Range<u32>,
+    transform: Transform,
+    cached: bool,
+) {
     if set.is_empty() || range.is_empty() {
         return;
     }
     if wgpu {
+        let ppp = painter.ctx().pixels_per_point();
         painter.add(
             QuadCallback {
                 layer,
                 set: set.clone(),
                 range,
                 transform,
+                cached: cached.then(|| viewport_px(rect, ppp)),
             }
             .shape(rect),
         );
@@ -434,3 +941,41 @@ pub fn paint_quads(
 
 /// Most quads the CPU fallback draws per view.
 pub const CPU_QUAD_LIMIT: usize = 100_000;
+
+/// Fills `rect` with `color`: through the quad pipeline when it is installed (layer
+/// `layer`), else as an egui rectangle. Big flat backgrounds go this way because egui's own
+/// fragment shader is far dearer per pixel on a software rasterizer (`SwiftShader` runs both
+/// sides of its texture-filtering branch for every pixel), and a plot background covers a
+/// large part of the window.
+pub fn fill_rect(painter: &egui::Painter, rect: Rect, color: Color32, wgpu: bool, layer: u64) {
+    if !wgpu {
+        painter.rect_filled(rect, 0.0, color);
+        return;
+    }
+    let ppp = painter.ctx().pixels_per_point();
+    let t = Transform {
+        origin: [0.0, 0.0],
+        scale: [rect.width() * ppp, rect.height() * ppp],
+        viewport: [rect.width() * ppp, rect.height() * ppp],
+        min_px: [0.0, 0.0],
+        gap_px: 0.0,
+        use_alt_x: 0.0,
+        linear_target: 0.0,
+        pad: 0.0,
+    };
+    FILLS.with(|f| {
+        let mut f = f.borrow_mut();
+        let set = f
+            .entry(color.to_array())
+            .or_insert_with(|| QuadSet::new(vec![Quad::new(0.0, 0.0, 1.0, 1.0, color)]));
+        paint_quads(painter, rect, true, layer, set, 0..1, t);
+    });
+}
+
+thread_local! {
+    /// One unit quad per fill colour, so a fill's GPU buffer is written once.
+    static FILLS: std::cell::RefCell<HashMap<[u8; 4], QuadSet>> = std::cell::RefCell::new(HashMap::new());
+}
+
+/// Layer ids of the flat fills (plot backgrounds), apart from every view's quad layers.
+pub const LAYER_FILLS: u64 = 1 << 40;

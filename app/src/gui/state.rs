@@ -25,9 +25,71 @@ pub struct Document {
     pub trace: Arc<TraceData>,
     /// Seconds since the first op, per op (empty without times).
     pub seconds: Vec<f64>,
-    /// The band quads (x: op, alt x: seconds, y: MiB), largest area first.
+    /// The band quads built so far (x: op, alt x: seconds, y: MiB): quad `i` is band
+    /// piece `i` of the trace, so a prefix is the largest pieces. Built only once the
+    /// stacked view is shown, a slice per frame ([`Document::build_bands`]), so that no
+    /// frame stalls on millions of pieces.
     pub bands: QuadSet,
+    /// The quads converted so far (`bands` is republished from it as it grows).
+    bands_building: Vec<Quad>,
     pub slots: Vec<Slot>,
+}
+
+/// Pieces converted between two looks at the clock.
+const BAND_SLICE: usize = 16_384;
+
+impl Document {
+    /// A document for `trace`, without replays yet and with no band built.
+    #[must_use]
+    pub fn new(trace: Arc<TraceData>) -> Document {
+        let seconds = seconds_of(&trace);
+        Document {
+            trace,
+            seconds,
+            bands: QuadSet::default(),
+            bands_building: Vec::new(),
+            slots: Vec::new(),
+        }
+    }
+
+    /// Whether every band piece has its quad in [`Document::bands`].
+    #[must_use]
+    pub fn bands_complete(&self) -> bool {
+        self.bands.len() >= self.trace.bands.pieces.len()
+    }
+
+    /// Converts band pieces into quads for about `budget` of time (at least one slice),
+    /// and republishes [`Document::bands`] when the quads built have doubled since it was
+    /// last published, and at the end (so the largest pieces show first, and the GPU copy
+    /// is refreshed a logarithmic number of times). Returns whether every piece is built.
+    pub fn build_bands(&mut self, budget: std::time::Duration) -> bool {
+        let pieces = &self.trace.bands.pieces;
+        if self.bands.len() >= pieces.len() {
+            return true;
+        }
+        let start = web_time::Instant::now();
+        loop {
+            let from = self.bands_building.len();
+            let to = (from + BAND_SLICE).min(pieces.len());
+            self.bands_building.extend(
+                pieces[from..to]
+                    .iter()
+                    .map(|p| band_quad(&self.trace, &self.seconds, p, None)),
+            );
+            if to == pieces.len() || start.elapsed() >= budget {
+                break;
+            }
+        }
+        let built = self.bands_building.len();
+        if built == pieces.len() {
+            self.bands = QuadSet::new(std::mem::take(&mut self.bands_building));
+            return true;
+        }
+        if built >= 2 * self.bands.len().max(BAND_SLICE / 2) {
+            self.bands = QuadSet::new(self.bands_building.clone());
+        }
+        false
+    }
 }
 
 /// A compared configuration.
@@ -279,27 +341,36 @@ pub fn band_quads(
     pick: &dyn Fn(&super::engine::wire::BandPiece) -> bool,
     color: Option<egui::Color32>,
 ) -> Vec<Quad> {
+    trace
+        .bands
+        .pieces
+        .iter()
+        .filter(|p| pick(p))
+        .map(|p| band_quad(trace, seconds, p, color))
+        .collect()
+}
+
+/// The quad of band piece `p`, coloured by its call site (or in `color`).
+#[must_use]
+pub fn band_quad(
+    trace: &TraceData,
+    seconds: &[f64],
+    p: &super::engine::wire::BandPiece,
+    color: Option<egui::Color32>,
+) -> Quad {
     let t = |x: u32| -> f32 {
         match seconds.len() {
             0 => x as f32,
             n => seconds[(x as usize).min(n - 1)] as f32,
         }
     };
-    trace
-        .bands
-        .pieces
-        .iter()
-        .filter(|p| pick(p))
-        .map(|p| {
-            let stack = trace.ops.stack.get(p.alloc as usize).copied().unwrap_or(0);
-            let c = color.unwrap_or_else(|| theme::site(stack, p.alloc));
-            let y0 = (p.y0_bytes as f64 / MIB) as f32;
-            let y1 = ((p.y0_bytes + p.height_bytes) as f64 / MIB) as f32;
-            let mut q = Quad::new(p.x0 as f32, y0, p.x1 as f32, y1, c);
-            q.alt_x = [t(p.x0), t(p.x1)];
-            q
-        })
-        .collect()
+    let stack = trace.ops.stack.get(p.alloc as usize).copied().unwrap_or(0);
+    let c = color.unwrap_or_else(|| theme::site(stack, p.alloc));
+    let y0 = (p.y0_bytes as f64 / MIB) as f32;
+    let y1 = ((p.y0_bytes + p.height_bytes) as f64 / MIB) as f32;
+    let mut q = Quad::new(p.x0 as f32, y0, p.x1 as f32, y1, c);
+    q.alt_x = [t(p.x0), t(p.x1)];
+    q
 }
 
 /// Seconds since the first op (empty when the trace has no times or they go backwards).

@@ -290,9 +290,18 @@ fn a_bad_file_shows_an_error_and_the_app_keeps_working() {
         Some("oom_story.pickle.gz")
     );
     let c = h.state().cursor;
+    assert_eq!(h.state().marked_layout(), Some(c));
     h.key_press(egui::Key::ArrowRight);
     settle(&mut h);
     assert_eq!(h.state().cursor, c + 1);
+    // The browser's markers keep following the story: the layout shown is marked.
+    assert_eq!(h.state().marked_layout(), Some(c + 1));
+    // And the next good file is marked when its first full frame is on screen.
+    h.state_mut().open_example(&OOM_STORY);
+    assert!(!h.state().first_frame_marked());
+    settle(&mut h);
+    assert!(h.state().first_frame_marked());
+    assert_eq!(h.state().marked_layout(), Some(h.state().cursor));
     // A bad config is an error too, not a panic.
     h.state_mut()
         .config
@@ -301,6 +310,40 @@ fn a_bad_file_shows_an_error_and_the_app_keeps_working() {
     h.state_mut().resimulate();
     settle(&mut h);
     assert!(h.state().errors.len() >= 2);
+}
+
+#[test]
+fn a_key_asks_for_its_layout_in_the_same_frame() {
+    let mut h = harness(Startup::Example(&OOM_STORY));
+    // One pass per frame, so that a frame cannot hide a second look at the engine.
+    h.ctx
+        .options_mut(|o| o.max_passes = std::num::NonZeroUsize::MIN);
+    let start = h.state().cursor;
+    // The key goes down (one frame: `key_press` would run a second one for its release).
+    h.event(egui::Event::Key {
+        key: egui::Key::ArrowRight,
+        physical_key: None,
+        pressed: true,
+        repeat: false,
+        modifiers: egui::Modifiers::NONE,
+    });
+    h.step();
+    // One frame ran: the cursor moved and its layout was asked for then (an inline engine
+    // answers when the next frame polls it), not a frame later.
+    assert_eq!(h.state().cursor, start + 1);
+    let asked = h
+        .state()
+        .document()
+        .and_then(|d| d.slots[0].layout_job)
+        .map(|(_, op)| op);
+    assert_eq!(asked, Some(start + 1));
+    h.step();
+    let shown = h
+        .state()
+        .document()
+        .and_then(|d| d.slots[0].layout.as_ref())
+        .map(|l| l.data.op);
+    assert_eq!(shown, Some(start + 1), "on screen the frame after the key");
 }
 
 #[test]
@@ -461,4 +504,48 @@ fn addresses_parse_as_hex() {
     );
     assert_eq!(super::parse_address("0x"), None);
     assert_eq!(super::parse_address("0xzz"), None);
+}
+
+#[test]
+fn band_quads_are_built_a_slice_per_call_and_published_as_they_double() {
+    use super::engine::wire::{BandPiece, TraceData};
+    use super::state::{Document, band_quads};
+    let mut trace = TraceData::default();
+    trace.bands.pieces = (0..40_000u32)
+        .map(|i| BandPiece {
+            x0: i,
+            x1: i + 3,
+            y0_bytes: u64::from(i) << 10,
+            height_bytes: 1 << 20,
+            alloc: i,
+        })
+        .collect();
+    let mut doc = Document::new(std::sync::Arc::new(trace));
+    assert!(doc.bands.is_empty() && !doc.bands_complete());
+    // No time to spare: one slice per call.
+    let mut published = Vec::new();
+    while !doc.build_bands(std::time::Duration::ZERO) {
+        published.push(doc.bands.len());
+        assert!(published.len() < 10, "{published:?}");
+    }
+    assert_eq!(published, [16_384, 32_768]);
+    assert!(doc.bands_complete());
+    let all = band_quads(&doc.trace, &doc.seconds, &|_| true, None);
+    assert_eq!(doc.bands.quads.as_slice(), all.as_slice());
+    // Built: nothing more to do.
+    let generation = doc.bands.generation;
+    assert!(doc.build_bands(std::time::Duration::from_secs(1)));
+    assert_eq!(doc.bands.generation, generation);
+}
+
+#[test]
+fn the_stacked_view_builds_its_bands_only_once_shown() {
+    let mut h = harness(Startup::Example(&OOM_STORY));
+    let n = h.state().document().map(|d| d.trace.bands.pieces.len());
+    assert!(n.is_some_and(|n| n > 0));
+    assert!(h.state().document().is_some_and(|d| d.bands.is_empty()));
+    h.get_by_label("Allocations").click();
+    settle(&mut h);
+    let doc = h.state().document().expect("doc");
+    assert_eq!(Some(doc.bands.len()), n);
 }

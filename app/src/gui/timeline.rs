@@ -52,10 +52,12 @@ pub struct TimelineState {
     pub last_plot: Option<Rect>,
     /// Extra curves drawn in metric mode.
     pub overlays: Vec<Overlay>,
-    /// The metric lines of the last view, tessellated once: scrubbing only moves the
-    /// cursor, and re-tessellating thousands of anti-aliased line points every frame was
-    /// most of a frame's CPU time (`benches/frame.rs`).
-    cache: Option<(CacheKey, Shape)>,
+    /// The lines of the last view (metric lines, or the reserved lines over the bands),
+    /// tessellated once: scrubbing only moves the cursor, and re-tessellating thousands of
+    /// anti-aliased line points every frame was most of a frame's CPU time
+    /// (`benches/frame.rs`). Kept as an egui shape and, for the wgpu pipeline, as a mesh
+    /// uploaded once (egui would upload and shade it anew every frame).
+    cache: Option<(CacheKey, Shape, render::MeshSet)>,
 }
 
 impl Default for TimelineState {
@@ -77,6 +79,7 @@ impl Default for TimelineState {
 
 #[derive(Debug, Clone, PartialEq)]
 struct CacheKey {
+    mode: Mode,
     rect: Rect,
     pixels_per_point: f32,
     view: (f64, f64),
@@ -233,7 +236,13 @@ pub fn timeline_ui(
     let avail = ui.available_rect_before_wrap();
     let (outer, response) = ui.allocate_exact_size(avail.size(), Sense::click_and_drag());
     let painter = ui.painter_at(outer);
-    painter.rect_filled(outer, 0.0, theme::PLOT_BG);
+    render::fill_rect(
+        &painter,
+        outer,
+        theme::PLOT_BG,
+        wgpu,
+        render::LAYER_FILLS + 1,
+    );
     let frag_h = if st.show_fragmentation && st.mode == Mode::Metrics {
         (outer.height() * 0.18).clamp(28.0, 70.0)
     } else {
@@ -284,35 +293,41 @@ pub fn timeline_ui(
         doc,
     );
 
+    let key = CacheKey {
+        mode: st.mode,
+        rect: outer,
+        pixels_per_point: ui.ctx().pixels_per_point(),
+        view: (lo, hi),
+        axis: st.axis,
+        ymax,
+        flags: (
+            st.show_allocated,
+            st.show_largest_free,
+            st.show_fragmentation,
+        ),
+        replays: doc
+            .slots
+            .iter()
+            .map(|s| {
+                s.replay
+                    .as_ref()
+                    .map_or(0, |r| std::ptr::from_ref(r) as usize)
+            })
+            .collect(),
+    };
+    if st.cache.as_ref().is_none_or(|(k, ..)| *k != key) {
+        let shapes = match st.mode {
+            Mode::Metrics => metric_shapes(st, doc, &xm, ymax, frag_rect),
+            Mode::Bands => reserved_shapes(st, doc, &xm, ymax),
+        };
+        let (shape, mesh) = tessellated(ui.ctx(), shapes);
+        st.cache = Some((key, shape, mesh));
+    }
+
     match st.mode {
         Mode::Metrics => {
-            let key = CacheKey {
-                rect: outer,
-                pixels_per_point: ui.ctx().pixels_per_point(),
-                view: (lo, hi),
-                axis: st.axis,
-                ymax,
-                flags: (
-                    st.show_allocated,
-                    st.show_largest_free,
-                    st.show_fragmentation,
-                ),
-                replays: doc
-                    .slots
-                    .iter()
-                    .map(|s| {
-                        s.replay
-                            .as_ref()
-                            .map_or(0, |r| std::ptr::from_ref(r) as usize)
-                    })
-                    .collect(),
-            };
-            if st.cache.as_ref().is_none_or(|(k, _)| *k != key) {
-                let shapes = metric_shapes(st, doc, &xm, ymax, frag_rect);
-                st.cache = Some((key, tessellated(ui.ctx(), shapes)));
-            }
-            if let Some((_, mesh)) = &st.cache {
-                painter.add(mesh.clone());
+            if let Some((_, shape, mesh)) = &st.cache {
+                render::paint_mesh(&painter, outer, wgpu, LAYER_LINES, mesh, shape);
             }
             for o in &st.overlays {
                 painter.extend(overlay_shapes(st, doc, &xm, o, &to_y));
@@ -351,9 +366,11 @@ pub fn timeline_ui(
             let bytes_per_pt = ymax / f64::from(plot.height());
             // Pieces smaller than a third of a pixel are left to the level of detail.
             let min_area = 0.33 / f64::from(ppp * ppp) * ops_per_pt * bytes_per_pt;
+            // Quads are built largest first over a few frames: draw those built so far.
             let drawn = bands
                 .pieces
-                .partition_point(|p| super::engine::bands::area(p) >= min_area);
+                .partition_point(|p| super::engine::bands::area(p) >= min_area)
+                .min(doc.bands.len());
             st.bands_drawn = drawn;
             let t = Transform {
                 origin: [lo as f32, (ymax / MIB) as f32],
@@ -373,7 +390,8 @@ pub fn timeline_ui(
                 pad: 0.0,
             };
             let clip = ui.painter_at(plot);
-            render::paint_quads(
+            // Cached: scrubbing only moves the cursor over the same bands.
+            render::paint_quads_with(
                 &clip,
                 plot,
                 wgpu,
@@ -381,11 +399,12 @@ pub fn timeline_ui(
                 &doc.bands,
                 0..drawn as u32,
                 t,
+                true,
             );
             if !bands_highlight.is_empty() {
                 let mut th = t;
                 th.min_px = [1.0, 1.0];
-                render::paint_quads(
+                render::paint_quads_with(
                     &clip,
                     plot,
                     wgpu,
@@ -393,14 +412,12 @@ pub fn timeline_ui(
                     bands_highlight,
                     0..bands_highlight.len() as u32,
                     th,
+                    true,
                 );
             }
             // The reserved line of each configuration over the bands.
-            for (i, s) in doc.slots.iter().enumerate() {
-                if let Some(r) = &s.replay {
-                    let pts = envelope_points(st, doc, &xm, &r.reserved, &|v| to_y(f64::from(v)));
-                    clip.add(Shape::line(pts, Stroke::new(1.5, theme::slot(i))));
-                }
+            if let Some((_, shape, mesh)) = &st.cache {
+                render::paint_mesh(&clip, plot, wgpu, LAYER_LINES, mesh, shape);
             }
         }
     }
@@ -518,6 +535,23 @@ pub fn timeline_ui(
 /// Layer ids of the timeline's GPU views.
 const LAYER_BANDS: u64 = 1;
 const LAYER_BANDS_HIGHLIGHT: u64 = 2;
+const LAYER_LINES: u64 = 3;
+
+/// The reserved line of each configuration, drawn over the bands.
+fn reserved_shapes(st: &TimelineState, doc: &Document, xm: &XMap, ymax: f64) -> Vec<Shape> {
+    let plot = xm.rect;
+    let to_y =
+        |bytes: f32| plot.bottom() - (f64::from(bytes) / ymax * f64::from(plot.height())) as f32;
+    doc.slots
+        .iter()
+        .enumerate()
+        .filter_map(|(i, s)| {
+            let r = s.replay.as_ref()?;
+            let pts = envelope_points(st, doc, xm, &r.reserved, &to_y);
+            Some(Shape::line(pts, Stroke::new(1.5, theme::slot(i))))
+        })
+        .collect()
+}
 
 fn metric_shapes(
     st: &TimelineState,
@@ -573,8 +607,8 @@ fn metric_shapes(
 }
 
 /// `shapes` (lines and outlines, no text or circles) as one mesh, tessellated as egui
-/// would tessellate them at this scale.
-fn tessellated(ctx: &egui::Context, shapes: Vec<Shape>) -> Shape {
+/// would tessellate them at this scale: as an egui shape and as the GPU's mesh.
+fn tessellated(ctx: &egui::Context, shapes: Vec<Shape>) -> (Shape, render::MeshSet) {
     let options = ctx.tessellation_options(|o| *o);
     // Lines need neither the font atlas nor the prepared discs.
     let mut tess =
@@ -583,7 +617,8 @@ fn tessellated(ctx: &egui::Context, shapes: Vec<Shape>) -> Shape {
     for shape in shapes {
         tess.tessellate_shape(shape, &mut mesh);
     }
-    Shape::mesh(mesh)
+    let set = render::MeshSet::from_egui(&mesh);
+    (Shape::mesh(mesh), set)
 }
 
 /// An overlay's polyline over the visible range (with one point either side, so the line
