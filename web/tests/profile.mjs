@@ -1,0 +1,100 @@
+// Where the page's time goes (a development tool, not a test): opens a trace in headless
+// Chromium like bench.mjs, then records a DevTools trace and a JS/wasm CPU profile while
+// the keyboard moves the cursor, and prints the frame gaps and the hottest functions.
+//
+// node profile.mjs --url URL --traces DIR --out DIR [--trace NAME] [--keys N] [--idle-ms MS]
+
+import { writeFileSync, mkdirSync } from "node:fs";
+import { join } from "node:path";
+import { arg, launch, waitFrame, layoutMarker, markTime, dropFile } from "./lib.mjs";
+
+const url = arg("--url");
+const traces = arg("--traces");
+const out = arg("--out", "/tmp/allocsim-artifacts");
+const trace = arg("--trace", "kvcache_decode.pickle.gz");
+const keys = Number(arg("--keys", "6"));
+const idle = Number(arg("--idle-ms", "3000"));
+mkdirSync(out, { recursive: true });
+
+const s = await launch(arg("--chromium", "/usr/bin/chromium"));
+const { page } = s;
+await page.goto(url, { waitUntil: "load" });
+await waitFrame(page, "ready:oom_story");
+const dropT = await dropFile(page, join(traces, trace), trace);
+await waitFrame(page, `ready:${trace}`, 300000);
+const readyT = await markTime(page, "data-allocsim-frame", dropT, `v.startsWith('ready:${trace}')`);
+console.log(`ready after ${Math.round(readyT - dropT)} ms`);
+await page.mouse.move(700, 890);
+await page.waitForTimeout(idle);
+
+// Frames while idle.
+const gaps = (from, to) =>
+  page.evaluate(([from, to]) => {
+    const f = window.__frames.filter((t) => t >= from && t <= to);
+    const g = [];
+    for (let i = 1; i < f.length; i++) g.push(Math.round(f[i] - f[i - 1]));
+    return g;
+  }, [from, to]);
+const t0 = await page.evaluate(() => performance.now());
+await page.waitForTimeout(2000);
+const t1 = await page.evaluate(() => performance.now());
+const idleGaps = await gaps(t0, t1);
+console.log(`idle 2 s: ${idleGaps.length} frames, gaps ${JSON.stringify(idleGaps.slice(0, 40))}`);
+
+const cdp = await s.context.newCDPSession(page);
+await cdp.send("Profiler.enable");
+await cdp.send("Profiler.setSamplingInterval", { interval: 200 });
+await cdp.send("Profiler.start");
+const chunks = [];
+cdp.on("Tracing.dataCollected", (e) => chunks.push(...e.value));
+await cdp.send("Tracing.start", {
+  categories: "devtools.timeline,disabled-by-default-devtools.timeline,disabled-by-default-devtools.timeline.frame,gpu,viz,cc,benchmark",
+  transferMode: "ReportEvents",
+});
+const seq = ["ArrowRight", "PageDown", "End", "Home", "PageDown", "ArrowLeft", "PageUp", "ArrowRight"];
+const lat = [];
+const k0 = await page.evaluate(() => performance.now());
+for (let i = 0; i < keys; i++) {
+  const key = seq[i % seq.length];
+  const from = await layoutMarker(page);
+  const t = await page.evaluate(() => performance.now());
+  await page.keyboard.press(key);
+  await page.waitForFunction((f) => Number(document.body.getAttribute("data-allocsim-layout")) !== f, from, { timeout: 60000, polling: 5 });
+  const to = await layoutMarker(page);
+  const shown = await markTime(page, "data-allocsim-layout", t, `Number(v) === ${to}`);
+  lat.push(Math.round(shown - t));
+}
+const k1 = await page.evaluate(() => performance.now());
+const done = new Promise((r) => cdp.once("Tracing.tracingComplete", r));
+await cdp.send("Tracing.end");
+await done;
+const { profile } = await cdp.send("Profiler.stop");
+console.log(`layout latencies ${JSON.stringify(lat)}`);
+console.log(`frame gaps while stepping: ${JSON.stringify(await gaps(k0, k1))}`);
+writeFileSync(join(out, "profile.cpuprofile"), JSON.stringify(profile));
+writeFileSync(join(out, "trace.json"), JSON.stringify({ traceEvents: chunks }));
+
+// Self time per function.
+const self = new Map();
+const byId = new Map(profile.nodes.map((n) => [n.id, n]));
+const dt = profile.timeDeltas;
+for (let i = 0; i < profile.samples.length; i++) {
+  const n = byId.get(profile.samples[i]);
+  const name = `${n.callFrame.functionName || "(anon)"} ${n.callFrame.url.split("/").pop()}`;
+  self.set(name, (self.get(name) ?? 0) + (dt[i] ?? 0) / 1000);
+}
+const top = [...self.entries()].sort((a, b) => b[1] - a[1]).slice(0, 40);
+for (const [n, ms] of top) console.log(`${ms.toFixed(0).padStart(7)} ms  ${n}`);
+
+// Trace: long tasks per thread name.
+const names = new Map();
+for (const e of chunks) if (e.ph === "M" && e.name === "thread_name") names.set(`${e.pid}:${e.tid}`, e.args.name);
+const per = new Map();
+for (const e of chunks) {
+  if (e.ph !== "X" || !e.dur) continue;
+  if (!["RunTask", "ThreadControllerImpl::RunTask"].includes(e.name)) continue;
+  const k = names.get(`${e.pid}:${e.tid}`) ?? `${e.pid}:${e.tid}`;
+  per.set(k, (per.get(k) ?? 0) + e.dur / 1000);
+}
+console.log("busy per thread (ms):", JSON.stringify([...per.entries()].sort((a, b) => b[1] - a[1]).slice(0, 12)));
+await s.close();
