@@ -69,6 +69,19 @@ fn main() {
     ] {
         app.timeline.mode = mode;
         app.tab = tab;
+        // The stacked view builds its quads over its first frames (a few ms each): those
+        // frames are reported apart, the scrubbing below starts once they are built.
+        let mut building = Vec::new();
+        while app
+            .document()
+            .is_some_and(|d| mode == Mode::Bands && !d.bands_complete())
+        {
+            building.push(frame(&mut app).0);
+        }
+        report(
+            &format!("{label}: frames building the band quads"),
+            &mut building,
+        );
         let mut all = Vec::new();
         let mut moved = Vec::new();
         let mut ingest = Vec::new();

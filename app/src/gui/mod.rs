@@ -27,10 +27,12 @@ use state::{Document, LayoutView, ReplayView, Slot};
 
 pub use panels::Tab;
 
-/// Time a frame spends building band quads (see [`Document::build_bands`]): a few
-/// milliseconds, so that the stacked view of millions of pieces fills in over frames
-/// instead of freezing one.
-const BAND_BUDGET: std::time::Duration = std::time::Duration::from_millis(6);
+/// Time a frame spends building band quads (see [`Document::build_bands`]): a quarter of
+/// the time between frames, within these bounds, so that the stacked view of millions of
+/// pieces fills in over frames instead of freezing one (a few ms at 60 frames a second;
+/// more where frames are slow to draw anyway, as on a software rasterizer, so that it does
+/// not take hundreds of them).
+const BAND_BUDGET: (f32, f32) = (0.004, 0.05);
 
 /// What the app shows first.
 #[derive(Debug, Clone)]
@@ -800,8 +802,11 @@ impl AllocsimApp {
         if self.timeline.mode != timeline::Mode::Bands {
             return;
         }
+        let dt = ctx.input(|i| i.unstable_dt);
+        let budget =
+            std::time::Duration::from_secs_f32((dt / 4.0).clamp(BAND_BUDGET.0, BAND_BUDGET.1));
         if let Some(doc) = &mut self.doc
-            && !doc.build_bands(BAND_BUDGET)
+            && !doc.build_bands(budget)
         {
             ctx.request_repaint();
         }

@@ -38,6 +38,10 @@ pub struct Document {
 /// Pieces converted between two looks at the clock.
 const BAND_SLICE: usize = 16_384;
 
+/// The most quads published before the bands are complete: a preview of the largest
+/// pieces; copying more for a preview would cost a frame more than it shows.
+const BAND_PREVIEW_MAX: usize = 1 << 18;
+
 impl Document {
     /// A document for `trace`, without replays yet and with no band built.
     #[must_use]
@@ -60,8 +64,9 @@ impl Document {
 
     /// Converts band pieces into quads for about `budget` of time (at least one slice),
     /// and republishes [`Document::bands`] when the quads built have doubled since it was
-    /// last published, and at the end (so the largest pieces show first, and the GPU copy
-    /// is refreshed a logarithmic number of times). Returns whether every piece is built.
+    /// last published (up to `BAND_PREVIEW_MAX`), and at the end: the largest pieces show
+    /// first, and the GPU copy is refreshed a logarithmic number of times. Returns whether
+    /// every piece is built.
     pub fn build_bands(&mut self, budget: std::time::Duration) -> bool {
         let pieces = &self.trace.bands.pieces;
         if self.bands.len() >= pieces.len() {
@@ -85,7 +90,7 @@ impl Document {
             self.bands = QuadSet::new(std::mem::take(&mut self.bands_building));
             return true;
         }
-        if built >= 2 * self.bands.len().max(BAND_SLICE / 2) {
+        if built >= 2 * self.bands.len().max(BAND_SLICE / 2) && built <= BAND_PREVIEW_MAX {
             self.bands = QuadSet::new(self.bands_building.clone());
         }
         false
