@@ -155,7 +155,37 @@ pub struct MeshCallback {
     pub cached: Option<[u32; 2]>,
 }
 
-impl MeshCallback {
+impl LayerDraw for MeshCallback {
+    fn layer(&self) -> u64 {
+        self.layer
+    }
+    fn generation(&self) -> u64 {
+        self.mesh.generation
+    }
+    fn transform(&self) -> Transform {
+        self.transform
+    }
+    fn cached(&self) -> Option<[u32; 2]> {
+        self.cached
+    }
+    fn upload(&self, device: &wgpu::Device, queue: &wgpu::Queue, layer: &mut Layer) {
+        upload(
+            device,
+            queue,
+            &mut layer.buffer,
+            &mut layer.capacity,
+            wgpu::BufferUsages::VERTEX,
+            bytemuck::cast_slice(self.mesh.vertices.as_slice()),
+        );
+        upload(
+            device,
+            queue,
+            &mut layer.index_buffer,
+            &mut layer.index_capacity,
+            wgpu::BufferUsages::INDEX,
+            bytemuck::cast_slice(self.mesh.indices.as_slice()),
+        );
+    }
     fn draw(&self, res: &Resources, layer: &Layer, pass: &mut wgpu::RenderPass<'_>) {
         let (Some(vb), Some(ib)) = (&layer.buffer, &layer.index_buffer) else {
             return;
@@ -171,7 +201,11 @@ impl MeshCallback {
     }
 }
 
-impl egui_wgpu::CallbackTrait for MeshCallback {
+/// A [`LayerDraw`] as egui's paint callback: `prepare` and `paint` written once for
+/// meshes and quads alike.
+struct Drawn<T>(T);
+
+impl<T: LayerDraw + Send + Sync + 'static> egui_wgpu::CallbackTrait for Drawn<T> {
     fn prepare(
         &self,
         device: &wgpu::Device,
@@ -180,46 +214,7 @@ impl egui_wgpu::CallbackTrait for MeshCallback {
         encoder: &mut wgpu::CommandEncoder,
         resources: &mut egui_wgpu::CallbackResources,
     ) -> Vec<wgpu::CommandBuffer> {
-        let Some(res) = resources.get_mut::<Resources>() else {
-            return Vec::new();
-        };
-        let linear = res.linear_target;
-        let layout = &res.bind_group_layout;
-        let layer = res
-            .layers
-            .entry(self.layer)
-            .or_insert_with(|| Layer::new(device, layout));
-        if layer.generation != self.mesh.generation {
-            upload(
-                device,
-                queue,
-                &mut layer.buffer,
-                &mut layer.capacity,
-                wgpu::BufferUsages::VERTEX,
-                bytemuck::cast_slice(self.mesh.vertices.as_slice()),
-            );
-            upload(
-                device,
-                queue,
-                &mut layer.index_buffer,
-                &mut layer.index_capacity,
-                wgpu::BufferUsages::INDEX,
-                bytemuck::cast_slice(self.mesh.indices.as_slice()),
-            );
-            layer.generation = self.mesh.generation;
-        }
-        let mut t = self.transform;
-        t.linear_target = if linear { 1.0 } else { 0.0 };
-        queue.write_buffer(&layer.uniforms, 0, bytemuck::bytes_of(&t));
-        if let Some(size) = self.cached {
-            let mut key = self.mesh.generation.to_le_bytes().to_vec();
-            key.extend_from_slice(bytemuck::bytes_of(&t));
-            if let Some(view) = layer.cache_target(device, &res.cache, size, key) {
-                let layer = &res.layers[&self.layer];
-                self.draw(res, layer, &mut cache_pass(encoder, &view));
-            }
-        }
-        Vec::new()
+        prepare_layer(&self.0, device, queue, encoder, resources)
     }
 
     fn paint(
@@ -228,17 +223,81 @@ impl egui_wgpu::CallbackTrait for MeshCallback {
         pass: &mut wgpu::RenderPass<'static>,
         resources: &egui_wgpu::CallbackResources,
     ) {
-        let Some(res) = resources.get::<Resources>() else {
-            return;
-        };
-        let Some(layer) = res.layers.get(&self.layer) else {
-            return;
-        };
-        if self.cached.is_some() {
-            layer.blit(res, pass);
-        } else {
-            self.draw(res, layer, pass);
+        paint_layer(&self.0, pass, resources);
+    }
+}
+
+/// A drawing into a layer of [`Resources`] (see [`Drawn`]).
+trait LayerDraw {
+    fn layer(&self) -> u64;
+    /// Changes whenever the data to upload changes.
+    fn generation(&self) -> u64;
+    fn transform(&self) -> Transform;
+    /// Drawn once into a texture of this size and copied from it after (see the callbacks).
+    fn cached(&self) -> Option<[u32; 2]>;
+    /// What else, beside the generation and the transform, makes a cached picture stale.
+    fn cache_key(&self, key: &mut Vec<u8>) {
+        let _ = key;
+    }
+    /// Uploads the data into the layer's buffers.
+    fn upload(&self, device: &wgpu::Device, queue: &wgpu::Queue, layer: &mut Layer);
+    fn draw(&self, res: &Resources, layer: &Layer, pass: &mut wgpu::RenderPass<'_>);
+}
+
+/// `prepare` of a [`LayerDraw`]: the layer (made on first use) takes new data when its
+/// generation changed and the transform; a cached drawing is redrawn into its texture
+/// when anything in its key changed.
+fn prepare_layer(
+    d: &impl LayerDraw,
+    device: &wgpu::Device,
+    queue: &wgpu::Queue,
+    encoder: &mut wgpu::CommandEncoder,
+    resources: &mut egui_wgpu::CallbackResources,
+) -> Vec<wgpu::CommandBuffer> {
+    let Some(res) = resources.get_mut::<Resources>() else {
+        return Vec::new();
+    };
+    let linear = res.linear_target;
+    let layout = &res.bind_group_layout;
+    let layer = res
+        .layers
+        .entry(d.layer())
+        .or_insert_with(|| Layer::new(device, layout));
+    if layer.generation != d.generation() {
+        d.upload(device, queue, layer);
+        layer.generation = d.generation();
+    }
+    let mut t = d.transform();
+    t.linear_target = if linear { 1.0 } else { 0.0 };
+    queue.write_buffer(&layer.uniforms, 0, bytemuck::bytes_of(&t));
+    if let Some(size) = d.cached() {
+        let mut key = d.generation().to_le_bytes().to_vec();
+        d.cache_key(&mut key);
+        key.extend_from_slice(bytemuck::bytes_of(&t));
+        if let Some(view) = layer.cache_target(device, &res.cache, size, key) {
+            let layer = &res.layers[&d.layer()];
+            d.draw(res, layer, &mut cache_pass(encoder, &view));
         }
+    }
+    Vec::new()
+}
+
+/// `paint` of a [`LayerDraw`]: the cached texture copied, or the drawing itself.
+fn paint_layer(
+    d: &impl LayerDraw,
+    pass: &mut wgpu::RenderPass<'static>,
+    resources: &egui_wgpu::CallbackResources,
+) {
+    let Some(res) = resources.get::<Resources>() else {
+        return;
+    };
+    let Some(layer) = res.layers.get(&d.layer()) else {
+        return;
+    };
+    if d.cached().is_some() {
+        layer.blit(res, pass);
+    } else {
+        d.draw(res, layer, pass);
     }
 }
 
@@ -274,12 +333,12 @@ pub fn paint_mesh(
     painter.add(egui::Shape::Callback(
         egui_wgpu::Callback::new_paint_callback(
             rect,
-            MeshCallback {
+            Drawn(MeshCallback {
                 layer,
                 mesh: mesh.clone(),
                 transform,
                 cached: Some(viewport_px(rect, ppp)),
-            },
+            }),
         ),
     ));
 }
@@ -288,6 +347,52 @@ pub fn paint_mesh(
 #[must_use]
 pub fn available(frame: Option<&eframe::Frame>) -> bool {
     frame.and_then(eframe::Frame::wgpu_render_state).is_some()
+}
+
+/// A render pipeline of ours: `(module, vertex entry, fragment entry)`, at most one vertex
+/// buffer, drawing with premultiplied alpha into `format`.
+fn make_pipeline(
+    device: &wgpu::Device,
+    label: &str,
+    layout: &wgpu::PipelineLayout,
+    (module, vs, fs): (&wgpu::ShaderModule, &str, &str),
+    buffer: Option<wgpu::VertexBufferLayout<'_>>,
+    topology: wgpu::PrimitiveTopology,
+    format: wgpu::TextureFormat,
+) -> wgpu::RenderPipeline {
+    let buffers = [buffer];
+    device.create_render_pipeline(&wgpu::RenderPipelineDescriptor {
+        label: Some(label),
+        layout: Some(layout),
+        vertex: wgpu::VertexState {
+            module,
+            entry_point: Some(vs),
+            buffers: if buffers[0].is_some() { &buffers } else { &[] },
+            compilation_options: wgpu::PipelineCompilationOptions::default(),
+        },
+        primitive: wgpu::PrimitiveState {
+            topology,
+            ..wgpu::PrimitiveState::default()
+        },
+        depth_stencil: None,
+        multisample: wgpu::MultisampleState {
+            count: 1,
+            mask: !0,
+            alpha_to_coverage_enabled: false,
+        },
+        fragment: Some(wgpu::FragmentState {
+            module,
+            entry_point: Some(fs),
+            targets: &[Some(wgpu::ColorTargetState {
+                format,
+                blend: Some(wgpu::BlendState::PREMULTIPLIED_ALPHA_BLENDING),
+                write_mask: wgpu::ColorWrites::ALL,
+            })],
+            compilation_options: wgpu::PipelineCompilationOptions::default(),
+        }),
+        multiview_mask: None,
+        cache: None,
+    })
 }
 
 /// Installs the pipeline into the renderer's callback resources.
@@ -315,68 +420,33 @@ pub fn install(render_state: &egui_wgpu::RenderState) {
         bind_group_layouts: &[Some(&bind_group_layout)],
         immediate_size: 0,
     });
-    let pipeline = device.create_render_pipeline(&wgpu::RenderPipelineDescriptor {
-        label: Some("allocsim_quads"),
-        layout: Some(&layout),
-        vertex: wgpu::VertexState {
-            module: &shader,
-            entry_point: Some("vs_main"),
-            buffers: &[Some(wgpu::VertexBufferLayout {
-                array_stride: std::mem::size_of::<Quad>() as u64,
-                step_mode: wgpu::VertexStepMode::Instance,
-                attributes: &wgpu::vertex_attr_array![0 => Float32x4, 1 => Float32x2, 2 => Unorm8x4],
-            })],
-            compilation_options: wgpu::PipelineCompilationOptions::default(),
-        },
-        primitive: wgpu::PrimitiveState { topology: wgpu::PrimitiveTopology::TriangleStrip, ..wgpu::PrimitiveState::default() },
-        depth_stencil: None,
-        multisample: wgpu::MultisampleState { count: 1, mask: !0, alpha_to_coverage_enabled: false },
-        fragment: Some(wgpu::FragmentState {
-            module: &shader,
-            entry_point: Some("fs_main"),
-            targets: &[Some(wgpu::ColorTargetState {
-                format: render_state.target_format,
-                blend: Some(wgpu::BlendState::PREMULTIPLIED_ALPHA_BLENDING),
-                write_mask: wgpu::ColorWrites::ALL,
-            })],
-            compilation_options: wgpu::PipelineCompilationOptions::default(),
+    let format = render_state.target_format;
+    let pipeline = make_pipeline(
+        device,
+        "allocsim_quads",
+        &layout,
+        (&shader, "vs_main", "fs_main"),
+        Some(wgpu::VertexBufferLayout {
+            array_stride: std::mem::size_of::<Quad>() as u64,
+            step_mode: wgpu::VertexStepMode::Instance,
+            attributes: &wgpu::vertex_attr_array![0 => Float32x4, 1 => Float32x2, 2 => Unorm8x4],
         }),
-        multiview_mask: None,
-        cache: None,
-    });
-    let mesh_pipeline = device.create_render_pipeline(&wgpu::RenderPipelineDescriptor {
-        label: Some("allocsim_mesh"),
-        layout: Some(&layout),
-        vertex: wgpu::VertexState {
-            module: &shader,
-            entry_point: Some("vs_mesh"),
-            buffers: &[Some(wgpu::VertexBufferLayout {
-                array_stride: std::mem::size_of::<MeshVertex>() as u64,
-                step_mode: wgpu::VertexStepMode::Vertex,
-                attributes: &wgpu::vertex_attr_array![0 => Float32x2, 1 => Unorm8x4],
-            })],
-            compilation_options: wgpu::PipelineCompilationOptions::default(),
-        },
-        primitive: wgpu::PrimitiveState::default(),
-        depth_stencil: None,
-        multisample: wgpu::MultisampleState {
-            count: 1,
-            mask: !0,
-            alpha_to_coverage_enabled: false,
-        },
-        fragment: Some(wgpu::FragmentState {
-            module: &shader,
-            entry_point: Some("fs_main"),
-            targets: &[Some(wgpu::ColorTargetState {
-                format: render_state.target_format,
-                blend: Some(wgpu::BlendState::PREMULTIPLIED_ALPHA_BLENDING),
-                write_mask: wgpu::ColorWrites::ALL,
-            })],
-            compilation_options: wgpu::PipelineCompilationOptions::default(),
+        wgpu::PrimitiveTopology::TriangleStrip,
+        format,
+    );
+    let mesh_pipeline = make_pipeline(
+        device,
+        "allocsim_mesh",
+        &layout,
+        (&shader, "vs_mesh", "fs_main"),
+        Some(wgpu::VertexBufferLayout {
+            array_stride: std::mem::size_of::<MeshVertex>() as u64,
+            step_mode: wgpu::VertexStepMode::Vertex,
+            attributes: &wgpu::vertex_attr_array![0 => Float32x2, 1 => Unorm8x4],
         }),
-        multiview_mask: None,
-        cache: None,
-    });
+        wgpu::PrimitiveTopology::TriangleList,
+        format,
+    );
     let blit_layout = device.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
         label: Some("allocsim_blit"),
         entries: &[wgpu::BindGroupLayoutEntry {
@@ -399,43 +469,20 @@ pub fn install(render_state: &egui_wgpu::RenderState) {
         label: Some("allocsim_blit"),
         source: wgpu::ShaderSource::Wgsl(BLIT_SHADER.into()),
     });
-    let blit_pipeline = device.create_render_pipeline(&wgpu::RenderPipelineDescriptor {
-        label: Some("allocsim_blit"),
-        layout: Some(&blit_pipeline_layout),
-        vertex: wgpu::VertexState {
-            module: &blit_shader,
-            entry_point: Some("vs_blit"),
-            buffers: &[],
-            compilation_options: wgpu::PipelineCompilationOptions::default(),
-        },
-        primitive: wgpu::PrimitiveState {
-            topology: wgpu::PrimitiveTopology::TriangleStrip,
-            ..wgpu::PrimitiveState::default()
-        },
-        depth_stencil: None,
-        multisample: wgpu::MultisampleState {
-            count: 1,
-            mask: !0,
-            alpha_to_coverage_enabled: false,
-        },
-        fragment: Some(wgpu::FragmentState {
-            module: &blit_shader,
-            entry_point: Some("fs_blit"),
-            targets: &[Some(wgpu::ColorTargetState {
-                format: render_state.target_format,
-                blend: Some(wgpu::BlendState::PREMULTIPLIED_ALPHA_BLENDING),
-                write_mask: wgpu::ColorWrites::ALL,
-            })],
-            compilation_options: wgpu::PipelineCompilationOptions::default(),
-        }),
-        multiview_mask: None,
-        cache: None,
-    });
+    let blit_pipeline = make_pipeline(
+        device,
+        "allocsim_blit",
+        &blit_pipeline_layout,
+        (&blit_shader, "vs_blit", "fs_blit"),
+        None,
+        wgpu::PrimitiveTopology::TriangleStrip,
+        format,
+    );
     let resources = Resources {
         pipeline,
         mesh_pipeline,
         cache: CacheResources {
-            format: render_state.target_format,
+            format,
             blit_layout,
             blit_pipeline,
         },
@@ -645,6 +692,39 @@ pub struct QuadCallback {
 }
 
 impl QuadCallback {
+    /// The paint callback shape for `rect`.
+    pub fn shape(self, rect: Rect) -> egui::Shape {
+        egui::Shape::Callback(egui_wgpu::Callback::new_paint_callback(rect, Drawn(self)))
+    }
+}
+
+impl LayerDraw for QuadCallback {
+    fn layer(&self) -> u64 {
+        self.layer
+    }
+    fn generation(&self) -> u64 {
+        self.set.generation
+    }
+    fn transform(&self) -> Transform {
+        self.transform
+    }
+    fn cached(&self) -> Option<[u32; 2]> {
+        self.cached
+    }
+    fn cache_key(&self, key: &mut Vec<u8>) {
+        key.extend_from_slice(&self.range.start.to_le_bytes());
+        key.extend_from_slice(&self.range.end.to_le_bytes());
+    }
+    fn upload(&self, device: &wgpu::Device, queue: &wgpu::Queue, layer: &mut Layer) {
+        upload(
+            device,
+            queue,
+            &mut layer.buffer,
+            &mut layer.capacity,
+            wgpu::BufferUsages::VERTEX,
+            bytemuck::cast_slice(self.set.quads.as_slice()),
+        );
+    }
     fn draw(&self, res: &Resources, layer: &Layer, pass: &mut wgpu::RenderPass<'_>) {
         let Some(buffer) = &layer.buffer else { return };
         let end = self.range.end.min(self.set.len() as u32);
@@ -655,78 +735,6 @@ impl QuadCallback {
         pass.set_bind_group(0, &layer.bind_group, &[]);
         pass.set_vertex_buffer(0, buffer.slice(..));
         pass.draw(0..4, self.range.start..end);
-    }
-}
-
-impl QuadCallback {
-    /// The paint callback shape for `rect`.
-    pub fn shape(self, rect: Rect) -> egui::Shape {
-        egui::Shape::Callback(egui_wgpu::Callback::new_paint_callback(rect, self))
-    }
-}
-
-impl egui_wgpu::CallbackTrait for QuadCallback {
-    fn prepare(
-        &self,
-        device: &wgpu::Device,
-        queue: &wgpu::Queue,
-        _screen: &egui_wgpu::ScreenDescriptor,
-        encoder: &mut wgpu::CommandEncoder,
-        resources: &mut egui_wgpu::CallbackResources,
-    ) -> Vec<wgpu::CommandBuffer> {
-        let Some(res) = resources.get_mut::<Resources>() else {
-            return Vec::new();
-        };
-        let linear = res.linear_target;
-        let layout = &res.bind_group_layout;
-        let layer = res
-            .layers
-            .entry(self.layer)
-            .or_insert_with(|| Layer::new(device, layout));
-        if layer.generation != self.set.generation {
-            upload(
-                device,
-                queue,
-                &mut layer.buffer,
-                &mut layer.capacity,
-                wgpu::BufferUsages::VERTEX,
-                bytemuck::cast_slice(self.set.quads.as_slice()),
-            );
-            layer.generation = self.set.generation;
-        }
-        let mut t = self.transform;
-        t.linear_target = if linear { 1.0 } else { 0.0 };
-        queue.write_buffer(&layer.uniforms, 0, bytemuck::bytes_of(&t));
-        if let Some(size) = self.cached {
-            let mut key = self.set.generation.to_le_bytes().to_vec();
-            key.extend_from_slice(&self.range.start.to_le_bytes());
-            key.extend_from_slice(&self.range.end.to_le_bytes());
-            key.extend_from_slice(bytemuck::bytes_of(&t));
-            if let Some(view) = layer.cache_target(device, &res.cache, size, key) {
-                let layer = &res.layers[&self.layer];
-                self.draw(res, layer, &mut cache_pass(encoder, &view));
-            }
-        }
-        Vec::new()
-    }
-
-    fn paint(
-        &self,
-        _info: egui::PaintCallbackInfo,
-        pass: &mut wgpu::RenderPass<'static>,
-        resources: &egui_wgpu::CallbackResources,
-    ) {
-        let Some(res) = resources.get::<Resources>() else {
-            return;
-        };
-        let Some(layer) = res.layers.get(&self.layer) else {
-            return;
-        };
-        if self.cached.is_some() {
-            layer.blit(res, pass);
-        } else {
-            self.draw(res, layer, pass);
-        }
     }
 }
 
