@@ -208,11 +208,11 @@ impl OpStepper {
     }
 
     /// Applies op `k` of `trace` to `model` on `device`; the model's events go to `out`.
-    pub fn step(
+    pub fn step<M: Allocator + ?Sized>(
         &mut self,
         trace: &DeviceTrace,
         k: usize,
-        model: &mut dyn Allocator,
+        model: &mut M,
         device: &mut dyn Device,
         out: &mut Vec<ModelEvent>,
     ) -> Step {
@@ -295,6 +295,30 @@ impl OpStepper {
 pub fn replay(
     trace: &DeviceTrace,
     mut model: Box<dyn Allocator>,
+    device: SimulatedDevice,
+    capacity: Option<u64>,
+    opts: ReplayOptions,
+) -> ReplayResult {
+    replay_in(trace, model.as_mut(), device, capacity, opts)
+}
+
+/// [`replay`] of a model whose type is known here: the model's calls in the per-op loop
+/// are direct rather than through the trait object, so they can be inlined (the PyTorch
+/// model's replay goes this way).
+#[must_use]
+pub fn replay_model<M: Allocator>(
+    trace: &DeviceTrace,
+    mut model: M,
+    device: SimulatedDevice,
+    capacity: Option<u64>,
+    opts: ReplayOptions,
+) -> ReplayResult {
+    replay_in(trace, &mut model, device, capacity, opts)
+}
+
+fn replay_in<M: Allocator + ?Sized>(
+    trace: &DeviceTrace,
+    model: &mut M,
     mut device: SimulatedDevice,
     capacity: Option<u64>,
     opts: ReplayOptions,
@@ -318,6 +342,8 @@ pub fn replay(
     let mut ops_done = 0;
     let mut invariant_error = None;
     let mut stepper = OpStepper::new(trace, opts.preloaded);
+    // Alloc ops replayed: `requests` without a second pass over the ops.
+    let mut allocs_seen = 0;
     for (k, op) in trace.ops.iter().enumerate() {
         if opts.checkpoint_every > 0 && k % opts.checkpoint_every == 0 {
             checkpoints.push(Checkpoint {
@@ -328,7 +354,8 @@ pub fn replay(
         }
         out.clear();
         let mut stop = false;
-        let outcome = match stepper.step(trace, k, model.as_mut(), &mut device, &mut out) {
+        allocs_seen += usize::from(matches!(op.kind, OpKind::Alloc { .. }));
+        let outcome = match stepper.step(trace, k, model, &mut device, &mut out) {
             Step::Served(a) => Outcome::Served(a),
             Step::Done => Outcome::None,
             Step::Oom { info, fatal } => {
@@ -402,7 +429,11 @@ pub fn replay(
         config: model.config_string(),
         capacity_bytes: capacity,
         ops_done,
-        requests: trace.requests(),
+        requests: allocs_seen
+            + trace.ops[ops_done..]
+                .iter()
+                .filter(|o| matches!(o.kind, OpKind::Alloc { .. }))
+                .count(),
         outcomes,
         timeline,
         peak_reserved_bytes: peak.reserved_bytes,

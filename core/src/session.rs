@@ -29,16 +29,19 @@ pub fn replay_device(
         .get(device)
         .ok_or_else(|| crate::Error::Config(format!("the trace has no device {device}")))?;
     let settings = &trace.snapshot.settings;
-    let mut model = kind::build(spec, settings, capacity).map_err(crate::Error::Config)?;
     let mut dev = simulated_device(trace, device, spec, H200_TOTAL_BYTES, capacity);
-    if spec.name == "pytorch" && !dt.start.is_empty() {
+    if spec.name == "pytorch" {
+        // Its own type, not a trait object: the per-op calls are direct.
         let cfg = kind::pytorch_config(spec, settings).map_err(crate::Error::Config)?;
         let mut m = PyTorchModel::new(cfg, capacity);
-        m.load_start(&dt.start);
-        dev.preload(dt.start.iter().map(|s| s.size_bytes).sum());
-        model = Box::new(m);
-        opts.preloaded = true;
+        if !dt.start.is_empty() {
+            m.load_start(&dt.start);
+            dev.preload(dt.start.iter().map(|s| s.size_bytes).sum());
+            opts.preloaded = true;
+        }
+        return Ok(replay::replay_model(dt, m, dev, capacity, opts));
     }
+    let model = kind::build(spec, settings, capacity).map_err(crate::Error::Config)?;
     Ok(replay::replay(dt, model, dev, capacity, opts))
 }
 

@@ -10,7 +10,15 @@
 //! shared arena, `size << 64 | address` per stream for the PyTorch model.
 
 /// Most entries a chunk holds; a full chunk splits in two halves.
-const CAP: usize = 64;
+const CAP: usize = 16;
+
+/// Where an entry stands (chunk, position), as [`Iter::pos`] reports it: valid until the
+/// index next changes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Pos {
+    c: usize,
+    p: usize,
+}
 
 /// One chunk: keys and values in separate arrays, so a search touches only keys.
 #[derive(Debug, Clone)]
@@ -127,12 +135,20 @@ impl<K: Ord + Copy + Default + std::fmt::Debug> SortedIndex<K> {
             return true;
         }
         let c = self.chunk_for(k);
-        let chunk = &mut self.chunks[c];
-        let pos = chunk.lower_bound(k);
+        let pos = self.chunks[c].lower_bound(k);
+        let chunk = &self.chunks[c];
         if pos < chunk.len && chunk.keys[pos] == k {
             return false;
         }
+        self.insert_at(c, pos, k, v);
+        true
+    }
+
+    /// Puts `k` at position `pos` of chunk `c`, where the order wants it (splitting a full
+    /// chunk first).
+    fn insert_at(&mut self, c: usize, pos: usize, k: K, v: u32) {
         self.len += 1;
+        let chunk = &mut self.chunks[c];
         if chunk.len == CAP {
             // Split first: the upper half moves to a new chunk after this one.
             let half = CAP / 2;
@@ -150,50 +166,68 @@ impl<K: Ord + Copy + Default + std::fmt::Debug> SortedIndex<K> {
             self.mins[c] = self.chunks[c].keys[0];
             self.mins.insert(c + 1, tail_min);
             self.chunks.insert(c + 1, tail);
-            return true;
+            return;
         }
         chunk.insert_at(pos, k, v);
         if pos == 0 {
             self.mins[c] = k;
         }
-        true
     }
 
-    /// Removes `k`; its value if it was present.
-    pub fn remove(&mut self, k: K) -> Option<u32> {
-        let (c, pos) = self.find(k)?;
+    /// Takes out the entry at position `pos` of chunk `c` (dropping the chunk if that
+    /// empties it); its value and whether the chunk went.
+    fn remove_at(&mut self, c: usize, pos: usize) -> (u32, bool) {
         let chunk = &mut self.chunks[c];
         let v = chunk.remove_at(pos);
         self.len -= 1;
         if chunk.len == 0 {
             self.chunks.remove(c);
             self.mins.remove(c);
-        } else if pos == 0 {
+            return (v, true);
+        }
+        if pos == 0 {
             self.mins[c] = chunk.keys[0];
         }
-        Some(v)
+        (v, false)
+    }
+
+    /// Removes `k`; its value if it was present.
+    pub fn remove(&mut self, k: K) -> Option<u32> {
+        let (c, pos) = self.find(k)?;
+        Some(self.remove_at(c, pos).0)
+    }
+
+    /// Removes the entry at `at` (from [`Iter::pos`], the index unchanged since); its value.
+    pub fn remove_at_pos(&mut self, at: Pos) -> u32 {
+        self.remove_at(at.c, at.p).0
     }
 
     /// Moves the entry `old` to key `new` with value `v` (as `remove(old)` then
-    /// `insert(new, v)` would) in one pass when both belong to the same chunk: only the
+    /// `insert(new, v)` would), with one search for each key: inside one chunk only the
     /// entries between the two positions shift. False, with nothing changed, when `old`
     /// is absent or `new` is another entry's key.
     pub fn reposition(&mut self, old: K, new: K, v: u32) -> bool {
         let Some((c, p)) = self.find(old) else {
             return false;
         };
-        let chunks = self.chunks.len();
-        let fits_below = c == 0 || {
-            let prev = &self.chunks[c - 1];
-            prev.keys[prev.len - 1] < new
-        };
-        let fits_above = c + 1 == chunks || new < self.mins[c + 1];
-        if !(fits_below && fits_above) {
-            if self.find(new).is_some() {
+        self.reposition_at(Pos { c, p }, new, v)
+    }
+
+    /// [`Self::reposition`] of the entry at `at` (from [`Iter::pos`], the index unchanged
+    /// since), without searching for it.
+    pub fn reposition_at(&mut self, at: Pos, new: K, v: u32) -> bool {
+        let Pos { c, p } = at;
+        let old = self.chunks[c].keys[p];
+        let to = self.chunk_for(new);
+        if to != c {
+            let q = self.chunks[to].lower_bound(new);
+            let target = &self.chunks[to];
+            if q < target.len && target.keys[q] == new {
                 return false;
             }
-            self.remove(old);
-            self.insert(new, v);
+            let (_, dropped) = self.remove_at(c, p);
+            let to = if dropped && c < to { to - 1 } else { to };
+            self.insert_at(to, q, new, v);
             return true;
         }
         let ch = &mut self.chunks[c];
@@ -391,6 +425,17 @@ impl<K> Default for Iter<'_, K> {
     }
 }
 
+impl<K> Iter<'_, K> {
+    /// Where the entry the last `next` returned stands.
+    #[must_use]
+    pub fn pos(&self) -> Pos {
+        Pos {
+            c: self.c,
+            p: self.p.wrapping_sub(1),
+        }
+    }
+}
+
 impl<K: Copy> Iterator for Iter<'_, K> {
     type Item = (K, u32);
 
@@ -428,11 +473,27 @@ mod tests {
                 assert_eq!(idx.insert(k, step), !reference.contains_key(&k));
                 reference.entry(k).or_insert(step);
             } else if x % 5 == 3 {
-                assert_eq!(idx.remove(k), reference.remove(&k));
+                if x & 64 == 0 {
+                    assert_eq!(idx.remove(k), reference.remove(&k));
+                } else if let Some((&at, &v)) = reference.range(k..).next() {
+                    // Removed where a search has just found it.
+                    let mut it = idx.iter_from(k);
+                    assert_eq!(it.next(), Some((at, v)));
+                    assert_eq!(idx.remove_at_pos(it.pos()), v);
+                    reference.remove(&at);
+                }
             } else if let Some((&old, _)) = reference.range(k..).next() {
-                // Move an existing entry to a fresh key, as a split or merge does.
+                // Move an existing entry to a fresh key, as a split or merge does: by its
+                // key, or where a search has just found it.
                 let new = ((x >> 5) % 3, (x >> 13) % 700, (x >> 29) % 50);
-                let moved = idx.reposition(old, new, step);
+                let moved = if x & 64 == 0 {
+                    idx.reposition(old, new, step)
+                } else {
+                    let mut it = idx.iter_from(k);
+                    assert_eq!(it.next().map(|e| e.0), Some(old));
+                    let at = it.pos();
+                    idx.reposition_at(at, new, step)
+                };
                 assert_eq!(moved, old == new || !reference.contains_key(&new));
                 if moved {
                     reference.remove(&old);

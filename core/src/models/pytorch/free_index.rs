@@ -4,7 +4,7 @@
 //! searches comparing one `u128`, an update shifts one small chunk); the streams are kept
 //! sorted so a walk over the whole set is in comparator order.
 
-use crate::models::sorted_index::{Iter, SortedIndex};
+use crate::models::sorted_index::{Iter, Pos, SortedIndex};
 
 fn key(size: u64, addr: u64) -> u128 {
     (u128::from(size) << 64) | u128::from(addr)
@@ -71,20 +71,32 @@ impl FreeIndex {
     }
 
     /// Blocks of `stream` with size ≥ `size`, smallest first (ties: lowest address):
-    /// `(size, addr, index)`.
-    pub(super) fn at_least(
-        &self,
-        stream: u64,
-        size: u64,
-    ) -> impl Iterator<Item = (u64, u64, u32)> + '_ {
-        let it = match self.find(stream) {
-            Ok(at) => self.streams[at].1.iter_from(key(size, 0)),
-            Err(_) => Iter::default(),
-        };
-        it.map(|(k, v)| {
-            let (s, a) = unkey(k);
-            (s, a, v)
-        })
+    /// `(size, addr, index)`; [`AtLeast::pos`] tells where the last one stands.
+    pub(super) fn at_least(&self, stream: u64, size: u64) -> AtLeast<'_> {
+        match self.find(stream) {
+            Ok(at) => AtLeast {
+                stream_at: at,
+                it: self.streams[at].1.iter_from(key(size, 0)),
+            },
+            Err(_) => AtLeast {
+                stream_at: 0,
+                it: Iter::default(),
+            },
+        }
+    }
+
+    /// Removes the entry at `at` (the index unchanged since it was found).
+    pub(super) fn remove_at(&mut self, at: FreePos) {
+        self.streams[at.stream_at].1.remove_at_pos(at.pos);
+        self.len -= 1;
+    }
+
+    /// Moves the entry at `at` (the index unchanged since it was found) to `new` =
+    /// (size, addr) for block `i`; false, with nothing changed, if `new` is taken.
+    pub(super) fn reposition_at(&mut self, at: FreePos, new: (u64, u64), i: u32) -> bool {
+        self.streams[at.stream_at]
+            .1
+            .reposition_at(at.pos, key(new.0, new.1), i)
     }
 
     /// Blocks of `stream` with size < `size`, largest first.
@@ -135,5 +147,39 @@ impl FreeIndex {
     /// Number of blocks.
     pub(super) fn len(&self) -> usize {
         self.len
+    }
+}
+
+/// Where a free block's entry stands in a [`FreeIndex`], until the index next changes.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct FreePos {
+    stream_at: usize,
+    pos: Pos,
+}
+
+/// The walk [`FreeIndex::at_least`] returns.
+pub(super) struct AtLeast<'a> {
+    stream_at: usize,
+    it: Iter<'a, u128>,
+}
+
+impl AtLeast<'_> {
+    /// Where the entry the last `next` returned stands.
+    pub(super) fn pos(&self) -> FreePos {
+        FreePos {
+            stream_at: self.stream_at,
+            pos: self.it.pos(),
+        }
+    }
+}
+
+impl Iterator for AtLeast<'_> {
+    type Item = (u64, u64, u32);
+
+    fn next(&mut self) -> Option<(u64, u64, u32)> {
+        self.it.next().map(|(k, v)| {
+            let (s, a) = unkey(k);
+            (s, a, v)
+        })
     }
 }

@@ -11,10 +11,13 @@
 pub mod config;
 mod free_index;
 
-use free_index::FreeIndex;
+use free_index::{FreeIndex, FreePos};
 
+use std::collections::hash_map::Entry;
 use std::collections::{BTreeMap, HashMap};
-use std::hash::{BuildHasherDefault, Hasher};
+use std::hash::BuildHasherDefault;
+
+use super::common::AddrHasher;
 
 pub use config::{ConfigError, PyTorchConfig};
 
@@ -38,27 +41,16 @@ pub const ROUND_LARGE_BYTES: u64 = 2 << 20;
 
 const NIL: u32 = u32::MAX;
 
-/// A multiply-shift hasher for block addresses: lookups only, never iterated, so the
-/// order it would give does not matter; `SipHash` costs more than the whole malloc.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct AddrHasher(u64);
-
-impl Hasher for AddrHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 = (self.0 ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
-        }
-    }
-    fn write_u64(&mut self, v: u64) {
-        self.0 = (v ^ (v >> 29)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    }
-}
-
 /// Address → block index.
 type AddrMap = HashMap<u64, u32, BuildHasherDefault<AddrHasher>>;
+
+/// Where the index entry a free block had before a split or merge is: under its old
+/// address (its size is passed beside), or at a position just found.
+#[derive(Debug, Clone, Copy)]
+enum OldEntry {
+    Addr(u64),
+    At(FreePos),
+}
 
 /// One block: a piece of a segment, allocated, free (cached), pending or unmapped.
 #[derive(Debug, Clone)]
@@ -367,6 +359,14 @@ impl PyTorchModel {
         }
     }
 
+    /// `remove_free` of block `i`, whose entry `get_free_block` has just found at `at`.
+    fn remove_free_at(&mut self, i: u32, at: FreePos) {
+        let b = self.b(i);
+        let (size, pool) = (b.size, b.pool as usize);
+        self.pools[pool].blocks.remove_at(at);
+        self.removed_free(size);
+    }
+
     /// The counters' side of taking a free block of `size` out of its pool.
     fn removed_free(&mut self, size: u64) {
         self.free_holes -= 1;
@@ -375,24 +375,26 @@ impl PyTorchModel {
         }
     }
 
-    /// `remove_free` of the entry `(old_size, old_addr)` followed by `insert_free(i)`, as
-    /// one move inside the pool's index where the order allows (`i` is the block that
+    /// `remove_free` of the entry `old` (of size `old_size`) followed by `insert_free(i)`,
+    /// as one move inside the pool's index where the order allows (`i` is the block that
     /// entry stood for, split or merged since; same pool and stream).
-    fn reindex_free(&mut self, i: u32, old_size: u64, old_addr: u64) {
+    fn reindex_free(&mut self, i: u32, old_size: u64, old: OldEntry) {
         let (pool, stream, size, addr) = {
             let b = self.b(i);
             (b.pool, b.stream, b.size, b.addr)
         };
         self.removed_free(old_size);
-        let count = self.pools[pool as usize].get_free_blocks_call_count;
+        let p = &mut self.pools[pool as usize];
+        let count = p.get_free_blocks_call_count;
+        let moved = match old {
+            OldEntry::Addr(old_addr) => {
+                p.blocks
+                    .reposition(stream, (old_size, old_addr), (size, addr), i)
+            }
+            OldEntry::At(at) => p.blocks.reposition_at(at, (size, addr), i),
+        };
+        debug_assert!(moved, "free block of {old_size} bytes not indexed");
         self.bm(i).gc_base = count;
-        let moved = self.pools[pool as usize].blocks.reposition(
-            stream,
-            (old_size, old_addr),
-            (size, addr),
-            i,
-        );
-        debug_assert!(moved, "free block ({old_size}, {old_addr:#x}) not indexed");
         self.free_holes += 1;
         if let Some(l) = self.largest_free_cache.get() {
             self.largest_free_cache.set(Some(l.max(size)));
@@ -470,14 +472,16 @@ impl PyTorchModel {
     // ---- malloc ------------------------------------------------------------------------
 
     /// `get_free_block` (§5.2).
-    fn get_free_block(&mut self, pool: u32, stream: u64, size: u64) -> Option<u32> {
+    /// The block found and where its entry stands in the pool's index.
+    fn get_free_block(&mut self, pool: u32, stream: u64, size: u64) -> Option<(u32, FreePos)> {
         if self.gc_enabled() {
             self.pools[pool as usize].get_free_blocks_call_count += 1;
         }
-        let (bsize, idx) = {
+        let (bsize, idx, at) = {
             let p = &self.pools[pool as usize];
             let mut it = p.blocks.at_least(stream, size);
             let (mut bsize, mut idx) = it.next().map(|(s, _, v)| (s, v))?;
+            let mut at = it.pos();
             if self.segments[self.b(idx).seg as usize].expandable {
                 if self.cfg.expandable_segments {
                     let xsize = |m: &PyTorchModel, i: u32| {
@@ -501,16 +505,18 @@ impl PyTorchModel {
                         }
                         bsize = ns;
                         idx = nv;
+                        at = it.pos();
                     }
                 } else {
                     while self.segments[self.b(idx).seg as usize].expandable {
                         let (ns, nv) = it.next().map(|(s, _, v)| (s, v))?;
                         bsize = ns;
                         idx = nv;
+                        at = it.pos();
                     }
                 }
             }
-            (bsize, idx)
+            (bsize, idx, at)
         };
         let m = self.cfg.max_split_size_bytes;
         if size < m && bsize >= m {
@@ -521,7 +527,7 @@ impl PyTorchModel {
         }
         // Still in the pool: `alloc_found_block` takes it out (or moves its entry to the
         // remainder of a split).
-        Some(idx)
+        Some((idx, at))
     }
 
     /// `alloc_block` (§5.5): a new segment (or mapped pages) for the request.
@@ -871,6 +877,8 @@ impl PyTorchModel {
         let pending = std::mem::take(&mut self.pending_order);
         for i in pending {
             if self.b(i).pending {
+                let addr = self.b(i).addr;
+                self.active.remove(&addr);
                 self.free_block(i, out);
             }
         }
@@ -1001,17 +1009,17 @@ impl PyTorchModel {
     }
 
     /// `alloc_found_block`: carves the request from the low end of the block. `indexed`:
-    /// the block is still in its pool's free index (found by `get_free_block`).
+    /// the block is still in its pool's free index, where `get_free_block` found it.
     fn alloc_found_block(
         &mut self,
         i: u32,
         orig: u64,
         size: u64,
         split: bool,
-        indexed: bool,
+        indexed: Option<FreePos>,
     ) -> u32 {
-        if indexed && !split {
-            self.remove_free(i);
+        if let (Some(at), false) = (indexed, split) {
+            self.remove_free_at(i, at);
         }
         let blk = if split {
             let r = self.b(i).clone();
@@ -1038,10 +1046,9 @@ impl PyTorchModel {
                 rem.addr += size;
                 rem.size -= size;
             }
-            if indexed {
-                self.reindex_free(i, r.size, r.addr);
-            } else {
-                self.insert_free(i);
+            match indexed {
+                Some(at) => self.reindex_free(i, r.size, OldEntry::At(at)),
+                None => self.insert_free(i),
             }
             nb
         } else {
@@ -1057,7 +1064,8 @@ impl PyTorchModel {
         blk
     }
 
-    /// `free_block`: back to the pool, merged with free neighbours.
+    /// `free_block`: back to the pool, merged with free neighbours (the caller has taken
+    /// it out of `active`).
     fn free_block(&mut self, i: u32, out: &mut Vec<ModelEvent>) {
         let (addr, req, stream) = {
             let b = self.b(i);
@@ -1069,7 +1077,6 @@ impl PyTorchModel {
             size: req,
             stream,
         });
-        self.active.remove(&addr);
         self.requested_bytes -= req;
         {
             let b = self.bm(i);
@@ -1089,7 +1096,7 @@ impl PyTorchModel {
         let next = self.b(i).next;
         self.try_merge_reusing(i, next, Some(&mut reuse));
         match reuse {
-            Some((size, addr)) => self.reindex_free(i, size, addr),
+            Some((size, addr)) => self.reindex_free(i, size, OldEntry::Addr(addr)),
             None => self.insert_free(i),
         }
     }
@@ -1232,8 +1239,9 @@ impl Allocator for PyTorchModel {
         let small = size <= SMALL_SIZE_BYTES;
         let pool = self.pool_index(req.pool, small);
         let alloc_size = self.allocation_size(size);
-        let mut found = self.get_free_block(pool, stream, size);
-        let indexed = found.is_some();
+        let hit = self.get_free_block(pool, stream, size);
+        let indexed = hit.map(|(_, at)| at);
+        let mut found = hit.map(|(i, _)| i);
         if found.is_none() {
             if self.gc_enabled() {
                 self.garbage_collect(dev, out);
@@ -1296,12 +1304,16 @@ impl Allocator for PyTorchModel {
         deferred: bool,
         out: &mut Vec<ModelEvent>,
     ) -> Result<(), ModelError> {
-        let &i = self
-            .active
-            .get(&addr)
-            .ok_or(ModelError::UnknownAddress(addr))?;
-        if !self.b(i).allocated {
+        // One lookup: the entry goes at once unless the free waits for other streams.
+        let Entry::Occupied(e) = self.active.entry(addr) else {
             return Err(ModelError::UnknownAddress(addr));
+        };
+        let i = *e.get();
+        if !self.blocks[i as usize].allocated {
+            return Err(ModelError::UnknownAddress(addr));
+        }
+        if !deferred {
+            e.remove();
         }
         let (size, req, stream) = (self.b(i).size, self.b(i).requested, self.b(i).stream);
         self.allocated_bytes -= size;
@@ -1328,10 +1340,14 @@ impl Allocator for PyTorchModel {
         addr: u64,
         out: &mut Vec<ModelEvent>,
     ) -> Result<(), ModelError> {
-        let &i = self.active.get(&addr).ok_or(ModelError::NotPending(addr))?;
-        if !self.b(i).pending {
+        let Entry::Occupied(e) = self.active.entry(addr) else {
+            return Err(ModelError::NotPending(addr));
+        };
+        let i = *e.get();
+        if !self.blocks[i as usize].pending {
             return Err(ModelError::NotPending(addr));
         }
+        e.remove();
         self.pending_order.retain(|&p| p != i);
         self.free_block(i, out);
         Ok(())
