@@ -63,6 +63,19 @@ pub struct Timeline {
 }
 
 impl Timeline {
+    /// An empty timeline with room for `n` samples.
+    #[must_use]
+    pub fn with_capacity(n: usize) -> Timeline {
+        Timeline {
+            reserved_bytes: Vec::with_capacity(n),
+            allocated_bytes: Vec::with_capacity(n),
+            requested_bytes: Vec::with_capacity(n),
+            largest_free_bytes: Vec::with_capacity(n),
+            free_holes: Vec::with_capacity(n),
+            time_us: Vec::with_capacity(n),
+        }
+    }
+
     /// Appends one sample.
     pub fn push(&mut self, s: &ModelStats, time_us: i64) {
         self.reserved_bytes.push(s.reserved_bytes);

@@ -328,7 +328,11 @@ fn replay_in<M: Allocator + ?Sized>(
     } else {
         Vec::new()
     };
-    let mut timeline = Timeline::default();
+    let mut timeline = if opts.keep_timeline {
+        Timeline::with_capacity(trace.ops.len())
+    } else {
+        Timeline::default()
+    };
     let mut out: Vec<ModelEvent> = Vec::with_capacity(16);
     let mut checkpoints = Vec::new();
     let mut peak = ModelStats::default();

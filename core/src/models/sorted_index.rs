@@ -10,7 +10,7 @@
 //! shared arena, `size << 64 | address` per stream for the PyTorch model.
 
 /// Most entries a chunk holds; a full chunk splits in two halves.
-const CAP: usize = 16;
+const CAP: usize = 64;
 
 /// Where an entry stands (chunk, position), as [`Iter::pos`] reports it: valid until the
 /// index next changes.

@@ -24,7 +24,12 @@ pub(super) struct FreeIndex {
 
 impl FreeIndex {
     fn find(&self, stream: u64) -> Result<usize, usize> {
-        self.streams.binary_search_by_key(&stream, |s| s.0)
+        // A walk, not a binary search: a pool sees one stream or a few.
+        match self.streams.iter().position(|s| s.0 >= stream) {
+            Some(at) if self.streams[at].0 == stream => Ok(at),
+            Some(at) => Err(at),
+            None => Err(self.streams.len()),
+        }
     }
 
     /// Inserts a block.

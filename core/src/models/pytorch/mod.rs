@@ -1115,6 +1115,7 @@ impl PyTorchModel {
     }
 
     /// Marks the block at `addr` as allocated (for rebuilding a start state).
+    #[inline]
     fn largest_free(&self) -> u64 {
         if let Some(l) = self.largest_free_cache.get() {
             return l;
@@ -1363,6 +1364,7 @@ impl Allocator for PyTorchModel {
         }
     }
 
+    #[inline]
     fn stats(&self) -> ModelStats {
         ModelStats {
             reserved_bytes: self.reserved_bytes,
