@@ -217,7 +217,24 @@ impl<K: Ord + Copy + Default + std::fmt::Debug> SortedIndex<K> {
     /// since), without searching for it.
     pub fn reposition_at(&mut self, at: Pos, new: K, v: u32) -> bool {
         let Pos { c, p } = at;
-        let old = self.chunks[c].keys[p];
+        let ch = &mut self.chunks[c];
+        let old = ch.keys[p];
+        // Often the new key still lies between the entry's neighbours in its chunk (a
+        // split that leaves the largest block the largest): it changes in place.
+        let above_prev = if p > 0 { ch.keys[p - 1] < new } else { c == 0 };
+        let below_next = if p + 1 < ch.len {
+            new < ch.keys[p + 1]
+        } else {
+            c + 1 == self.mins.len()
+        };
+        if above_prev && below_next {
+            ch.keys[p] = new;
+            ch.vals[p] = v;
+            if p == 0 {
+                self.mins[c] = new;
+            }
+            return true;
+        }
         let to = self.chunk_for(new);
         if to != c {
             let q = self.chunks[to].lower_bound(new);
