@@ -283,9 +283,7 @@ impl OpStepper {
     #[must_use]
     pub fn held_addr(&self, trace: &DeviceTrace, alloc: usize) -> Option<u64> {
         // Served addresses are never 0 (every device hands out real or synthetic ones).
-        let held = matches!(trace.ops.get(alloc)?.kind, OpKind::Alloc { .. })
-            && !self.dead[alloc]
-            && self.addrs[alloc] != 0;
+        let held = trace.ops.get(alloc)?.is_alloc() && !self.dead[alloc] && self.addrs[alloc] != 0;
         held.then(|| self.addrs[alloc])
     }
 }
@@ -358,7 +356,7 @@ fn replay_in<M: Allocator + ?Sized>(
         }
         out.clear();
         let mut stop = false;
-        allocs_seen += usize::from(matches!(op.kind, OpKind::Alloc { .. }));
+        allocs_seen += usize::from(op.is_alloc());
         let outcome = match stepper.step(trace, k, model, &mut device, &mut out) {
             Step::Served(a) => Outcome::Served(a),
             Step::Done => Outcome::None,
@@ -436,7 +434,7 @@ fn replay_in<M: Allocator + ?Sized>(
         requests: allocs_seen
             + trace.ops[ops_done..]
                 .iter()
-                .filter(|o| matches!(o.kind, OpKind::Alloc { .. }))
+                .filter(|o| o.is_alloc())
                 .count(),
         outcomes,
         timeline,

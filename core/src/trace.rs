@@ -43,6 +43,14 @@ pub struct Op {
     pub time_us: i64,
 }
 
+impl Op {
+    /// Whether the op is an allocation request.
+    #[must_use]
+    pub fn is_alloc(&self) -> bool {
+        matches!(self.kind, OpKind::Alloc { .. })
+    }
+}
+
 /// A block alive when the trace window opens.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct StartBlock {
@@ -105,10 +113,7 @@ impl DeviceTrace {
     /// Number of allocation requests.
     #[must_use]
     pub fn requests(&self) -> usize {
-        self.ops
-            .iter()
-            .filter(|o| matches!(o.kind, OpKind::Alloc { .. }))
-            .count()
+        self.ops.iter().filter(|o| o.is_alloc()).count()
     }
 }
 

@@ -1114,7 +1114,7 @@ impl PyTorchModel {
         (bytes, holes, largest)
     }
 
-    /// Marks the block at `addr` as allocated (for rebuilding a start state).
+    /// The largest free block of any pool (cached until a block of that size leaves).
     #[inline]
     fn largest_free(&self) -> u64 {
         if let Some(l) = self.largest_free_cache.get() {
