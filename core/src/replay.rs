@@ -36,13 +36,17 @@ pub struct OomReport {
     pub free_bytes: u64,
     pub largest_free_bytes: u64,
     pub free_holes: u64,
+    /// The recording failed here too (and the program went on).
+    pub recorded: bool,
+    /// The program would have died here (the recording did not fail there too).
+    pub fatal: bool,
+    /// PyTorch's own OOM sentence, as far as the replay knows it (None for other models).
+    pub pytorch_message: Option<String>,
+    /// Our explanation: the holes, the largest, why no segment could be had.
     pub explanation: String,
     /// The model's own reason.
     #[serde(skip)]
     pub reason: String,
-    /// The program would have died here (the recording did not fail there too).
-    #[serde(skip)]
-    pub fatal: bool,
 }
 
 /// Options of a replay.
@@ -108,6 +112,9 @@ pub struct ReplayResult {
     /// The first request the model could not serve. The replay stops there unless the
     /// recording failed there too (the program caught the error and went on).
     pub oom: Option<OomReport>,
+    /// Every request the model could not serve, in order (the recorded ones the replay
+    /// went past, then the fatal one if any).
+    pub ooms: Vec<OomReport>,
     /// OOMs the recording also had (the program went on).
     pub recorded_ooms_reproduced: usize,
     pub checkpoints: Vec<Checkpoint>,
@@ -168,6 +175,37 @@ pub fn explain_oom(who: &str, requested: u64, info: &OomInfo, capacity: Option<u
     }
     let _ = write!(s, " ({})", info.reason);
     s
+}
+
+/// PyTorch's OOM sentence (`CUDACachingAllocator.cpp`, `malloc`) from what a replay knows:
+/// the device size it tried to allocate, what PyTorch held, and the free bytes cached in
+/// private pools (which PyTorch counts as allocated). The GPU's total capacity and the
+/// memory outside PyTorch, which a snapshot does not record, are left out.
+#[must_use]
+pub fn pytorch_oom_message(
+    alloc_bytes: u64,
+    allocated_bytes: u64,
+    reserved_bytes: u64,
+    private_pool_free_bytes: u64,
+) -> String {
+    let in_private = if private_pool_free_bytes > 0 {
+        format!(
+            "with {} allocated in private pools (e.g., CUDA Graphs), ",
+            format_size(private_pool_free_bytes)
+        )
+    } else {
+        String::new()
+    };
+    format!(
+        "CUDA out of memory. Tried to allocate {}. Of the allocated memory {} is allocated by PyTorch, {in_private}and {} is reserved by PyTorch but unallocated. If reserved but unallocated memory is large try setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.",
+        format_size(alloc_bytes),
+        format_size(allocated_bytes + private_pool_free_bytes),
+        format_size(
+            reserved_bytes
+                .saturating_sub(allocated_bytes)
+                .saturating_sub(private_pool_free_bytes)
+        ),
+    )
 }
 
 /// What one op did, as [`OpStepper::step`] reports it.
@@ -340,6 +378,7 @@ fn replay_in<M: Allocator + ?Sized>(
     // exactly in integers (no float division per op), converted once at the end.
     let mut max_frag = ModelStats::default();
     let mut oom = None;
+    let mut ooms = Vec::new();
     let mut reproduced = 0;
     let mut ops_done = 0;
     let mut invariant_error = None;
@@ -364,36 +403,44 @@ fn replay_in<M: Allocator + ?Sized>(
                 if !fatal {
                     reproduced += 1;
                 }
+                let size_bytes = match op.kind {
+                    OpKind::Alloc { size_bytes, .. } => size_bytes,
+                    _ => 0,
+                };
+                let st = model.stats();
+                let pytorch = model.name() == "pytorch";
+                let report = OomReport {
+                    event_index: u64::from(op.event_index),
+                    op_index: k,
+                    requested_bytes: size_bytes,
+                    reserved_bytes: st.reserved_bytes,
+                    allocated_bytes: st.allocated_bytes,
+                    free_bytes: metrics::free_bytes(&st),
+                    largest_free_bytes: info.largest_free_bytes,
+                    free_holes: info.free_holes,
+                    recorded: !fatal,
+                    fatal,
+                    pytorch_message: pytorch.then(|| {
+                        pytorch_oom_message(
+                            info.alloc_bytes,
+                            st.allocated_bytes,
+                            st.reserved_bytes,
+                            model.private_pool_free_bytes(),
+                        )
+                    }),
+                    explanation: explain_oom(
+                        if pytorch { "PyTorch" } else { model.name() },
+                        size_bytes,
+                        &info,
+                        capacity,
+                    ),
+                    reason: info.reason.clone(),
+                };
                 // The first OOM is reported, unless a fatal one follows reproduced ones.
                 if oom.is_none() || (fatal && oom.as_ref().is_some_and(|o: &OomReport| !o.fatal)) {
-                    let size_bytes = match op.kind {
-                        OpKind::Alloc { size_bytes, .. } => size_bytes,
-                        _ => 0,
-                    };
-                    let st = model.stats();
-                    oom = Some(OomReport {
-                        event_index: u64::from(op.event_index),
-                        op_index: k,
-                        requested_bytes: size_bytes,
-                        reserved_bytes: st.reserved_bytes,
-                        allocated_bytes: st.allocated_bytes,
-                        free_bytes: metrics::free_bytes(&st),
-                        largest_free_bytes: info.largest_free_bytes,
-                        free_holes: info.free_holes,
-                        explanation: explain_oom(
-                            if model.name() == "pytorch" {
-                                "PyTorch"
-                            } else {
-                                model.name()
-                            },
-                            size_bytes,
-                            &info,
-                            capacity,
-                        ),
-                        reason: info.reason.clone(),
-                        fatal,
-                    });
+                    oom = Some(report.clone());
                 }
+                ooms.push(report);
                 // The program would have died here.
                 stop = fatal;
                 Outcome::Oom
@@ -447,6 +494,7 @@ fn replay_in<M: Allocator + ?Sized>(
         max_fragmentation: metrics::fragmentation(&max_frag),
         segment_ops: fin.segment_ops,
         oom,
+        ooms,
         recorded_ooms_reproduced: reproduced,
         checkpoints,
         invariant_error,

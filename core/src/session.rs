@@ -1,6 +1,7 @@
 //! Loading and replaying in one place: a snapshot file's bytes to a [`Trace`], and a
 //! trace's device through any model on a simulated device that follows the recording.
 
+use crate::capacity::{CapacityArg, CapacityChoice};
 use crate::device::SimulatedDevice;
 use crate::models::pytorch::PyTorchModel;
 use crate::models::pytorch::config::H200_TOTAL_BYTES;
@@ -14,6 +15,18 @@ use crate::validate::{self, Validation};
 pub fn load(bytes: &[u8], capacity: Option<u64>) -> Result<Validation, crate::Error> {
     let snap = crate::snapshot::decode_snapshot(bytes)?;
     validate::validate(snap, capacity)
+}
+
+/// The capacity a replay of `trace`'s device `device` runs under when the caller asks for
+/// `arg`: a given one, unlimited, or as recorded (inferred from the recording's refusals).
+#[must_use]
+pub fn capacity(trace: &Trace, device: usize, arg: CapacityArg) -> CapacityChoice {
+    let evidence = trace
+        .devices
+        .get(device)
+        .map(|d| d.capacity)
+        .unwrap_or_default();
+    CapacityChoice::choose(arg, &evidence)
 }
 
 /// Replays device `device` of `trace` through the model `spec` names, under `capacity`.

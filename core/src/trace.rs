@@ -101,6 +101,8 @@ pub struct DeviceTrace {
     /// The recording's `segment_alloc` and `segment_map` events, in order: what a
     /// simulated device follows (kept here so a replay need not scan every event).
     pub segment_events: Vec<RawEvent>,
+    /// What the recording says about the memory capacity it ran under.
+    pub capacity: crate::capacity::CapacityEvidence,
 }
 
 impl DeviceTrace {

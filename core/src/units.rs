@@ -48,11 +48,13 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
 pub fn format_size(bytes: u64) -> String {
     const KIB: f64 = 1024.0;
     let b = bytes as f64;
-    if bytes < 1024 {
+    // PyTorch's `format_size`: a unit covers up to and including its own next power
+    // (exactly 1 GiB prints as "1024.00 MiB").
+    if bytes <= 1024 {
         format!("{bytes} bytes")
-    } else if b < KIB * KIB {
+    } else if b <= KIB * KIB {
         format!("{:.2} KiB", b / KIB)
-    } else if b < KIB * KIB * KIB {
+    } else if b <= KIB * KIB * KIB {
         format!("{:.2} MiB", b / (KIB * KIB))
     } else {
         format!("{:.2} GiB", b / (KIB * KIB * KIB))
@@ -84,5 +86,10 @@ mod tests {
         assert_eq!(format_size(3 << 29), "1.50 GiB");
         assert_eq!(format_size(512), "512 bytes");
         assert_eq!(format_size(1536), "1.50 KiB");
+        // PyTorch's boundaries: a power of 1024 still prints in the unit below.
+        assert_eq!(format_size(1024), "1024 bytes");
+        assert_eq!(format_size(1 << 20), "1024.00 KiB");
+        assert_eq!(format_size(1 << 30), "1024.00 MiB");
+        assert_eq!(format_size((1 << 30) + (1 << 21)), "1.00 GiB");
     }
 }

@@ -856,6 +856,7 @@ pub fn annotate(
             .filter(|e| matches!(e.action, Action::SegmentAlloc | Action::SegmentMap))
             .copied()
             .collect(),
+        capacity: crate::capacity::CapacityEvidence::default(),
     };
     Ok((trace, report))
 }
@@ -889,7 +890,10 @@ pub fn validate(snap: RawSnapshot, capacity: Option<u64>) -> Result<Validation, 
             .unwrap_or(0),
     );
     for d in 0..n as u32 {
-        let (t, r) = annotate(&snap, d, &cfg, capacity)?;
+        let (mut t, r) = annotate(&snap, d, &cfg, capacity)?;
+        if let Some(events) = snap.device_traces.get(d as usize) {
+            t.capacity = crate::capacity::infer(events, &t, &cfg);
+        }
         if t.events > 0 || !t.start.is_empty() {
             reports.push(r);
         }

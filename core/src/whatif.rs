@@ -101,8 +101,9 @@ pub struct MinCapacity {
     pub allocator: &'static str,
     /// Its effective configuration (canonical string).
     pub config: String,
-    /// C on the 2 MiB grid: a replay at C has no OOM of its own, one at C − 2 MiB has (or
-    /// C is the grid's first point, 2 MiB).
+    /// C on the 2 MiB grid: a replay at C serves every request (no OOM at all, not even
+    /// where the recording failed), one at C − 2 MiB does not (or C is the grid's first
+    /// point, 2 MiB).
     pub min_capacity_bytes: u64,
     /// Peak reserved memory of the replay with no capacity.
     pub unlimited_peak_reserved_bytes: u64,
@@ -110,10 +111,12 @@ pub struct MinCapacity {
     pub replays: usize,
 }
 
-/// The smallest capacity on a 2 MiB grid that runs the trace: bisection between 2 MiB and
-/// the unlimited replay's peak reserved memory (rounded up to the grid). The bisection keeps
-/// a failing lower and a fitting upper point, so the answer fits at C and fails at
-/// C − 2 MiB even for models whose fit is not monotonic in the capacity.
+/// The smallest capacity on a 2 MiB grid at which every request is served ([`served_all`]:
+/// OOMs the recording also had count too, so a replay at the recorded capacity and this
+/// answer never disagree): bisection between 2 MiB and the unlimited replay's peak reserved
+/// memory (rounded up to the grid). The bisection keeps a failing lower and a serving upper
+/// point, so the answer serves all at C and fails at C − 2 MiB even for models whose fit
+/// is not monotonic in the capacity.
 pub fn min_capacity(
     trace: &Trace,
     device: usize,
@@ -123,7 +126,7 @@ pub fn min_capacity(
     let unlimited = session::replay_device(trace, device, spec, None, summary_options())?;
     let peak = unlimited.peak_reserved_bytes;
     let (allocator, config) = (unlimited.allocator, unlimited.config.clone());
-    if !fits(&unlimited) {
+    if !served_all(&unlimited) {
         return Err(Error::Config(format!(
             "{} runs out of memory even without a capacity ({})",
             label(&unlimited),
@@ -137,7 +140,7 @@ pub fn min_capacity(
         *replays += 1;
         let r =
             session::replay_device(trace, device, spec, Some(k * GRID_BYTES), summary_options())?;
-        Ok(fits(&r))
+        Ok(served_all(&r))
     };
     // The unlimited peak should fit; a model sized from the capacity (a preallocated
     // fraction) may need more: double until it fits, up to 2^40 grid points.
@@ -257,12 +260,12 @@ fn rank(r: &ReplayResult) -> (u8, usize, u64, u64, usize, String) {
     )
 }
 
-/// Sweeps [`recommend_candidates`] at `capacity` and picks the best. The default replay's
-/// OOM explanation ends with the best config when that one fits.
+/// Sweeps [`recommend_candidates`] at `capacity` (None: unlimited) and picks the best. The
+/// default replay's OOM explanation ends with the best config when that one fits.
 pub fn recommend(
     trace: &Trace,
     device: usize,
-    capacity: u64,
+    capacity: Option<u64>,
     progress: &mut dyn FnMut(usize, usize),
 ) -> Result<Recommendation, Error> {
     let candidates = recommend_candidates();
@@ -275,7 +278,7 @@ pub fn recommend(
             name: "pytorch".into(),
             config: None,
         },
-        Some(capacity),
+        capacity,
         summary_options(),
     )?;
     progress(1, total);
@@ -291,7 +294,7 @@ pub fn recommend(
             name: "pytorch".into(),
             config: Some(conf.clone()),
         };
-        let r = session::replay_device(trace, device, &spec, Some(capacity), summary_options())?;
+        let r = session::replay_device(trace, device, &spec, capacity, summary_options())?;
         tried += 1;
         fitting += usize::from(served_all(&r));
         if best.as_ref().is_none_or(|b| rank(&r) < rank(b)) {
@@ -370,8 +373,8 @@ mod tests {
                 summary_options(),
             )
             .unwrap();
-            assert!(fits(&at), "{name} at {}", m.min_capacity_bytes);
-            assert!(!fits(&below), "{name} below {}", m.min_capacity_bytes);
+            assert!(served_all(&at), "{name} at {}", m.min_capacity_bytes);
+            assert!(!served_all(&below), "{name} below {}", m.min_capacity_bytes);
             assert!(
                 m.min_capacity_bytes
                     <= m.unlimited_peak_reserved_bytes.div_ceil(GRID_BYTES) * GRID_BYTES,
@@ -383,7 +386,7 @@ mod tests {
     #[test]
     fn recommend_sweeps_168_configs_and_finds_one_that_fits() {
         assert_eq!(recommend_candidates().len(), 168);
-        let r = recommend(&story(), 0, CAP, &mut |_, _| {}).unwrap();
+        let r = recommend(&story(), 0, Some(CAP), &mut |_, _| {}).unwrap();
         assert!(!fits(&r.default));
         assert!(served_all(&r.best), "{:?}", r.best.oom);
         assert_eq!(r.candidates_tried, 168);

@@ -269,6 +269,7 @@ impl Builder {
                 events,
                 initial_ops: 0,
                 segment_events: Vec::new(),
+                capacity: crate::capacity::CapacityEvidence::default(),
             }],
         }
     }

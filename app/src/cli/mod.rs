@@ -88,6 +88,11 @@ pub fn parse_size_arg(s: &str) -> Result<u64, String> {
     allocsim_core::units::parse_size(s)
 }
 
+/// Parses a `--capacity SIZE|none` argument.
+pub fn parse_capacity_arg(s: &str) -> Result<allocsim_core::capacity::CapacityArg, String> {
+    allocsim_core::capacity::CapacityArg::parse(s)
+}
+
 /// Reads and decodes FILE, building its replayable trace; errors name the file.
 pub fn load_file(path: &Path, capacity: Option<u64>) -> Result<Validation, Failure> {
     let bytes = std::fs::read(path)

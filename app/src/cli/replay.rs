@@ -1,12 +1,13 @@
 //! `allocsim replay FILE [--allocator NAME] [--config STR] [--capacity SIZE] [--trace-device D] [--json]`.
 
+use allocsim_core::capacity::{CapacityArg, CapacityChoice};
 use allocsim_core::models::ModelSpec;
 use allocsim_core::replay::{ReplayOptions, ReplayResult};
 use allocsim_core::units::format_size;
 use serde_json::{Value, json};
 
 use super::whatif::{Source, load_source};
-use super::{Failure, parse_size_arg, pick_device, print_json};
+use super::{Failure, parse_capacity_arg, pick_device, print_json};
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
@@ -18,9 +19,9 @@ pub struct Args {
     /// The model's config in PyTorch's key:value,key:value syntax (pytorch: defaults plus STR; without it the snapshot's own settings)
     #[arg(long)]
     config: Option<String>,
-    /// The memory the allocator may hold, e.g. 2.2GiB (default: unlimited)
-    #[arg(long, value_parser = parse_size_arg)]
-    capacity: Option<u64>,
+    /// The memory the allocator may hold, e.g. 2.2GiB, or `none` (default: as recorded — inferred where the recording ran out of memory, else unlimited)
+    #[arg(long, value_parser = parse_capacity_arg, value_name = "SIZE|none")]
+    capacity: Option<CapacityArg>,
     /// Which `device_traces[D]` to replay (default: the one with the most events)
     #[arg(long)]
     trace_device: Option<usize>,
@@ -29,14 +30,18 @@ pub struct Args {
     json: bool,
 }
 
-/// The replay object of DESIGN.md (also each entry of `compare`'s `results`).
+/// The replay object of DESIGN.md (also each entry of `compare`'s `results`); `capacity`
+/// says where the replay's capacity came from.
 #[must_use]
-pub fn replay_json(r: &ReplayResult, events: usize) -> Value {
+pub fn replay_json(r: &ReplayResult, events: usize, capacity: &CapacityChoice) -> Value {
     json!({
         "schema": 1,
         "allocator": r.allocator,
         "config": r.config,
         "capacity_bytes": r.capacity_bytes,
+        "capacity_source": capacity.source,
+        "capacity_inferred": capacity.inferred,
+        "capacity_note": capacity.note,
         "events": events,
         "requests": r.requests,
         "peak_reserved_bytes": r.peak_reserved_bytes,
@@ -47,21 +52,25 @@ pub fn replay_json(r: &ReplayResult, events: usize) -> Value {
         "fragmentation_at_peak": r.fragmentation_at_peak,
         "max_fragmentation": r.max_fragmentation,
         "segment_ops": r.segment_ops,
-        "oom": r.oom.as_ref().map(|o| json!({
+        "oom": r.oom,
+        "ooms": r.ooms.iter().map(|o| json!({
             "event_index": o.event_index,
             "requested_bytes": o.requested_bytes,
-            "reserved_bytes": o.reserved_bytes,
-            "allocated_bytes": o.allocated_bytes,
-            "free_bytes": o.free_bytes,
-            "largest_free_bytes": o.largest_free_bytes,
-            "free_holes": o.free_holes,
-            "explanation": o.explanation,
-        })),
+            "recorded": o.recorded,
+            "fatal": o.fatal,
+        })).collect::<Vec<_>>(),
     })
 }
 
-/// Readable text of one replay.
-pub fn print_replay_text(label: &str, r: &ReplayResult) {
+/// The line that says where an inferred (or not inferable) capacity came from, if any.
+pub fn print_capacity_note(capacity: &CapacityChoice) {
+    if let Some(n) = &capacity.note {
+        println!("  {n}");
+    }
+}
+
+/// Readable text of one replay under `capacity`.
+pub fn print_replay_text(label: &str, r: &ReplayResult, capacity: &CapacityChoice) {
     println!(
         "{label}  (config: {})",
         if r.config.is_empty() {
@@ -75,6 +84,7 @@ pub fn print_replay_text(label: &str, r: &ReplayResult) {
         r.capacity_bytes
             .map_or_else(|| "unlimited".to_string(), format_size)
     );
+    print_capacity_note(capacity);
     println!("  requests            {}", r.requests);
     println!(
         "  peak reserved       {}",
@@ -98,12 +108,20 @@ pub fn print_replay_text(label: &str, r: &ReplayResult) {
         r.max_fragmentation * 100.0
     );
     println!("  segment ops         {}", r.segment_ops);
-    match &r.oom {
-        None => println!("  out of memory       never"),
-        Some(o) => println!(
-            "  OUT OF MEMORY at event {}: {}",
-            o.event_index, o.explanation
-        ),
+    if r.ooms.is_empty() {
+        println!("  out of memory       never");
+    }
+    for o in &r.ooms {
+        let status = if o.recorded {
+            "as recorded: the program caught it and went on"
+        } else {
+            "the program would have died here"
+        };
+        println!("  OUT OF MEMORY at event {} ({status})", o.event_index);
+        if let Some(m) = &o.pytorch_message {
+            println!("    {m}");
+        }
+        println!("    {}", o.explanation);
     }
 }
 
@@ -112,19 +130,25 @@ pub fn run(a: &Args) -> Result<u8, Failure> {
     if spec.config.is_none() {
         spec.config.clone_from(&a.config);
     }
-    let v = load_source(&a.input, a.capacity)?;
+    let arg = a.capacity.unwrap_or_default();
+    let v = load_source(&a.input, arg.given_bytes())?;
     let d = pick_device(&v.trace, a.trace_device)?;
+    let capacity = allocsim_core::session::capacity(&v.trace, d, arg);
     let opts = ReplayOptions {
         checkpoint_every: 0,
         keep_timeline: false,
         ..ReplayOptions::default()
     };
-    let r = allocsim_core::session::replay_device(&v.trace, d, &spec, a.capacity, opts)
+    let r = allocsim_core::session::replay_device(&v.trace, d, &spec, capacity.bytes, opts)
         .map_err(|e| Failure::bad_input(format!("{}: {e}", v.name)))?;
     if a.json {
-        print_json(&replay_json(&r, v.trace.devices[d].events));
+        print_json(&replay_json(&r, v.trace.devices[d].events, &capacity));
     } else {
-        print_replay_text(&format!("{} — {} on device {d}", v.name, r.allocator), &r);
+        print_replay_text(
+            &format!("{} — {} on device {d}", v.name, r.allocator),
+            &r,
+            &capacity,
+        );
     }
     Ok(0)
 }

@@ -3,7 +3,7 @@
 //! ```text
 //! allocsim compare      FILE [--allocators LIST] [--capacity SIZE] [--trace-device D] [--json]
 //! allocsim min-capacity FILE [--allocator NAME] [--config STR] [--trace-device D] [--json]
-//! allocsim recommend    FILE --capacity SIZE [--trace-device D] [--json]
+//! allocsim recommend    FILE [--capacity SIZE|none] [--trace-device D] [--json]
 //! ```
 //!
 //! `--workload SPEC` (a synthetic workload, `allocsim_core::workloads`) may stand instead of
@@ -11,6 +11,7 @@
 
 use std::path::PathBuf;
 
+use allocsim_core::capacity::{CapacityArg, CapacityChoice};
 use allocsim_core::models::{ModelSpec, kind};
 use allocsim_core::replay::ReplayResult;
 use allocsim_core::trace::Trace;
@@ -19,8 +20,8 @@ use allocsim_core::{whatif, workloads};
 use serde_json::json;
 
 use super::progress::Progress;
-use super::replay::replay_json;
-use super::{Failure, load_file, parse_size_arg, pick_device, print_json};
+use super::replay::{print_capacity_note, replay_json};
+use super::{Failure, load_file, parse_capacity_arg, pick_device, print_json};
 
 /// FILE, or a synthetic workload in its place.
 #[derive(clap::Args, Debug, Clone)]
@@ -75,9 +76,9 @@ pub struct CompareArgs {
         help = "';'-separated NAME or NAME@CONFIG entries (default: every model with its defaults plus pytorch@expandable_segments:True)"
     )]
     allocators: Option<String>,
-    /// The memory each allocator may hold, e.g. 2.2GiB (default: unlimited)
-    #[arg(long, value_parser = parse_size_arg)]
-    capacity: Option<u64>,
+    /// The memory each allocator may hold, e.g. 2.2GiB, or `none` (default: as recorded — inferred where the recording ran out of memory, else unlimited)
+    #[arg(long, value_parser = parse_capacity_arg, value_name = "SIZE|none")]
+    capacity: Option<CapacityArg>,
     #[arg(
         long,
         help = "Which device_traces[D] to replay (default: the one with the most events)"
@@ -86,6 +87,19 @@ pub struct CompareArgs {
     /// One JSON object on stdout
     #[arg(long)]
     json: bool,
+}
+
+/// Loads the source under `--capacity` and picks the device and its capacity.
+fn load_with_capacity(
+    src: &Source,
+    capacity: Option<CapacityArg>,
+    trace_device: Option<usize>,
+) -> Result<(Loaded, usize, CapacityChoice), Failure> {
+    let arg = capacity.unwrap_or_default();
+    let loaded = load_source(src, arg.given_bytes())?;
+    let d = pick_device(&loaded.trace, trace_device)?;
+    let choice = allocsim_core::session::capacity(&loaded.trace, d, arg);
+    Ok((loaded, d, choice))
 }
 
 fn label(r: &ReplayResult) -> String {
@@ -108,10 +122,9 @@ pub fn compare(a: &CompareArgs) -> Result<u8, Failure> {
             .collect::<Result<_, _>>()
             .map_err(Failure::bad_input)?,
     };
-    let src = load_source(&a.source, a.capacity)?;
-    let d = pick_device(&src.trace, a.trace_device)?;
+    let (src, d, capacity) = load_with_capacity(&a.source, a.capacity, a.trace_device)?;
     let mut bar = Progress::new("compare");
-    let results = whatif::compare(&src.trace, d, &specs, a.capacity, &mut |done, total| {
+    let results = whatif::compare(&src.trace, d, &specs, capacity.bytes, &mut |done, total| {
         bar.update(done, total);
     })
     .map_err(|e| core_failure(&src.name, &e))?;
@@ -120,15 +133,20 @@ pub fn compare(a: &CompareArgs) -> Result<u8, Failure> {
     if a.json {
         print_json(&json!({
             "schema": 1,
-            "results": results.iter().map(|r| replay_json(r, events)).collect::<Vec<_>>(),
+            "capacity_bytes": capacity.bytes,
+            "capacity_source": capacity.source,
+            "capacity_inferred": capacity.inferred,
+            "capacity_note": capacity.note,
+            "results": results.iter().map(|r| replay_json(r, events, &capacity)).collect::<Vec<_>>(),
         }));
         return Ok(0);
     }
     println!(
         "{} — device {d}, {events} events, capacity {}",
         src.name,
-        capacity_text(a.capacity)
+        capacity_text(capacity.bytes)
     );
+    print_capacity_note(&capacity);
     println!();
     let width = results
         .iter()
@@ -241,9 +259,9 @@ pub fn min_capacity(a: &MinCapacityArgs) -> Result<u8, Failure> {
 pub struct RecommendArgs {
     #[command(flatten)]
     source: Source,
-    /// The memory the allocator may hold, e.g. 2.2GiB
-    #[arg(long, value_parser = parse_size_arg)]
-    capacity: u64,
+    /// The memory the allocator may hold, e.g. 2.2GiB, or `none` (default: as recorded — inferred where the recording ran out of memory, else unlimited)
+    #[arg(long, value_parser = parse_capacity_arg, value_name = "SIZE|none")]
+    capacity: Option<CapacityArg>,
     #[arg(
         long,
         help = "Which device_traces[D] to replay (default: the one with the most events)"
@@ -256,10 +274,9 @@ pub struct RecommendArgs {
 
 /// `allocsim recommend`.
 pub fn recommend(a: &RecommendArgs) -> Result<u8, Failure> {
-    let src = load_source(&a.source, Some(a.capacity))?;
-    let d = pick_device(&src.trace, a.trace_device)?;
+    let (src, d, capacity) = load_with_capacity(&a.source, a.capacity, a.trace_device)?;
     let mut bar = Progress::new("recommend");
-    let r = whatif::recommend(&src.trace, d, a.capacity, &mut |done, total| {
+    let r = whatif::recommend(&src.trace, d, capacity.bytes, &mut |done, total| {
         bar.update(done, total);
     })
     .map_err(|e| core_failure(&src.name, &e))?;
@@ -268,9 +285,12 @@ pub fn recommend(a: &RecommendArgs) -> Result<u8, Failure> {
     if a.json {
         print_json(&json!({
             "schema": 1,
-            "capacity_bytes": a.capacity,
-            "default": replay_json(&r.default, events),
-            "best": replay_json(&r.best, events),
+            "capacity_bytes": capacity.bytes,
+            "capacity_source": capacity.source,
+            "capacity_inferred": capacity.inferred,
+            "capacity_note": capacity.note,
+            "default": replay_json(&r.default, events, &capacity),
+            "best": replay_json(&r.best, events, &capacity),
             "candidates_tried": r.candidates_tried,
         }));
         return Ok(0);
@@ -278,8 +298,9 @@ pub fn recommend(a: &RecommendArgs) -> Result<u8, Failure> {
     println!(
         "{} — device {d}, capacity {}",
         src.name,
-        format_size(a.capacity)
+        capacity_text(capacity.bytes)
     );
+    print_capacity_note(&capacity);
     let status = |x: &ReplayResult| match &x.oom {
         Some(o) => format!("out of memory at event {}", o.event_index),
         None => format!(

@@ -413,20 +413,12 @@ fn the_compare_table_gets_each_configurations_min_capacity() {
         .iter()
         .map(|s| s.min_capacity.clone().expect("asked").expect("a capacity"))
         .collect();
-    // On the 2 MiB grid, and no more than what each needed under the cap: the 2 GiB
-    // block for the default allocator (its OOM is the recorded one: the program went on).
-    for (c, s) in caps.iter().zip(&d.slots) {
-        let peak = s
-            .replay
-            .as_ref()
-            .expect("replayed")
-            .data
-            .summary
-            .peak_reserved_bytes;
+    // On the 2 MiB grid; for the default allocator every request served (the recorded
+    // OOM too, as `replay` at that capacity shows): the 2 GiB block plus 400 MiB.
+    for c in &caps {
         assert_eq!(c % (2 << 20), 0, "{caps:?}");
-        assert!(*c <= peak.div_ceil(2 << 20) * (2 << 20), "{caps:?}");
     }
-    assert_eq!(caps[0], 2 << 30);
+    assert_eq!(caps[0], 2448 << 20);
     assert!(has_text(&h, "min capacity"));
     assert!(has_text(&h, &allocsim_core::units::format_size(caps[0])));
 }

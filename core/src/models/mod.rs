@@ -193,6 +193,11 @@ pub trait Allocator {
     fn release_pool(&mut self, pool: PoolId) {
         let _ = pool;
     }
+    /// Free bytes cached in private pools (CUDA graphs, `MemPool`s), which PyTorch's OOM
+    /// message counts as allocated; 0 for a model without private pools.
+    fn private_pool_free_bytes(&self) -> u64 {
+        0
+    }
     /// Current totals.
     fn stats(&self) -> ModelStats;
     /// The whole layout (segments and blocks).

@@ -420,7 +420,7 @@ impl Engine {
             .map(|(spec, r)| row(spec, r, false))
             .collect();
         if let Some(cap) = capacity {
-            let rec = whatif::recommend(trace, self.device, cap, &mut |done, total| {
+            let rec = whatif::recommend(trace, self.device, Some(cap), &mut |done, total| {
                 emit(Response::Progress {
                     job,
                     stage: "what if: PyTorch options".into(),

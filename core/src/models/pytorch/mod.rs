@@ -1224,6 +1224,15 @@ impl Allocator for PyTorchModel {
         "pytorch"
     }
 
+    fn private_pool_free_bytes(&self) -> u64 {
+        self.pools
+            .iter()
+            .filter(|p| p.id.is_private())
+            .flat_map(|p| p.blocks.iter())
+            .map(|(_, size, _, _)| size)
+            .sum()
+    }
+
     fn config_string(&self) -> String {
         self.cfg.canonical()
     }
@@ -1269,7 +1278,7 @@ impl Allocator for PyTorchModel {
             });
             let reason = match self.limit_bytes {
                 Some(l) if self.reserved_bytes + alloc_size > l => format!(
-                    "the memory cap of {} would be exceeded by a new {} segment",
+                    "the capacity of {} would be exceeded by a new {} segment",
                     crate::units::format_size(l),
                     crate::units::format_size(alloc_size)
                 ),
