@@ -517,8 +517,9 @@ impl Annotator<'_> {
     /// `setSegmentStateToCheckpoint`, which records only ordinary `alloc`s and `free`s):
     /// from event `i`, allocs with nothing between them that tile a wholly free segment of
     /// a private pool from its base, each where the previous one ended, in block sizes —
-    /// which mallocs do not reproduce. Returns the end of the run (exclusive).
-    fn restore_run(&self, i: usize) -> Option<usize> {
+    /// which mallocs do not reproduce. Returns the end of the run (exclusive), the pool and
+    /// the stream.
+    fn restore_run(&self, i: usize) -> Option<(usize, PoolId, u64)> {
         let first = self.events[i];
         if first.action != Action::Alloc {
             return None;
@@ -563,7 +564,7 @@ impl Annotator<'_> {
             };
             let _ = trial.malloc(&mut dev, &req, &mut out);
             if !Self::matches(std::slice::from_ref(e), &out) {
-                return Some(end);
+                return Some((end, pool, stream));
             }
         }
         None
@@ -571,12 +572,9 @@ impl Annotator<'_> {
 
     /// Applies the restore run `i..end` found by [`Self::restore_run`]: each block taken in
     /// place ([`Allocator::alloc_at`]).
-    fn restore_segment(&mut self, i: usize, end: usize) {
+    fn restore_segment(&mut self, i: usize, end: usize, pool: PoolId, stream: u64) {
         let events = self.events;
         let base = events[i].addr;
-        let Some((pool, stream, _)) = self.model.segment_of(base) else {
-            return;
-        };
         for (x, e) in events.iter().enumerate().take(end).skip(i) {
             let req = AllocRequest {
                 size_bytes: e.size,
@@ -663,9 +661,9 @@ impl Annotator<'_> {
                         j += 1;
                     }
                     if j == i
-                        && let Some(end) = self.restore_run(i)
+                        && let Some((end, pool, stream)) = self.restore_run(i)
                     {
-                        self.restore_segment(i, end);
+                        self.restore_segment(i, end, pool, stream);
                         i = end;
                     } else if j < n && matches!(self.events[j].action, Action::Alloc | Action::Oom)
                     {
@@ -1014,4 +1012,91 @@ pub fn validate(snap: RawSnapshot, capacity: Option<u64>) -> Result<Validation, 
         },
         devices: reports,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::snapshot::{RawBlock, RawSegment, StackId};
+
+    const SIDE: u64 = 0x4e06_e340;
+    const BASE: u64 = 0x7f23_7620_0000;
+    const TWO_MIB: u64 = 2 << 20;
+
+    fn ev(action: Action, addr: u64, size: u64) -> RawEvent {
+        RawEvent {
+            action,
+            addr,
+            size,
+            stream: SIDE,
+            time_us: 0,
+            stack: StackId::EMPTY,
+        }
+    }
+
+    /// `compile_reduce_overhead`'s first restore, by hand: a graph pool's small segment is
+    /// used and freed during a recording, then `setCheckpointPoolState` re-creates its two
+    /// checkpointed blocks (512 bytes, live, and the 2 MiB − 512 rest, freed again).
+    #[test]
+    fn a_checkpoint_restore_is_inferred_where_mallocs_cannot_explain_it() {
+        let rest = TWO_MIB - 512;
+        let events = vec![
+            ev(Action::SegmentAlloc, BASE, TWO_MIB),
+            ev(Action::Alloc, BASE, 100),
+            ev(Action::FreeRequested, BASE, 100),
+            ev(Action::FreeCompleted, BASE, 100),
+            ev(Action::Alloc, BASE, 512),
+            ev(Action::Alloc, BASE + 512, rest),
+            ev(Action::FreeRequested, BASE + 512, rest),
+            ev(Action::FreeCompleted, BASE + 512, rest),
+        ];
+        let block = |address, size, state| RawBlock {
+            address,
+            size,
+            requested_size: size,
+            state,
+            stack: StackId::EMPTY,
+        };
+        let snap = RawSnapshot {
+            segments: vec![RawSegment {
+                device: 0,
+                address: BASE,
+                total_size: TWO_MIB,
+                allocated_size: 512,
+                active_size: 512,
+                requested_size: 512,
+                stream: SIDE,
+                segment_type: SegmentType::Small,
+                segment_pool_id: (0, 1),
+                is_expandable: false,
+                stack: StackId::EMPTY,
+                blocks: vec![
+                    block(BASE, 512, BlockState::ActiveAllocated),
+                    block(BASE + 512, rest, BlockState::Inactive),
+                ],
+            }],
+            device_traces: vec![events],
+            ..RawSnapshot::default()
+        };
+        let v = validate(snap, None).unwrap();
+        let d = &v.devices[0];
+        assert!(
+            d.exact,
+            "{:?} {:?}",
+            d.first_divergence, d.end_state_difference
+        );
+        assert_eq!((d.events_compared, d.events_matched), (4, 4));
+        let kinds: Vec<&str> = d.inferred.iter().map(|x| x.kind).collect();
+        assert_eq!(kinds, ["checkpoint_restore"]);
+        assert_eq!(d.inferred[0].event_index, 4);
+        let restored: Vec<bool> = v.trace.devices[0]
+            .ops
+            .iter()
+            .filter_map(|o| match o.kind {
+                OpKind::Alloc { restored, .. } => Some(restored),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(restored, [false, true, true]);
+    }
 }

@@ -1,6 +1,6 @@
 //! `graph_pools_freeable`: the private pools no graph or `MemPool` uses any more, in the
 //! order `release_cached_blocks` visits them. PyTorch keeps them in a
-//! `ska::flat_hash_map<MempoolId_t, PrivatePool*, MempoolIdHash>` (c10/util/flat_hash_map.h:
+//! `ska::flat_hash_map<MempoolId_t, PrivatePool*, MempoolIdHash>` (`c10/util/flat_hash_map.h`:
 //! Robin Hood probing, Fibonacci hashing, load factor 0.5, no wrap-around), whose iteration
 //! order is the order of its slots — so when several freed pools hold cached segments, their
 //! `segment_free`s come in slot order, not in id order. This is that table, slot for slot.
