@@ -265,13 +265,14 @@ impl OpStepper {
                 stream,
                 pool,
                 recorded_oom,
+                restored,
             } => {
                 let req = AllocRequest {
                     size_bytes,
                     stream,
                     pool,
                 };
-                match model.malloc(device, &req, out) {
+                match serve_alloc(model, device, &req, restored, op.recorded_addr, out) {
                     Ok(a) => {
                         self.addrs[k] = a;
                         if recorded_oom {
@@ -528,16 +529,15 @@ pub fn layout_at(trace: &DeviceTrace, result: &ReplayResult, ops_done: usize) ->
                 stream,
                 pool,
                 recorded_oom,
+                restored,
             } => {
-                if let Ok(a) = model.malloc(
-                    &mut device,
-                    &AllocRequest {
-                        size_bytes,
-                        stream,
-                        pool,
-                    },
-                    &mut out,
-                ) {
+                let req = AllocRequest {
+                    size_bytes,
+                    stream,
+                    pool,
+                };
+                let at = trace.ops[k].recorded_addr;
+                if let Ok(a) = serve_alloc(&mut *model, &mut device, &req, restored, at, &mut out) {
                     addrs.insert(k as u32, a);
                     if recorded_oom {
                         let _ = model.free(&mut device, a, false, &mut out);
@@ -567,6 +567,23 @@ pub fn layout_at(trace: &DeviceTrace, result: &ReplayResult, ops_done: usize) ->
         }
     }
     Some(model.layout())
+}
+
+/// Serves an alloc op: a malloc, or for a checkpoint restore the block re-created at its
+/// recorded address.
+fn serve_alloc<M: Allocator + ?Sized>(
+    model: &mut M,
+    device: &mut dyn Device,
+    req: &AllocRequest,
+    restored: bool,
+    recorded_addr: u64,
+    out: &mut Vec<ModelEvent>,
+) -> Result<u64, OomInfo> {
+    if restored {
+        model.alloc_at(device, req, recorded_addr, out)
+    } else {
+        model.malloc(device, req, out)
+    }
 }
 
 /// Checks a device handed out by a replay: totals the device saw (for tests).

@@ -13,12 +13,15 @@ use crate::snapshot::{RawEvent, RawSnapshot, StackId};
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum OpKind {
     /// Allocate `size_bytes` on `stream` in `pool`. `recorded_oom`: the recording failed
-    /// here and the program went on.
+    /// here and the program went on. `restored`: not a malloc but a block a CUDA-graph
+    /// checkpoint restore (`setCheckpointPoolState`, inferred) re-created at the recorded
+    /// address ([`crate::models::Allocator::alloc_at`]).
     Alloc {
         size_bytes: u64,
         stream: u64,
         pool: PoolId,
         recorded_oom: bool,
+        restored: bool,
     },
     /// Free the allocation made by op `alloc` (an index into [`DeviceTrace::ops`]);
     /// `deferred`: it waits for other streams (`record_stream`) until a `CompleteFree`.
@@ -79,7 +82,8 @@ pub struct StartSegment {
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct Inference {
     pub event_index: u32,
-    /// `private_pool`, `empty_cache`, `pool_released`, `start_state`, `unknown`.
+    /// `private_pool`, `empty_cache`, `pool_released`, `checkpoint_restore`, `start_state`,
+    /// `unknown`.
     pub kind: &'static str,
     pub detail: String,
 }

@@ -6,7 +6,7 @@
 use std::collections::{BTreeMap, HashMap};
 
 use crate::device::{Device, DeviceOom, SimulatedDevice};
-use crate::models::pytorch::{PyTorchConfig, PyTorchModel};
+use crate::models::pytorch::{MIN_BLOCK_BYTES, PyTorchConfig, PyTorchModel};
 use crate::models::{AllocRequest, Allocator, LayoutBlockState, ModelEvent, PoolId};
 use crate::snapshot::{Action, BlockState, RawEvent, RawSnapshot, SegmentType};
 use crate::trace::{DeviceTrace, Inference, Op, OpKind, Trace, TraceError};
@@ -500,6 +500,7 @@ impl Annotator<'_> {
                 stream,
                 pool,
                 recorded_oom: is_oom,
+                restored: false,
             },
             if is_oom { 0 } else { last.addr },
         );
@@ -510,6 +511,108 @@ impl Annotator<'_> {
             // Already counted as a divergence by the comparison.
         }
         self.note_peak();
+    }
+
+    /// A CUDA-graph checkpoint restore of one segment (`setCheckpointPoolState` →
+    /// `setSegmentStateToCheckpoint`, which records only ordinary `alloc`s and `free`s):
+    /// from event `i`, allocs with nothing between them that tile a wholly free segment of
+    /// a private pool from its base, each where the previous one ended, in block sizes —
+    /// which mallocs do not reproduce. Returns the end of the run (exclusive), the pool and
+    /// the stream.
+    fn restore_run(&self, i: usize) -> Option<(usize, PoolId, u64)> {
+        let first = self.events[i];
+        if first.action != Action::Alloc {
+            return None;
+        }
+        let (pool, stream, _) = self.model.segment_of(first.addr)?;
+        if !pool.is_private() || stream != first.stream {
+            return None;
+        }
+        let (segment_bytes, whole) = self.model.free_block_at(first.addr)?;
+        if !whole {
+            return None;
+        }
+        let end_addr = first.addr + segment_bytes;
+        let mut at = first.addr;
+        let mut end = i;
+        while at < end_addr {
+            let e = self.events.get(end)?;
+            if e.action != Action::Alloc
+                || e.addr != at
+                || e.stream != stream
+                || e.size == 0
+                || e.size % MIN_BLOCK_BYTES != 0
+            {
+                return None;
+            }
+            at += e.size;
+            end += 1;
+        }
+        if at != end_addr {
+            return None;
+        }
+        // Mallocs first: a restore only where they cannot explain the run.
+        let mut trial = self.model.clone();
+        let mut dev = RecordedDevice::new(Vec::new(), self.capacity.is_none(), self.synth.clone());
+        let mut out = Vec::new();
+        for e in &self.events[i..end] {
+            out.clear();
+            let req = AllocRequest {
+                size_bytes: e.size,
+                stream,
+                pool,
+            };
+            let _ = trial.malloc(&mut dev, &req, &mut out);
+            if !Self::matches(std::slice::from_ref(e), &out) {
+                return Some((end, pool, stream));
+            }
+        }
+        None
+    }
+
+    /// Applies the restore run `i..end` found by [`Self::restore_run`]: each block taken in
+    /// place ([`Allocator::alloc_at`]).
+    fn restore_segment(&mut self, i: usize, end: usize, pool: PoolId, stream: u64) {
+        let events = self.events;
+        let base = events[i].addr;
+        for (x, e) in events.iter().enumerate().take(end).skip(i) {
+            let req = AllocRequest {
+                size_bytes: e.size,
+                stream,
+                pool,
+            };
+            let mut out = Vec::new();
+            let mut dev =
+                RecordedDevice::new(Vec::new(), self.capacity.is_none(), self.synth.clone());
+            // The run was checked to fit: `alloc_at` takes the block in place.
+            let _ = self.model.alloc_at(&mut dev, &req, e.addr, &mut out);
+            let dev_n = self.device;
+            self.compare(x, std::slice::from_ref(e), &out, &move || {
+                format!("device {dev_n}: block {x} of the checkpoint restore of segment {base:#x}")
+            });
+            let op = self.op(
+                x,
+                OpKind::Alloc {
+                    size_bytes: e.size,
+                    stream,
+                    pool,
+                    recorded_oom: false,
+                    restored: true,
+                },
+                e.addr,
+            );
+            self.live.insert(e.addr, op);
+        }
+        self.scope.insert(stream, pool);
+        self.note_peak();
+        self.inferred.push(Inference {
+            event_index: i as u32,
+            kind: "checkpoint_restore",
+            detail: format!(
+                "events {i}..{} re-create the blocks of segment {base:#x} of private pool {pool:?} as a CUDA-graph checkpoint held them (setCheckpointPoolState): each taken in place, in the segment's own pool, split wherever bytes remain — not by malloc",
+                end - 1
+            ),
+        });
     }
 
     fn empty_cache_group(&mut self, i: usize, j: usize) {
@@ -557,7 +660,13 @@ impl Annotator<'_> {
                     {
                         j += 1;
                     }
-                    if j < n && matches!(self.events[j].action, Action::Alloc | Action::Oom) {
+                    if j == i
+                        && let Some((end, pool, stream)) = self.restore_run(i)
+                    {
+                        self.restore_segment(i, end, pool, stream);
+                        i = end;
+                    } else if j < n && matches!(self.events[j].action, Action::Alloc | Action::Oom)
+                    {
                         self.malloc_group(i, j);
                         i = j + 1;
                     } else {
@@ -778,6 +887,7 @@ pub fn annotate(
                     stream: s.stream,
                     pool: s.pool,
                     recorded_oom: false,
+                    restored: false,
                 },
                 event_index: u32::MAX,
                 recorded_addr: b.addr,
@@ -906,4 +1016,91 @@ pub fn validate(snap: RawSnapshot, capacity: Option<u64>) -> Result<Validation, 
         },
         devices: reports,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::snapshot::{RawBlock, RawSegment, StackId};
+
+    const SIDE: u64 = 0x4e06_e340;
+    const BASE: u64 = 0x7f23_7620_0000;
+    const TWO_MIB: u64 = 2 << 20;
+
+    fn ev(action: Action, addr: u64, size: u64) -> RawEvent {
+        RawEvent {
+            action,
+            addr,
+            size,
+            stream: SIDE,
+            time_us: 0,
+            stack: StackId::EMPTY,
+        }
+    }
+
+    /// `compile_reduce_overhead`'s first restore, by hand: a graph pool's small segment is
+    /// used and freed during a recording, then `setCheckpointPoolState` re-creates its two
+    /// checkpointed blocks (512 bytes, live, and the 2 MiB − 512 rest, freed again).
+    #[test]
+    fn a_checkpoint_restore_is_inferred_where_mallocs_cannot_explain_it() {
+        let rest = TWO_MIB - 512;
+        let events = vec![
+            ev(Action::SegmentAlloc, BASE, TWO_MIB),
+            ev(Action::Alloc, BASE, 100),
+            ev(Action::FreeRequested, BASE, 100),
+            ev(Action::FreeCompleted, BASE, 100),
+            ev(Action::Alloc, BASE, 512),
+            ev(Action::Alloc, BASE + 512, rest),
+            ev(Action::FreeRequested, BASE + 512, rest),
+            ev(Action::FreeCompleted, BASE + 512, rest),
+        ];
+        let block = |address, size, state| RawBlock {
+            address,
+            size,
+            requested_size: size,
+            state,
+            stack: StackId::EMPTY,
+        };
+        let snap = RawSnapshot {
+            segments: vec![RawSegment {
+                device: 0,
+                address: BASE,
+                total_size: TWO_MIB,
+                allocated_size: 512,
+                active_size: 512,
+                requested_size: 512,
+                stream: SIDE,
+                segment_type: SegmentType::Small,
+                segment_pool_id: (0, 1),
+                is_expandable: false,
+                stack: StackId::EMPTY,
+                blocks: vec![
+                    block(BASE, 512, BlockState::ActiveAllocated),
+                    block(BASE + 512, rest, BlockState::Inactive),
+                ],
+            }],
+            device_traces: vec![events],
+            ..RawSnapshot::default()
+        };
+        let v = validate(snap, None).unwrap();
+        let d = &v.devices[0];
+        assert!(
+            d.exact,
+            "{:?} {:?}",
+            d.first_divergence, d.end_state_difference
+        );
+        assert_eq!((d.events_compared, d.events_matched), (4, 4));
+        let kinds: Vec<&str> = d.inferred.iter().map(|x| x.kind).collect();
+        assert_eq!(kinds, ["checkpoint_restore"]);
+        assert_eq!(d.inferred[0].event_index, 4);
+        let restored: Vec<bool> = v.trace.devices[0]
+            .ops
+            .iter()
+            .filter_map(|o| match o.kind {
+                OpKind::Alloc { restored, .. } => Some(restored),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(restored, [false, true, true]);
+    }
 }

@@ -237,6 +237,7 @@ impl Builder {
             stream,
             pool: PoolId::DEFAULT,
             recorded_oom: false,
+            restored: false,
         })
     }
 

@@ -7,7 +7,9 @@ use std::time::{Duration, Instant};
 
 use allocsim_core::snapshot::import::{self, DecodeOptions, ImportError};
 use allocsim_core::snapshot::pickle::{self, PyValue};
-use allocsim_core::snapshot::{Action, BlockState, RawSnapshot, StackId, decode_snapshot};
+use allocsim_core::snapshot::{
+    Action, BlockState, Frame, FrameId, RawSnapshot, StackId, decode_snapshot,
+};
 use proptest::prelude::*;
 
 // ---------------------------------------------------------------------------------------
@@ -683,13 +685,15 @@ fn schema_errors_name_the_field() {
         ("filename", s("a.py")),
         ("line", s("x")),
     ])]);
-    let m = msg(snapshot_with(
+    // A frame's line is only displayed: a string is kept, not refused.
+    let snap = decode_snapshot(&snapshot_with(
         with(good_entry(), "frames", Some(bad_frame)),
         None,
-    ));
-    assert!(
-        m.ends_with("device_traces[0][0].frames[0]: `line` is a string, expected an integer"),
-        "{m}"
+    ))
+    .expect("string line");
+    assert_eq!(
+        snap.frames.format_stack(snap.device_traces[0][0].stack),
+        ["f (a.py:x)"]
     );
     let m = msg(snapshot_with(good_entry(), Some(("address", int(-1)))));
     assert!(
@@ -743,6 +747,128 @@ fn schema_errors_name_the_field() {
         ),
         (Action::Oom, 99)
     );
+}
+
+/// A one-entry snapshot whose frames have the given `line` values (`None`: no key).
+fn frames_with_lines(lines: &[Option<PyValue>]) -> Vec<(&'static str, PyValue)> {
+    let frames = lines
+        .iter()
+        .enumerate()
+        .map(|(i, line)| {
+            let mut pairs = vec![("name", s(&format!("f{i}"))), ("filename", s("a.py"))];
+            if let Some(line) = line {
+                pairs.push(("line", line.clone()));
+            }
+            dict(pairs)
+        })
+        .collect();
+    with(good_entry(), "frames", Some(PyValue::List(frames)))
+}
+
+#[test]
+fn frame_lines_of_any_size_and_type_decode() {
+    // torch.compile's fake_tensor.py frames carry 2^64 - 1 (C++'s -1 as a uint64).
+    let lines = [
+        Some(u(u64::MAX)),
+        Some(int(-1)),
+        Some(PyValue::Int(1 << 70)),
+        Some(PyValue::Int(-(1 << 70) - 5)),
+        Some(PyValue::Int(i128::MAX)),
+        Some(int(i64::MIN)),
+        Some(int(i64::MAX)),
+        Some(PyValue::None),
+        None,
+        Some(PyValue::Float(2.5)),
+        Some(PyValue::Bool(true)),
+        Some(PyValue::List(vec![int(1)])),
+    ];
+    let want = [
+        "f0 (a.py:18446744073709551615)",
+        "f1 (a.py:-1)",
+        "f2 (a.py:1180591620717411303424)",
+        "f3 (a.py:-1180591620717411303429)",
+        "f4 (a.py:170141183460469231731687303715884105727)",
+        "f5 (a.py:-9223372036854775808)",
+        "f6 (a.py:9223372036854775807)",
+        "f7 (a.py:?)",
+        "f8 (a.py:?)",
+        "f9 (a.py:2.5)",
+        "f10 (a.py:True)",
+        "f11 (a.py:?)",
+    ];
+    let entry = frames_with_lines(&lines);
+    for proto in [Proto::P0, Proto::P2, Proto::P4] {
+        let top = dict(vec![
+            ("segments", PyValue::List(vec![])),
+            (
+                "device_traces",
+                PyValue::List(vec![PyValue::List(vec![dict(entry.clone())])]),
+            ),
+        ]);
+        let snap = decode_snapshot(&encode(&top, proto, true)).expect("frames of any line");
+        let stack = snap.device_traces[0][0].stack;
+        assert_eq!(snap.frames.format_stack(stack), want, "{proto:?}");
+        // What fits in an i64 is kept as a number; the rest as the file's text.
+        let frames: Vec<_> = snap
+            .frames
+            .stack(stack)
+            .iter()
+            .map(|&f| *snap.frames.frame(f).expect("frame"))
+            .collect();
+        assert_eq!((frames[1].line, frames[1].line_text), (-1, None));
+        assert_eq!(frames[6].line, i64::MAX);
+        assert_eq!(frames[0].line, Frame::LINE_UNKNOWN);
+        assert_eq!(
+            frames[0].line_text.map(|t| snap.frames.str(t)),
+            Some("18446744073709551615")
+        );
+    }
+    // The same through the JSON decoder (integers past u64 are floats to serde_json).
+    let json = br#"{"segments": [], "device_traces": [[{"action": "alloc", "addr": 1, "size": 2,
+        "frames": [{"name": "f0", "filename": "a.py", "line": 18446744073709551615},
+                   {"name": "f1", "filename": "a.py", "line": -1},
+                   {"name": "f2", "filename": "a.py", "line": 1180591620717411303424},
+                   {"name": "f3", "filename": "a.py", "line": -9223372036854775808},
+                   {"name": "f4", "filename": "a.py", "line": null},
+                   {"name": "f5", "filename": "a.py"},
+                   {"name": "f6", "filename": "a.py", "line": "12"},
+                   {"name": "f7", "filename": "a.py", "line": [1, {"a": 2}]}]}]]}"#;
+    let snap = decode_snapshot(json).expect("json frames of any line");
+    assert_eq!(
+        snap.frames.format_stack(snap.device_traces[0][0].stack),
+        [
+            "f0 (a.py:18446744073709551615)",
+            "f1 (a.py:-1)",
+            "f2 (a.py:1180591620717411303424)",
+            "f3 (a.py:-9223372036854775808)",
+            "f4 (a.py:?)",
+            "f5 (a.py:?)",
+            "f6 (a.py:12)",
+            "f7 (a.py:?)",
+        ]
+    );
+}
+
+#[test]
+fn compile_snapshot_with_wide_frame_lines_decodes() {
+    let Some(dir) = traces_dir() else {
+        println!("skipped: ../shared/traces is absent");
+        return;
+    };
+    let path = dir.join("incoming/compile_reduce_overhead.pickle.gz");
+    let Ok(bytes) = std::fs::read(&path) else {
+        println!("skipped: {} is absent", path.display());
+        return;
+    };
+    let snap = decode_snapshot(&bytes).expect("compile_reduce_overhead");
+    let wide = (0..snap.frames.frame_count())
+        .filter_map(|i| snap.frames.frame(FrameId(i as u32)))
+        .filter(|f| {
+            f.line_text.map(|t| snap.frames.str(t)) == Some("18446744073709551615")
+                && snap.frames.str(f.filename).ends_with("fake_tensor.py")
+        })
+        .count();
+    assert!(wide > 0, "fake_tensor.py frames with line 2^64 - 1");
 }
 
 #[test]

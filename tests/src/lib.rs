@@ -28,14 +28,23 @@ pub struct CorpusTrace {
 
 /// Every trace of the corpus, sorted by name (empty if the corpus is absent).
 #[must_use]
+pub fn corpus() -> Vec<CorpusTrace> {
+    traces_dir().map_or_else(Vec::new, |dir| traces_in(&dir))
+}
+
+/// The real snapshots of `incoming/` the corpus does not pass yet (its README), sorted by
+/// name (empty if absent).
+#[must_use]
+pub fn incoming() -> Vec<CorpusTrace> {
+    traces_dir().map_or_else(Vec::new, |dir| traces_in(&dir.join("incoming")))
+}
+
+/// The traces of one folder, each with its `.stats.json`, sorted by name.
 // The corpus names its files in lower case (`NAME.pickle.gz`, `NAME.stats.json`).
 #[allow(clippy::case_sensitive_file_extension_comparisons)]
-pub fn corpus() -> Vec<CorpusTrace> {
-    let Some(dir) = traces_dir() else {
-        return Vec::new();
-    };
+fn traces_in(dir: &Path) -> Vec<CorpusTrace> {
     let mut out = Vec::new();
-    let Ok(rd) = std::fs::read_dir(&dir) else {
+    let Ok(rd) = std::fs::read_dir(dir) else {
         return out;
     };
     let mut paths: Vec<PathBuf> = rd.filter_map(Result::ok).map(|e| e.path()).collect();

@@ -188,6 +188,19 @@ pub trait Allocator {
     ) -> Result<(), ModelError>;
     /// `torch.cuda.empty_cache()`: returns cached memory to the device.
     fn empty_cache(&mut self, dev: &mut dyn Device, out: &mut Vec<ModelEvent>);
+    /// A block re-created at `addr` by a CUDA-graph checkpoint restore
+    /// (`setCheckpointPoolState`), not by a malloc. Models that cannot place a block where
+    /// asked serve it as a malloc.
+    fn alloc_at(
+        &mut self,
+        dev: &mut dyn Device,
+        req: &AllocRequest,
+        addr: u64,
+        out: &mut Vec<ModelEvent>,
+    ) -> Result<u64, OomInfo> {
+        let _ = addr;
+        self.malloc(dev, req, out)
+    }
     /// A private pool is no longer in use (its graph or `MemPool` was deleted): its cached
     /// segments may be released by the next cache flush.
     fn release_pool(&mut self, pool: PoolId) {

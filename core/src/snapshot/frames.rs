@@ -25,7 +25,20 @@ impl StackId {
 pub struct Frame {
     pub name: StrId,
     pub filename: StrId,
+    /// `line` when the file gives an integer that fits in an `i64`;
+    /// [`Frame::LINE_UNKNOWN`] otherwise, with the file's value in `line_text`.
     pub line: i64,
+    /// The file's `line` as text when it is not an `i64`: a wider integer (PyTorch writes
+    /// 2^64 − 1, its `-1` stored unsigned, for frames without a line, e.g. those of
+    /// `torch/_subclasses/fake_tensor.py` under `torch.compile`) or another type. `None`
+    /// when `line` holds the value or the file has none. The line is only displayed, so
+    /// no value of it refuses a snapshot.
+    pub line_text: Option<StrId>,
+}
+
+impl Frame {
+    /// `line` of a frame whose line is not an `i64` (or absent).
+    pub const LINE_UNKNOWN: i64 = i64::MIN;
 }
 
 /// Strings, frames and stacks, each stored once.
@@ -129,13 +142,31 @@ impl FrameTable {
         self.frames.len()
     }
 
+    /// A frame's line as text: the number, the file's own text of a value that is not an
+    /// `i64`, or `?` when the file gives none.
+    #[must_use]
+    pub fn line_label(&self, frame: &Frame) -> std::borrow::Cow<'_, str> {
+        match frame.line_text {
+            Some(text) => self.str(text).into(),
+            None if frame.line == Frame::LINE_UNKNOWN => "?".into(),
+            None => frame.line.to_string().into(),
+        }
+    }
+
     /// A stack as text, one `name (filename:line)` per frame, innermost first.
     #[must_use]
     pub fn format_stack(&self, id: StackId) -> Vec<String> {
         self.stack(id)
             .iter()
             .filter_map(|&f| self.frame(f))
-            .map(|f| format!("{} ({}:{})", self.str(f.name), self.str(f.filename), f.line))
+            .map(|f| {
+                format!(
+                    "{} ({}:{})",
+                    self.str(f.name),
+                    self.str(f.filename),
+                    self.line_label(f)
+                )
+            })
             .collect()
     }
 

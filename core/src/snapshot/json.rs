@@ -1218,7 +1218,7 @@ impl<'de> Visitor<'de> for FrameSeed<'_> {
                         at: &at,
                     })?);
                 }
-                Key::Line => line = Some(map.next_value_seed(LineSeed { at: &at })?),
+                Key::Line => line = Some(map.next_value_seed(LineSeed)?),
                 _ => {
                     map.next_value::<IgnoredAny>()?;
                 }
@@ -1226,11 +1226,16 @@ impl<'de> Visitor<'de> for FrameSeed<'_> {
         }
         let name = name.ok_or_else(|| err(&at, "missing `name`"))?;
         let filename = filename.ok_or_else(|| err(&at, "missing `filename`"))?;
-        let line = line.ok_or_else(|| err(&at, "missing `line`"))?;
+        let (line, line_text) = match line.unwrap_or(LineValue::Unknown) {
+            LineValue::Int(i) => (i, None),
+            LineValue::Text(t) => (Frame::LINE_UNKNOWN, Some(self.frames.intern_str(&t))),
+            LineValue::Unknown => (Frame::LINE_UNKNOWN, None),
+        };
         Ok(self.frames.intern_frame(Frame {
             name,
             filename,
             line,
+            line_text,
         }))
     }
 }
@@ -1301,46 +1306,61 @@ impl<'de> Visitor<'de> for StrIdSeed<'_, '_> {
     }
 }
 
-struct LineSeed<'a> {
-    at: &'a FrameLoc,
+struct LineSeed;
+
+/// A frame's `line` as the file gives it (only displayed, so any value is kept).
+enum LineValue {
+    Int(i64),
+    Text(String),
+    Unknown,
 }
 
-impl<'de> DeserializeSeed<'de> for LineSeed<'_> {
-    type Value = i64;
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<i64, D::Error> {
+impl<'de> DeserializeSeed<'de> for LineSeed {
+    type Value = LineValue;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<LineValue, D::Error> {
         d.deserialize_any(self)
     }
 }
 
-impl<'de> Visitor<'de> for LineSeed<'_> {
-    type Value = i64;
+impl<'de> Visitor<'de> for LineSeed {
+    type Value = LineValue;
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("an integer")
+        f.write_str("a line number")
     }
-    fn visit_i64<E: de::Error>(self, v: i64) -> Result<i64, E> {
-        Ok(v)
+    fn visit_i64<E: de::Error>(self, v: i64) -> Result<LineValue, E> {
+        Ok(if v == Frame::LINE_UNKNOWN {
+            LineValue::Text(v.to_string())
+        } else {
+            LineValue::Int(v)
+        })
     }
-    fn visit_u64<E: de::Error>(self, v: u64) -> Result<i64, E> {
-        i64::try_from(v)
-            .map_err(|_| err(self.at, "`line` is an integer that does not fit in 64 bits"))
+    fn visit_u64<E: de::Error>(self, v: u64) -> Result<LineValue, E> {
+        Ok(i64::try_from(v).map_or_else(|_| LineValue::Text(v.to_string()), LineValue::Int))
     }
-    fn visit_f64<E: de::Error>(self, _: f64) -> Result<i64, E> {
-        Err(err(self.at, "`line` is a float, expected an integer"))
+    fn visit_f64<E: de::Error>(self, v: f64) -> Result<LineValue, E> {
+        // JSON integers wider than 64 bits arrive here (serde_json reads them as floats).
+        Ok(LineValue::Text(if v.fract() == 0.0 && v.is_finite() {
+            format!("{v:.0}")
+        } else {
+            v.to_string()
+        }))
     }
-    fn visit_str<E: de::Error>(self, _: &str) -> Result<i64, E> {
-        Err(err(self.at, "`line` is a string, expected an integer"))
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<LineValue, E> {
+        Ok(LineValue::Text(v.to_owned()))
     }
-    fn visit_bool<E: de::Error>(self, _: bool) -> Result<i64, E> {
-        Err(err(self.at, "`line` is a bool, expected an integer"))
+    fn visit_bool<E: de::Error>(self, v: bool) -> Result<LineValue, E> {
+        Ok(LineValue::Text(if v { "True" } else { "False" }.to_owned()))
     }
-    fn visit_unit<E: de::Error>(self) -> Result<i64, E> {
-        Err(err(self.at, "`line` is None, expected an integer"))
+    fn visit_unit<E: de::Error>(self) -> Result<LineValue, E> {
+        Ok(LineValue::Unknown)
     }
-    fn visit_seq<A: SeqAccess<'de>>(self, _: A) -> Result<i64, A::Error> {
-        Err(err(self.at, "`line` is a list, expected an integer"))
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<LineValue, A::Error> {
+        while seq.next_element::<IgnoredAny>()?.is_some() {}
+        Ok(LineValue::Unknown)
     }
-    fn visit_map<A: MapAccess<'de>>(self, _: A) -> Result<i64, A::Error> {
-        Err(err(self.at, "`line` is a dict, expected an integer"))
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<LineValue, A::Error> {
+        while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+        Ok(LineValue::Unknown)
     }
 }
 

@@ -25,12 +25,13 @@
 //!   stack. Every length is checked against the remaining input before use.
 
 use std::collections::{HashMap, HashSet};
+use std::fmt::Write as _;
 use std::hash::{BuildHasherDefault, Hasher};
 
 use super::import::ImportError;
 use super::{
     Action, BlockState, Frame, FrameId, FrameTable, RawBlock, RawEvent, RawSegment, RawSettings,
-    RawSnapshot, SegmentType, StackId,
+    RawSnapshot, SegmentType, StackId, StrId,
 };
 
 // ---------------------------------------------------------------------------------------
@@ -1028,15 +1029,75 @@ impl Fields {
     fn frame(&self, text: &Text<'_>, table: &mut FrameTable) -> Result<FrameId, FieldError> {
         let name = as_str(text, self.name.ok_or(missing("name"))?, "name")?;
         let filename = as_str(text, self.filename.ok_or(missing("filename"))?, "filename")?;
-        let line = as_i64(self.line.ok_or(missing("line"))?, "line")?;
+        let (line, line_text) = frame_line(text, self.line, table);
         let name = table.intern_str(&lossy(name));
         let filename = table.intern_str(&lossy(filename));
         Ok(table.intern_frame(Frame {
             name,
             filename,
             line,
+            line_text,
         }))
     }
+}
+
+/// A frame's `line` as [`Frame::line`] and [`Frame::line_text`]: any value is kept, the
+/// line is only displayed.
+fn frame_line(text: &Text<'_>, v: Option<Value>, table: &mut FrameTable) -> (i64, Option<StrId>) {
+    let line_text = match v {
+        Some(Value::Int(i)) if i != Frame::LINE_UNKNOWN => return (i, None),
+        Some(Value::Int(i)) => i.to_string(),
+        Some(Value::UInt(u)) => u.to_string(),
+        Some(Value::BigInt { len, off }) => le_to_decimal(text.span(len, off)),
+        Some(Value::Bool(b)) => if b { "True" } else { "False" }.to_owned(),
+        Some(Value::Float(f)) => format!("{f:?}"),
+        Some(Value::Str { len, off }) => lossy(text.span(len, off)).into_owned(),
+        // None, absent, or a container.
+        _ => return (Frame::LINE_UNKNOWN, None),
+    };
+    (Frame::LINE_UNKNOWN, Some(table.intern_str(&line_text)))
+}
+
+/// Little-endian two's complement bytes as decimal text (any width).
+fn le_to_decimal(bytes: &[u8]) -> String {
+    let negative = bytes.last().is_some_and(|b| b & 0x80 != 0);
+    // Magnitude in base-2^32 limbs, most significant first.
+    let mut mag: Vec<u8> = bytes.to_vec();
+    if negative {
+        let mut carry = true;
+        for b in &mut mag {
+            let (v, c) = (!*b).overflowing_add(u8::from(carry));
+            *b = v;
+            carry = c;
+        }
+    }
+    let mut limbs: Vec<u32> = mag
+        .chunks(4)
+        .rev()
+        .map(|c| c.iter().rev().fold(0u32, |w, &b| (w << 8) | u32::from(b)))
+        .collect();
+    // Peel off 9 decimal digits at a time.
+    let mut groups: Vec<u32> = Vec::new();
+    while limbs.iter().any(|&l| l != 0) {
+        let mut rem = 0u64;
+        for l in &mut limbs {
+            let cur = (rem << 32) | u64::from(*l);
+            *l = (cur / 1_000_000_000) as u32;
+            rem = cur % 1_000_000_000;
+        }
+        groups.push(rem as u32);
+    }
+    let mut out = String::from(if negative { "-" } else { "" });
+    match groups.split_last() {
+        None => out.push('0'),
+        Some((top, rest)) => {
+            out.push_str(&top.to_string());
+            for g in rest.iter().rev() {
+                let _ = write!(out, "{g:09}");
+            }
+        }
+    }
+    out
 }
 
 // ---------------------------------------------------------------------------------------
@@ -2705,7 +2766,15 @@ impl Vm<'_> {
             ),
             (
                 PyValue::Str("line".into()),
-                PyValue::Int(i128::from(fr.line)),
+                match fr.line_text {
+                    Some(t) => {
+                        let t = self.frames.str(t);
+                        t.parse()
+                            .map_or_else(|_| PyValue::Str(t.into()), PyValue::Int)
+                    }
+                    None if fr.line == Frame::LINE_UNKNOWN => PyValue::None,
+                    None => PyValue::Int(i128::from(fr.line)),
+                },
             ),
         ])
     }

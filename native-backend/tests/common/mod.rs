@@ -354,6 +354,7 @@ impl TraceBuilder {
             stream: 0,
             pool: PoolId::DEFAULT,
             recorded_oom: false,
+            restored: false,
         })
     }
 

@@ -205,11 +205,18 @@ impl StackTable {
         })
     }
 
-    /// A stack as lines `name (file:line)`, innermost first.
+    /// A stack as lines `name (file:line)`, innermost first (`?` for a frame whose line
+    /// the snapshot does not give as an `i64`).
     #[must_use]
     pub fn format(&self, s: u32) -> Vec<String> {
         self.frames_of(s)
-            .map(|(n, f, l)| format!("{n} ({f}:{l})"))
+            .map(|(n, f, l)| {
+                if l == allocsim_core::snapshot::Frame::LINE_UNKNOWN {
+                    format!("{n} ({f}:?)")
+                } else {
+                    format!("{n} ({f}:{l})")
+                }
+            })
             .collect()
     }
 

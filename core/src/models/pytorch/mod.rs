@@ -10,8 +10,10 @@
 
 pub mod config;
 mod free_index;
+mod freeable;
 
 use free_index::{FreeIndex, FreePos};
+use freeable::FreeablePools;
 
 use std::collections::hash_map::Entry;
 use std::collections::{BTreeMap, HashMap};
@@ -99,13 +101,11 @@ struct Pool {
     get_free_blocks_call_count: u64,
 }
 
-/// A private pool's bookkeeping.
+/// A private pool's bookkeeping: its two `pools` indexes.
 #[derive(Debug, Clone)]
 struct PrivatePool {
     small: u32,
     large: u32,
-    /// `use_count == 0`: its cached segments go on the next `release_cached_blocks`.
-    freeable: bool,
 }
 
 /// The PyTorch caching allocator of one device.
@@ -121,6 +121,9 @@ pub struct PyTorchModel {
     pools: Vec<Pool>,
     /// Private pools by id, with their two `pools` indexes.
     private: BTreeMap<PoolId, PrivatePool>,
+    /// The private pools whose `use_count` dropped to 0 (`graph_pools_freeable`): their
+    /// cached segments go on the next `release_cached_blocks`, in this table's order.
+    freeable: FreeablePools,
     /// Live (allocated or pending) blocks by address.
     active: AddrMap,
     /// Pending-free blocks in the order their frees were requested.
@@ -168,6 +171,7 @@ impl PyTorchModel {
             free_segment_slots: Vec::new(),
             pools: vec![mk(true), mk(false)],
             private: BTreeMap::new(),
+            freeable: FreeablePools::default(),
             active: AddrMap::with_capacity_and_hasher(1 << 12, BuildHasherDefault::default()),
             largest_free_cache: std::cell::Cell::new(Some(0)),
             pending_order: Vec::new(),
@@ -250,7 +254,6 @@ impl PyTorchModel {
             PrivatePool {
                 small: s,
                 large: s + 1,
-                freeable: false,
             },
         );
         if small { s } else { s + 1 }
@@ -266,6 +269,10 @@ impl PyTorchModel {
             self.pools[p.small as usize].id = to;
             self.pools[p.large as usize].id = to;
             self.private.insert(to, p);
+            if self.freeable.contains(from) {
+                self.freeable.remove(from);
+                self.freeable.insert(to);
+            }
         }
     }
 
@@ -289,6 +296,31 @@ impl PyTorchModel {
                 )
             })
             .next()
+    }
+
+    /// The free mapped block that starts at `addr`: its index, where its entry stands in
+    /// its pool's index, and its size. A walk over the pool's free blocks of the segment's
+    /// stream: only checkpoint restores need it.
+    fn free_block_starting_at(&self, addr: u64) -> Option<(u32, FreePos, u64)> {
+        let seg = self
+            .segments
+            .iter()
+            .find(|s| s.live && addr >= s.base && addr < s.base + s.size)?;
+        let mut it = self.pools[seg.pool as usize].blocks.at_least(seg.stream, 0);
+        while let Some((size, a, i)) = it.next() {
+            if a == addr {
+                return Some((i, it.pos(), size));
+            }
+        }
+        None
+    }
+
+    /// The free block that starts at `addr`, if any: its size, and whether it spans its
+    /// whole segment (the segment is entirely free).
+    #[must_use]
+    pub fn free_block_at(&self, addr: u64) -> Option<(u64, bool)> {
+        self.free_block_starting_at(addr)
+            .map(|(i, _, size)| (size, !self.is_split(i)))
     }
 
     // ---- arena helpers -------------------------------------------------------------
@@ -889,14 +921,12 @@ impl PyTorchModel {
         self.synchronize_and_free_events(out);
         self.release_blocks(dev, DEFAULT_LARGE, out);
         self.release_blocks(dev, DEFAULT_SMALL, out);
-        let freeable: Vec<PoolId> = self
-            .private
-            .iter()
-            .filter(|(_, p)| p.freeable)
-            .map(|(k, _)| *k)
-            .collect();
-        for id in freeable {
-            let p = self.private[&id].clone();
+        // Each freed pool small then large, the pools in `graph_pools_freeable`'s order; a
+        // pool with no segment left is erased from it (`cudaMalloc_count == 0`).
+        for id in self.freeable.in_order() {
+            let Some(p) = self.private.get(&id).cloned() else {
+                continue;
+            };
             self.release_blocks(dev, p.small, out);
             self.release_blocks(dev, p.large, out);
             let any_left = self
@@ -905,6 +935,7 @@ impl PyTorchModel {
                 .any(|s| s.live && (s.pool == p.small || s.pool == p.large));
             if !any_left {
                 self.private.remove(&id);
+                self.freeable.remove(id);
                 // The two pool slots stay in `pools` (empty) so indexes remain valid.
             }
         }
@@ -1367,9 +1398,43 @@ impl Allocator for PyTorchModel {
         self.release_cached_blocks(dev, out);
     }
 
+    /// `setSegmentStateToCheckpoint`: the block of `req.size_bytes` at `addr` is taken
+    /// straight from the free block that starts there, in that block's own pool (small or
+    /// large by the segment, not by the size), split whenever bytes remain
+    /// (`split = curr_block->size - block_state.size > 0`, not `should_split`), and its
+    /// requested size is the block size. Where no such block of the request's pool and
+    /// stream is free (a what-if replay laid memory out differently), a malloc serves it.
+    fn alloc_at(
+        &mut self,
+        dev: &mut dyn Device,
+        req: &AllocRequest,
+        addr: u64,
+        out: &mut Vec<ModelEvent>,
+    ) -> Result<u64, OomInfo> {
+        let size = req.size_bytes;
+        let found = self.free_block_starting_at(addr).filter(|&(i, _, bsize)| {
+            let b = self.b(i);
+            bsize >= size
+                && size > 0
+                && b.stream == req.stream
+                && self.pools[b.pool as usize].id == req.pool
+        });
+        let Some((i, at, bsize)) = found else {
+            return self.malloc(dev, req, out);
+        };
+        let blk = self.alloc_found_block(i, size, size, bsize > size, Some(at));
+        out.push(ModelEvent {
+            action: Action::Alloc,
+            addr,
+            size,
+            stream: self.b(blk).stream,
+        });
+        Ok(addr)
+    }
+
     fn release_pool(&mut self, pool: PoolId) {
-        if let Some(p) = self.private.get_mut(&pool) {
-            p.freeable = true;
+        if self.private.contains_key(&pool) {
+            self.freeable.insert(pool);
         }
     }
 

@@ -35,6 +35,30 @@ impl Run {
         a
     }
 
+    /// An alloc of `size` bytes on `stream` in `pool`.
+    fn alloc_in(&mut self, pool: PoolId, stream: u64, size: u64) -> u64 {
+        let r = AllocRequest {
+            size_bytes: size,
+            stream,
+            pool,
+        };
+        let a = self.model.malloc(&mut self.dev, &r, &mut self.out).unwrap();
+        self.model.check_invariants().unwrap();
+        a
+    }
+
+    /// The `segment_free`s emitted since the last call, as (address, size).
+    fn take_segment_frees(&mut self) -> Vec<(u64, u64)> {
+        let frees = self
+            .out
+            .iter()
+            .filter(|e| e.action == Action::SegmentFree)
+            .map(|e| (e.addr, e.size))
+            .collect();
+        self.out.clear();
+        frees
+    }
+
     fn try_alloc(&mut self, size: u64) -> Result<u64, OomInfo> {
         let r = AllocRequest {
             size_bytes: size,
@@ -250,4 +274,145 @@ fn a_split_oversize_block_of_a_start_state_is_never_released_alone() {
         .map(|e| (e.addr, e.size))
         .collect();
     assert_eq!(released, vec![(base, 2048 * MIB)]);
+}
+
+/// Cached segments of the default pools and of two freed CUDA-graph pools, plus one live
+/// graph pool; returns the segments in the order `release_cached_blocks` must free them:
+/// default large, default small, then each freed pool small then large, the pools in
+/// `graph_pools_freeable`'s slot order ((0, 2) before (0, 1)).
+fn cache_graph_pools(r: &mut Run) -> Vec<(u64, u64)> {
+    const SIDE: u64 = 0x5a00;
+    let (g1, g2, live) = (PoolId(0, 1), PoolId(0, 2), PoolId(0, 3));
+    let d_large = r.alloc(4 * MIB);
+    let d_small = r.alloc(1000);
+    let g1_large = r.alloc_in(g1, SIDE, 30 * MIB);
+    let g1_small = r.alloc_in(g1, SIDE, 512);
+    let g2_large = r.alloc_in(g2, SIDE, 40 * MIB);
+    let g2_small = r.alloc_in(g2, SIDE, 600);
+    let live_large = r.alloc_in(live, SIDE, 12 * MIB);
+    for a in [
+        d_large, d_small, g1_large, g1_small, g2_large, g2_small, live_large,
+    ] {
+        r.free(a);
+    }
+    r.model.release_pool(g1);
+    r.model.release_pool(g2);
+    r.out.clear();
+    vec![
+        (d_large, 20 * MIB),
+        (d_small, 2 * MIB),
+        (g2_small, 2 * MIB),
+        (g2_large, 40 * MIB),
+        (g1_small, 2 * MIB),
+        (g1_large, 30 * MIB),
+    ]
+}
+
+#[test]
+fn empty_cache_frees_the_default_pools_then_each_freed_graph_pool_small_then_large() {
+    let mut r = Run::new("");
+    let expected = cache_graph_pools(&mut r);
+    r.model.empty_cache(&mut r.dev, &mut r.out);
+    r.model.check_invariants().unwrap();
+    assert_eq!(r.take_segment_frees(), expected);
+    // The live graph's pool keeps its cached segment; the freed pools are gone.
+    assert_eq!(r.reserved(), 12 * MIB);
+    assert_eq!(r.model.private_pools(), vec![PoolId(0, 3)]);
+}
+
+#[test]
+fn the_oom_path_frees_graph_pools_in_the_same_order_before_its_retry() {
+    // 108 MiB reserved under a 110 MiB cap: a 60 MiB request fails its first cudaMalloc,
+    // frees nothing oversize (no max_split_size), flushes everything and retries.
+    let mut r = Run::with_limit("", Some(110 * MIB));
+    let expected = cache_graph_pools(&mut r);
+    assert_eq!(r.reserved(), 108 * MIB);
+    r.alloc(60 * MIB);
+    let events: Vec<Action> = r.out.iter().map(|e| e.action).collect();
+    assert_eq!(
+        events,
+        [
+            vec![Action::SegmentFree; 6],
+            vec![Action::SegmentAlloc, Action::Alloc]
+        ]
+        .concat()
+    );
+    assert_eq!(r.take_segment_frees(), expected);
+    assert_eq!(r.model.num_alloc_retries, 1);
+}
+
+#[test]
+fn a_freed_graph_pool_with_a_live_block_keeps_its_split_segment_until_it_is_freed() {
+    let mut r = Run::new("");
+    let g = PoolId(0, 1);
+    let a = r.alloc_in(g, 0, 4 * MIB);
+    let b = r.alloc_in(g, 0, 4 * MIB);
+    let whole = r.alloc_in(g, 0, 30 * MIB);
+    r.free(a);
+    r.free(whole);
+    r.model.release_pool(g);
+    r.out.clear();
+    r.model.empty_cache(&mut r.dev, &mut r.out);
+    // The 20 MiB segment is split (b lives): only the whole 30 MiB one goes.
+    assert_eq!(r.take_segment_frees(), vec![(whole, 30 * MIB)]);
+    assert_eq!(r.model.private_pools(), vec![g]);
+    r.free(b);
+    r.model.empty_cache(&mut r.dev, &mut r.out);
+    assert_eq!(r.take_segment_frees(), vec![(a, 20 * MIB)]);
+    assert!(r.model.private_pools().is_empty());
+}
+
+#[test]
+fn a_checkpoint_restore_carves_blocks_in_place_where_malloc_would_not() {
+    // A graph pool with a cached 2 MiB small segment and a cached 20 MiB large one.
+    let mut r = Run::new("");
+    let g = PoolId(0, 1);
+    let small = r.alloc_in(g, 7, 512);
+    let large = r.alloc_in(g, 7, 4 * MIB);
+    r.free(small);
+    r.free(large);
+    let req = |size_bytes| AllocRequest {
+        size_bytes,
+        stream: 7,
+        pool: g,
+    };
+    // A block of 2 MiB - 512 in the small segment (a malloc would go to the large pool),
+    // and a large block leaving 512 KiB (a malloc would not split it).
+    let mut out = Vec::new();
+    let at = r
+        .model
+        .alloc_at(&mut r.dev, &req(512), small, &mut out)
+        .unwrap();
+    assert_eq!(at, small);
+    let rest = small + 512;
+    let at = r
+        .model
+        .alloc_at(&mut r.dev, &req(2 * MIB - 512), rest, &mut out)
+        .unwrap();
+    assert_eq!(at, rest);
+    let at = r
+        .model
+        .alloc_at(&mut r.dev, &req(20 * MIB - MIB / 2), large, &mut out)
+        .unwrap();
+    assert_eq!(at, large);
+    r.model.check_invariants().unwrap();
+    let layout = r.model.layout();
+    let blocks: Vec<(u64, u64)> = layout
+        .segments
+        .iter()
+        .flat_map(|s| s.blocks.iter().map(|b| (b.addr, b.size_bytes)))
+        .collect();
+    assert!(blocks.contains(&(rest, 2 * MIB - 512)));
+    assert!(blocks.contains(&(large + 20 * MIB - MIB / 2, MIB / 2)));
+    assert!(out.iter().all(|e| e.action == Action::Alloc));
+    assert_eq!(
+        r.model.free_block_at(large + 20 * MIB - MIB / 2),
+        Some((MIB / 2, false))
+    );
+    // Where no free block of the pool starts at the address, it is a malloc.
+    let elsewhere = r
+        .model
+        .alloc_at(&mut r.dev, &req(4 * MIB), 1 << 40, &mut out)
+        .unwrap();
+    assert_ne!(elsewhere, 1 << 40);
 }
