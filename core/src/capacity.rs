@@ -377,14 +377,7 @@ mod tests {
     use crate::snapshot::StackId;
 
     fn ev(action: Action, addr: u64, size: u64) -> RawEvent {
-        RawEvent {
-            action,
-            addr,
-            size,
-            stream: 0,
-            time_us: 0,
-            stack: StackId::EMPTY,
-        }
+        RawEvent::new(action, addr, size, 0)
     }
 
     const MIB: u64 = 1 << 20;

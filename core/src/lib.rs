@@ -3,6 +3,7 @@
 //! and every other crate of the workspace stands on it.
 
 pub mod capacity;
+pub mod cost;
 pub mod device;
 pub mod models;
 pub mod snapshot;

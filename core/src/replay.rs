@@ -4,6 +4,7 @@
 
 use std::fmt::Write as _;
 
+use crate::cost::{self, DriverCost};
 use crate::device::{Device, RecordedSegmentOp, SimulatedDevice};
 use crate::metrics::{self, Timeline};
 use crate::models::{AllocRequest, Allocator, Layout, ModelEvent, ModelStats, OomInfo};
@@ -109,6 +110,8 @@ pub struct ReplayResult {
     pub fragmentation_at_peak: f64,
     pub max_fragmentation: f64,
     pub segment_ops: u64,
+    /// The segment operations' driver work and its predicted time ([`crate::cost`]).
+    pub driver: DriverCost,
     /// The first request the model could not serve. The replay stops there unless the
     /// recording failed there too (the program caught the error and went on).
     pub oom: Option<OomReport>,
@@ -380,6 +383,7 @@ fn replay_in<M: Allocator + ?Sized>(
     let mut max_frag = ModelStats::default();
     let mut oom = None;
     let mut ooms = Vec::new();
+    let mut driver = DriverCost::default();
     let mut reproduced = 0;
     let mut ops_done = 0;
     let mut invariant_error = None;
@@ -447,6 +451,7 @@ fn replay_in<M: Allocator + ?Sized>(
                 Outcome::Oom
             }
         };
+        driver.add(cost::DEFAULT, &out);
         let st = model.stats();
         if st.reserved_bytes > peak.reserved_bytes || k == 0 {
             peak = st;
@@ -494,6 +499,7 @@ fn replay_in<M: Allocator + ?Sized>(
         fragmentation_at_peak: metrics::fragmentation(&peak_at),
         max_fragmentation: metrics::fragmentation(&max_frag),
         segment_ops: fin.segment_ops,
+        driver,
         oom,
         ooms,
         recorded_ooms_reproduced: reproduced,

@@ -1028,14 +1028,7 @@ mod tests {
     const TWO_MIB: u64 = 2 << 20;
 
     fn ev(action: Action, addr: u64, size: u64) -> RawEvent {
-        RawEvent {
-            action,
-            addr,
-            size,
-            stream: SIDE,
-            time_us: 0,
-            stack: StackId::EMPTY,
-        }
+        RawEvent::new(action, addr, size, SIDE)
     }
 
     /// `compile_reduce_overhead`'s first restore, by hand: a graph pool's small segment is

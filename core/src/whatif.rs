@@ -8,7 +8,7 @@
 
 use crate::Error;
 use crate::models::ModelSpec;
-use crate::models::pytorch::PyTorchConfig;
+use crate::models::pytorch::{PyTorchConfig, PyTorchModel};
 use crate::replay::{ReplayOptions, ReplayResult};
 use crate::session;
 use crate::trace::Trace;
@@ -62,8 +62,9 @@ fn note_fits(r: &mut ReplayResult, fitting: &[String], what: &str) {
     }
 }
 
-/// Replays device `device` of `trace` through every spec under `capacity`. Each OOM's
-/// explanation ends with the compared models that served every request.
+/// Replays device `device` of `trace` through every spec under `capacity`, one after the
+/// other ([`compare_with`] runs them on a [`Runner`]). Each OOM's explanation ends with the
+/// compared models that served every request.
 pub fn compare(
     trace: &Trace,
     device: usize,
@@ -71,18 +72,30 @@ pub fn compare(
     capacity: Option<u64>,
     progress: &mut dyn FnMut(usize, usize),
 ) -> Result<Vec<ReplayResult>, Error> {
-    let mut results = Vec::with_capacity(specs.len());
-    progress(0, specs.len());
-    for (i, spec) in specs.iter().enumerate() {
-        results.push(session::replay_device(
-            trace,
-            device,
-            spec,
-            capacity,
-            summary_options(),
-        )?);
-        progress(i + 1, specs.len());
-    }
+    compare_with(trace, device, specs, capacity, &InOrder, progress)
+}
+
+/// [`compare`] on `runner`.
+pub fn compare_with(
+    trace: &Trace,
+    device: usize,
+    specs: &[ModelSpec],
+    capacity: Option<u64>,
+    runner: &dyn Runner,
+    progress: &mut dyn FnMut(usize, usize),
+) -> Result<Vec<ReplayResult>, Error> {
+    let total = specs.len();
+    let mut done = 0;
+    progress(0, total);
+    let job =
+        |i: usize| session::replay_device(trace, device, &specs[i], capacity, summary_options());
+    let mut results = runner
+        .run(total, &job, &mut || {
+            done += 1;
+            progress(done, total);
+        })
+        .into_iter()
+        .collect::<Result<Vec<_>, _>>()?;
     let fitting: Vec<String> = results
         .iter()
         .filter(|r| served_all(r))
@@ -225,23 +238,71 @@ pub fn recommend_candidates() -> Vec<String> {
     out
 }
 
+/// Runs independent replays, in parallel where the caller can: core has no threads, so a
+/// front end with them (the CLI, the desktop app) passes its own.
+pub trait Runner {
+    /// Calls `job(i)` for every `i` in `0..n` and returns the results in that order,
+    /// calling `done()` once after each job finishes.
+    fn run(
+        &self,
+        n: usize,
+        job: &(dyn Fn(usize) -> Result<ReplayResult, Error> + Sync),
+        done: &mut dyn FnMut(),
+    ) -> Vec<Result<ReplayResult, Error>>;
+}
+
+/// One job after the other, on the calling thread.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct InOrder;
+
+impl Runner for InOrder {
+    fn run(
+        &self,
+        n: usize,
+        job: &(dyn Fn(usize) -> Result<ReplayResult, Error> + Sync),
+        done: &mut dyn FnMut(),
+    ) -> Vec<Result<ReplayResult, Error>> {
+        (0..n)
+            .map(|i| {
+                let r = job(i);
+                done();
+                r
+            })
+            .collect()
+    }
+}
+
 /// The answer of [`recommend`].
 #[derive(Debug)]
 pub struct Recommendation {
     /// The snapshot's own settings (`pytorch` without `--config`).
     pub default: ReplayResult,
-    /// The best candidate: no OOM, then lowest peak reserved, then fewest segment ops,
-    /// then the shortest config string.
+    /// The best candidate by [`rank`]: serves every request, then least predicted driver
+    /// time, then lowest peak reserved, then the shortest config string.
     pub best: ReplayResult,
+    /// The best few candidates in rank order (the best first): the trade-off table.
+    pub tradeoffs: Vec<ReplayResult>,
+    /// Candidates swept (every valid config of [`recommend_candidates`]).
     pub candidates_tried: usize,
+    /// Of those, the ones replayed; the others behave exactly like one that was (a
+    /// setting that cannot act on this trace) and share its result.
+    pub candidates_replayed: usize,
     /// Candidates that served every request.
     pub candidates_fitting: usize,
 }
 
-/// Orders candidates: no OOM first, then those with no OOM of their own, then those that
-/// got furthest; then lowest peak reserved, fewest segment ops, shortest config, and the
-/// config itself for a total order.
-fn rank(r: &ReplayResult) -> (u8, usize, u64, u64, usize, String) {
+/// How many candidates the trade-off table shows.
+pub const TRADEOFF_ROWS: usize = 5;
+
+/// A candidate's place in [`rank`]'s order (smaller is better).
+pub type Rank = (u8, usize, u64, u64, usize, String);
+
+/// The order of candidates: those that serve every request first, then those with no OOM
+/// of their own, then those that got furthest; then the least predicted driver time
+/// (nanoseconds), the lowest peak reserved, the shortest config, and the config itself for
+/// a total order.
+#[must_use]
+pub fn rank(r: &ReplayResult) -> Rank {
     let class = if served_all(r) {
         0
     } else if fits(r) {
@@ -253,25 +314,132 @@ fn rank(r: &ReplayResult) -> (u8, usize, u64, u64, usize, String) {
     (
         class,
         progress,
+        (r.driver.driver_time_us * 1000.0).round() as u64,
         r.peak_reserved_bytes,
-        r.segment_ops,
         r.config.len(),
         r.config.clone(),
     )
 }
 
-/// Sweeps [`recommend_candidates`] at `capacity` (None: unlimited) and picks the best. The
-/// default replay's OOM explanation ends with the best config when that one fits.
+/// What a PyTorch config does on one trace: two configs with the same effect replay the
+/// same. `max_split_size_mb` above every block the trace can make (without expandable
+/// segments: every segment is a request's allocation size) acts like no limit;
+/// `roundup_power2_divisions` that round no request differently act like none;
+/// `garbage_collection_threshold` without a capacity never runs.
+#[derive(Debug, Clone, PartialEq)]
+struct Effect {
+    expandable: bool,
+    split: u64,
+    divisions: [u32; 16],
+    gc: Option<String>,
+}
+
+fn effect(cfg: &PyTorchConfig, sizes: &[u64], capacity: Option<u64>, gc: Option<&str>) -> Effect {
+    let model = PyTorchModel::new(cfg.clone(), None);
+    let mut plain_cfg = cfg.clone();
+    plain_cfg.roundup_power2_divisions = [0; 16];
+    let plain = PyTorchModel::new(plain_cfg, None);
+    let rounds_alike = sizes
+        .iter()
+        .all(|&s| model.round_size(s) == plain.round_size(s));
+    let largest_segment = sizes
+        .iter()
+        .map(|&s| model.allocation_size(model.round_size(s)))
+        .max()
+        .unwrap_or(0);
+    let split = if !cfg.expandable_segments && cfg.max_split_size_bytes > largest_segment {
+        u64::MAX
+    } else {
+        cfg.max_split_size_bytes
+    };
+    Effect {
+        expandable: cfg.expandable_segments,
+        split,
+        divisions: if rounds_alike {
+            [0; 16]
+        } else {
+            cfg.roundup_power2_divisions
+        },
+        gc: capacity.and(gc.map(str::to_string)),
+    }
+}
+
+/// Sweeps [`recommend_candidates`] at `capacity` (None: unlimited) and picks the best, one
+/// replay after the other ([`recommend_with`] runs them on a [`Runner`]).
 pub fn recommend(
     trace: &Trace,
     device: usize,
     capacity: Option<u64>,
     progress: &mut dyn FnMut(usize, usize),
 ) -> Result<Recommendation, Error> {
-    let candidates = recommend_candidates();
-    let total = candidates.len() + 1;
-    progress(0, total);
-    let mut default = session::replay_device(
+    recommend_with(trace, device, capacity, &InOrder, progress)
+}
+
+/// Sweeps [`recommend_candidates`] at `capacity` (None: unlimited) on `runner` and picks
+/// the best by [`rank`]. Candidates that cannot act differently on this trace share one
+/// replay; a `garbage_collection_threshold` candidate shares its twin's result when the
+/// twin never reserves above threshold × capacity (PyTorch collects only above it). The
+/// default replay's OOM explanation ends with the best config when that one fits.
+pub fn recommend_with(
+    trace: &Trace,
+    device: usize,
+    capacity: Option<u64>,
+    runner: &dyn Runner,
+    progress: &mut dyn FnMut(usize, usize),
+) -> Result<Recommendation, Error> {
+    let dt = trace
+        .devices
+        .get(device)
+        .ok_or_else(|| Error::Config(format!("the trace has no device {device}")))?;
+    let mut sizes: Vec<u64> = dt
+        .ops
+        .iter()
+        .filter_map(|o| match o.kind {
+            crate::trace::OpKind::Alloc { size_bytes, .. } => Some(size_bytes),
+            _ => None,
+        })
+        .collect();
+    // A wrapped trace's segments alive at the start are blocks too.
+    sizes.extend(dt.start.iter().map(|seg| seg.size_bytes));
+    sizes.sort_unstable();
+    sizes.dedup();
+    // Every valid candidate with its effect; the first of each effect is replayed.
+    let mut configs: Vec<String> = Vec::new();
+    let mut effects: Vec<Effect> = Vec::new();
+    let mut replayed: Vec<usize> = Vec::new(); // index into configs, per distinct effect
+    let mut effect_of: Vec<usize> = Vec::new(); // per config: index into `replayed`
+    for conf in recommend_candidates() {
+        // A combination PyTorch itself would reject is not a candidate.
+        let Ok(cfg) = PyTorchConfig::parse(&conf) else {
+            continue;
+        };
+        let gc = conf
+            .split(',')
+            .find_map(|kv| kv.strip_prefix("garbage_collection_threshold:"))
+            .map(str::to_string);
+        let e = effect(&cfg, &sizes, capacity, gc.as_deref());
+        let k = if let Some(k) = effects.iter().position(|x| *x == e) {
+            k
+        } else {
+            effects.push(e);
+            replayed.push(configs.len());
+            effects.len() - 1
+        };
+        effect_of.push(k);
+        configs.push(conf);
+    }
+    let spec_of = |conf: &str| ModelSpec {
+        name: "pytorch".into(),
+        config: Some(conf.to_string()),
+    };
+    // GC candidates after their twins: a twin that never reserves above threshold × C
+    // makes the GC run a no-op.
+    let is_gc = |k: usize| effects[k].gc.is_some();
+    let first: Vec<usize> = (0..replayed.len()).filter(|&k| !is_gc(k)).collect();
+    let total = 1 + replayed.len();
+    let mut done = 0;
+    progress(done, total);
+    let default = session::replay_device(
         trace,
         device,
         &ModelSpec {
@@ -281,28 +449,88 @@ pub fn recommend(
         capacity,
         summary_options(),
     )?;
-    progress(1, total);
-    let mut best: Option<ReplayResult> = None;
-    let (mut tried, mut fitting) = (0, 0);
-    for (i, conf) in candidates.iter().enumerate() {
-        progress(i + 2, total);
-        // A combination PyTorch itself would reject is not a candidate.
-        if PyTorchConfig::parse(conf).is_err() {
-            continue;
-        }
-        let spec = ModelSpec {
-            name: "pytorch".into(),
-            config: Some(conf.clone()),
+    done += 1;
+    progress(done, total);
+    let mut results: Vec<Option<ReplayResult>> = (0..replayed.len()).map(|_| None).collect();
+    let run_batch = |ks: &[usize],
+                     results: &mut Vec<Option<ReplayResult>>,
+                     done: &mut usize,
+                     progress: &mut dyn FnMut(usize, usize)|
+     -> Result<(), Error> {
+        let job = |i: usize| {
+            let conf = &configs[replayed[ks[i]]];
+            session::replay_device(trace, device, &spec_of(conf), capacity, summary_options())
         };
-        let r = session::replay_device(trace, device, &spec, capacity, summary_options())?;
-        tried += 1;
-        fitting += usize::from(served_all(&r));
-        if best.as_ref().is_none_or(|b| rank(&r) < rank(b)) {
-            best = Some(r);
+        let out = runner.run(ks.len(), &job, &mut || {
+            *done += 1;
+            progress(*done, total);
+        });
+        for (&k, r) in ks.iter().zip(out) {
+            results[k] = Some(r?);
+        }
+        Ok(())
+    };
+    run_batch(&first, &mut results, &mut done, progress)?;
+    // A GC candidate's twin: the same effect without the threshold. Where the twin never
+    // reserves above threshold × capacity, PyTorch never collects: the same replay.
+    let mut alias: Vec<usize> = (0..replayed.len()).collect();
+    let mut second = Vec::new();
+    for k in (0..replayed.len()).filter(|&k| is_gc(k)) {
+        let mut e = effects[k].clone();
+        let threshold: f64 = e.gc.take().and_then(|g| g.parse().ok()).unwrap_or(0.0);
+        let twin = effects.iter().position(|x| *x == e);
+        match (twin, capacity) {
+            (Some(t), Some(c))
+                if results[t]
+                    .as_ref()
+                    .is_some_and(|r| r.peak_reserved_bytes as f64 <= threshold * c as f64) =>
+            {
+                alias[k] = t;
+                done += 1;
+                progress(done, total);
+            }
+            _ => second.push(k),
         }
     }
-    let best =
-        best.ok_or_else(|| Error::Config("no candidate config could be built".to_string()))?;
+    run_batch(&second, &mut results, &mut done, progress)?;
+    let result_of = |i: usize| results[alias[effect_of[i]]].as_ref();
+    // Every candidate ranked by its effect's replay, under its own config string.
+    let mut order: Vec<(usize, Rank)> = configs
+        .iter()
+        .enumerate()
+        .filter_map(|(i, conf)| {
+            let mut key = rank(result_of(i)?);
+            key.4 = conf.len();
+            key.5.clone_from(conf);
+            Some((i, key))
+        })
+        .collect();
+    order.sort_by(|a, b| a.1.cmp(&b.1));
+    let fitting = (0..configs.len())
+        .filter(|&i| result_of(i).is_some_and(served_all))
+        .count();
+    let tried = configs.len();
+    let named = |i: usize| -> Result<ReplayResult, Error> {
+        // The replay of this candidate's effect, named by the candidate itself.
+        session::replay_device(
+            trace,
+            device,
+            &spec_of(&configs[i]),
+            capacity,
+            summary_options(),
+        )
+    };
+    let mut tradeoffs = Vec::new();
+    for &(i, _) in order.iter().take(TRADEOFF_ROWS) {
+        tradeoffs.push(named(i)?);
+    }
+    let best = named(
+        order
+            .first()
+            .map(|o| o.0)
+            .ok_or_else(|| Error::Config("no candidate config could be built".to_string()))?,
+    )?;
+    let mut default = default;
     if served_all(&best) {
         let conf = if best.config.is_empty() {
             "PyTorch's defaults".to_string()
@@ -322,7 +550,9 @@ pub fn recommend(
     Ok(Recommendation {
         default,
         best,
+        tradeoffs,
         candidates_tried: tried,
+        candidates_replayed: replayed.len(),
         candidates_fitting: fitting,
     })
 }
@@ -380,6 +610,119 @@ mod tests {
                     <= m.unlimited_peak_reserved_bytes.div_ceil(GRID_BYTES) * GRID_BYTES,
                 "{name}"
             );
+        }
+    }
+
+    #[test]
+    fn recommend_ranks_the_cheaper_driver_work_above_the_lower_peak() {
+        let r = recommend(&story(), 0, Some(CAP), &mut |_, _| {}).unwrap();
+        assert!(served_all(&r.best));
+        // Expandable segments fit with a lower peak, but map and unmap pages all along:
+        // more predicted driver time, so ranked below the best.
+        let spec = ModelSpec::parse("pytorch@expandable_segments:True").unwrap();
+        let expandable =
+            session::replay_device(&story(), 0, &spec, Some(CAP), summary_options()).unwrap();
+        assert!(served_all(&expandable));
+        assert!(expandable.peak_reserved_bytes < r.best.peak_reserved_bytes);
+        assert!(expandable.driver.driver_time_us > r.best.driver.driver_time_us);
+        assert!(rank(&r.best) < rank(&expandable));
+        // The trade-off table is in rank order and starts with the best.
+        assert_eq!(r.tradeoffs[0].config, r.best.config);
+        for w in r.tradeoffs.windows(2) {
+            assert!(rank(&w[0]) <= rank(&w[1]));
+        }
+        assert!(r.tradeoffs.len() <= TRADEOFF_ROWS);
+    }
+
+    /// What a replay decided, for comparing two of them.
+    type Outcome = (u64, u64, u64, u64, Option<u64>);
+
+    fn outcome(r: &ReplayResult) -> Outcome {
+        (
+            r.peak_reserved_bytes,
+            r.peak_allocated_bytes,
+            r.segment_ops,
+            (r.driver.driver_time_us * 1000.0).round() as u64,
+            r.oom.as_ref().map(|o| o.event_index),
+        )
+    }
+
+    #[test]
+    fn candidates_that_cannot_act_on_the_trace_share_a_replay_and_it_is_theirs() {
+        let t = story();
+        let mut sizes: Vec<u64> = t.devices[0]
+            .ops
+            .iter()
+            .filter_map(|o| match o.kind {
+                crate::trace::OpKind::Alloc { size_bytes, .. } => Some(size_bytes),
+                _ => None,
+            })
+            .collect();
+        sizes.sort_unstable();
+        sizes.dedup();
+        for capacity in [None, Some(CAP)] {
+            // Every candidate replayed on its own: candidates of one effect decide alike.
+            let mut seen: Vec<(Effect, Outcome)> = Vec::new();
+            let mut twins = 0;
+            for conf in recommend_candidates() {
+                let Ok(cfg) = PyTorchConfig::parse(&conf) else {
+                    continue;
+                };
+                let gc = conf
+                    .split(',')
+                    .find_map(|kv| kv.strip_prefix("garbage_collection_threshold:"));
+                let spec = ModelSpec::parse(&format!("pytorch@{conf}")).unwrap();
+                let r = session::replay_device(&t, 0, &spec, capacity, summary_options()).unwrap();
+                let e = effect(&cfg, &sizes, capacity, gc);
+                match seen.iter().find(|(x, _)| *x == e) {
+                    Some((_, o)) => {
+                        assert_eq!(*o, outcome(&r), "{conf} at {capacity:?}");
+                        twins += 1;
+                    }
+                    None => seen.push((e, outcome(&r))),
+                }
+            }
+            // Without a capacity the GC thresholds cannot act (with one, every setting
+            // acts on oom-story: its segments are over 1 GiB, its sizes round apart).
+            assert_eq!(twins > 0, capacity.is_none(), "{capacity:?}");
+        }
+        // Without a capacity every GC candidate shares its twin's replay.
+        let r = recommend(&t, 0, None, &mut |_, _| {}).unwrap();
+        assert_eq!(r.candidates_tried, 168);
+        assert!(
+            r.candidates_replayed <= 168 / 3,
+            "{}",
+            r.candidates_replayed
+        );
+    }
+
+    #[test]
+    fn a_gc_threshold_the_twin_never_crosses_decides_as_the_twin() {
+        let t = story();
+        for (plain, gc) in [
+            ("max_split_size_mb:64", "0.8"),
+            ("expandable_segments:True", "0.6"),
+            ("", "0.8"),
+        ] {
+            let twin_conf = plain.to_string();
+            let gc_conf = if plain.is_empty() {
+                format!("garbage_collection_threshold:{gc}")
+            } else {
+                format!("{plain},garbage_collection_threshold:{gc}")
+            };
+            let run = |conf: &str| {
+                let spec = ModelSpec {
+                    name: "pytorch".into(),
+                    config: Some(conf.to_string()),
+                };
+                session::replay_device(&t, 0, &spec, Some(CAP), summary_options()).unwrap()
+            };
+            let twin = run(&twin_conf);
+            let with_gc = run(&gc_conf);
+            let threshold: f64 = gc.parse().unwrap();
+            if twin.peak_reserved_bytes as f64 <= threshold * CAP as f64 {
+                assert_eq!(outcome(&twin), outcome(&with_gc), "{gc_conf}");
+            }
         }
     }
 

@@ -13,6 +13,7 @@
 //! [`replay::cuda_replay`] drives a trace through a model on it next to the simulation and
 //! builds the report; [`runner::Runner`] runs that on a background thread for the app.
 
+pub mod cost;
 #[cfg(feature = "cuda")]
 pub mod cuda;
 pub mod device;

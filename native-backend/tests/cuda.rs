@@ -387,3 +387,32 @@ fn cuda_live_runner_headless() {
     );
     assert_eq!(free_now(&witness), before);
 }
+
+#[test]
+fn cuda_cost_table_is_measured_and_nothing_is_left_behind() {
+    let Some((_lock, witness)) = gpu_or_skip() else {
+        return;
+    };
+    let before = free_now(&witness);
+    let mut gpu = open(0).unwrap();
+    let m = allocsim_native::cost::measure(
+        &mut gpu,
+        &allocsim_native::cost::SIZES,
+        &allocsim_native::cost::PAGES,
+        5,
+    )
+    .unwrap();
+    drop(gpu);
+    println!("{}", m.as_rust());
+    assert_eq!(m.malloc_us.len(), allocsim_native::cost::SIZES.len());
+    assert_eq!(m.map_page_us.len(), 2);
+    // Real driver calls take time; none takes a second.
+    for s in m.malloc_us.iter().chain(&m.free_us).chain(&m.map_page_us) {
+        assert!(s.us > 0.0 && s.max_us < 1e6, "{s:?}");
+    }
+    assert_eq!(
+        free_now(&witness),
+        before,
+        "everything measured was given back"
+    );
+}

@@ -573,3 +573,32 @@ fn without_cuda_the_probe_says_why_instead_of_panicking() {
         Err(u) => assert!(!u.reason.is_empty()),
     }
 }
+
+#[test]
+fn the_cost_table_is_measured_for_every_size_that_fits_and_everything_is_given_back() {
+    let mut gpu = FakeGpu::new(1 << 30);
+    let m = allocsim_native::cost::measure(
+        &mut gpu,
+        &[2 * MIB, 20 * MIB, 4 << 30],
+        &[2 * MIB, 20 * MIB],
+        5,
+    )
+    .unwrap();
+    // 4 GiB does not fit in this 1 GiB GPU: left out, not an error.
+    let sizes: Vec<u64> = m.malloc_us.iter().map(|s| s.bytes).collect();
+    assert_eq!(sizes, [2 * MIB, 20 * MIB]);
+    assert_eq!(m.free_us.len(), 2);
+    let pages: Vec<u64> = m.map_page_us.iter().map(|s| s.bytes).collect();
+    assert_eq!(pages, [2 * MIB, 20 * MIB]);
+    for s in m
+        .malloc_us
+        .iter()
+        .chain(&m.map_page_us)
+        .chain(&m.unmap_page_us)
+    {
+        assert!(s.min_us <= s.us && s.us <= s.max_us, "{s:?}");
+    }
+    assert_eq!(m.repetitions, 5);
+    assert!(gpu.lock().is_empty(), "everything measured was given back");
+    assert!(m.as_rust().contains(&format!("({}, ", 20 * MIB)));
+}

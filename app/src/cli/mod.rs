@@ -2,7 +2,9 @@
 //! and parse its JSON. `--json` prints one object with `"schema": 1` first and nothing
 //! else on stdout.
 
+mod cuda_cost;
 mod cuda_replay;
+mod parallel;
 mod progress;
 mod replay;
 mod validate;
@@ -68,6 +70,8 @@ enum Command {
     Replay(replay::Args),
     /// Replay FILE on a real GPU (CUDA) and validate the simulation against it
     CudaReplay(cuda_replay::Args),
+    /// Measure the driver latencies the predicted driver time comes from (CUDA)
+    CudaCostTable(cuda_cost::Args),
     /// Replay FILE through several allocators or configs side by side
     Compare(whatif::CompareArgs),
     /// The smallest capacity (2 MiB grid) that runs FILE without running out of memory
@@ -128,6 +132,7 @@ fn run(cli: Cli) -> Result<u8, Failure> {
         Some(Command::Validate(a)) => validate::run(&a),
         Some(Command::Replay(a)) => replay::run(&a),
         Some(Command::CudaReplay(a)) => cuda_replay::run(&a),
+        Some(Command::CudaCostTable(a)) => cuda_cost::run(&a),
         Some(Command::Compare(a)) => whatif::compare(&a),
         Some(Command::MinCapacity(a)) => whatif::min_capacity(&a),
         Some(Command::Recommend(a)) => whatif::recommend(&a),

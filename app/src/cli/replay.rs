@@ -52,6 +52,8 @@ pub fn replay_json(r: &ReplayResult, events: usize, capacity: &CapacityChoice) -
         "fragmentation_at_peak": r.fragmentation_at_peak,
         "max_fragmentation": r.max_fragmentation,
         "segment_ops": r.segment_ops,
+        "driver_time_us": r.driver.driver_time_us,
+        "driver": r.driver,
         "oom": r.oom,
         "ooms": r.ooms.iter().map(|o| json!({
             "event_index": o.event_index,
@@ -107,7 +109,20 @@ pub fn print_replay_text(label: &str, r: &ReplayResult, capacity: &CapacityChoic
         r.fragmentation_at_peak * 100.0,
         r.max_fragmentation * 100.0
     );
-    println!("  segment ops         {}", r.segment_ops);
+    println!(
+        "  segment ops         {} ({} cudaMalloc, {} cudaFree, {} pages mapped, {} unmapped; {} synchronize the device)",
+        r.segment_ops,
+        r.driver.mallocs,
+        r.driver.frees,
+        r.driver.pages_mapped,
+        r.driver.pages_unmapped,
+        r.driver.synchronizing
+    );
+    println!(
+        "  driver time         {:.2} ms predicted ({})",
+        r.driver.driver_time_us / 1000.0,
+        allocsim_core::cost::DEFAULT.measured_on
+    );
     if r.ooms.is_empty() {
         println!("  out of memory       never");
     }

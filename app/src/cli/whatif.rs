@@ -19,6 +19,7 @@ use allocsim_core::units::format_size;
 use allocsim_core::{whatif, workloads};
 use serde_json::json;
 
+use super::parallel::Threads;
 use super::progress::Progress;
 use super::replay::{print_capacity_note, replay_json};
 use super::{Failure, load_file, parse_capacity_arg, pick_device, print_json};
@@ -124,9 +125,14 @@ pub fn compare(a: &CompareArgs) -> Result<u8, Failure> {
     };
     let (src, d, capacity) = load_with_capacity(&a.source, a.capacity, a.trace_device)?;
     let mut bar = Progress::new("compare");
-    let results = whatif::compare(&src.trace, d, &specs, capacity.bytes, &mut |done, total| {
-        bar.update(done, total);
-    })
+    let results = whatif::compare_with(
+        &src.trace,
+        d,
+        &specs,
+        capacity.bytes,
+        &Threads::all_cores(),
+        &mut |done, total| bar.update(done, total),
+    )
     .map_err(|e| core_failure(&src.name, &e))?;
     drop(bar);
     let events = src.trace.devices[d].events;
@@ -276,9 +282,13 @@ pub struct RecommendArgs {
 pub fn recommend(a: &RecommendArgs) -> Result<u8, Failure> {
     let (src, d, capacity) = load_with_capacity(&a.source, a.capacity, a.trace_device)?;
     let mut bar = Progress::new("recommend");
-    let r = whatif::recommend(&src.trace, d, capacity.bytes, &mut |done, total| {
-        bar.update(done, total);
-    })
+    let r = whatif::recommend_with(
+        &src.trace,
+        d,
+        capacity.bytes,
+        &Threads::all_cores(),
+        &mut |done, total| bar.update(done, total),
+    )
     .map_err(|e| core_failure(&src.name, &e))?;
     drop(bar);
     let events = src.trace.devices[d].events;
@@ -292,6 +302,9 @@ pub fn recommend(a: &RecommendArgs) -> Result<u8, Failure> {
             "default": replay_json(&r.default, events, &capacity),
             "best": replay_json(&r.best, events, &capacity),
             "candidates_tried": r.candidates_tried,
+            "candidates_replayed": r.candidates_replayed,
+            "candidates_fitting": r.candidates_fitting,
+            "tradeoffs": r.tradeoffs.iter().map(|t| replay_json(t, events, &capacity)).collect::<Vec<_>>(),
         }));
         return Ok(0);
     }
@@ -329,15 +342,67 @@ pub fn recommend(a: &RecommendArgs) -> Result<u8, Failure> {
         status(&r.best)
     );
     println!(
-        "  configs that fit    {} of {}",
-        r.candidates_fitting, r.candidates_tried
+        "  configs that fit    {} of {} ({} replays: the others cannot act differently on this trace)",
+        r.candidates_fitting, r.candidates_tried, r.candidates_replayed
     );
     if whatif::served_all(&r.best) {
         println!("  set                 PYTORCH_CUDA_ALLOC_CONF={best_conf}");
     }
+    println!();
+    print_tradeoffs(&r, capacity.bytes);
     if let Some(o) = &r.default.oom {
         println!();
         println!("{}", o.explanation);
     }
     Ok(0)
+}
+
+/// The trade-off table: the best candidates and the recorded settings, what each costs.
+fn print_tradeoffs(r: &whatif::Recommendation, capacity: Option<u64>) {
+    let name = |x: &ReplayResult| {
+        if x.config.is_empty() {
+            "defaults".to_string()
+        } else {
+            x.config.clone()
+        }
+    };
+    // The recorded settings' row is marked; added when not among the best.
+    let mut rows: Vec<(String, &ReplayResult)> = r
+        .tradeoffs
+        .iter()
+        .map(|t| {
+            if t.config == r.default.config {
+                (format!("{} (recorded)", name(t)), t)
+            } else {
+                (name(t), t)
+            }
+        })
+        .collect();
+    if !r.tradeoffs.iter().any(|t| t.config == r.default.config) {
+        rows.push((format!("{} (recorded)", name(&r.default)), &r.default));
+    }
+    let width = rows.iter().map(|(n, _)| n.len()).max().unwrap_or(8).max(8);
+    println!(
+        "  {:width$}  {:>13}  {:>12}  {:>11}  {:>9}  {:>11}  out of memory",
+        "setting", "peak reserved", "headroom", "segment ops", "sync ops", "driver time"
+    );
+    for (n, x) in rows {
+        let headroom = capacity.map_or_else(
+            || "-".to_string(),
+            |c| format_size(c.saturating_sub(x.peak_reserved_bytes)),
+        );
+        let oom = match &x.oom {
+            None => "never".to_string(),
+            Some(o) if o.recorded => format!("at event {} (as recorded)", o.event_index),
+            Some(o) => format!("at event {}", o.event_index),
+        };
+        println!(
+            "  {n:width$}  {:>13}  {:>12}  {:>11}  {:>9}  {:>8.2} ms  {oom}",
+            format_size(x.peak_reserved_bytes),
+            headroom,
+            x.segment_ops,
+            x.driver.synchronizing,
+            x.driver.driver_time_us / 1000.0
+        );
+    }
 }

@@ -156,8 +156,9 @@ pub struct Layout {
     pub segments: Vec<LayoutSegment>,
 }
 
-/// An allocator model. Object safe: the replay engine and the app hold `Box<dyn Allocator>`.
-pub trait Allocator {
+/// An allocator model. Object safe: the replay engine and the app hold `Box<dyn Allocator>`;
+/// `Send`, so replays (and their checkpoints) can run on other threads.
+pub trait Allocator: Send {
     /// The model's name as the CLI spells it (`pytorch`, `bfc`, …).
     fn name(&self) -> &'static str;
     /// The effective configuration as a canonical `key:value,…` string.

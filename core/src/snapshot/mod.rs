@@ -144,6 +144,25 @@ pub struct RawEvent {
     pub user_metadata: StrId,
 }
 
+impl RawEvent {
+    /// An entry of `action` at `addr` of `size` bytes on `stream`, nothing else recorded
+    /// (hand-built traces).
+    #[must_use]
+    pub fn new(action: Action, addr: u64, size: u64, stream: u64) -> RawEvent {
+        RawEvent {
+            action,
+            other: OtherAction::Plain,
+            addr,
+            size,
+            stream,
+            time_us: 0,
+            stack: StackId::EMPTY,
+            pool: 0,
+            user_metadata: StrId::default(),
+        }
+    }
+}
+
 /// One block of a segment in the end state.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RawBlock {
