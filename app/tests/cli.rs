@@ -143,6 +143,30 @@ fn usage_errors_exit_2() {
     ]);
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("True/False"));
+    // A typo in a key of --config is a usage error, while a snapshot's own config string
+    // with a key this build does not know is kept and reported (core's config tests).
+    let out = run(&[
+        "replay",
+        f.to_str().unwrap(),
+        "--config",
+        "throw_on_cudamaloc_oom:True",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("Unrecognized key 'throw_on_cudamaloc_oom'")
+    );
+    let out = run(&[
+        "replay",
+        f.to_str().unwrap(),
+        "--config",
+        "throw_on_cudamalloc_oom:True,pinned_free_catch_all:True",
+    ]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let out = run(&["replay", f.to_str().unwrap(), "--capacity", "2.2XB"]);
     assert_eq!(out.status.code(), Some(2));
     let out = run(&["replay", f.to_str().unwrap(), "--allocator", "nope"]);
@@ -180,6 +204,12 @@ fn validate_json_contract_and_exit_codes() {
     assert_eq!(v["events_compared"], v["events_matched"]);
     assert!(v["first_divergence"].is_null());
     assert_eq!(v["peak_reserved_bytes"]["recorded"], 2_147_483_648u64);
+    // A 2.11 recording: no host memory, annotations or unknown keys.
+    let x = &v["snapshot"];
+    assert_eq!(x["host_segments"]["count"], 0);
+    assert_eq!(x["host_segments"]["total_bytes"], 0);
+    assert_eq!(x["annotate_entries"], 0);
+    assert_eq!(x["unknown_config_keys"], serde_json::json!([]));
     // gc_frees needs its cap: without it the recording's partial release cannot be
     // explained, and validate says so (exit 1) instead of passing.
     let f = dir.join("gc_frees.pickle.gz");

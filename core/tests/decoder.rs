@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use allocsim_core::snapshot::import::{self, DecodeOptions, ImportError};
 use allocsim_core::snapshot::pickle::{self, PyValue};
 use allocsim_core::snapshot::{
-    Action, BlockState, Frame, FrameId, RawSnapshot, StackId, decode_snapshot,
+    Action, BlockState, Frame, FrameId, OtherAction, RawSnapshot, StackId, decode_snapshot,
 };
 use proptest::prelude::*;
 
@@ -1653,5 +1653,192 @@ proptest! {
         prop_assert_eq!(&snap.settings.conf, "x:1");
         prop_assert_eq!(snap.settings.roundup_power2_divisions, Some(table));
         prop_assert!(snap.settings.expandable_segments && snap.settings.max_split_size_bytes.is_none());
+    }
+}
+
+/// A snapshot with what PyTorch 2.12/2.13 add, the keys as those versions write them:
+/// `pool_id`, `user_metadata`, `compile_context` and the `annotate` action on entries; FX
+/// fields and a 2^64 − 1 line on frames; `trace_alloc_*` and a key of a newer PyTorch in
+/// `allocator_settings`; `host_segments` / `host_traces` of the pinned host allocator.
+fn snapshot_2_13(proto: Proto) -> Vec<u8> {
+    let fx_frame = dict(vec![
+        ("name", s("forward")),
+        ("filename", s("torch/_subclasses/fake_tensor.py")),
+        ("line", u(u64::MAX)),
+        ("fx_node_op", s("call_function")),
+        ("fx_node_name", s("addmm")),
+        ("fx_node_target", s("aten.addmm.default")),
+        (
+            "fx_original_trace",
+            s("File \"model.py\", line 9, in forward"),
+        ),
+    ]);
+    let entry = |action: &str, addr: i64, size: i64, pool: (i64, i64), meta: &str| {
+        dict(vec![
+            ("action", s(action)),
+            ("addr", int(addr)),
+            ("size", int(size)),
+            ("stream", int(0)),
+            ("pool_id", PyValue::Tuple(vec![int(pool.0), int(pool.1)])),
+            ("compile_context", s("N/A")),
+            ("user_metadata", s(meta)),
+            ("frames", PyValue::List(vec![fx_frame.clone()])),
+            ("time_us", int(5)),
+        ])
+    };
+    let base = 1 << 40;
+    let trace = vec![
+        entry("segment_alloc", base, 2 << 20, (0, 0), ""),
+        entry("alloc", base, 512, (0, 0), "step 1"),
+        entry("annotate", base, 512, (0, 0), "activations"),
+        entry("free_requested", base, 512, (0, 0), ""),
+        entry("free_completed", base, 512, (0, 0), ""),
+        entry("alloc", base, 512, (1, 3), ""),
+    ];
+    let host_entry = dict(vec![
+        ("action", s("alloc")),
+        ("addr", int(7 << 32)),
+        ("size", int(4096)),
+        ("stream", int(0)),
+        ("time_us", int(1)),
+    ]);
+    let top = dict(vec![
+        (
+            "segments",
+            PyValue::List(vec![dict(vec![
+                ("device", int(0)),
+                ("address", int(base)),
+                ("total_size", int(2 << 20)),
+                ("allocated_size", int(512)),
+                ("active_size", int(512)),
+                ("requested_size", int(512)),
+                ("stream", int(0)),
+                ("segment_type", s("small")),
+                ("segment_pool_id", PyValue::Tuple(vec![int(0), int(0)])),
+                ("is_expandable", PyValue::Bool(false)),
+                ("registration_counter", int(1)),
+                ("frames", PyValue::List(vec![])),
+                (
+                    "blocks",
+                    PyValue::List(vec![
+                        dict(vec![
+                            ("address", int(base)),
+                            ("size", int(512)),
+                            ("requested_size", int(512)),
+                            ("state", s("active_allocated")),
+                            ("frames", PyValue::List(vec![fx_frame.clone()])),
+                        ]),
+                        dict(vec![
+                            ("address", int(base + 512)),
+                            ("size", int((2 << 20) - 512)),
+                            ("requested_size", int(0)),
+                            ("state", s("inactive")),
+                            ("frames", PyValue::List(vec![])),
+                        ]),
+                    ]),
+                ),
+            ])]),
+        ),
+        ("device_traces", PyValue::List(vec![PyValue::List(trace)])),
+        (
+            "allocator_settings",
+            dict(vec![
+                (
+                    "PYTORCH_CUDA_ALLOC_CONF",
+                    s("throw_on_cudamalloc_oom:True,a_2_14_key:4"),
+                ),
+                ("max_split_size", int(-1)),
+                ("garbage_collection_threshold", PyValue::Float(0.0)),
+                ("expandable_segments", PyValue::Bool(false)),
+                ("pinned_num_register_threads", int(1)),
+                ("release_lock_on_cudamalloc", PyValue::Bool(false)),
+                ("pinned_use_cuda_host_register", PyValue::Bool(false)),
+                ("roundup_power2_divisions", dict(vec![("1", int(0))])),
+                ("graph_capture_record_stream_reuse", PyValue::Bool(false)),
+                (
+                    "trace_alloc_overflowed",
+                    PyValue::List(vec![PyValue::Bool(true)]),
+                ),
+                ("trace_alloc_max_entries", PyValue::List(vec![int(6)])),
+                ("pinned_reserve_segment_size_mb", int(0)),
+            ]),
+        ),
+        ("external_annotations", PyValue::List(vec![])),
+        (
+            "host_segments",
+            PyValue::List(vec![
+                dict(vec![
+                    ("address", int(7 << 32)),
+                    ("total_size", int(1 << 20)),
+                    ("allocated_size", int(4096)),
+                    ("blocks", PyValue::List(vec![])),
+                ]),
+                s("not a segment"),
+            ]),
+        ),
+        ("host_traces", PyValue::List(vec![host_entry, int(3)])),
+    ]);
+    encode(&top, proto, true)
+}
+
+#[test]
+fn pytorch_2_13_snapshot_fields_are_kept() {
+    for proto in [Proto::P0, Proto::P2, Proto::P4] {
+        let snap = decode_snapshot(&snapshot_2_13(proto)).expect("2.13 snapshot");
+        let t = &snap.device_traces[0];
+        assert_eq!(t.len(), 6, "{proto:?}");
+        assert_eq!(
+            (t[2].action, t[2].other),
+            (Action::Other, OtherAction::Annotate)
+        );
+        assert_eq!(t[1].other, OtherAction::Plain);
+        assert_eq!(snap.frames.str(t[1].user_metadata), "step 1");
+        assert_eq!(snap.frames.str(t[2].user_metadata), "activations");
+        assert_eq!(snap.frames.str(t[3].user_metadata), "");
+        assert_eq!(snap.pool_id(&t[1]), Some((0, 0)));
+        assert_eq!(snap.pool_id(&t[5]), Some((1, 3)));
+        // Frames: the wide line kept as text, the FX node information kept.
+        let f = *snap
+            .frames
+            .frame(snap.frames.stack(t[1].stack)[0])
+            .expect("frame");
+        assert_eq!(snap.frames.line_label(&f), "18446744073709551615");
+        let fx = snap.frames.fx(&f).expect("fx info");
+        assert_eq!(
+            [fx.node_op, fx.node_name, fx.node_target, fx.node_info].map(|i| snap.frames.str(i)),
+            ["call_function", "addmm", "aten.addmm.default", ""]
+        );
+        // Settings: the per-device ring buffer facts, the keys kept for the report.
+        assert_eq!(snap.settings.trace_alloc_overflowed, [true]);
+        assert_eq!(snap.settings.trace_alloc_max_entries, [6]);
+        assert_eq!(snap.settings.other_keys, ["pinned_reserve_segment_size_mb"]);
+        // Host memory: kept apart, what is not of the shape skipped and counted.
+        assert_eq!(snap.host_segments.len(), 1);
+        assert_eq!(snap.host_segments[0].total_size, 1 << 20);
+        assert_eq!(snap.host_traces.len(), 1);
+        assert_eq!(snap.host_traces[0].size, 4096);
+        assert_eq!(snap.host_items_skipped, 2);
+        let x = snap.extras();
+        assert_eq!(
+            (
+                x.host_segments.count,
+                x.host_segments.total_bytes,
+                x.host_trace_entries
+            ),
+            (1, 1 << 20, 1)
+        );
+        assert_eq!((x.annotate_entries, x.user_metadata_entries), (1, 2));
+        assert_eq!(x.entry_private_pools, [(1, 3)]);
+        assert_eq!(x.fx_frames, 1);
+        // The device side is exactly what it was; the host segment is not device memory.
+        assert_eq!(snap.segments.len(), 1);
+        assert_eq!(snap.segments[0].total_size, 2 << 20);
+        // Validation takes it: the config's unknown key is kept, not refused.
+        let v = allocsim_core::session::load(&snapshot_2_13(proto), None).expect("validates");
+        assert_eq!(v.devices.len(), 1);
+        let cfg =
+            allocsim_core::models::pytorch::PyTorchConfig::from_settings(&snap.settings).unwrap();
+        assert!(cfg.throw_on_cudamalloc_oom);
+        assert_eq!(cfg.unknown_keys, ["a_2_14_key"]);
     }
 }

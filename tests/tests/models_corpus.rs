@@ -180,7 +180,7 @@ fn oom_story_recommend_finds_a_config_that_fits() {
         return;
     };
     let cap = t.cap_bytes.unwrap();
-    let r = whatif::recommend(&trace, 0, cap, &mut |_, _| {}).unwrap();
+    let r = whatif::recommend(&trace, 0, Some(cap), &mut |_, _| {}).unwrap();
     assert!(r.default.oom.is_some());
     assert!(whatif::served_all(&r.best), "{:?}", r.best.oom);
     assert_eq!(r.candidates_tried, 168);
@@ -216,7 +216,7 @@ fn oom_story_min_capacity_agrees_with_replay() {
         )
         .unwrap();
         assert!(
-            whatif::fits(&at),
+            whatif::served_all(&at),
             "{name}: OOM at its min capacity {}",
             m.min_capacity_bytes
         );
@@ -230,8 +230,8 @@ fn oom_story_min_capacity_agrees_with_replay() {
             )
             .unwrap();
             assert!(
-                !whatif::fits(&below),
-                "{name}: fits 2 MiB below {}",
+                !whatif::served_all(&below),
+                "{name}: serves every request 2 MiB below {}",
                 m.min_capacity_bytes
             );
         }

@@ -1,5 +1,7 @@
 //! `allocsim validate FILE [--capacity SIZE] [--json]`.
 
+use allocsim_core::models::pytorch::PyTorchConfig;
+use allocsim_core::snapshot::RawSnapshot;
 use allocsim_core::units::format_size;
 use allocsim_core::validate::{DeviceReport, Divergence};
 use serde_json::{Value, json};
@@ -40,6 +42,16 @@ fn device_json(r: &DeviceReport) -> Value {
         "peak_reserved_bytes": {"recorded": r.peak_reserved_recorded, "simulated": r.peak_reserved_simulated},
         "starts_empty": r.starts_empty,
     })
+}
+
+/// What the file holds beyond the device state (host memory, annotations, newer keys):
+/// core's summary, plus the keys of its config string this build does not know.
+fn snapshot_json(s: &RawSnapshot) -> Value {
+    let mut v = serde_json::to_value(s.extras()).unwrap_or(Value::Null);
+    if let (Value::Object(m), Ok(cfg)) = (&mut v, PyTorchConfig::from_settings(&s.settings)) {
+        m.insert("unknown_config_keys".into(), json!(cfg.unknown_keys));
+    }
+    v
 }
 
 pub fn run(a: &Args) -> Result<u8, Failure> {
@@ -86,6 +98,7 @@ pub fn run(a: &Args) -> Result<u8, Failure> {
             "peak_reserved_bytes": {"recorded": peak_rec, "simulated": peak_sim},
             "devices": v.devices.iter().map(device_json).collect::<Vec<_>>(),
             "inferred": inferred,
+            "snapshot": snapshot_json(&v.trace.snapshot),
         }));
     } else {
         println!(

@@ -34,6 +34,33 @@ pub struct Frame {
     /// when `line` holds the value or the file has none. The line is only displayed, so
     /// no value of it refuses a snapshot.
     pub line_text: Option<StrId>,
+    /// FX node information of a frame of a `torch.compile` graph: 1 + index into the
+    /// table's FX infos ([`FrameTable::fx`]); 0 for none.
+    pub fx: u32,
+}
+
+/// The FX fields PyTorch adds to frames of compiled graphs (`fx_node_op`, `fx_node_name`,
+/// `fx_node_target`, `fx_original_trace`, `fx_node_info`; #166676). "" where absent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct FxInfo {
+    pub node_op: StrId,
+    pub node_name: StrId,
+    pub node_target: StrId,
+    pub original_trace: StrId,
+    pub node_info: StrId,
+}
+
+impl FxInfo {
+    /// Whether no field is set (interned "" is [`StrId::EMPTY`]).
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        *self == FxInfo::default()
+    }
+}
+
+impl StrId {
+    /// The empty string, interned first in every table.
+    pub const EMPTY: StrId = StrId(0);
 }
 
 impl Frame {
@@ -51,6 +78,8 @@ pub struct FrameTable {
     frames: Vec<Frame>,
     stack_offsets: Vec<u32>,
     stack_frames: Vec<FrameId>,
+    fx: Vec<FxInfo>,
+    fx_index: HashMap<FxInfo, u32>,
     string_index: HashMap<Box<str>, StrId>,
     frame_index: HashMap<Frame, FrameId>,
     stack_index: HashMap<Box<[FrameId]>, StackId>,
@@ -59,11 +88,13 @@ pub struct FrameTable {
 impl Default for FrameTable {
     fn default() -> Self {
         FrameTable {
-            strings: Vec::new(),
+            strings: vec!["".into()],
             frames: Vec::new(),
             stack_offsets: vec![0, 0],
             stack_frames: Vec::new(),
-            string_index: HashMap::new(),
+            fx: Vec::new(),
+            fx_index: HashMap::new(),
+            string_index: HashMap::from([("".into(), StrId::EMPTY)]),
             frame_index: HashMap::new(),
             stack_index: HashMap::new(),
         }
@@ -91,6 +122,32 @@ impl FrameTable {
         self.frames.push(frame);
         self.frame_index.insert(frame, id);
         id
+    }
+
+    /// Interns FX node information; the value for [`Frame::fx`] (0 for an empty one).
+    pub fn intern_fx(&mut self, info: FxInfo) -> u32 {
+        if info.is_empty() {
+            return 0;
+        }
+        if let Some(&i) = self.fx_index.get(&info) {
+            return i;
+        }
+        self.fx.push(info);
+        let i = self.fx.len() as u32;
+        self.fx_index.insert(info, i);
+        i
+    }
+
+    /// A frame's FX node information, if it has any.
+    #[must_use]
+    pub fn fx(&self, frame: &Frame) -> Option<&FxInfo> {
+        self.fx.get((frame.fx as usize).checked_sub(1)?)
+    }
+
+    /// Number of frames that carry FX node information.
+    #[must_use]
+    pub fn fx_frame_count(&self) -> usize {
+        self.frames.iter().filter(|f| f.fx != 0).count()
     }
 
     /// Interns a stack (innermost frame first, as PyTorch lists them).
@@ -173,6 +230,7 @@ impl FrameTable {
     /// Drops the look-up indexes once decoding is done (they are only needed to intern).
     pub fn finish(&mut self) {
         self.string_index = HashMap::new();
+        self.fx_index = HashMap::new();
         self.frame_index = HashMap::new();
         self.stack_index = HashMap::new();
     }

@@ -194,6 +194,9 @@ impl RawSnapshot {
                 .iter()
                 .map(|t| t.capacity() * std::mem::size_of::<RawEvent>())
                 .sum::<usize>();
-        segments + traces + self.settings.conf.capacity() + self.frames.heap_bytes()
+        let extras = self.event_pools.capacity() * std::mem::size_of::<(u64, u64)>()
+            + self.host_segments.capacity() * std::mem::size_of::<super::HostSegment>()
+            + self.host_traces.capacity() * std::mem::size_of::<RawEvent>();
+        segments + traces + extras + self.settings.conf.capacity() + self.frames.heap_bytes()
     }
 }

@@ -14,8 +14,8 @@ use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqA
 
 use super::import::ImportError;
 use super::{
-    Action, BlockState, Frame, FrameId, FrameTable, RawBlock, RawEvent, RawSegment, RawSettings,
-    RawSnapshot, SegmentType, StackId,
+    Action, BlockState, Frame, FrameId, FrameTable, OtherAction, RawBlock, RawEvent, RawSegment,
+    RawSettings, RawSnapshot, SegmentType, StackId, StrId,
 };
 
 /// Decodes a snapshot saved as JSON.
@@ -34,6 +34,12 @@ pub(crate) fn decode_snapshot_json(data: &[u8]) -> Result<RawSnapshot, ImportErr
         device_traces: top.device_traces,
         settings: top.settings,
         frames,
+        // The 2.12/2.13 additions (entry `pool_id`/`user_metadata`, host data) are read
+        // from pickles only; JSON files of them decode without them.
+        event_pools: Vec::new(),
+        host_segments: Vec::new(),
+        host_traces: Vec::new(),
+        host_items_skipped: 0,
     })
 }
 
@@ -283,10 +289,16 @@ impl Want for Text {
 
 struct ActionWant;
 impl Want for ActionWant {
-    type Out = Action;
+    type Out = (Action, OtherAction);
     const EXPECTED: &'static str = "a string";
-    fn from_str(v: &str) -> Result<Action, String> {
-        Ok(Action::from_bytes(v.as_bytes()))
+    fn from_str(v: &str) -> Result<(Action, OtherAction), String> {
+        let action = Action::from_bytes(v.as_bytes());
+        let other = if action == Action::Other {
+            OtherAction::from_bytes(v.as_bytes())
+        } else {
+            OtherAction::Plain
+        };
+        Ok((action, other))
     }
 }
 
@@ -1031,7 +1043,7 @@ impl<'de> Visitor<'de> for EventSeed<'_> {
                 }
             }
         }
-        let action = action.ok_or_else(|| err(loc, "missing `action`"))?;
+        let (action, other) = action.ok_or_else(|| err(loc, "missing `action`"))?;
         // Same rules as the pickle decoder: allocator actions need a place, `oom` gives
         // `device_free` instead of `addr`.
         let needs_place = !matches!(action, Action::Snapshot | Action::Other);
@@ -1051,11 +1063,14 @@ impl<'de> Visitor<'de> for EventSeed<'_> {
         };
         Ok(RawEvent {
             action,
+            other,
             addr,
             size,
             stream,
             time_us,
             stack,
+            pool: 0,
+            user_metadata: StrId::EMPTY,
         })
     }
 }
@@ -1236,6 +1251,7 @@ impl<'de> Visitor<'de> for FrameSeed<'_> {
             filename,
             line,
             line_text,
+            fx: 0,
         }))
     }
 }

@@ -10,7 +10,7 @@ pub mod import;
 pub mod json;
 pub mod pickle;
 
-pub use frames::{Frame, FrameId, FrameTable, StackId, StrId};
+pub use frames::{Frame, FrameId, FrameTable, FxInfo, StackId, StrId};
 pub use import::{ImportError, decode_snapshot};
 
 /// Which of the two default pools a segment belongs to (`segment_type`).
@@ -90,10 +90,41 @@ impl Action {
     }
 }
 
+/// What an [`Action::Other`] entry is (the allocator's own actions are `Plain`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OtherAction {
+    /// Not an [`Action::Other`].
+    #[default]
+    Plain,
+    /// `annotate` (2.13+, `torch.cuda.memory._annotate_memory`, #190575): a note on a live
+    /// block (`addr`, its requested `size`, `user_metadata` the note, `frames`); no
+    /// allocator decision.
+    Annotate,
+    /// `user_defined` (older recordings' `record_function` annotations).
+    UserDefined,
+    /// An action this decoder does not know.
+    Unknown,
+}
+
+impl OtherAction {
+    /// Classifies an action string that [`Action::from_bytes`] maps to [`Action::Other`].
+    #[must_use]
+    pub fn from_bytes(s: &[u8]) -> OtherAction {
+        match s {
+            b"annotate" => OtherAction::Annotate,
+            b"user_defined" => OtherAction::UserDefined,
+            _ => OtherAction::Unknown,
+        }
+    }
+}
+
 /// One trace entry (`device_traces[d][i]`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RawEvent {
     pub action: Action,
+    /// Which kind of [`Action::Other`] entry this is.
+    pub other: OtherAction,
     /// `addr`; for [`Action::Oom`] the entry's `device_free`.
     pub addr: u64,
     /// `size` (un-rounded request for alloc/free_*, rounded request for oom).
@@ -104,6 +135,13 @@ pub struct RawEvent {
     pub time_us: i64,
     /// The entry's `frames`.
     pub stack: StackId,
+    /// The entry's `pool_id` (2.12+, #177717): 1 + index into
+    /// [`RawSnapshot::event_pools`]; 0 when the entry has none (older files) or it is not
+    /// a pair of integers. Read it with [`RawSnapshot::pool_id`].
+    pub pool: u32,
+    /// `user_metadata` (≈2.8+; "" when absent or not a string); for an `annotate` entry
+    /// the note.
+    pub user_metadata: StrId,
 }
 
 /// One block of a segment in the end state.
@@ -150,6 +188,14 @@ pub struct RawSettings {
     pub roundup_power2_divisions: Option<[u32; 16]>,
     /// Whether the file had an `allocator_settings` dict at all.
     pub present: bool,
+    /// `trace_alloc_overflowed` (2.13+, #179276): per device, whether the ring buffer
+    /// dropped its oldest entries (one value when the file gives a single bool).
+    pub trace_alloc_overflowed: Vec<bool>,
+    /// `trace_alloc_max_entries` (2.13+): per device, the ring buffer's size.
+    pub trace_alloc_max_entries: Vec<u64>,
+    /// Keys of `allocator_settings` this decoder does not interpret, in file order: kept to
+    /// be reported, never refused.
+    pub other_keys: Vec<String>,
 }
 
 impl Default for RawSettings {
@@ -161,6 +207,9 @@ impl Default for RawSettings {
             expandable_segments: false,
             roundup_power2_divisions: None,
             present: false,
+            trace_alloc_overflowed: Vec::new(),
+            trace_alloc_max_entries: Vec::new(),
+            other_keys: Vec::new(),
         }
     }
 }
@@ -175,4 +224,107 @@ pub struct RawSnapshot {
     pub settings: RawSettings,
     /// Every stack of the file, interned.
     pub frames: FrameTable,
+    /// The distinct `pool_id`s of trace entries ([`RawEvent::pool`] − 1 indexes it).
+    pub event_pools: Vec<(u64, u64)>,
+    /// `host_segments` (2.13+, `record_pinned_host_memory`, #182407): the pinned host
+    /// allocator's segments. Host memory, never counted as device memory.
+    pub host_segments: Vec<HostSegment>,
+    /// `host_traces`: the pinned host allocator's trace entries, oldest first (all lists
+    /// of the file concatenated). Never replayed.
+    pub host_traces: Vec<RawEvent>,
+    /// Items of `host_segments` / `host_traces` that are not of the expected shape:
+    /// skipped (host data is only displayed), counted here.
+    pub host_items_skipped: u64,
+}
+
+/// One segment of the pinned host allocator (`host_segments[i]`), as far as it is read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HostSegment {
+    pub address: u64,
+    /// `total_size` (or `size`).
+    pub total_size: u64,
+    /// `allocated_size`, 0 when absent.
+    pub allocated_size: u64,
+}
+
+/// What a snapshot holds beyond the device state and trace, in short: the `validate`
+/// JSON's `"snapshot"` object (one contract type, serialised as is).
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct SnapshotExtras {
+    pub host_segments: HostSummary,
+    pub host_trace_entries: u64,
+    pub host_items_skipped: u64,
+    /// `annotate` entries over all device traces.
+    pub annotate_entries: u64,
+    /// Entries with an action this decoder does not know.
+    pub unknown_action_entries: u64,
+    /// Entries with a non-empty `user_metadata`.
+    pub user_metadata_entries: u64,
+    /// Distinct `pool_id`s on trace entries other than `(0, 0)`.
+    pub entry_private_pools: Vec<(u64, u64)>,
+    /// Per device, `trace_alloc_overflowed` (empty when the file does not say).
+    pub trace_alloc_overflowed: Vec<bool>,
+    /// Per device, `trace_alloc_max_entries`.
+    pub trace_alloc_max_entries: Vec<u64>,
+    /// `allocator_settings` keys kept but not interpreted.
+    pub unknown_settings_keys: Vec<String>,
+    /// Frames carrying FX node information (`torch.compile` graphs).
+    pub fx_frames: u64,
+}
+
+/// A count and a byte total.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct HostSummary {
+    pub count: u64,
+    pub total_bytes: u64,
+    pub allocated_bytes: u64,
+}
+
+impl RawSnapshot {
+    /// An entry's `pool_id`, if the file gives one.
+    #[must_use]
+    pub fn pool_id(&self, e: &RawEvent) -> Option<(u64, u64)> {
+        let i = usize::try_from(e.pool.checked_sub(1)?).ok()?;
+        self.event_pools.get(i).copied()
+    }
+
+    /// The short summary of what the snapshot holds beyond the device state.
+    #[must_use]
+    pub fn extras(&self) -> SnapshotExtras {
+        let mut x = SnapshotExtras {
+            host_trace_entries: self.host_traces.len() as u64,
+            host_items_skipped: self.host_items_skipped,
+            trace_alloc_overflowed: self.settings.trace_alloc_overflowed.clone(),
+            trace_alloc_max_entries: self.settings.trace_alloc_max_entries.clone(),
+            unknown_settings_keys: self.settings.other_keys.clone(),
+            fx_frames: self.frames.fx_frame_count() as u64,
+            ..SnapshotExtras::default()
+        };
+        for h in &self.host_segments {
+            x.host_segments.count += 1;
+            x.host_segments.total_bytes = x.host_segments.total_bytes.saturating_add(h.total_size);
+            x.host_segments.allocated_bytes = x
+                .host_segments
+                .allocated_bytes
+                .saturating_add(h.allocated_size);
+        }
+        for e in self.device_traces.iter().flatten() {
+            match e.other {
+                OtherAction::Annotate => x.annotate_entries += 1,
+                OtherAction::Unknown => x.unknown_action_entries += 1,
+                OtherAction::Plain | OtherAction::UserDefined => {}
+            }
+            if !self.frames.str(e.user_metadata).is_empty() {
+                x.user_metadata_entries += 1;
+            }
+        }
+        x.entry_private_pools = self
+            .event_pools
+            .iter()
+            .copied()
+            .filter(|&p| p != (0, 0))
+            .collect();
+        x.entry_private_pools.sort_unstable();
+        x
+    }
 }

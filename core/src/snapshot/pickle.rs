@@ -30,8 +30,8 @@ use std::hash::{BuildHasherDefault, Hasher};
 
 use super::import::ImportError;
 use super::{
-    Action, BlockState, Frame, FrameId, FrameTable, RawBlock, RawEvent, RawSegment, RawSettings,
-    RawSnapshot, SegmentType, StackId, StrId,
+    Action, BlockState, Frame, FrameId, FrameTable, FxInfo, HostSegment, OtherAction, RawBlock,
+    RawEvent, RawSegment, RawSettings, RawSnapshot, SegmentType, StackId, StrId,
 };
 
 // ---------------------------------------------------------------------------------------
@@ -928,6 +928,13 @@ struct Fields {
     name: Option<Value>,
     filename: Option<Value>,
     line: Option<Value>,
+    pool_id: Option<Value>,
+    user_metadata: Option<Value>,
+    fx_node_op: Option<Value>,
+    fx_node_name: Option<Value>,
+    fx_node_target: Option<Value>,
+    fx_original_trace: Option<Value>,
+    fx_node_info: Option<Value>,
 }
 
 impl Fields {
@@ -952,6 +959,7 @@ impl Fields {
         const NAME: u64 = word(b"name");
         const FILENAME: u64 = word(b"filename");
         const LINE: u64 = word(b"line");
+        const POOL_ID: u64 = word(b"pool_id");
         let mut f = Fields::default();
         for pair in pairs.chunks_exact(2) {
             let [k, v] = *pair else { continue };
@@ -967,12 +975,20 @@ impl Fields {
                     (4, NAME) => &mut f.name,
                     (8, FILENAME) => &mut f.filename,
                     (4, LINE) => &mut f.line,
+                    (7, POOL_ID) => &mut f.pool_id,
                     _ => continue,
                 }
-            } else if text.span(len, off) == b"device_free" {
-                &mut f.device_free
             } else {
-                continue;
+                match text.span(len, off) {
+                    b"device_free" => &mut f.device_free,
+                    b"user_metadata" => &mut f.user_metadata,
+                    b"fx_node_op" => &mut f.fx_node_op,
+                    b"fx_node_name" => &mut f.fx_node_name,
+                    b"fx_node_target" => &mut f.fx_node_target,
+                    b"fx_original_trace" => &mut f.fx_original_trace,
+                    b"fx_node_info" => &mut f.fx_node_info,
+                    _ => continue,
+                }
             };
             *slot = Some(v);
         }
@@ -991,11 +1007,13 @@ impl Fields {
     }
 
     fn event(&self, text: &Text<'_>, stack: StackId) -> Result<RawEvent, FieldError> {
-        let action = Action::from_bytes(as_str(
-            text,
-            self.action.ok_or(missing("action"))?,
-            "action",
-        )?);
+        let action_text = as_str(text, self.action.ok_or(missing("action"))?, "action")?;
+        let action = Action::from_bytes(action_text);
+        let other = if action == Action::Other {
+            OtherAction::from_bytes(action_text)
+        } else {
+            OtherAction::Plain
+        };
         // Allocator actions always carry an address and a size; `snapshot` and
         // user-defined entries may not, and are never replayed.
         let needs_place = !matches!(action, Action::Snapshot | Action::Other);
@@ -1018,12 +1036,41 @@ impl Fields {
         let time_us = self.time_us.map_or(Ok(0), |v| as_i64(v, "time_us"))?;
         Ok(RawEvent {
             action,
+            other,
             addr,
             size,
             stream,
             time_us,
             stack,
+            pool: 0,
+            user_metadata: StrId::EMPTY,
         })
+    }
+
+    /// `pool_id` and `user_metadata` of an entry (display and bookkeeping only: a value of
+    /// another shape reads as absent, never refused).
+    fn event_extras(
+        &self,
+        heap: &[Container],
+        text: &Text<'_>,
+        frames: &mut FrameTable,
+        pools: &mut PoolTable,
+        ev: &mut RawEvent,
+    ) {
+        if let Some(Value::Obj(id)) = self.pool_id
+            && let Some(c) = heap.get(id as usize)
+            && matches!(c.kind, Kind::Tuple | Kind::List)
+            && let [a, b] = c.items[..]
+            && let (Ok(a), Ok(b)) = (as_u64(a, "pool_id"), as_u64(b, "pool_id"))
+        {
+            ev.pool = pools.intern((a, b));
+        }
+        if let Some(v) = self.user_metadata
+            && let Some(bytes) = text.str_bytes(v)
+            && !bytes.is_empty()
+        {
+            ev.user_metadata = frames.intern_str(&lossy(bytes));
+        }
     }
 
     fn frame(&self, text: &Text<'_>, table: &mut FrameTable) -> Result<FrameId, FieldError> {
@@ -1032,12 +1079,44 @@ impl Fields {
         let (line, line_text) = frame_line(text, self.line, table);
         let name = table.intern_str(&lossy(name));
         let filename = table.intern_str(&lossy(filename));
+        let mut fx_str = |v: Option<Value>| match v.and_then(|v| text.str_bytes(v)) {
+            Some(b) => table.intern_str(&lossy(b)),
+            None => StrId::EMPTY,
+        };
+        let fx = FxInfo {
+            node_op: fx_str(self.fx_node_op),
+            node_name: fx_str(self.fx_node_name),
+            node_target: fx_str(self.fx_node_target),
+            original_trace: fx_str(self.fx_original_trace),
+            node_info: fx_str(self.fx_node_info),
+        };
+        let fx = table.intern_fx(fx);
         Ok(table.intern_frame(Frame {
             name,
             filename,
             line,
             line_text,
+            fx,
         }))
+    }
+}
+
+/// The distinct `pool_id`s of trace entries, interned (see [`RawEvent::pool`]).
+#[derive(Default)]
+struct PoolTable {
+    pools: Vec<(u64, u64)>,
+    index: HashMap<(u64, u64), u32>,
+}
+
+impl PoolTable {
+    fn intern(&mut self, pool: (u64, u64)) -> u32 {
+        if let Some(&i) = self.index.get(&pool) {
+            return i;
+        }
+        self.pools.push(pool);
+        let i = u32::try_from(self.pools.len()).unwrap_or(u32::MAX);
+        self.index.insert(pool, i);
+        i
     }
 }
 
@@ -1151,6 +1230,8 @@ struct Vm<'a> {
     /// every trace entry has its own frames list, and hashing each through the
     /// table's `SipHash` index was a visible cost.
     stack_cache: HashMap<u64, StackId, BuildHasherDefault<PreHashed>>,
+    /// `pool_id`s of trace entries.
+    pools: PoolTable,
     /// Snapshot mode: convert frames, stacks and trace entries as they are consumed.
     eager: bool,
 }
@@ -1218,6 +1299,7 @@ impl<'a> Vm<'a> {
             frames: FrameTable::default(),
             frame_buf: Vec::new(),
             stack_cache: HashMap::default(),
+            pools: PoolTable::default(),
             eager,
         }
     }
@@ -1563,7 +1645,23 @@ impl<'a> Vm<'a> {
                 },
                 Some(_) => None,
             };
-            if let Some(ev) = stack.and_then(|s| fields.event(&text, s).ok()) {
+            if let Some(mut ev) = stack.and_then(|s| fields.event(&text, s).ok()) {
+                fields.event_extras(
+                    &self.heap,
+                    &text,
+                    &mut self.frames,
+                    &mut self.pools,
+                    &mut ev,
+                );
+                // The entry's own `pool_id` tuple goes with it.
+                if let Some(Value::Obj(t)) = fields.pool_id
+                    && self
+                        .heap
+                        .get(t as usize)
+                        .is_some_and(|c| !c.shared && c.seal == Seal::Open && c.kind == Kind::Tuple)
+                {
+                    self.release(t);
+                }
                 self.release(id);
                 return Item::Event(ev);
             }
@@ -2250,14 +2348,25 @@ impl Vm<'_> {
         )
         .frames;
         let stack = self.stack_slow(frames, off, loc)?;
-        let text = self.text();
+        let text = Text {
+            data: self.data,
+            scratch: &self.scratch,
+        };
         let fields = Fields::collect(
             &text,
             self.heap.get(dict as usize).map_or(&[], |c| &c.items),
         );
-        fields
+        let mut ev = fields
             .event(&text, stack)
-            .map_err(|e| schema_err(off, loc(), self.render(e)))
+            .map_err(|e| schema_err(off, loc(), self.render(e)))?;
+        fields.event_extras(
+            &self.heap,
+            &text,
+            &mut self.frames,
+            &mut self.pools,
+            &mut ev,
+        );
+        Ok(ev)
     }
 
     fn traces(&mut self, v: Value, fallback: u64) -> Res<Vec<Vec<RawEvent>>> {
@@ -2554,9 +2663,101 @@ impl Vm<'_> {
             if let Some(r) = self.field(dict, b"roundup_power2_divisions") {
                 s.roundup_power2_divisions = Some(self.roundup(r)?);
             }
+            // Only displayed: a value of another shape is left out, never refused.
+            if let Some(v) = self.field(dict, b"trace_alloc_overflowed") {
+                s.trace_alloc_overflowed = self.per_device(v, |x| as_bool(x, "").ok());
+            }
+            if let Some(v) = self.field(dict, b"trace_alloc_max_entries") {
+                s.trace_alloc_max_entries = self.per_device(v, |x| as_u64(x, "").ok());
+            }
+            let text = self.text();
+            let items = self.heap.get(dict as usize).map_or(&[][..], |c| &c.items);
+            for pair in items.chunks_exact(2) {
+                let name = text
+                    .str_bytes(pair[0])
+                    .map_or_else(|| self.repr(pair[0]), |b| lossy(b).into_owned());
+                if !KNOWN_SETTINGS.contains(&name.as_str()) && !s.other_keys.contains(&name) {
+                    s.other_keys.push(name);
+                }
+            }
             Ok(s)
         })();
         r.map_err(|e| schema_err(off, loc(), self.render(e)))
+    }
+
+    /// A per-device setting: a list of values, or one value for all devices.
+    fn per_device<T>(&self, v: Value, read: impl Fn(Value) -> Option<T>) -> Vec<T> {
+        match self.seq(v) {
+            Some(Seq::Items(id, n)) => (0..n).filter_map(|i| read(self.item(id, i))).collect(),
+            _ => read(v).into_iter().collect(),
+        }
+    }
+
+    /// `host_segments`: what can be read of each segment; the number skipped.
+    fn host_segments(&self, v: Value) -> (Vec<HostSegment>, u64) {
+        let Some(Seq::Items(id, n)) = self.seq(v) else {
+            return (Vec::new(), u64::from(!matches!(v, Value::None)));
+        };
+        let mut out = Vec::with_capacity(n);
+        let mut skipped = 0;
+        for i in 0..n {
+            let seg = self.dict(self.item(id, i)).and_then(|(d, _)| {
+                let num = |k: &[u8], key| self.field(d, k).and_then(|x| as_u64(x, key).ok());
+                Some(HostSegment {
+                    address: num(b"address", "address")?,
+                    total_size: num(b"total_size", "total_size")
+                        .or_else(|| num(b"size", "size"))?,
+                    allocated_size: num(b"allocated_size", "allocated_size").unwrap_or(0),
+                })
+            });
+            match seg {
+                Some(h) => out.push(h),
+                None => skipped += 1,
+            }
+        }
+        (out, skipped)
+    }
+
+    /// `host_traces`: one list of entries or one list per device, concatenated; entries
+    /// that do not read as trace entries are skipped and counted.
+    fn host_traces(&mut self, v: Value) -> (Vec<RawEvent>, u64) {
+        let mut out = Vec::new();
+        let mut skipped = 0;
+        let mut lists = vec![v];
+        let mut depth = 0;
+        while !lists.is_empty() && depth < 2 {
+            let mut nested = Vec::new();
+            for l in std::mem::take(&mut lists) {
+                match self.seq(l) {
+                    Some(Seq::Events(k)) => {
+                        let shared = self.container(l).is_some_and(|c| c.shared);
+                        match self.event_lists.get_mut(k) {
+                            Some(list) if shared => out.extend_from_slice(list),
+                            Some(list) => out.append(list),
+                            None => {}
+                        }
+                    }
+                    Some(Seq::Items(id, n)) => {
+                        for i in 0..n {
+                            let item = self.item(id, i);
+                            if matches!(self.seq(item), Some(Seq::Items(..) | Seq::Events(_))) {
+                                nested.push(item);
+                            } else if let Ok(ev) = self.event_slow(item, 0, &String::new) {
+                                out.push(ev);
+                            } else {
+                                skipped += 1;
+                            }
+                        }
+                    }
+                    Some(Seq::Stack(StackId::EMPTY)) => {}
+                    _ => skipped += 1,
+                }
+            }
+            lists = nested;
+            depth += 1;
+        }
+        skipped += lists.len() as u64;
+        (out, skipped)
     }
 
     /// `roundup_power2_divisions`: a dict `"1"…"32768"` (MiB) → divisions, index = log2
@@ -2602,11 +2803,16 @@ impl Vm<'_> {
     fn snapshot(mut self, root: Value, stop_at: usize) -> Res<RawSnapshot> {
         let stop = stop_at as u64;
         let root_offset = self.offset_of(root, stop);
+        let mut host = (None, None);
         let (segments_value, traces_value, settings_value) =
             if let Some((dict, off)) = self.dict(root) {
                 let segments = self.field(dict, b"segments").ok_or_else(|| {
                     schema_err(off, "snapshot".into(), "missing `segments`".into())
                 })?;
+                host = (
+                    self.field(dict, b"host_segments"),
+                    self.field(dict, b"host_traces"),
+                );
                 (
                     segments,
                     self.field(dict, b"device_traces"),
@@ -2653,6 +2859,9 @@ impl Vm<'_> {
             None | Some(Value::None) => RawSettings::default(),
             Some(s) => self.settings(s, root_offset)?,
         };
+        let (host_segments, seg_skipped) =
+            host.0.map_or((Vec::new(), 0), |v| self.host_segments(v));
+        let (host_traces, trace_skipped) = host.1.map_or((Vec::new(), 0), |v| self.host_traces(v));
         let mut frames = std::mem::take(&mut self.frames);
         frames.finish();
         Ok(RawSnapshot {
@@ -2660,9 +2869,29 @@ impl Vm<'_> {
             device_traces,
             settings,
             frames,
+            event_pools: std::mem::take(&mut self.pools.pools),
+            host_segments,
+            host_traces,
+            host_items_skipped: seg_skipped + trace_skipped,
         })
     }
 }
+
+/// `allocator_settings` keys PyTorch 2.5–2.13 writes (the others are listed in
+/// [`RawSettings::other_keys`]).
+pub(crate) const KNOWN_SETTINGS: &[&str] = &[
+    "PYTORCH_CUDA_ALLOC_CONF",
+    "max_split_size",
+    "garbage_collection_threshold",
+    "expandable_segments",
+    "pinned_num_register_threads",
+    "release_lock_on_cudamalloc",
+    "pinned_use_cuda_host_register",
+    "roundup_power2_divisions",
+    "graph_capture_record_stream_reuse",
+    "trace_alloc_overflowed",
+    "trace_alloc_max_entries",
+];
 
 /// Decodes a snapshot pickle (uncompressed).
 pub(crate) fn decode_snapshot_pickle(data: &[u8]) -> Result<RawSnapshot, ImportError> {

@@ -24,6 +24,16 @@ pub struct PyTorchConfig {
     pub per_process_memory_fraction: f64,
     /// Total device memory as `totalGlobalMem` (sizes the expandable-segment reservation).
     pub device_total_bytes: u64,
+    /// `throw_on_cudamalloc_oom` (2.12+, #179473): a new segment that would take the
+    /// reserved bytes past `per_process_memory_fraction × totalGlobalMem` is rejected before
+    /// any cudaMalloc, and the malloc fails at once, without the release-and-retry ladder
+    /// and without an `oom` trace entry (pytorch-allocator.md §5.5 step 3).
+    pub throw_on_cudamalloc_oom: bool,
+    /// Keys of a snapshot's `PYTORCH_CUDA_ALLOC_CONF` this parser does not know (a newer
+    /// PyTorch's): skipped and kept here to be reported, since PyTorch accepted them when
+    /// it recorded ([`PyTorchConfig::from_settings`]). Always empty for a user's `--config`,
+    /// where an unknown key is an error.
+    pub unknown_keys: Vec<String>,
     /// Keys the user set explicitly, in canonical order, for [`PyTorchConfig::canonical`].
     explicit: Vec<&'static str>,
 }
@@ -42,6 +52,8 @@ impl Default for PyTorchConfig {
             expandable_segments: false,
             per_process_memory_fraction: 1.0,
             device_total_bytes: H200_TOTAL_BYTES,
+            throw_on_cudamalloc_oom: false,
+            unknown_keys: Vec::new(),
             explicit: Vec::new(),
         }
     }
@@ -107,6 +119,12 @@ impl PyTorchConfig {
     /// `roundup_power2_divisions`, `garbage_collection_threshold` and
     /// `max_non_split_rounding` are reset first, other options keep their values.
     pub fn apply(&mut self, conf: &str) -> Result<(), ConfigError> {
+        self.apply_keys(conf, false)
+    }
+
+    /// [`PyTorchConfig::apply`]; with `keep_unknown`, an unknown key is skipped and listed
+    /// in [`PyTorchConfig::unknown_keys`] instead of refused.
+    fn apply_keys(&mut self, conf: &str, keep_unknown: bool) -> Result<(), ConfigError> {
         let toks = tokens(conf);
         // large_segment_size_mb is parsed before the other keys (2.11).
         let mut i = 0;
@@ -248,22 +266,46 @@ impl PyTorchConfig {
                     self.per_process_memory_fraction = f;
                     self.mark("per_process_memory_fraction");
                 }
+                "throw_on_cudamalloc_oom" => {
+                    self.throw_on_cudamalloc_oom = parse_bool(k, single()?)?;
+                    self.mark("throw_on_cudamalloc_oom");
+                }
+                // Options of the pinned host allocator and of the allocator's locking:
+                // accepted and checked, no device decision depends on them.
                 "release_lock_on_cudamalloc"
                 | "release_lock_on_hipmalloc"
                 | "pinned_use_cuda_host_register"
                 | "pinned_use_hip_host_register"
                 | "pinned_use_background_threads"
+                | "pinned_free_catch_all"
                 | "graph_capture_record_stream_reuse" => {
                     parse_bool(k, single()?)?;
                 }
+                "pinned_reserve_segment_size_mb" => {
+                    if parse_u64(k, single()?)? == 0 {
+                        return Err(ConfigError(
+                            "Pinned reserve segment size has to be greater than 0".into(),
+                        ));
+                    }
+                }
                 "pinned_num_register_threads"
-                | "pinned_reserve_segment_size_mb"
                 | "pinned_max_round_threshold_mb"
                 | "pinned_max_cached_size_mb" => {
                     parse_u64(k, single()?)?;
                 }
-                "expandable_segments_handle_type" => {
+                // `expandable_segments_reserve` (2.13+, #192269): the virtual address range
+                // each expandable segment reserves (a fraction of the device or `NG`).
+                // PyTorch ignores a malformed value with a warning, so any value is
+                // accepted; not modelled (the model reserves 9/8 of the device, the default).
+                "expandable_segments_handle_type" | "expandable_segments_reserve" => {
                     single()?;
+                }
+                "expandable_segments_reserve_by_class" => {
+                    if v.first().map(String::as_str) != Some("[") {
+                        return Err(ConfigError(format!(
+                            "Expected '[' after {k}: (a list of class:reserve pairs)"
+                        )));
+                    }
                 }
                 "backend" => {
                     let b = single()?;
@@ -271,6 +313,11 @@ impl PyTorchConfig {
                         return Err(ConfigError(format!(
                             "backend:{b} has no caching allocator to simulate (only backend:native)"
                         )));
+                    }
+                }
+                _ if keep_unknown => {
+                    if !self.unknown_keys.contains(k) {
+                        self.unknown_keys.push(k.clone());
                     }
                 }
                 _ => {
@@ -348,8 +395,11 @@ impl PyTorchConfig {
 
     /// The configuration a snapshot was recorded with: its `PYTORCH_CUDA_ALLOC_CONF`,
     /// with the effective `max_split_size` and divisions table taken from the settings.
+    /// A key the recording PyTorch knew and this parser does not is skipped and listed in
+    /// [`PyTorchConfig::unknown_keys`], never a refusal.
     pub fn from_settings(s: &RawSettings) -> Result<PyTorchConfig, ConfigError> {
-        let mut c = PyTorchConfig::parse(&s.conf)?;
+        let mut c = PyTorchConfig::default();
+        c.apply_keys(&s.conf, true)?;
         if s.present {
             c.max_split_size_bytes = s.max_split_size_bytes.unwrap_or(u64::MAX);
             if let Some(t) = s.roundup_power2_divisions {
@@ -413,6 +463,9 @@ impl PyTorchConfig {
                 self.per_process_memory_fraction
             ));
         }
+        if self.throw_on_cudamalloc_oom {
+            parts.push("throw_on_cudamalloc_oom:True".to_string());
+        }
         parts.join(",")
     }
 }
@@ -459,6 +512,44 @@ mod tests {
             *w = 4;
         }
         assert_eq!(c.roundup_power2_divisions, want);
+    }
+
+    #[test]
+    fn keys_new_since_2_11_are_accepted() {
+        let c = PyTorchConfig::parse(
+            "throw_on_cudamalloc_oom:True,expandable_segments_reserve:0.5,\
+             expandable_segments_reserve_by_class:[capture:0.25,workspace:40G],\
+             pinned_reserve_segment_size_mb:64,pinned_free_catch_all:True",
+        )
+        .unwrap();
+        assert!(c.throw_on_cudamalloc_oom);
+        assert_eq!(c.canonical(), "throw_on_cudamalloc_oom:True");
+        assert!(c.unknown_keys.is_empty());
+        assert!(PyTorchConfig::parse("throw_on_cudamalloc_oom:yes").is_err());
+        assert!(PyTorchConfig::parse("pinned_reserve_segment_size_mb:0").is_err());
+        assert!(PyTorchConfig::parse("expandable_segments_reserve_by_class:0.5").is_err());
+    }
+
+    #[test]
+    fn unknown_keys_are_kept_from_a_snapshot_and_refused_from_a_user() {
+        let conf = "expandable_segments:True,some_2_14_key:[a:1,b:2],another_key:7";
+        let e = PyTorchConfig::parse(conf).unwrap_err();
+        assert!(e.0.contains("Unrecognized key 'some_2_14_key'"), "{e}");
+        let settings = RawSettings {
+            conf: conf.into(),
+            expandable_segments: true,
+            present: true,
+            ..RawSettings::default()
+        };
+        let c = PyTorchConfig::from_settings(&settings).unwrap();
+        assert!(c.expandable_segments);
+        assert_eq!(c.unknown_keys, ["some_2_14_key", "another_key"]);
+        // A known key with a bad value is still an error, even in a snapshot.
+        let bad = RawSettings {
+            conf: "max_split_size_mb:1".into(),
+            ..settings
+        };
+        assert!(PyTorchConfig::from_settings(&bad).is_err());
     }
 
     #[test]

@@ -140,6 +140,11 @@ pub struct PyTorchModel {
     /// Counters of `memory_stats()` that tests cross-check.
     pub num_alloc_retries: u64,
     pub num_ooms: u64,
+    /// `num_oom_rejections`: new segments refused by `throw_on_cudamalloc_oom`.
+    pub num_oom_rejections: u64,
+    /// The malloc under way had a segment refused by `throw_on_cudamalloc_oom`
+    /// (`AllocParams::oom_rejection_info.rejected`).
+    rejected: bool,
 }
 
 /// The small and large default pools are `pools[0]` and `pools[1]`.
@@ -182,6 +187,8 @@ impl PyTorchModel {
             segment_ops: 0,
             num_alloc_retries: 0,
             num_ooms: 0,
+            num_oom_rejections: 0,
+            rejected: false,
         }
     }
 
@@ -226,6 +233,17 @@ impl PyTorchModel {
         } else {
             rounded.div_ceil(ROUND_LARGE_BYTES) * ROUND_LARGE_BYTES
         }
+    }
+
+    /// The bound `throw_on_cudamalloc_oom` checks new segments against:
+    /// `(size_t)(per_process_memory_fraction × totalGlobalMem)`.
+    #[allow(
+        clippy::cast_possible_truncation,
+        clippy::cast_sign_loss,
+        clippy::cast_precision_loss
+    )]
+    fn rejection_limit_bytes(&self) -> u64 {
+        (self.cfg.per_process_memory_fraction * self.cfg.device_total_bytes as f64) as u64
     }
 
     fn gc_enabled(&self) -> bool {
@@ -580,6 +598,15 @@ impl PyTorchModel {
         if let Some(limit) = self.limit_bytes
             && self.reserved_bytes + alloc_size > limit
         {
+            return None;
+        }
+        // After the cap (whose failure still runs the ladder): PyTorch truncates
+        // fraction × totalGlobalMem here, where the cap rounds it.
+        if self.cfg.throw_on_cudamalloc_oom
+            && self.reserved_bytes + alloc_size > self.rejection_limit_bytes()
+        {
+            self.num_oom_rejections += 1;
+            self.rejected = true;
             return None;
         }
         if self.cfg.expandable_segments {
@@ -1283,19 +1310,43 @@ impl Allocator for PyTorchModel {
         let hit = self.get_free_block(pool, stream, size);
         let indexed = hit.map(|(_, at)| at);
         let mut found = hit.map(|(i, _)| i);
+        self.rejected = false;
         if found.is_none() {
             if self.gc_enabled() {
                 self.garbage_collect(dev, out);
             }
             found = self.alloc_block(dev, pool, stream, size, alloc_size, false, out);
-            if found.is_none() && self.release_available_cached_blocks(dev, pool, stream, size, out)
-            {
-                found = self.alloc_block(dev, pool, stream, size, alloc_size, false, out);
+            // A first attempt rejected by throw_on_cudamalloc_oom skips the
+            // release-and-retry ladder; a rejection inside the ladder does not stop it.
+            if found.is_none() && !self.rejected {
+                if self.release_available_cached_blocks(dev, pool, stream, size, out) {
+                    found = self.alloc_block(dev, pool, stream, size, alloc_size, false, out);
+                }
+                if found.is_none() {
+                    self.release_cached_blocks(dev, out);
+                    found = self.alloc_block(dev, pool, stream, size, alloc_size, true, out);
+                }
             }
-            if found.is_none() {
-                self.release_cached_blocks(dev, out);
-                found = self.alloc_block(dev, pool, stream, size, alloc_size, true, out);
-            }
+        }
+        if found.is_none() && self.rejected {
+            // PyTorch returns without an `oom` entry and without counting `num_ooms`.
+            let (pool_free, holes, largest) = self.pool_stream_free(pool, stream);
+            return Err(OomInfo {
+                rounded_bytes: size,
+                alloc_bytes: alloc_size,
+                reserved_bytes: self.reserved_bytes,
+                allocated_bytes: self.allocated_bytes,
+                largest_free_bytes: largest,
+                free_holes: holes,
+                pool_free_bytes: pool_free,
+                reason: format!(
+                    "throw_on_cudamalloc_oom rejected a new {} segment: {} reserved would pass {} \
+                     (per_process_memory_fraction × total memory)",
+                    crate::units::format_size(alloc_size),
+                    crate::units::format_size(self.reserved_bytes + alloc_size),
+                    crate::units::format_size(self.rejection_limit_bytes())
+                ),
+            });
         }
         let Some(i) = found else {
             self.num_ooms += 1;

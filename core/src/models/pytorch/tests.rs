@@ -416,3 +416,84 @@ fn a_checkpoint_restore_carves_blocks_in_place_where_malloc_would_not() {
         .unwrap();
     assert_ne!(elsewhere, 1 << 40);
 }
+
+/// `throw_on_cudamalloc_oom` (2.12+): a hand-built trace on a 100 MiB device. A 60 MiB
+/// segment cached on stream 1, then 50 MiB on stream 0: without the option the device
+/// refuses, the ladder releases the cached segment and the retry succeeds; with it the
+/// first attempt is rejected and the malloc fails at once, leaving the cache alone and
+/// writing no `oom` entry.
+#[test]
+fn throw_on_cudamalloc_oom_rejects_before_the_ladder() {
+    let run = |conf: &str, total: u64| {
+        let mut cfg = PyTorchConfig::parse(conf).unwrap();
+        cfg.device_total_bytes = total;
+        let mut r = Run {
+            model: PyTorchModel::new(cfg, None),
+            dev: SimulatedDevice::new(total, None),
+            out: Vec::new(),
+        };
+        let on = |stream, size_bytes| AllocRequest {
+            size_bytes,
+            stream,
+            pool: PoolId::DEFAULT,
+        };
+        let a = r
+            .model
+            .malloc(&mut r.dev, &on(1, 60 * MIB), &mut r.out)
+            .unwrap();
+        r.free(a);
+        r.out.clear();
+        let second = r.model.malloc(&mut r.dev, &on(0, 50 * MIB), &mut r.out);
+        r.model.check_invariants().unwrap();
+        let actions: Vec<Action> = r.out.iter().map(|e| e.action).collect();
+        (r, second, actions)
+    };
+
+    let (r, second, actions) = run("", 100 * MIB);
+    assert!(second.is_ok());
+    assert_eq!(
+        actions,
+        [Action::SegmentFree, Action::SegmentAlloc, Action::Alloc]
+    );
+    assert_eq!(
+        (r.model.num_alloc_retries, r.model.num_oom_rejections),
+        (1, 0)
+    );
+
+    let (r, second, actions) = run("throw_on_cudamalloc_oom:True", 100 * MIB);
+    let info = second.unwrap_err();
+    assert!(
+        info.reason.contains("throw_on_cudamalloc_oom"),
+        "{}",
+        info.reason
+    );
+    assert_eq!(info.alloc_bytes, 50 * MIB);
+    assert!(actions.is_empty(), "no release, no oom entry: {actions:?}");
+    assert_eq!(r.reserved(), 60 * MIB, "the cached segment stays");
+    assert_eq!(
+        (
+            r.model.num_oom_rejections,
+            r.model.num_ooms,
+            r.model.num_alloc_retries
+        ),
+        (1, 0, 0)
+    );
+
+    // Under a fraction the cap is checked first and its failure runs the ladder as
+    // before: the option changes nothing here (a 200 MiB device at 0.5 = 100 MiB).
+    let (r, second, actions) = run(
+        "throw_on_cudamalloc_oom:True,per_process_memory_fraction:0.5",
+        200 * MIB,
+    );
+    assert!(second.is_ok());
+    assert_eq!(
+        actions,
+        [Action::SegmentFree, Action::SegmentAlloc, Action::Alloc]
+    );
+    assert_eq!(r.model.num_oom_rejections, 0);
+
+    // Below the bound nothing is rejected.
+    let (r, second, _) = run("throw_on_cudamalloc_oom:True", 120 * MIB);
+    assert!(second.is_ok());
+    assert_eq!((r.reserved(), r.model.num_oom_rejections), (110 * MIB, 0));
+}
