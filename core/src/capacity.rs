@@ -384,6 +384,9 @@ mod tests {
             stream: 0,
             time_us: 0,
             stack: StackId::EMPTY,
+            other: crate::snapshot::OtherAction::Plain,
+            pool: 0,
+            user_metadata: crate::snapshot::StrId::default(),
         }
     }
 

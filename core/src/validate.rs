@@ -1148,6 +1148,9 @@ mod tests {
             stream: SIDE,
             time_us: 0,
             stack: StackId::EMPTY,
+            other: crate::snapshot::OtherAction::Plain,
+            pool: 0,
+            user_metadata: crate::snapshot::StrId::default(),
         }
     }
 
