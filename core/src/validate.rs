@@ -1154,6 +1154,39 @@ mod tests {
         }
     }
 
+    /// A snapshot of `events` on stream `SIDE` whose end state is one 2 MiB small segment of
+    /// `pool` at `BASE`: 512 bytes live at its base, the rest free.
+    fn ends_with_one_small_segment(pool: (u64, u64), events: Vec<RawEvent>) -> RawSnapshot {
+        let block = |address, size, state| RawBlock {
+            address,
+            size,
+            requested_size: size,
+            state,
+            stack: StackId::EMPTY,
+        };
+        RawSnapshot {
+            segments: vec![RawSegment {
+                device: 0,
+                address: BASE,
+                total_size: TWO_MIB,
+                allocated_size: 512,
+                active_size: 512,
+                requested_size: 512,
+                stream: SIDE,
+                segment_type: SegmentType::Small,
+                segment_pool_id: pool,
+                is_expandable: false,
+                stack: StackId::EMPTY,
+                blocks: vec![
+                    block(BASE, 512, BlockState::ActiveAllocated),
+                    block(BASE + 512, TWO_MIB - 512, BlockState::Inactive),
+                ],
+            }],
+            device_traces: vec![events],
+            ..RawSnapshot::default()
+        }
+    }
+
     /// `graph_freed_empty_cache` in small: a graph capture's first request takes a new
     /// segment, which the default pool (tried first) explains as well as a private one; only
     /// the `empty_cache()` after the graph is freed, releasing the private pool's small
@@ -1183,35 +1216,7 @@ mod tests {
             ev(Action::SegmentFree, graph_small, TWO_MIB),
             ev(Action::SegmentFree, large, large_bytes),
         ];
-        let block = |address, size, state| RawBlock {
-            address,
-            size,
-            requested_size: size,
-            state,
-            stack: StackId::EMPTY,
-        };
-        let snap = RawSnapshot {
-            segments: vec![RawSegment {
-                device: 0,
-                address: small,
-                total_size: TWO_MIB,
-                allocated_size: 512,
-                active_size: 512,
-                requested_size: 512,
-                stream: SIDE,
-                segment_type: SegmentType::Small,
-                segment_pool_id: (0, 0),
-                is_expandable: false,
-                stack: StackId::EMPTY,
-                blocks: vec![
-                    block(small, 512, BlockState::ActiveAllocated),
-                    block(small + 512, TWO_MIB - 512, BlockState::Inactive),
-                ],
-            }],
-            device_traces: vec![events],
-            ..RawSnapshot::default()
-        };
-        let v = validate(snap, None).unwrap();
+        let v = validate(ends_with_one_small_segment((0, 0), events), None).unwrap();
         let d = &v.devices[0];
         assert!(
             d.exact,
@@ -1264,35 +1269,7 @@ mod tests {
             ev(Action::FreeRequested, BASE + 512, rest),
             ev(Action::FreeCompleted, BASE + 512, rest),
         ];
-        let block = |address, size, state| RawBlock {
-            address,
-            size,
-            requested_size: size,
-            state,
-            stack: StackId::EMPTY,
-        };
-        let snap = RawSnapshot {
-            segments: vec![RawSegment {
-                device: 0,
-                address: BASE,
-                total_size: TWO_MIB,
-                allocated_size: 512,
-                active_size: 512,
-                requested_size: 512,
-                stream: SIDE,
-                segment_type: SegmentType::Small,
-                segment_pool_id: (0, 1),
-                is_expandable: false,
-                stack: StackId::EMPTY,
-                blocks: vec![
-                    block(BASE, 512, BlockState::ActiveAllocated),
-                    block(BASE + 512, rest, BlockState::Inactive),
-                ],
-            }],
-            device_traces: vec![events],
-            ..RawSnapshot::default()
-        };
-        let v = validate(snap, None).unwrap();
+        let v = validate(ends_with_one_small_segment((0, 1), events), None).unwrap();
         let d = &v.devices[0];
         assert!(
             d.exact,

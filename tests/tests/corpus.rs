@@ -61,6 +61,30 @@ fn assert_served_as_recorded(name: &str, dt: &DeviceTrace, outcomes: &[Outcome])
     }
 }
 
+/// Validates `t` under `cap`: a line for each device that is not exact. Panics where the
+/// trace does not load, a device compares nothing, or the peaks differ.
+fn not_exact(t: &CorpusTrace, cap: Option<u64>) -> Vec<String> {
+    let bytes = std::fs::read(&t.path).unwrap();
+    let v = session::load(&bytes, cap).unwrap_or_else(|e| panic!("{}: {e}", t.name));
+    assert!(!v.devices.is_empty(), "{}: no device with events", t.name);
+    let mut failures = Vec::new();
+    for d in &v.devices {
+        assert!(d.events_compared > 0, "{}: nothing compared", t.name);
+        if !d.exact {
+            failures.push(format!(
+                "{} (capacity {cap:?}) device {}: {:?} {:?}",
+                t.name, d.device, d.first_divergence, d.end_state_difference
+            ));
+        }
+        assert_eq!(
+            d.peak_reserved_recorded, d.peak_reserved_simulated,
+            "{}",
+            t.name
+        );
+    }
+    failures
+}
+
 /// The repository's own recordings, always there: each validates exactly under the cap it
 /// ran with, and one with a cap also without it (the recorded device then reads the
 /// refusals off the recording).
@@ -74,24 +98,8 @@ fn validate_is_exact_on_every_repo_trace() {
     );
     let mut failures = Vec::new();
     for t in &traces {
-        let bytes = std::fs::read(&t.path).unwrap();
         for cap in std::iter::once(t.cap_bytes).chain(t.cap_bytes.map(|_| None)) {
-            let v = session::load(&bytes, cap).unwrap_or_else(|e| panic!("{}: {e}", t.name));
-            assert!(!v.devices.is_empty(), "{}: no device with events", t.name);
-            for d in &v.devices {
-                assert!(d.events_compared > 0, "{}: nothing compared", t.name);
-                if !d.exact {
-                    failures.push(format!(
-                        "{} (capacity {cap:?}) device {}: {:?} {:?}",
-                        t.name, d.device, d.first_divergence, d.end_state_difference
-                    ));
-                }
-                assert_eq!(
-                    d.peak_reserved_recorded, d.peak_reserved_simulated,
-                    "{}",
-                    t.name
-                );
-            }
+            failures.extend(not_exact(t, cap));
         }
     }
     assert!(failures.is_empty(), "not exact:\n{}", failures.join("\n"));
@@ -138,23 +146,7 @@ fn validate_is_exact_on_every_shared_trace() {
     );
     let mut failures = Vec::new();
     for t in traces.iter().chain(&exact_incoming()) {
-        let bytes = std::fs::read(&t.path).unwrap();
-        let v = session::load(&bytes, t.cap_bytes).unwrap_or_else(|e| panic!("{}: {e}", t.name));
-        assert!(!v.devices.is_empty(), "{}: no device with events", t.name);
-        for d in &v.devices {
-            assert!(d.events_compared > 0, "{}: nothing compared", t.name);
-            if !d.exact {
-                failures.push(format!(
-                    "{} device {}: {:?} {:?}",
-                    t.name, d.device, d.first_divergence, d.end_state_difference
-                ));
-            }
-            assert_eq!(
-                d.peak_reserved_recorded, d.peak_reserved_simulated,
-                "{}",
-                t.name
-            );
-        }
+        failures.extend(not_exact(t, t.cap_bytes));
     }
     assert!(failures.is_empty(), "not exact:\n{}", failures.join("\n"));
 }
