@@ -9,7 +9,7 @@ use crate::device::{Device, DeviceOom, SimulatedDevice};
 use crate::models::pytorch::{MIN_BLOCK_BYTES, PyTorchConfig, PyTorchModel};
 use crate::models::{AllocRequest, Allocator, LayoutBlockState, ModelEvent, PoolId};
 use crate::snapshot::{Action, BlockState, RawEvent, RawSnapshot, SegmentType};
-use crate::trace::{DeviceTrace, Inference, Op, OpKind, Trace, TraceError};
+use crate::trace::{DeviceTrace, Inference, Op, OpKind, StartSegment, Trace, TraceError};
 
 /// The recorded device: hands out the addresses of the recording's own segment events for
 /// the malloc being replayed. With `oracle`, it refuses a segment request exactly where the
@@ -185,6 +185,26 @@ enum Interp {
     EmptyFirst,
 }
 
+/// A pool choice revisited: the malloc group ending at the event this is keyed by used a
+/// private pool, not the default pool it was first given. Both explain the group's own
+/// events; the default pool leads to a release the recording contradicts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Revision {
+    /// The recorded event where the default-pool choice first left the recording.
+    release_at: usize,
+    /// The segment the default pool would have released there, out of the recorded order.
+    segment_addr: u64,
+}
+
+/// A segment created by a malloc group, and whether a private pool was left untried
+/// because the default pool, tried first, already explained the group.
+#[derive(Debug, Clone, Copy)]
+struct Creation {
+    group_end: usize,
+    segment_addr: u64,
+    default_over_private: bool,
+}
+
 struct Annotator<'a> {
     snap: &'a RawSnapshot,
     device: u32,
@@ -203,6 +223,12 @@ struct Annotator<'a> {
     matched: u64,
     divergence: Option<Divergence>,
     peak_sim: u64,
+    /// Every segment created so far, in event order (see [`Self::revision`]).
+    creations: Vec<Creation>,
+    /// The pool choices revisited in this pass, by the index of the group's last event.
+    revised: BTreeMap<usize, Revision>,
+    /// The ops of the blocks alive at the start (the first ops).
+    initial_ops: usize,
 }
 
 impl Annotator<'_> {
@@ -375,7 +401,9 @@ impl Annotator<'_> {
                     if scope.is_private() {
                         pools.push(scope);
                     }
-                    pools.push(PoolId::DEFAULT);
+                    if !self.revised.contains_key(&j) {
+                        pools.push(PoolId::DEFAULT);
+                    }
                     pools.push(PoolId(u64::MAX, self.next_provisional));
                 }
             }
@@ -448,8 +476,35 @@ impl Annotator<'_> {
             }
         }
         let (interp, pool) = chosen;
-        if pool.0 == u64::MAX && pool.1 == self.next_provisional {
+        let default_over_private =
+            pool == PoolId::DEFAULT && pools.last().is_some_and(|p| p.is_private());
+        for e in seg_events
+            .iter()
+            .filter(|e| matches!(e.action, Action::SegmentAlloc | Action::SegmentMap))
+        {
+            self.creations.push(Creation {
+                group_end: j,
+                segment_addr: e.addr,
+                default_over_private,
+            });
+        }
+        let revision = self.revised.get(&j).copied().filter(|_| pool.is_private());
+        let new_pool = pool.0 == u64::MAX && pool.1 == self.next_provisional;
+        if new_pool {
             self.next_provisional += 1;
+        }
+        if let Some(r) = revision {
+            self.inferred.push(Inference {
+                event_index: j as u32,
+                kind: "private_pool",
+                detail: format!(
+                    "the request of {} on stream {stream:#x} used a private pool (MemPool or CUDA graph): the default pool explains its own events as well, but then release_cached_blocks, which frees the default pools' cached segments before any private pool's, would free its segment {:#x} at event {} where the recording frees another",
+                    crate::units::format_size(last.size),
+                    r.segment_addr,
+                    r.release_at
+                ),
+            });
+        } else if new_pool {
             self.inferred.push(Inference {
                 event_index: j as u32,
                 kind: "private_pool",
@@ -725,6 +780,40 @@ impl Annotator<'_> {
         Ok(())
     }
 
+    /// The pool choice the first divergence contradicts, if any. The model released a
+    /// segment where the recording released another; that segment was created by a malloc
+    /// group given the default pool while a private pool, left untried, explained the group
+    /// as well. Had the segment been the default pool's, `release_cached_blocks` (which
+    /// frees the default pools' whole cached segments before any private pool's, and never
+    /// those of a private pool still in use) would have freed it there: so it is the
+    /// private pool's. The caller checks the revision by running the pass again with it.
+    fn revision(&self) -> Option<(usize, Revision)> {
+        let d = self.divergence.as_ref()?;
+        let sim = d.simulated?;
+        if sim.action != Action::SegmentFree.as_str() {
+            return None;
+        }
+        let c = self
+            .creations
+            .iter()
+            .rev()
+            .find(|c| c.group_end < d.event_index && c.segment_addr == sim.addr)?;
+        (c.default_over_private && !self.revised.contains_key(&c.group_end)).then_some((
+            c.group_end,
+            Revision {
+                release_at: d.event_index,
+                segment_addr: sim.addr,
+            },
+        ))
+    }
+
+    /// Whether this pass follows the recording further than `other` (no divergence at all
+    /// counts as furthest).
+    fn diverges_later_than(&self, other: &Annotator<'_>) -> bool {
+        let at = |a: &Annotator<'_>| a.divergence.as_ref().map_or(usize::MAX, |d| d.event_index);
+        at(self) > at(other)
+    }
+
     fn diverge_input(&mut self, i: usize, e: &RawEvent, why: &str) {
         if self.divergence.is_none() {
             self.divergence = Some(Divergence {
@@ -834,30 +923,19 @@ fn end_state_difference(
     None
 }
 
-/// Replays device `device` of a snapshot through the PyTorch model on the recorded device:
-/// builds the replayable requests and the validation report.
-pub fn annotate(
-    snap: &RawSnapshot,
+/// One pass of the annotation over device `device`'s events from the rebuilt start state,
+/// with the pool choices of `revised`.
+fn pass<'a>(
+    snap: &'a RawSnapshot,
     device: u32,
+    events: &'a [RawEvent],
     cfg: &PyTorchConfig,
     capacity: Option<u64>,
-) -> Result<(DeviceTrace, DeviceReport), TraceError> {
-    let events = snap
-        .device_traces
-        .get(device as usize)
-        .map_or(&[][..], Vec::as_slice);
+    start: &[StartSegment],
+    revised: BTreeMap<usize, Revision>,
+) -> Result<Annotator<'a>, TraceError> {
     let mut model = PyTorchModel::new(cfg.clone(), capacity);
-    let start = crate::start::rebuild_start(snap, device, &model)?;
-    model.load_start(&start);
-    let start_reserved: u64 = start.iter().map(|s| s.size_bytes).sum();
-    let max_addr = snap
-        .segments
-        .iter()
-        .map(|s| s.address + s.total_size)
-        .chain(events.iter().map(|e| e.addr))
-        .max()
-        .unwrap_or(0);
-    let _ = max_addr;
+    model.load_start(start);
     let mut a = Annotator {
         snap,
         device,
@@ -875,11 +953,13 @@ pub fn annotate(
         compared: 0,
         matched: 0,
         divergence: None,
-        peak_sim: start_reserved,
+        peak_sim: start.iter().map(|s| s.size_bytes).sum(),
+        creations: Vec::new(),
+        revised,
+        initial_ops: 0,
     };
     // Blocks alive at the start become the first ops, so every model can replay them.
-    let mut initial = 0;
-    for s in &start {
+    for s in start {
         for b in &s.blocks {
             a.ops.push(Op {
                 kind: OpKind::Alloc {
@@ -900,7 +980,7 @@ pub fn annotate(
             } else {
                 a.live.insert(b.addr, op);
             }
-            initial += 1;
+            a.initial_ops += 1;
         }
     }
     if !start.is_empty() {
@@ -908,12 +988,45 @@ pub fn annotate(
             event_index: 0,
             kind: "start_state",
             detail: format!(
-                "the trace does not start empty: {} segments and {initial} live blocks rebuilt from the end state",
-                start.len()
+                "the trace does not start empty: {} segments and {} live blocks rebuilt from the end state",
+                start.len(),
+                a.initial_ops
             ),
         });
     }
     a.run()?;
+    Ok(a)
+}
+
+/// Replays device `device` of a snapshot through the PyTorch model on the recorded device:
+/// builds the replayable requests and the validation report.
+pub fn annotate(
+    snap: &RawSnapshot,
+    device: u32,
+    cfg: &PyTorchConfig,
+    capacity: Option<u64>,
+) -> Result<(DeviceTrace, DeviceReport), TraceError> {
+    let events = snap
+        .device_traces
+        .get(device as usize)
+        .map_or(&[][..], Vec::as_slice);
+    let start =
+        crate::start::rebuild_start(snap, device, &PyTorchModel::new(cfg.clone(), capacity))?;
+    let start_reserved: u64 = start.iter().map(|s| s.size_bytes).sum();
+    let mut a = pass(snap, device, events, cfg, capacity, &start, BTreeMap::new())?;
+    // Revisit a pool choice the recording contradicts later, by a pass from the start with
+    // the other choice, kept only where it follows the recording further. Each revision is
+    // a different malloc group and moves the first divergence later, so this ends; an
+    // exact trace takes one pass.
+    while let Some((group_end, revision)) = a.revision() {
+        let mut revised = a.revised.clone();
+        revised.insert(group_end, revision);
+        match pass(snap, device, events, cfg, capacity, &start, revised) {
+            Ok(b) if b.diverges_later_than(&a) => a = b,
+            _ => break,
+        }
+    }
+    let initial = a.initial_ops;
     let mut reserved = start_reserved;
     let mut peak_rec = reserved;
     for e in events {
@@ -1031,6 +1144,105 @@ mod tests {
         RawEvent::new(action, addr, size, SIDE)
     }
 
+    /// A snapshot of `events` on stream `SIDE` whose end state is one 2 MiB small segment of
+    /// `pool` at `BASE`: 512 bytes live at its base, the rest free.
+    fn ends_with_one_small_segment(pool: (u64, u64), events: Vec<RawEvent>) -> RawSnapshot {
+        let block = |address, size, state| RawBlock {
+            address,
+            size,
+            requested_size: size,
+            state,
+            stack: StackId::EMPTY,
+        };
+        RawSnapshot {
+            segments: vec![RawSegment {
+                device: 0,
+                address: BASE,
+                total_size: TWO_MIB,
+                allocated_size: 512,
+                active_size: 512,
+                requested_size: 512,
+                stream: SIDE,
+                segment_type: SegmentType::Small,
+                segment_pool_id: pool,
+                is_expandable: false,
+                stack: StackId::EMPTY,
+                blocks: vec![
+                    block(BASE, 512, BlockState::ActiveAllocated),
+                    block(BASE + 512, TWO_MIB - 512, BlockState::Inactive),
+                ],
+            }],
+            device_traces: vec![events],
+            ..RawSnapshot::default()
+        }
+    }
+
+    /// `graph_freed_empty_cache` in small: a graph capture's first request takes a new
+    /// segment, which the default pool (tried first) explains as well as a private one; only
+    /// the `empty_cache()` after the graph is freed, releasing the private pool's small
+    /// segment before that large one, shows it was the graph's.
+    #[test]
+    fn a_release_order_only_a_private_pool_gives_revisits_the_pool_choice() {
+        let small = BASE;
+        let large = BASE + 0x1000_0000;
+        let graph_small = BASE + 0x2000_0000;
+        let large_bytes = 20 << 20;
+        let events = vec![
+            // Before the capture: a default small segment on the side stream, kept busy.
+            ev(Action::SegmentAlloc, small, TWO_MIB),
+            ev(Action::Alloc, small, 512),
+            // The capture: a new large segment (either pool), then a small request that the
+            // default small segment would have served, so a private pool's.
+            ev(Action::SegmentAlloc, large, large_bytes),
+            ev(Action::Alloc, large, large_bytes),
+            ev(Action::SegmentAlloc, graph_small, TWO_MIB),
+            ev(Action::Alloc, graph_small, 512),
+            // Graph and outputs deleted, then empty_cache(): the private pool's small
+            // segment first, then its large one.
+            ev(Action::FreeRequested, large, large_bytes),
+            ev(Action::FreeCompleted, large, large_bytes),
+            ev(Action::FreeRequested, graph_small, 512),
+            ev(Action::FreeCompleted, graph_small, 512),
+            ev(Action::SegmentFree, graph_small, TWO_MIB),
+            ev(Action::SegmentFree, large, large_bytes),
+        ];
+        let v = validate(ends_with_one_small_segment((0, 0), events), None).unwrap();
+        let d = &v.devices[0];
+        assert!(
+            d.exact,
+            "{:?} {:?}",
+            d.first_divergence, d.end_state_difference
+        );
+        assert_eq!((d.events_compared, d.events_matched), (8, 8));
+        let found: Vec<(u32, &str)> = d.inferred.iter().map(|x| (x.event_index, x.kind)).collect();
+        assert_eq!(
+            found,
+            [
+                (3, "private_pool"),
+                (10, "pool_released"),
+                (10, "empty_cache")
+            ]
+        );
+        assert!(
+            d.inferred[0].detail.contains("at event 10"),
+            "{}",
+            d.inferred[0].detail
+        );
+        // Both requests of the capture in one private pool; the one before it in the default.
+        let pools: Vec<PoolId> = v.trace.devices[0]
+            .ops
+            .iter()
+            .filter_map(|o| match o.kind {
+                OpKind::Alloc { pool, .. } => Some(pool),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(pools.len(), 3);
+        assert_eq!(pools[0], PoolId::DEFAULT);
+        assert!(pools[1].is_private());
+        assert_eq!(pools[1], pools[2]);
+    }
+
     /// `compile_reduce_overhead`'s first restore, by hand: a graph pool's small segment is
     /// used and freed during a recording, then `setCheckpointPoolState` re-creates its two
     /// checkpointed blocks (512 bytes, live, and the 2 MiB − 512 rest, freed again).
@@ -1047,35 +1259,7 @@ mod tests {
             ev(Action::FreeRequested, BASE + 512, rest),
             ev(Action::FreeCompleted, BASE + 512, rest),
         ];
-        let block = |address, size, state| RawBlock {
-            address,
-            size,
-            requested_size: size,
-            state,
-            stack: StackId::EMPTY,
-        };
-        let snap = RawSnapshot {
-            segments: vec![RawSegment {
-                device: 0,
-                address: BASE,
-                total_size: TWO_MIB,
-                allocated_size: 512,
-                active_size: 512,
-                requested_size: 512,
-                stream: SIDE,
-                segment_type: SegmentType::Small,
-                segment_pool_id: (0, 1),
-                is_expandable: false,
-                stack: StackId::EMPTY,
-                blocks: vec![
-                    block(BASE, 512, BlockState::ActiveAllocated),
-                    block(BASE + 512, rest, BlockState::Inactive),
-                ],
-            }],
-            device_traces: vec![events],
-            ..RawSnapshot::default()
-        };
-        let v = validate(snap, None).unwrap();
+        let v = validate(ends_with_one_small_segment((0, 1), events), None).unwrap();
         let d = &v.devices[0];
         assert!(
             d.exact,

@@ -1,5 +1,5 @@
-//! Shared helpers of allocsim's corpus tests: where the real traces are and what their
-//! `.stats.json` files say.
+//! Shared helpers of allocsim's corpus tests: where the real traces are (the shared corpus
+//! and the repository's own `tests/traces`) and what their `.stats.json` files say.
 
 use std::path::{Path, PathBuf};
 
@@ -18,7 +18,10 @@ pub fn traces_dir() -> Option<PathBuf> {
 pub struct CorpusTrace {
     pub name: String,
     pub path: PathBuf,
-    /// `memory_fraction_cap_gib` as bytes (`round(cap × 2^30)`), if the program set a cap.
+    /// The memory cap the program ran under, if it set one: `round(memory_fraction ×
+    /// total_memory)` where the stats give the fraction passed to
+    /// `set_per_process_memory_fraction`, else `memory_fraction_cap_gib` as bytes
+    /// (`round(cap × 2^30)`).
     pub cap_bytes: Option<u64>,
     /// `memory_stats()["reserved_bytes.all.peak"]` of device 0.
     pub stats_peak_reserved: u64,
@@ -37,6 +40,13 @@ pub fn corpus() -> Vec<CorpusTrace> {
 #[must_use]
 pub fn incoming() -> Vec<CorpusTrace> {
     traces_dir().map_or_else(Vec::new, |dir| traces_in(&dir.join("incoming")))
+}
+
+/// The real snapshots recorded for this repository (`tests/traces`), sorted by name: always
+/// there, so the checks on them run without the shared corpus too.
+#[must_use]
+pub fn repo_traces() -> Vec<CorpusTrace> {
+    traces_in(&Path::new(env!("CARGO_MANIFEST_DIR")).join("traces"))
 }
 
 /// The traces of one folder, each with its `.stats.json`, sorted by name.
@@ -68,9 +78,15 @@ fn traces_in(dir: &Path) -> Vec<CorpusTrace> {
         let Ok(stats) = serde_json::from_str::<serde_json::Value>(&text) else {
             continue;
         };
-        let cap_bytes = stats["memory_fraction_cap_gib"]
+        let of_total = stats["memory_fraction"]
             .as_f64()
-            .map(|c| (c * f64::from(1u32 << 30)).round() as u64);
+            .zip(stats["total_memory"].as_f64())
+            .map(|(f, total)| (f * total).round() as u64);
+        let cap_bytes = of_total.or_else(|| {
+            stats["memory_fraction_cap_gib"]
+                .as_f64()
+                .map(|c| (c * f64::from(1u32 << 30)).round() as u64)
+        });
         let stats_peak_reserved = stats["memory_stats"]["reserved_bytes.all.peak"]
             .as_u64()
             .unwrap_or(0);

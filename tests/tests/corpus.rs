@@ -1,9 +1,12 @@
-//! The real PyTorch 2.11 snapshots of ../shared/traces, replayed event by event.
+//! The real PyTorch 2.11 snapshots of ../shared/traces and of the repository's own
+//! tests/traces, replayed event by event.
 
+use allocsim_core::capacity::CapacityArg;
 use allocsim_core::models::ModelSpec;
 use allocsim_core::replay::{Outcome, ReplayOptions};
 use allocsim_core::session;
-use allocsim_tests::{CorpusTrace, corpus, incoming, skip_without_corpus};
+use allocsim_core::trace::{DeviceTrace, OpKind};
+use allocsim_tests::{CorpusTrace, corpus, incoming, repo_traces, skip_without_corpus};
 
 /// The traces of `incoming/` that validate exactly: each joins once it passes, and the
 /// list only grows.
@@ -42,6 +45,94 @@ fn named_incoming(names: &[&str]) -> Vec<CorpusTrace> {
         .collect()
 }
 
+/// Every request the replay served got the address the recording gave it.
+fn assert_served_as_recorded(name: &str, dt: &DeviceTrace, outcomes: &[Outcome]) {
+    for (k, op) in dt.ops.iter().enumerate() {
+        if let (
+            Some(Outcome::Served(addr)),
+            OpKind::Alloc {
+                recorded_oom: false,
+                ..
+            },
+        ) = (outcomes.get(k), op.kind)
+        {
+            assert_eq!(*addr, op.recorded_addr, "{name}: op {k}");
+        }
+    }
+}
+
+/// Validates `t` under `cap`: a line for each device that is not exact. Panics where the
+/// trace does not load, a device compares nothing, or the peaks differ.
+fn not_exact(t: &CorpusTrace, cap: Option<u64>) -> Vec<String> {
+    let bytes = std::fs::read(&t.path).unwrap();
+    let v = session::load(&bytes, cap).unwrap_or_else(|e| panic!("{}: {e}", t.name));
+    assert!(!v.devices.is_empty(), "{}: no device with events", t.name);
+    let mut failures = Vec::new();
+    for d in &v.devices {
+        assert!(d.events_compared > 0, "{}: nothing compared", t.name);
+        if !d.exact {
+            failures.push(format!(
+                "{} (capacity {cap:?}) device {}: {:?} {:?}",
+                t.name, d.device, d.first_divergence, d.end_state_difference
+            ));
+        }
+        assert_eq!(
+            d.peak_reserved_recorded, d.peak_reserved_simulated,
+            "{}",
+            t.name
+        );
+    }
+    failures
+}
+
+/// The repository's own recordings, always there: each validates exactly under the cap it
+/// ran with, and one with a cap also without it (the recorded device then reads the
+/// refusals off the recording).
+#[test]
+fn validate_is_exact_on_every_repo_trace() {
+    let traces = repo_traces();
+    assert!(
+        traces.len() >= 7,
+        "expected the 7 traces of tests/traces, found {}",
+        traces.len()
+    );
+    let mut failures = Vec::new();
+    for t in &traces {
+        for cap in std::iter::once(t.cap_bytes).chain(t.cap_bytes.map(|_| None)) {
+            failures.extend(not_exact(t, cap));
+        }
+    }
+    assert!(failures.is_empty(), "not exact:\n{}", failures.join("\n"));
+}
+
+/// A plain replay of each repository trace (the capacity read from the recording, as
+/// `allocsim replay` runs by default) follows the recording to its end, every request
+/// served at its recorded address, and peaks at `memory_stats()`'s
+/// `reserved_bytes.all.peak`.
+#[test]
+fn repo_traces_replay_as_recorded_with_the_stats_peak() {
+    let spec = ModelSpec::parse("pytorch").unwrap();
+    for t in repo_traces() {
+        let v = session::load(&std::fs::read(&t.path).unwrap(), t.cap_bytes).unwrap();
+        let capacity = session::capacity(&v.trace, 0, CapacityArg::AsRecorded).bytes;
+        let opts = ReplayOptions {
+            checkpoint_every: 0,
+            keep_timeline: false,
+            ..ReplayOptions::default()
+        };
+        let r = session::replay_device(&v.trace, 0, &spec, capacity, opts).unwrap();
+        let dt = &v.trace.devices[0];
+        assert_eq!(r.ops_done, dt.ops.len(), "{}: replayed to the end", t.name);
+        assert_served_as_recorded(&t.name, dt, &r.outcomes);
+        assert_eq!(
+            r.peak_reserved_bytes, t.stats_peak_reserved,
+            "{}: peak reserved",
+            t.name
+        );
+        assert_eq!(r.oom.is_some(), t.oom_raised, "{}: OOM raised", t.name);
+    }
+}
+
 #[test]
 fn validate_is_exact_on_every_shared_trace() {
     if skip_without_corpus() {
@@ -55,23 +146,7 @@ fn validate_is_exact_on_every_shared_trace() {
     );
     let mut failures = Vec::new();
     for t in traces.iter().chain(&exact_incoming()) {
-        let bytes = std::fs::read(&t.path).unwrap();
-        let v = session::load(&bytes, t.cap_bytes).unwrap_or_else(|e| panic!("{}: {e}", t.name));
-        assert!(!v.devices.is_empty(), "{}: no device with events", t.name);
-        for d in &v.devices {
-            assert!(d.events_compared > 0, "{}: nothing compared", t.name);
-            if !d.exact {
-                failures.push(format!(
-                    "{} device {}: {:?} {:?}",
-                    t.name, d.device, d.first_divergence, d.end_state_difference
-                ));
-            }
-            assert_eq!(
-                d.peak_reserved_recorded, d.peak_reserved_simulated,
-                "{}",
-                t.name
-            );
-        }
+        failures.extend(not_exact(t, t.cap_bytes));
     }
     assert!(failures.is_empty(), "not exact:\n{}", failures.join("\n"));
 }
@@ -155,18 +230,7 @@ fn invariants_hold_at_every_checked_event_and_replays_are_deterministic() {
         assert_eq!(a.timeline, b.timeline, "{}: two replays differ", t.name);
         // With its own settings the replay follows the recording: every served address is
         // the recorded one.
-        for (k, op) in v.trace.devices[d].ops.iter().enumerate() {
-            if let (
-                Outcome::Served(addr),
-                allocsim_core::trace::OpKind::Alloc {
-                    recorded_oom: false,
-                    ..
-                },
-            ) = (a.outcomes[k], op.kind)
-            {
-                assert_eq!(addr, op.recorded_addr, "{}: op {k}", t.name);
-            }
-        }
+        assert_served_as_recorded(&t.name, &v.trace.devices[d], &a.outcomes);
     }
 }
 
