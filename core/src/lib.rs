@@ -5,6 +5,7 @@
 pub mod capacity;
 pub mod device;
 pub mod models;
+pub mod offline;
 pub mod snapshot;
 pub mod start;
 pub mod trace;
