@@ -4,6 +4,7 @@
 
 pub mod capacity;
 pub mod device;
+pub mod explain;
 pub mod models;
 pub mod offline;
 pub mod snapshot;
