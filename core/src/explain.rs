@@ -224,7 +224,12 @@ pub fn explain(
         ..ReplayOptions::default()
     };
     let r = session::replay_device(trace, device, spec, capacity, replay_opts)?;
-    let (op_index, moment) = target(dt, &r.oom, &r.timeline.reserved_bytes, opts.at_event)?;
+    let (op_index, moment) = target(
+        dt,
+        r.oom.as_ref(),
+        &r.timeline.reserved_bytes,
+        opts.at_event,
+    )?;
     let oom_report = r.ooms.iter().find(|o| o.op_index == op_index);
     let moment = if moment == Moment::Peak || oom_report.is_none() {
         moment
@@ -277,7 +282,7 @@ pub fn explain(
         frames: stack_text(frames, op.stack),
     };
     let layout = state.model.layout();
-    let stats = state.model.stats();
+    let totals = state.model.stats();
     let small = pytorch.as_ref().map(|_| rounded <= SMALL_SIZE_BYTES);
     let mine: Vec<&LayoutSegment> = layout
         .segments
@@ -311,7 +316,9 @@ pub fn explain(
         .filter(|s| releasable(s) && !s.blocks.iter().any(is_live))
         .map(|s| s.size_bytes)
         .sum();
-    let reserved_after_release = stats.reserved_bytes.saturating_sub(releasable_cached_bytes);
+    let reserved_after_release = totals
+        .reserved_bytes
+        .saturating_sub(releasable_cached_bytes);
     let found = blockers(
         &mine,
         &layout,
@@ -351,8 +358,8 @@ pub fn explain(
         pytorch_message: oom_report.and_then(|o| o.pytorch_message.clone()),
         sentence,
         request,
-        reserved_bytes: stats.reserved_bytes,
-        allocated_bytes: stats.allocated_bytes,
+        reserved_bytes: totals.reserved_bytes,
+        allocated_bytes: totals.allocated_bytes,
         capacity_bytes: capacity,
         holes_count,
         holes_bytes,
@@ -383,7 +390,7 @@ impl Explanation {
 /// The op to explain: `--at`'s request, the reported OOM, or the peak's request.
 fn target(
     dt: &DeviceTrace,
-    oom: &Option<OomReport>,
+    oom: Option<&OomReport>,
     reserved: &[u64],
     at_event: Option<u64>,
 ) -> Result<(usize, Moment), Error> {
@@ -864,7 +871,7 @@ pub fn site_of(frames: &FrameTable, stack: StackId, size_bytes: u64) -> String {
         .filter_map(|&f| frames.frame(f))
         .collect();
     let file = |f: &crate::snapshot::Frame| frames.str(f.filename).to_string();
-    let python = |f: &&&crate::snapshot::Frame| file(f).ends_with(".py");
+    let python = |f: &&&crate::snapshot::Frame| file(f).to_ascii_lowercase().ends_with(".py");
     let internal = |f: &&&crate::snapshot::Frame| {
         let name = file(f);
         // `site-packages/torch/…`, `dist-packages/torch/…`, or a path relative to torch's
@@ -888,11 +895,7 @@ pub fn site_of(frames: &FrameTable, stack: StackId, size_bytes: u64) -> String {
 
 /// `size class [2^k, 2^(k+1))` of a block without stack frames.
 fn size_class(bytes: u64) -> String {
-    let lo = if bytes == 0 {
-        0
-    } else {
-        1u64 << (63 - bytes.leading_zeros())
-    };
+    let lo = if bytes == 0 { 0 } else { 1u64 << bytes.ilog2() };
     format!(
         "size class {}–{} (no stack frames)",
         format_size(lo),

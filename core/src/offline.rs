@@ -252,6 +252,7 @@ fn overlap_pairs(lifetimes: &[Lifetime]) -> u64 {
 /// between the already placed blocks alive at the same time that holds it (ties: the
 /// lowest address), else above them all.
 fn place_greedy_by_size(lifetimes: &[Lifetime]) -> (Vec<u64>, u64) {
+    const UNPLACED: u64 = u64::MAX;
     let n = lifetimes.len();
     // A max-segment tree of end ops over the lifetimes (in op order): the blocks before
     // `i` still alive at its start are those with a larger end than its start.
@@ -265,7 +266,6 @@ fn place_greedy_by_size(lifetimes: &[Lifetime]) -> (Vec<u64>, u64) {
     }
     let mut order: Vec<usize> = (0..n).collect();
     order.sort_by_key(|&i| (std::cmp::Reverse(lifetimes[i].size_bytes), i));
-    const UNPLACED: u64 = u64::MAX;
     let mut offsets = vec![UNPLACED; n];
     let mut peak = 0;
     let mut near: Vec<(u64, u64)> = Vec::new();

@@ -25,7 +25,7 @@ pub struct Args {
     /// The memory the allocator may hold, e.g. 2.2GiB, or `none` (default: as recorded — inferred where the recording ran out of memory, else unlimited)
     #[arg(long, value_parser = parse_capacity_arg, value_name = "SIZE|none")]
     capacity: Option<CapacityArg>,
-    /// Explain the first request at or after this event (an index into device_traces[D]) instead of the OOM or the peak
+    /// Explain the first request at or after this event (an index into `device_traces[D]`) instead of the OOM or the peak
     #[arg(long, value_name = "EVENT")]
     at: Option<u64>,
     /// Which `device_traces[D]` to replay (default: the one with the most events)

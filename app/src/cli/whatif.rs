@@ -110,6 +110,10 @@ fn label(r: &ReplayResult) -> String {
     }
 }
 
+/// `compare`'s rows of the two bounds (`allocsim_core::offline`).
+const LIVE_ROW: &str = "live bytes (lower bound)";
+const OFFLINE_ROW: &str = "offline placement (best possible)";
+
 /// `allocsim compare`.
 pub fn compare(a: &CompareArgs) -> Result<u8, Failure> {
     let specs = match &a.allocators {
@@ -151,8 +155,6 @@ pub fn compare(a: &CompareArgs) -> Result<u8, Failure> {
     );
     print_capacity_note(&capacity);
     println!();
-    const LIVE_ROW: &str = "live bytes (lower bound)";
-    const OFFLINE_ROW: &str = "offline placement (best possible)";
     let width = results
         .iter()
         .map(|r| label(r).len())
