@@ -5,7 +5,9 @@
 pub mod capacity;
 pub mod cost;
 pub mod device;
+pub mod explain;
 pub mod models;
+pub mod offline;
 pub mod snapshot;
 pub mod start;
 pub mod trace;

@@ -5,7 +5,7 @@ use crate::capacity::{CapacityArg, CapacityChoice};
 use crate::device::SimulatedDevice;
 use crate::models::pytorch::PyTorchModel;
 use crate::models::pytorch::config::H200_TOTAL_BYTES;
-use crate::models::{ModelSpec, kind};
+use crate::models::{Allocator, ModelSpec, kind};
 use crate::replay::{self, ReplayOptions, ReplayResult};
 use crate::trace::Trace;
 use crate::validate::{self, Validation};
@@ -56,6 +56,34 @@ pub fn replay_device(
     }
     let model = kind::build(spec, settings, capacity).map_err(crate::Error::Config)?;
     Ok(replay::replay(dt, model, dev, capacity, opts))
+}
+
+/// The model `spec` names and its simulated device, before the first op of device
+/// `device` of `trace`, exactly as [`replay_device`] starts them (the trace's start state
+/// loaded where the model can take it); the flag says it was (pass it to
+/// [`crate::replay::OpStepper::new`]). For callers that step the ops themselves and look
+/// at the state between them.
+pub fn start_model(
+    trace: &Trace,
+    device: usize,
+    spec: &ModelSpec,
+    capacity: Option<u64>,
+) -> Result<(Box<dyn Allocator>, SimulatedDevice, bool), crate::Error> {
+    let dt = trace
+        .devices
+        .get(device)
+        .ok_or_else(|| crate::Error::Config(format!("the trace has no device {device}")))?;
+    let settings = &trace.snapshot.settings;
+    let mut dev = simulated_device(trace, device, spec, H200_TOTAL_BYTES, capacity);
+    if spec.name == "pytorch" && !dt.start.is_empty() {
+        let cfg = kind::pytorch_config(spec, settings).map_err(crate::Error::Config)?;
+        let mut m = PyTorchModel::new(cfg, capacity);
+        m.load_start(&dt.start);
+        dev.preload(dt.start.iter().map(|s| s.size_bytes).sum());
+        return Ok((Box::new(m), dev, true));
+    }
+    let model = kind::build(spec, settings, capacity).map_err(crate::Error::Config)?;
+    Ok((model, dev, false))
 }
 
 /// The simulated device a replay of `trace`'s device `device` through `spec` runs on:

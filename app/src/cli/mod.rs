@@ -4,6 +4,7 @@
 
 mod cuda_cost;
 mod cuda_replay;
+mod explain;
 mod parallel;
 mod progress;
 mod replay;
@@ -78,6 +79,8 @@ enum Command {
     MinCapacity(whatif::MinCapacityArgs),
     /// Sweep PyTorch's allocator settings at a capacity and pick the best
     Recommend(whatif::RecommendArgs),
+    /// Why a request did not fit: the holes, the blocks that pin them, what would have fit
+    Explain(explain::Args),
 }
 
 /// The arguments every trace-reading command shares.
@@ -136,6 +139,7 @@ fn run(cli: Cli) -> Result<u8, Failure> {
         Some(Command::Compare(a)) => whatif::compare(&a),
         Some(Command::MinCapacity(a)) => whatif::min_capacity(&a),
         Some(Command::Recommend(a)) => whatif::recommend(&a),
+        Some(Command::Explain(a)) => explain::run(&a),
     }
 }
 

@@ -16,7 +16,7 @@ use allocsim_core::models::{ModelSpec, kind};
 use allocsim_core::replay::ReplayResult;
 use allocsim_core::trace::Trace;
 use allocsim_core::units::format_size;
-use allocsim_core::{whatif, workloads};
+use allocsim_core::{offline, whatif, workloads};
 use serde_json::json;
 
 use super::parallel::Threads;
@@ -111,6 +111,10 @@ fn label(r: &ReplayResult) -> String {
     }
 }
 
+/// `compare`'s rows of the two bounds (`allocsim_core::offline`).
+const LIVE_ROW: &str = "live bytes (lower bound)";
+const OFFLINE_ROW: &str = "offline placement (best possible)";
+
 /// `allocsim compare`.
 pub fn compare(a: &CompareArgs) -> Result<u8, Failure> {
     let specs = match &a.allocators {
@@ -136,6 +140,7 @@ pub fn compare(a: &CompareArgs) -> Result<u8, Failure> {
     .map_err(|e| core_failure(&src.name, &e))?;
     drop(bar);
     let events = src.trace.devices[d].events;
+    let best = offline::best_possible(&src.trace.devices[d]);
     if a.json {
         print_json(&json!({
             "schema": 1,
@@ -143,6 +148,8 @@ pub fn compare(a: &CompareArgs) -> Result<u8, Failure> {
             "capacity_source": capacity.source,
             "capacity_inferred": capacity.inferred,
             "capacity_note": capacity.note,
+            "live_peak_bytes": best.live_peak_bytes,
+            "offline_peak_bytes": best.offline_peak_bytes,
             "results": results.iter().map(|r| replay_json(r, events, &capacity)).collect::<Vec<_>>(),
         }));
         return Ok(0);
@@ -159,7 +166,7 @@ pub fn compare(a: &CompareArgs) -> Result<u8, Failure> {
         .map(|r| label(r).len())
         .max()
         .unwrap_or(9)
-        .max(9);
+        .max(OFFLINE_ROW.len());
     println!(
         "{:width$}  {:>12}  {:>12}  {:>9}  {:>11}  out of memory",
         "allocator", "peak reserved", "peak alloc.", "frag.", "segment ops"
@@ -178,6 +185,12 @@ pub fn compare(a: &CompareArgs) -> Result<u8, Failure> {
             r.fragmentation_at_peak * 100.0,
             r.segment_ops
         );
+    }
+    for (row, bytes) in [
+        (LIVE_ROW, best.live_peak_bytes),
+        (OFFLINE_ROW, best.offline_peak_bytes),
+    ] {
+        println!("{row:width$}  {:>12}", format_size(bytes));
     }
     for r in &results {
         if let Some(o) = &r.oom {
