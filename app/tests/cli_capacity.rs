@@ -224,3 +224,52 @@ fn compare_and_recommend_answer_at_the_recorded_capacity() {
     assert!(r["best"]["oom"].is_null(), "{}", r["best"]["oom"]);
     assert!(!r["default"]["oom"].is_null());
 }
+
+/// Exit 2 and exactly one line on stderr that contains `must_mention`.
+fn one_line_usage_error(out: &Output, must_mention: &str) {
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "stderr: {err}");
+    assert!(out.stdout.is_empty());
+    assert_eq!(err.trim_end().lines().count(), 1, "one line: {err}");
+    assert!(err.starts_with("allocsim: "), "{err}");
+    assert!(err.contains(must_mention), "mentions {must_mention}: {err}");
+}
+
+#[test]
+fn sizes_need_a_unit_unless_they_are_whole_bytes_and_units_ignore_case() {
+    let (file, _) = trace("devfull_oom_msg");
+    // `1.2` is not one byte: refused with the unit it probably meant.
+    one_line_usage_error(
+        &run(&["replay", &file, "--capacity", "1.2"]),
+        "did you mean 1.2GiB?",
+    );
+    one_line_usage_error(&run(&["replay", &file, "--capacity", "4096"]), "1 MiB");
+    one_line_usage_error(
+        &run(&["replay", &file, "--capacity", "-1"]),
+        "bad size '-1'",
+    );
+    let lower = json_of(&run(&["replay", &file, "--capacity", "60gib", "--json"]));
+    let upper = json_of(&run(&["replay", &file, "--capacity", "60GiB", "--json"]));
+    assert_eq!(lower["capacity_bytes"], 60u64 << 30);
+    assert_eq!(lower, upper);
+    let bytes = json_of(&run(&[
+        "replay",
+        &file,
+        "--capacity",
+        "64424509440",
+        "--json",
+    ]));
+    assert_eq!(bytes["capacity_bytes"], 60u64 << 30);
+}
+
+#[test]
+fn usage_errors_are_one_line() {
+    let (file, _) = trace("devfull_oom_msg");
+    one_line_usage_error(&run(&["replay"]), "<FILE>");
+    one_line_usage_error(&run(&["replay", &file, "--bogus"]), "'--bogus'");
+    one_line_usage_error(&run(&["frobnicate"]), "'frobnicate'");
+    // --help stays as it is.
+    let help = run(&["replay", "--help"]);
+    assert_eq!(help.status.code(), Some(0));
+    assert!(String::from_utf8_lossy(&help.stdout).lines().count() > 5);
+}

@@ -1,36 +1,47 @@
 //! Byte sizes: parsing the CLI's `SIZE` and printing sizes the way PyTorch prints them.
 
-/// Parses `SIZE`: bytes, or a number with a unit (`B`, `KiB`, `MiB`, `GiB`, `TiB` powers
-/// of 2; `KB`, `MB`, `GB`, `TB` powers of 10). Decimals are allowed and rounded down.
+/// Parses `SIZE`: a number with a unit, case-insensitive — `B`, `KiB`, `MiB`, `GiB`, `TiB`
+/// (powers of 2) or `KB`, `MB`, `GB`, `TB` (powers of 10); decimals allowed, rounded down
+/// to a byte. A bare number is bytes only when it is a whole number ≥ 1 MiB (a count of
+/// bytes copied from a report); anything else without a unit is an error that suggests
+/// the unit (`1.2` is far more likely 1.2 GiB than one byte).
 pub fn parse_size(text: &str) -> Result<u64, String> {
     let t = text.trim();
     let split = t
         .find(|c: char| !(c.is_ascii_digit() || c == '.'))
         .unwrap_or(t.len());
     let (num, unit) = t.split_at(split);
-    let unit = unit.trim();
-    let mult: f64 = match unit {
-        "" | "B" => 1.0,
-        "KiB" => 1024.0,
-        "MiB" => 1024.0 * 1024.0,
-        "GiB" => 1024.0 * 1024.0 * 1024.0,
-        "TiB" => 1024.0 * 1024.0 * 1024.0 * 1024.0,
-        "KB" => 1e3,
-        "MB" => 1e6,
-        "GB" => 1e9,
-        "TB" => 1e12,
+    let unit = unit.trim().to_ascii_lowercase();
+    if num.is_empty() || num.matches('.').count() > 1 || num == "." {
+        return Err(format!(
+            "bad size '{text}': expected a number with a unit, e.g. 2.2GiB"
+        ));
+    }
+    let mult: f64 = match unit.as_str() {
+        "" => {
+            return match num.parse::<u64>() {
+                Ok(b) if b >= 1 << 20 => Ok(b),
+                _ => Err(format!(
+                    "bad size '{text}': a number without a unit must be a whole number of bytes ≥ 1048576 (1 MiB); did you mean {num}GiB?"
+                )),
+            };
+        }
+        "b" => 1.0,
+        "kib" => 1024.0,
+        "mib" => 1024.0 * 1024.0,
+        "gib" => 1024.0 * 1024.0 * 1024.0,
+        "tib" => 1024.0 * 1024.0 * 1024.0 * 1024.0,
+        "kb" => 1e3,
+        "mb" => 1e6,
+        "gb" => 1e9,
+        "tb" => 1e12,
         _ => {
             return Err(format!(
                 "bad size '{text}': unknown unit '{unit}' (use B, KiB, MiB, GiB, TiB, KB, MB, GB or TB)"
             ));
         }
     };
-    if num.is_empty() || num.matches('.').count() > 1 {
-        return Err(format!(
-            "bad size '{text}': expected a number with an optional unit, e.g. 2.2GiB"
-        ));
-    }
-    if !num.contains('.') && matches!(unit, "" | "B") {
+    if !num.contains('.') && unit == "b" {
         return num
             .parse::<u64>()
             .map_err(|e| format!("bad size '{text}': {e}"));
@@ -67,7 +78,8 @@ mod tests {
 
     #[test]
     fn sizes_parse_with_binary_and_decimal_units() {
-        assert_eq!(parse_size("1024").unwrap(), 1024);
+        assert_eq!(parse_size("1024B").unwrap(), 1024);
+        assert_eq!(parse_size("2566914047").unwrap(), 2_566_914_047);
         assert_eq!(parse_size("2MiB").unwrap(), 2 << 20);
         assert_eq!(
             parse_size("2.2GiB").unwrap(),
@@ -78,6 +90,22 @@ mod tests {
         assert!(parse_size("12XB").is_err());
         assert!(parse_size("").is_err());
         assert!(parse_size("1.2.3MiB").is_err());
+    }
+
+    #[test]
+    fn units_are_case_insensitive_and_a_bare_number_is_whole_bytes_of_at_least_a_mib() {
+        assert_eq!(parse_size("1.2gib").unwrap(), parse_size("1.2GiB").unwrap());
+        assert_eq!(parse_size("3 mb").unwrap(), 3_000_000);
+        assert_eq!(parse_size("1048576").unwrap(), 1 << 20);
+        for bad in ["1.2", "1024", "1048575", "-1", ".", "MiB"] {
+            let e = parse_size(bad).unwrap_err();
+            assert!(e.starts_with(&format!("bad size '{bad}'")), "{e}");
+        }
+        assert!(
+            parse_size("1.2")
+                .unwrap_err()
+                .contains("did you mean 1.2GiB?")
+        );
     }
 
     #[test]

@@ -30,10 +30,10 @@ pub struct Args {
     #[arg(long)]
     config: Option<String>,
     /// The memory the allocator may hold, e.g. 2.2GiB (default: unlimited)
-    #[arg(long, value_parser = parse_size_arg)]
+    #[arg(long, value_parser = parse_size_arg, allow_hyphen_values = true)]
     capacity: Option<u64>,
     /// First fill the GPU so that only SIZE stays free: the driver itself refuses beyond it
-    #[arg(long, value_parser = parse_size_arg)]
+    #[arg(long, value_parser = parse_size_arg, allow_hyphen_values = true)]
     balloon: Option<u64>,
     /// Write a pattern into every live block and check it before its free
     #[arg(long)]

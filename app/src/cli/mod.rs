@@ -170,16 +170,26 @@ pub fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(c) => c,
         Err(e) => {
-            let code = if matches!(
+            if matches!(
                 e.kind(),
-                clap::error::ErrorKind::DisplayHelp | clap::error::ErrorKind::DisplayVersion
+                clap::error::ErrorKind::DisplayHelp
+                    | clap::error::ErrorKind::DisplayVersion
+                    | clap::error::ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
             ) {
-                0
-            } else {
-                EXIT_BAD_INPUT
-            };
-            let _ = e.print();
-            return ExitCode::from(code);
+                let _ = e.print();
+                return ExitCode::from(if e.use_stderr() { EXIT_BAD_INPUT } else { 0 });
+            }
+            // A usage error is one line, like every other error (`--help` has the rest).
+            let text = e.render().to_string();
+            let message: Vec<&str> = text
+                .lines()
+                .map(str::trim)
+                .take_while(|l| !l.is_empty() && !l.starts_with("Usage:"))
+                .collect();
+            let message = message.join(" ");
+            let message = message.strip_prefix("error: ").unwrap_or(&message);
+            eprintln!("allocsim: {message} (see --help)");
+            return ExitCode::from(EXIT_BAD_INPUT);
         }
     };
     match run(cli) {

@@ -20,7 +20,7 @@ pub struct Args {
     #[arg(long)]
     config: Option<String>,
     /// The memory the allocator may hold, e.g. 2.2GiB, or `none` (default: as recorded — inferred where the recording ran out of memory, else unlimited)
-    #[arg(long, value_parser = parse_capacity_arg, value_name = "SIZE|none")]
+    #[arg(long, value_parser = parse_capacity_arg, value_name = "SIZE|none", allow_hyphen_values = true)]
     capacity: Option<CapacityArg>,
     /// Which `device_traces[D]` to replay (default: the one with the most events)
     #[arg(long)]

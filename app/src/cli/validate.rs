@@ -13,7 +13,7 @@ pub struct Args {
     #[command(flatten)]
     input: Input,
     /// The per-process memory cap the program ran under (`set_per_process_memory_fraction`), e.g. 2.2GiB
-    #[arg(long, value_parser = parse_size_arg)]
+    #[arg(long, value_parser = parse_size_arg, allow_hyphen_values = true)]
     capacity: Option<u64>,
     /// One JSON object on stdout
     #[arg(long)]

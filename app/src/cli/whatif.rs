@@ -78,7 +78,7 @@ pub struct CompareArgs {
     )]
     allocators: Option<String>,
     /// The memory each allocator may hold, e.g. 2.2GiB, or `none` (default: as recorded — inferred where the recording ran out of memory, else unlimited)
-    #[arg(long, value_parser = parse_capacity_arg, value_name = "SIZE|none")]
+    #[arg(long, value_parser = parse_capacity_arg, value_name = "SIZE|none", allow_hyphen_values = true)]
     capacity: Option<CapacityArg>,
     #[arg(
         long,
@@ -279,7 +279,7 @@ pub struct RecommendArgs {
     #[command(flatten)]
     source: Source,
     /// The memory the allocator may hold, e.g. 2.2GiB, or `none` (default: as recorded — inferred where the recording ran out of memory, else unlimited)
-    #[arg(long, value_parser = parse_capacity_arg, value_name = "SIZE|none")]
+    #[arg(long, value_parser = parse_capacity_arg, value_name = "SIZE|none", allow_hyphen_values = true)]
     capacity: Option<CapacityArg>,
     #[arg(
         long,
@@ -359,7 +359,11 @@ pub fn recommend(a: &RecommendArgs) -> Result<u8, Failure> {
         r.candidates_fitting, r.candidates_tried, r.candidates_replayed
     );
     if whatif::served_all(&r.best) {
-        println!("  set                 PYTORCH_CUDA_ALLOC_CONF={best_conf}");
+        if r.best.config.is_empty() {
+            println!("  set                 nothing: PyTorch's defaults are the best");
+        } else {
+            println!("  set                 PYTORCH_CUDA_ALLOC_CONF={best_conf}");
+        }
     }
     println!();
     print_tradeoffs(&r, capacity.bytes);
