@@ -70,6 +70,9 @@ pub struct Bound {
 pub struct CapacityEvidence {
     pub low: Option<Bound>,
     pub high: Option<Bound>,
+    /// Releases inside a malloc that the trace reads as an `empty_cache()` call: had they
+    /// been PyTorch's retry under a cap, the cap would be below this (not a bound).
+    pub read_as_empty_cache: Option<Bound>,
 }
 
 /// What the evidence says.
@@ -188,7 +191,6 @@ pub fn infer(events: &[RawEvent], trace: &DeviceTrace, cfg: &PyTorchConfig) -> C
         if in_malloc
             && releases_first
             && let Some(new) = first_new
-            && empty_cache_at.binary_search(&(i as u32)).is_err()
         {
             // The first alloc_block was refused at `before`, or GC released first,
             // which needs `before > threshold × capacity`.
@@ -197,7 +199,15 @@ pub fn infer(events: &[RawEvent], trace: &DeviceTrace, cfg: &PyTorchConfig) -> C
             if gc > 0.0 {
                 bound = bound.max((before as f64 / gc).ceil() as u64);
             }
-            ev.lower_high(bound, i, BoundKind::RetriedMalloc);
+            if empty_cache_at.binary_search(&(i as u32)).is_err() {
+                ev.lower_high(bound, i, BoundKind::RetriedMalloc);
+            } else if ev.read_as_empty_cache.is_none_or(|b| bound < b.bytes) {
+                ev.read_as_empty_cache = Some(Bound {
+                    bytes: bound,
+                    event_index: i as u32,
+                    kind: BoundKind::RetriedMalloc,
+                });
+            }
         }
         for (k, x) in events.iter().enumerate().take(j).skip(i) {
             match x.action {
@@ -366,7 +376,17 @@ impl CapacityChoice {
                     )),
                 }
             }
-            _ => CapacityChoice::given(None),
+            _ => {
+                let mut c = CapacityChoice::given(None);
+                c.note = ev.read_as_empty_cache.map(|b| {
+                    format!(
+                        "no refusal recorded: the segment releases before event {} are read as an empty_cache() call; had they been PyTorch's retry under a memory cap, the cap was below {} — pass --capacity to replay under it",
+                        b.event_index,
+                        format_size(b.bytes)
+                    )
+                });
+                c
+            }
         }
     }
 }
@@ -436,9 +456,13 @@ mod tests {
         };
         let e = infer(&events, &trace, &cfg);
         assert_eq!(e.verdict(), Verdict::NoRefusal);
-        assert_eq!(
-            CapacityChoice::choose(CapacityArg::AsRecorded, &e),
-            CapacityChoice::given(None)
+        let c = CapacityChoice::choose(CapacityArg::AsRecorded, &e);
+        assert_eq!((c.bytes, c.source), (None, CapacitySource::Unlimited));
+        // The other reading is said, with the cap it would imply.
+        let note = c.note.unwrap();
+        assert!(
+            note.contains("event 4") && note.contains("800.00 MiB"),
+            "{note}"
         );
     }
 
