@@ -394,15 +394,17 @@ fn cuda_cost_table_is_measured_and_nothing_is_left_behind() {
         return;
     };
     let before = free_now(&witness);
-    let mut gpu = open(0).unwrap();
-    let m = allocsim_native::cost::measure(
-        &mut gpu,
-        &allocsim_native::cost::SIZES,
-        &allocsim_native::cost::PAGES,
-        5,
-    )
-    .unwrap();
-    drop(gpu);
+    // The measuring handle is closed before the witness looks.
+    let m = {
+        let mut gpu = open(0).unwrap();
+        allocsim_native::cost::measure(
+            &mut gpu,
+            &allocsim_native::cost::SIZES,
+            &allocsim_native::cost::PAGES,
+            5,
+        )
+        .unwrap()
+    };
     println!("{}", m.as_rust());
     assert_eq!(m.malloc_us.len(), allocsim_native::cost::SIZES.len());
     assert_eq!(m.map_page_us.len(), 2);
