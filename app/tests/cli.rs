@@ -8,6 +8,11 @@ fn bin() -> Command {
     Command::new(env!("CARGO_BIN_EXE_allocsim"))
 }
 
+/// The real snapshots kept in the repository (`tests/traces`): always there.
+fn repo_traces() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/traces")
+}
+
 fn traces() -> Option<PathBuf> {
     let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/traces");
     if p.is_dir() {
@@ -88,8 +93,8 @@ fn truncated_huge_and_deep_inputs_fail_cleanly() {
     let out = run(&["validate", f.to_str().unwrap()]);
     assert_bad_input(&out, &f, "byte");
     assert!(t.elapsed().as_secs() < 30, "deep nesting must not hang");
-    if let Some(dir) = traces() {
-        let gz = std::fs::read(dir.join("mlp_train.pickle.gz")).unwrap();
+    {
+        let gz = std::fs::read(repo_traces().join("mlp_train.pickle.gz")).unwrap();
         for cut in [10, 1000, gz.len() / 2] {
             let f = tmp_file(&format!("cut{cut}.pickle.gz"), &gz[..cut]);
             let out = run(&["validate", f.to_str().unwrap()]);
@@ -133,8 +138,7 @@ fn bad_traces_name_the_event() {
 
 #[test]
 fn usage_errors_exit_2() {
-    let Some(dir) = traces() else { return };
-    let f = dir.join("oom_story.pickle.gz");
+    let f = repo_traces().join("oom_story.pickle.gz");
     let out = run(&[
         "replay",
         f.to_str().unwrap(),
@@ -179,8 +183,7 @@ fn usage_errors_exit_2() {
 
 #[test]
 fn validate_json_contract_and_exit_codes() {
-    let Some(dir) = traces() else { return };
-    let f = dir.join("oom_story.pickle.gz");
+    let f = repo_traces().join("oom_story.pickle.gz");
     let out = run(&[
         "validate",
         f.to_str().unwrap(),
@@ -212,6 +215,7 @@ fn validate_json_contract_and_exit_codes() {
     assert_eq!(x["unknown_config_keys"], serde_json::json!([]));
     // gc_frees needs its cap: without it the recording's partial release cannot be
     // explained, and validate says so (exit 1) instead of passing.
+    let Some(dir) = traces() else { return };
     let f = dir.join("gc_frees.pickle.gz");
     let out = run(&["validate", f.to_str().unwrap(), "--json"]);
     assert_eq!(out.status.code(), Some(1));
@@ -230,8 +234,7 @@ fn validate_json_contract_and_exit_codes() {
 
 #[test]
 fn replay_json_reports_the_oom_story() {
-    let Some(dir) = traces() else { return };
-    let f = dir.join("oom_story.pickle.gz");
+    let f = repo_traces().join("oom_story.pickle.gz");
     let out = run(&[
         "replay",
         f.to_str().unwrap(),

@@ -14,14 +14,9 @@ fn run(args: &[&str]) -> Output {
         .expect("run allocsim")
 }
 
-fn story() -> Option<PathBuf> {
-    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/traces/oom_story.pickle.gz");
-    if p.is_file() {
-        Some(p)
-    } else {
-        println!("skipped: ../shared/traces/oom_story.pickle.gz not found");
-        None
-    }
+/// `oom_story`, kept in the repository (`tests/traces`): the tests always run.
+fn story() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/traces/oom_story.pickle.gz")
 }
 
 /// Exit 0, stdout exactly one JSON object whose first key is `"schema": 1`.
@@ -74,7 +69,7 @@ fn assert_replay_object(v: &Value) {
 
 #[test]
 fn compare_on_oom_story_shows_which_models_fail_and_where() {
-    let Some(f) = story() else { return };
+    let f = story();
     let v = json_of(&run(&[
         "compare",
         f.to_str().unwrap(),
@@ -135,7 +130,7 @@ fn compare_defaults_to_every_model() {
 
 #[test]
 fn min_capacity_is_consistent_with_replay() {
-    let Some(f) = story() else { return };
+    let f = story();
     let f = f.to_str().unwrap();
     let replay_at = |allocator: &str, cap: u64| {
         json_of(&run(&[
@@ -183,7 +178,7 @@ fn min_capacity_is_consistent_with_replay() {
 
 #[test]
 fn recommend_finds_a_config_that_fits_oom_story() {
-    let Some(f) = story() else { return };
+    let f = story();
     let v = json_of(&run(&[
         "recommend",
         f.to_str().unwrap(),

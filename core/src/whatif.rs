@@ -50,11 +50,12 @@ fn label(r: &ReplayResult) -> String {
     }
 }
 
-/// Appends to an OOM explanation which of `others` would have served every request.
-fn note_fits(r: &mut ReplayResult, fitting: &[String], what: &str) {
+/// Appends to an OOM explanation which of `fitting` would have served every request, or
+/// `if_none` when none would.
+fn note_fits(r: &mut ReplayResult, fitting: &[String], if_none: &str) {
     if let Some(o) = r.oom.as_mut() {
         let note = if fitting.is_empty() {
-            format!("; no {what} would have fit")
+            format!("; {if_none}")
         } else {
             format!("; would have fit: {}", fitting.join(", "))
         };
@@ -102,7 +103,7 @@ pub fn compare_with(
         .map(label)
         .collect();
     for r in &mut results {
-        note_fits(r, &fitting, "compared allocator");
+        note_fits(r, &fitting, "no compared allocator would have fit");
     }
     Ok(results)
 }
@@ -545,7 +546,11 @@ pub fn recommend_with(
             "config",
         );
     } else {
-        note_fits(&mut default, &[], &format!("of the {tried} swept configs"));
+        note_fits(
+            &mut default,
+            &[],
+            &format!("none of the {tried} swept configs would have fit"),
+        );
     }
     Ok(Recommendation {
         default,
