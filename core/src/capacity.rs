@@ -26,7 +26,7 @@ use crate::trace::{DeviceTrace, OpKind};
 use crate::units::format_size;
 
 /// What a bound on the capacity was read from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum BoundKind {
     /// The segments alive when the trace window opens (a wrapped ring buffer).
@@ -238,7 +238,7 @@ fn note_oom(ev: &mut CapacityEvidence, cfg: &PyTorchConfig, reserved: u64, i: us
 }
 
 /// Where a replay's capacity came from (JSON `capacity_source`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum CapacitySource {
     /// `--capacity SIZE`.
@@ -283,7 +283,7 @@ impl CapacityArg {
 }
 
 /// The interval an inferred capacity comes from (JSON `capacity_inferred`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct InferredInterval {
     /// The largest reserved total the recording was granted (0 when none).
     pub low_bytes: u64,
@@ -296,8 +296,9 @@ pub struct InferredInterval {
     pub high_kind: BoundKind,
 }
 
-/// The capacity a replay runs under, where it came from, and the one line that says so.
-#[derive(Debug, Clone, PartialEq)]
+/// The capacity a replay runs under, where it came from, and the one line that says so
+/// (serialisable: the app's engine sends it to the UI as it is).
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct CapacityChoice {
     pub bytes: Option<u64>,
     pub source: CapacitySource,

@@ -81,25 +81,10 @@ mod entry {
     pub fn worker_handle(msg: &[u8]) {
         match wire::decode::<wire::Request>(msg) {
             Ok(req) => {
-                JOB.with(|j| j.set(job_of(&req)));
+                JOB.with(|j| j.set(req.job()));
                 ENGINE.with(|e| e.borrow_mut().handle(req, &mut |r| post(&r)));
             }
             Err(message) => post(&wire::Response::Failed { job: 0, message }),
-        }
-    }
-
-    fn job_of(req: &wire::Request) -> u64 {
-        use wire::Request as R;
-        match req {
-            R::Load { job, .. }
-            | R::SelectDevice { job, .. }
-            | R::Replay { job, .. }
-            | R::Layout { job, .. }
-            | R::FindAddress { job, .. }
-            | R::WhatIf { job, .. }
-            | R::Workload { job, .. }
-            | R::MinCapacity { job, .. } => *job,
-            R::DropSlot { .. } => 0,
         }
     }
 }

@@ -1,5 +1,7 @@
-//! The real snapshots built into the app (recorded on H200s, ../shared/traces), each with
-//! the memory cap the program ran under, so the first screen already tells a story.
+//! The real snapshots built into the app (recorded on H200s, ../shared/traces), so the
+//! first screen already tells a story. Each opens at its capacity as recorded (inferred
+//! from the recording, as `allocsim replay` does); the memory cap its program set, which
+//! the snapshot does not record, is kept here from its `.stats.json` and offered beside it.
 
 /// GiB, for caps given as PyTorch's `memory_fraction × total_memory` in GiB.
 fn gib(g: f64) -> u64 {
@@ -14,7 +16,8 @@ pub struct Example {
     /// What it shows, for the menu.
     pub about: &'static str,
     pub bytes: &'static [u8],
-    /// The per-process memory cap the program ran under (`None`: the whole GPU).
+    /// The per-process memory cap the program ran under (`None`: the whole GPU), from the
+    /// recording's `.stats.json`: offered in the memory-cap menu ("set by the program").
     pub cap_gib: Option<f64>,
     /// Configurations compared on opening (besides the snapshot's own settings).
     pub compare_with: &'static [&'static str],

@@ -93,26 +93,30 @@ impl EngineHandle {
                         let mut batch = vec![req];
                         batch.extend(req_rx.try_iter());
                         for req in coalesce(batch) {
-                            if let Request::MinCapacity { job, slot, spec } = req {
-                                // Beside the engine, so that layouts go on during the search.
-                                let work = engine.detached_min_capacity(job, slot, spec);
-                                let (tx, ctx) = (resp_tx.clone(), ctx.clone());
-                                let started = std::thread::Builder::new()
-                                    .name("allocsim-min-capacity".into())
-                                    .spawn(move || {
-                                        work(&mut |r| {
-                                            let _ = tx.send(r);
-                                            ctx.request_repaint();
+                            let job = req.job();
+                            let req = match engine.detached(req) {
+                                Ok(work) => {
+                                    // Beside the engine, so that layouts go on during the
+                                    // search.
+                                    let (tx, ctx) = (resp_tx.clone(), ctx.clone());
+                                    let started = std::thread::Builder::new()
+                                        .name("allocsim-search".into())
+                                        .spawn(move || {
+                                            work(&mut |r| {
+                                                let _ = tx.send(r);
+                                                ctx.request_repaint();
+                                            });
                                         });
-                                    });
-                                if let Err(e) = started {
-                                    let _ = resp_tx.send(Response::Failed {
-                                        job,
-                                        message: format!("cannot start the search: {e}"),
-                                    });
+                                    if let Err(e) = started {
+                                        let _ = resp_tx.send(Response::Failed {
+                                            job,
+                                            message: format!("cannot start the search: {e}"),
+                                        });
+                                    }
+                                    continue;
                                 }
-                                continue;
-                            }
+                                Err(req) => req,
+                            };
                             engine.handle(req, &mut |r| {
                                 let _ = resp_tx.send(r);
                                 ctx.request_repaint();
@@ -560,6 +564,55 @@ mod tests {
                     } => {
                         assert_eq!(slot, 0);
                         assert!(bytes > 0);
+                        order.push(3);
+                    }
+                    Response::Failed { job, message } => panic!("job {job}: {message}"),
+                    _ => {}
+                }
+            }
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        }
+        assert_eq!(order, [4, 3]);
+    }
+
+    #[test]
+    fn layouts_are_answered_while_a_what_if_runs() {
+        let ctx = egui::Context::default();
+        let mut e = EngineHandle::spawn(&ctx);
+        e.send(Request::Workload {
+            job: 1,
+            spec: "kvcache:tokens=500".into(),
+        });
+        e.send(Request::Replay {
+            job: 2,
+            slot: 0,
+            spec: "pytorch".into(),
+            capacity_bytes: None,
+        });
+        // The what-if replays the trace under fifteen configurations beside the engine.
+        e.send(Request::WhatIf {
+            job: 3,
+            capacity_bytes: None,
+        });
+        e.send(Request::Layout {
+            job: 4,
+            slot: 0,
+            op: 10,
+        });
+        let mut order = Vec::new();
+        let start = std::time::Instant::now();
+        while order.len() < 2 {
+            assert!(start.elapsed().as_secs() < 120, "no answer: {order:?}");
+            for r in e.poll() {
+                match r {
+                    Response::Layout { job: 4, .. } => order.push(4),
+                    Response::WhatIf {
+                        job: 3,
+                        rows,
+                        swept,
+                    } => {
+                        assert_eq!(rows.len(), 15);
+                        assert_eq!(swept, 0, "no capacity: nothing to sweep");
                         order.push(3);
                     }
                     Response::Failed { job, message } => panic!("job {job}: {message}"),

@@ -405,7 +405,7 @@ pub(super) fn live_section_ui(ui: &mut Ui, app: &mut super::AllocsimApp) {
         .default_open(false)
         .show(ui, |ui| {
             let spec = app.config.main_spec();
-            live_panel_ui(ui, &mut app.live, &spec, app.config.capacity_bytes)
+            live_panel_ui(ui, &mut app.live, &spec, app.config.capacity_bytes())
         });
     match open.body_returned.flatten() {
         Some(LiveAction::Start) => {
@@ -417,8 +417,8 @@ pub(super) fn live_section_ui(ui: &mut Ui, app: &mut super::AllocsimApp) {
                 source,
                 trace_device,
                 spec: app.config.main_spec(),
-                capacity_bytes: app.config.capacity_bytes,
-                balloon: app.live.balloon && app.config.capacity_bytes.is_some(),
+                capacity_bytes: app.config.capacity_bytes(),
+                balloon: app.live.balloon && app.config.capacity_bytes().is_some(),
                 ordinal: 0,
             };
             let label = format!(

@@ -20,6 +20,7 @@ pub mod timeline;
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
+use allocsim_core::capacity::{CapacityArg, CapacityChoice};
 use engine::wire::{AddressHit, NO_OP, Request, Response, WhatIfRow};
 use examples::Example;
 use render::QuadSet;
@@ -54,10 +55,18 @@ pub struct ConfigState {
     pub model: String,
     /// Its `PYTORCH_CUDA_ALLOC_CONF`-style config ("" = the snapshot's own settings).
     pub conf: String,
-    /// The memory cap of every configuration (`None`: the whole GPU).
-    pub capacity_bytes: Option<u64>,
+    /// The capacity asked for: as recorded (the default, as for `allocsim replay`), the
+    /// whole GPU, or a size. Set it with [`AllocsimApp::set_capacity`].
+    pub capacity_arg: CapacityArg,
+    /// The capacity every configuration replays under: `capacity_arg` resolved on the
+    /// device shown (the bytes, where they came from, and the line that says how they were
+    /// inferred).
+    pub capacity: CapacityChoice,
     /// The capacity text field.
     pub capacity_text: String,
+    /// The memory cap the program is known to have set (a built-in example's recorded
+    /// `set_per_process_memory_fraction`), offered beside the inferred one.
+    pub program_cap_bytes: Option<u64>,
     /// The other compared configurations (`NAME` or `NAME@CONFIG`).
     pub compare: Vec<String>,
     /// The "add a configuration" text field.
@@ -69,8 +78,10 @@ impl Default for ConfigState {
         ConfigState {
             model: "pytorch".into(),
             conf: String::new(),
-            capacity_bytes: None,
+            capacity_arg: CapacityArg::AsRecorded,
+            capacity: CapacityChoice::given(None),
             capacity_text: String::new(),
+            program_cap_bytes: None,
             compare: Vec::new(),
             add_text: String::new(),
         }
@@ -78,6 +89,35 @@ impl Default for ConfigState {
 }
 
 impl ConfigState {
+    /// The memory cap of every configuration (`None`: the whole GPU).
+    #[must_use]
+    pub fn capacity_bytes(&self) -> Option<u64> {
+        self.capacity.bytes
+    }
+
+    /// Asks for `arg` on a trace whose capacity as recorded is `recorded` (None: no
+    /// recording); the text field shows a size asked for, else nothing.
+    pub fn set_capacity(&mut self, arg: CapacityArg, recorded: Option<&CapacityChoice>) {
+        self.capacity_arg = arg;
+        self.capacity_text = match arg {
+            CapacityArg::Bytes(b) => allocsim_core::units::format_size(b),
+            CapacityArg::AsRecorded | CapacityArg::Unlimited => String::new(),
+        };
+        self.resolve_capacity(recorded);
+    }
+
+    /// Resolves [`ConfigState::capacity_arg`] on the capacity as recorded of the device
+    /// shown (None: no recording).
+    pub fn resolve_capacity(&mut self, recorded: Option<&CapacityChoice>) {
+        self.capacity = match self.capacity_arg {
+            CapacityArg::AsRecorded => recorded
+                .cloned()
+                .unwrap_or_else(|| CapacityChoice::given(None)),
+            CapacityArg::Unlimited => CapacityChoice::given(None),
+            CapacityArg::Bytes(b) => CapacityChoice::given(Some(b)),
+        };
+    }
+
     /// The main configuration as a spec.
     #[must_use]
     pub fn main_spec(&self) -> String {
@@ -125,8 +165,37 @@ struct LoadTiming {
 /// The call sites at a replay's peak (keyed by the replay's address): (stack, bytes, count).
 type PeakSites = (usize, Vec<(u32, u64, u32)>);
 
-/// A what-if job and its rows once answered.
-type WhatIf = (u64, Option<Vec<WhatIfRow>>);
+/// A what-if job: the capacity it asked about, and its rows and the number of PyTorch
+/// configurations swept once answered.
+#[derive(Debug)]
+struct WhatIf {
+    job: u64,
+    capacity_bytes: Option<u64>,
+    answer: Option<(Vec<WhatIfRow>, u32)>,
+}
+
+/// What an open sets once its trace has arrived (a file that fails to open changes
+/// nothing: the configuration stays in step with the trace on screen).
+#[derive(Debug)]
+struct Opening {
+    capacity: CapacityArg,
+    program_cap_bytes: Option<u64>,
+    compare: Vec<String>,
+}
+
+impl Opening {
+    fn new(capacity: CapacityArg, program_cap_bytes: Option<u64>, compare: &[&str]) -> Opening {
+        Opening {
+            capacity,
+            program_cap_bytes,
+            compare: if compare.is_empty() {
+                vec!["pytorch@expandable_segments:True".into()]
+            } else {
+                compare.iter().map(|s| (*s).to_string()).collect()
+            },
+        }
+    }
+}
 
 /// The app.
 pub struct AllocsimApp {
@@ -134,6 +203,8 @@ pub struct AllocsimApp {
     inbox: io::Inbox,
     next_job: u64,
     load_job: Option<u64>,
+    /// What the load in flight sets when its trace arrives.
+    opening: Option<Opening>,
     /// What the engine is doing: (job, stage, fraction).
     progress: Option<(u64, String, f32)>,
     doc: Option<Document>,
@@ -147,7 +218,7 @@ pub struct AllocsimApp {
     pub tab: Tab,
     pub search: SearchState,
     pub selected_alloc: Option<u32>,
-    /// The what-if job and its rows once answered.
+    /// The what-if job and its answer.
     what_if: Option<WhatIf>,
     /// Live bytes per call site at the main configuration's peak.
     peak_sites: Option<PeakSites>,
@@ -212,6 +283,7 @@ impl AllocsimApp {
             inbox: io::Inbox::default(),
             next_job: 1,
             load_job: None,
+            opening: None,
             progress: None,
             doc: None,
             config: ConfigState::default(),
@@ -252,14 +324,16 @@ impl AllocsimApp {
                         |f| f.to_string_lossy().into_owned(),
                     ),
                     bytes,
-                    None,
+                    CapacityArg::AsRecorded,
                     &[],
                 ),
                 Err(e) => self
                     .errors
                     .push(format!("cannot read {}: {e}", path.display())),
             },
-            Startup::Bytes { name, bytes } => self.open_bytes(name, bytes, None, &[]),
+            Startup::Bytes { name, bytes } => {
+                self.open_bytes(name, bytes, CapacityArg::AsRecorded, &[]);
+            }
             Startup::Empty => {}
         }
     }
@@ -269,38 +343,33 @@ impl AllocsimApp {
         self.next_job
     }
 
-    /// Opens a built-in example with its memory cap and its comparison.
+    /// Opens a built-in example at its capacity as recorded, with its comparison (the
+    /// cap its program set is offered beside the inferred one).
     pub fn open_example(&mut self, e: &Example) {
-        self.open_bytes(
+        self.open(
             e.file.to_string(),
             e.bytes.to_vec(),
-            e.cap_bytes(),
-            e.compare_with,
+            Opening::new(CapacityArg::AsRecorded, e.cap_bytes(), e.compare_with),
         );
     }
 
-    /// Opens a snapshot: `capacity` and `compare` set the configurations replayed.
+    /// Opens a snapshot: `capacity` (as recorded: `allocsim replay`'s default) and
+    /// `compare` set the configurations replayed once it has loaded.
     pub fn open_bytes(
         &mut self,
         name: String,
         bytes: Vec<u8>,
-        capacity: Option<u64>,
+        capacity: CapacityArg,
         compare: &[&str],
     ) {
+        self.open(name, bytes, Opening::new(capacity, None, compare));
+    }
+
+    fn open(&mut self, name: String, bytes: Vec<u8>, opening: Opening) {
         let job = self.job();
         self.load_job = Some(job);
+        self.opening = Some(opening);
         self.progress = Some((job, format!("reading {name}"), 0.0));
-        self.config.capacity_bytes = capacity;
-        self.config.capacity_text = capacity
-            .map(allocsim_core::units::format_size)
-            .unwrap_or_default();
-        self.config.model = "pytorch".into();
-        self.config.conf.clear();
-        self.config.compare = if compare.is_empty() {
-            vec!["pytorch@expandable_segments:True".into()]
-        } else {
-            compare.iter().map(|s| (*s).to_string()).collect()
-        };
         if !self.timing.name.is_empty() && !self.timing.done && self.timing.name.ends_with(&name) {
             // A fetch started the clock already.
         } else {
@@ -339,16 +408,26 @@ impl AllocsimApp {
                 .doc
                 .as_ref()
                 .is_some_and(|d| d.slots.iter().any(|s| s.min_capacity_job.is_some()))
-            || self.what_if.as_ref().is_some_and(|w| w.1.is_none())
+            || self.what_if.as_ref().is_some_and(|w| w.answer.is_none())
             || (self.timeline.mode == timeline::Mode::Bands
                 && self.doc.as_ref().is_some_and(|d| !d.bands_complete()))
+    }
+
+    /// Sets the capacity every configuration replays under and replays them.
+    pub fn set_capacity(&mut self, arg: CapacityArg) {
+        let recorded = self
+            .doc
+            .as_ref()
+            .and_then(|d| d.trace.recorded_capacity.clone());
+        self.config.set_capacity(arg, recorded.as_ref());
+        self.resimulate();
     }
 
     /// Replays the compared configurations that changed (after a config or capacity
     /// change); a slot whose spec and capacity stay keeps its replay.
     pub fn resimulate(&mut self) {
         let specs = self.config.specs();
-        let cap = self.config.capacity_bytes;
+        let cap = self.config.capacity_bytes();
         let Some(doc) = &mut self.doc else { return };
         let mut old: Vec<Option<Slot>> = std::mem::take(&mut doc.slots)
             .into_iter()
@@ -396,8 +475,32 @@ impl AllocsimApp {
                 }
             }
         }
-        self.what_if = None;
         self.peak_sites = None;
+    }
+
+    /// With the main configuration out of memory, asks what would have fit at the capacity
+    /// (the what-if) and the smallest capacity of each configuration, once per capacity:
+    /// an OOM trace opens with its explanation complete, without a click.
+    fn explain_main_oom(&mut self) {
+        let main_oom = self.doc.as_ref().is_some_and(|d| {
+            d.slots.first().is_some_and(|s| {
+                s.replay
+                    .as_ref()
+                    .is_some_and(|r| !r.data.summary.ooms.is_empty())
+            })
+        });
+        if !main_oom {
+            return;
+        }
+        let cap = self.config.capacity_bytes();
+        if self
+            .what_if
+            .as_ref()
+            .is_none_or(|w| w.capacity_bytes != cap)
+        {
+            self.request_what_if();
+        }
+        self.request_min_capacities();
     }
 
     /// Moves the cursor (clamped to the trace).
@@ -414,7 +517,8 @@ impl AllocsimApp {
                     let ex = examples::by_file(&f.name);
                     let cap = ex.and_then(Example::cap_bytes);
                     let cmp: &[&str] = ex.map_or(&[], |e| e.compare_with);
-                    self.open_bytes(f.name, f.bytes, cap, cmp);
+                    let opening = Opening::new(CapacityArg::AsRecorded, cap, cmp);
+                    self.open(f.name, f.bytes, opening);
                 }
                 Err(e) => self.errors.push(e),
             }
@@ -426,6 +530,7 @@ impl AllocsimApp {
         for r in self.engine.poll() {
             self.on_response(r);
         }
+        self.explain_main_oom();
         self.request_layouts();
     }
 
@@ -451,6 +556,20 @@ impl AllocsimApp {
                 #[cfg(feature = "cuda")]
                 self.live.loaded();
                 self.timeline.overlays.clear();
+                // A new file sets the configuration; another device of the same file keeps
+                // it, its capacity as recorded being that device's.
+                if let Some(o) = self.opening.take() {
+                    self.config.model = "pytorch".into();
+                    self.config.conf.clear();
+                    self.config.compare = o.compare;
+                    self.config.program_cap_bytes = o.program_cap_bytes;
+                    self.config
+                        .set_capacity(o.capacity, trace.recorded_capacity.as_ref());
+                } else {
+                    self.config
+                        .resolve_capacity(trace.recorded_capacity.as_ref());
+                }
+                self.what_if = None;
                 // The band quads are built once the stacked view is shown, a slice per
                 // frame (`build_bands`).
                 self.doc = Some(Document::new(Arc::new(*trace)));
@@ -486,10 +605,11 @@ impl AllocsimApp {
                 s.replay = Some(ReplayView::new(*replay));
                 s.layout = None;
                 if slot == 0 && self.cursor_pending {
+                    // On the first OOM (recorded or not), else at the peak.
                     self.cursor_pending = false;
                     let r = s.replay.as_ref();
                     self.cursor = r
-                        .and_then(|r| r.data.summary.oom.as_ref().map(|o| o.op_index))
+                        .and_then(|r| r.data.summary.ooms.first().map(|o| o.op_index))
                         .or(r.map(|r| r.peak_op))
                         .unwrap_or(0);
                 }
@@ -528,26 +648,27 @@ impl AllocsimApp {
                     s.min_capacity = Some(Ok(bytes));
                 }
             }
-            Response::WhatIf { job, rows } => {
-                if let Some((j, slot)) = &mut self.what_if
-                    && *j == job
+            Response::WhatIf { job, rows, swept } => {
+                if let Some(w) = &mut self.what_if
+                    && w.job == job
                 {
-                    *slot = Some(rows);
+                    w.answer = Some((rows, swept));
                 }
             }
             Response::Failed { job, message } => {
                 if self.load_job == Some(job) {
                     self.load_job = None;
+                    self.opening = None;
                     self.errors.push(message);
                     return;
                 }
                 if self.search.job == Some(job) {
                     self.search.job = None;
                 }
-                if let Some((j, _)) = &self.what_if
-                    && *j == job
+                if let Some(w) = &mut self.what_if
+                    && w.job == job
                 {
-                    self.what_if = Some((job, Some(Vec::new())));
+                    w.answer = Some((Vec::new(), 0));
                     self.errors.push(message);
                     return;
                 }
@@ -692,14 +813,12 @@ impl AllocsimApp {
     pub fn open_workload(&mut self, spec: &str, capacity: Option<u64>) {
         let job = self.job();
         self.load_job = Some(job);
+        self.opening = Some(Opening::new(
+            capacity.map_or(CapacityArg::Unlimited, CapacityArg::Bytes),
+            None,
+            &[],
+        ));
         self.progress = Some((job, format!("generating {spec}"), 0.0));
-        self.config.capacity_bytes = capacity;
-        self.config.capacity_text = capacity
-            .map(allocsim_core::units::format_size)
-            .unwrap_or_default();
-        self.config.model = "pytorch".into();
-        self.config.conf.clear();
-        self.config.compare = vec!["pytorch@expandable_segments:True".into()];
         self.timing = LoadTiming {
             started_ms: io::now_ms(),
             name: spec.to_string(),
@@ -717,10 +836,15 @@ impl AllocsimApp {
     /// Asks which configurations would fit under the current capacity.
     pub fn request_what_if(&mut self) {
         let job = self.job();
-        self.what_if = Some((job, None));
+        let capacity_bytes = self.config.capacity_bytes();
+        self.what_if = Some(WhatIf {
+            job,
+            capacity_bytes,
+            answer: None,
+        });
         self.engine.send(Request::WhatIf {
             job,
-            capacity_bytes: self.config.capacity_bytes,
+            capacity_bytes,
         });
     }
 
@@ -910,7 +1034,17 @@ impl AllocsimApp {
                 Some(v)
             })
             .collect();
-        let v = serde_json::json!({ "schema": 1, "file": doc.trace.name, "device": doc.trace.device, "capacity_bytes": self.config.capacity_bytes, "results": results });
+        let c = &self.config.capacity;
+        let v = serde_json::json!({
+            "schema": 1,
+            "file": doc.trace.name,
+            "device": doc.trace.device,
+            "capacity_bytes": c.bytes,
+            "capacity_source": c.source,
+            "capacity_inferred": c.inferred,
+            "capacity_note": c.note,
+            "results": results,
+        });
         serde_json::to_string_pretty(&v).ok()
     }
 

@@ -4,14 +4,15 @@
 
 use egui::{Color32, RichText, Ui};
 
-use super::engine::wire::NO_OP;
+use super::engine::wire::{NO_OP, OomData, WhatIfRow};
 use super::examples::EXAMPLES;
 use super::memory_map::memory_map_ui;
 use super::state::{self, Slot};
 use super::timeline::{Axis, Mode, format_seconds, timeline_ui};
-use super::{AllocsimApp, io, theme};
+use super::{AllocsimApp, ConfigState, io, theme};
+use allocsim_core::capacity::{BoundKind, CapacityArg, CapacityChoice};
 use allocsim_core::models::MODEL_NAMES;
-use allocsim_core::units::{format_size, parse_size};
+use allocsim_core::units::format_size;
 
 /// The tab under the timeline.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -311,56 +312,8 @@ fn config_ui(ui: &mut Ui, app: &mut AllocsimApp) {
     if r.lost_focus() && ui.input(|i| i.key_pressed(egui::Key::Enter)) {
         changed = true;
     }
-    ui.horizontal(|ui| {
-        let shown = app
-            .config
-            .capacity_bytes
-            .map_or_else(|| "whole GPU".to_string(), format_size);
-        egui::ComboBox::new("capacity", "memory cap")
-            .selected_text(shown)
-            .show_ui(ui, |ui| {
-                if ui
-                    .selectable_label(app.config.capacity_bytes.is_none(), "whole GPU (no cap)")
-                    .clicked()
-                {
-                    app.config.capacity_bytes = None;
-                    app.config.capacity_text.clear();
-                    changed = true;
-                }
-                for (label, bytes) in CAPACITIES {
-                    if ui
-                        .selectable_label(app.config.capacity_bytes == Some(*bytes), *label)
-                        .clicked()
-                    {
-                        app.config.capacity_bytes = Some(*bytes);
-                        app.config.capacity_text = format_size(*bytes);
-                        changed = true;
-                    }
-                }
-            });
-    });
-    let r = ui.add(
-        egui::TextEdit::singleline(&mut app.config.capacity_text)
-            .hint_text("e.g. 2.2GiB, 24GB, empty: no cap")
-            .desired_width(f32::INFINITY),
-    );
-    if r.lost_focus() && ui.input(|i| i.key_pressed(egui::Key::Enter)) {
-        let t = app.config.capacity_text.trim().to_string();
-        if t.is_empty() {
-            app.config.capacity_bytes = None;
-            changed = true;
-        } else {
-            match parse_size(&t) {
-                Ok(0) => app
-                    .errors
-                    .push("the memory cap must be more than 0 bytes".into()),
-                Ok(b) => {
-                    app.config.capacity_bytes = Some(b);
-                    changed = true;
-                }
-                Err(e) => app.errors.push(e),
-            }
-        }
+    if let Some(arg) = capacity_ui(ui, app) {
+        app.set_capacity(arg);
     }
     ui.add_space(4.0);
     ui.label(RichText::new("Compared").strong());
@@ -418,6 +371,130 @@ fn config_ui(ui: &mut Ui, app: &mut AllocsimApp) {
     if changed {
         app.resimulate();
     }
+}
+
+/// The capacity control: as recorded (with where it was inferred from), the cap the
+/// program set where known, the whole GPU, common GPU sizes, or a typed size. Returns the
+/// capacity chosen this frame.
+fn capacity_ui(ui: &mut Ui, app: &mut AllocsimApp) -> Option<CapacityArg> {
+    let mut chosen = None;
+    let recorded = app
+        .doc
+        .as_ref()
+        .and_then(|d| d.trace.recorded_capacity.clone());
+    let config = &app.config;
+    ui.horizontal(|ui| {
+        egui::ComboBox::new("capacity", "memory cap")
+            .selected_text(capacity_label(config))
+            .show_ui(ui, |ui| {
+                if let Some(b) = recorded.as_ref().and_then(|r| r.bytes) {
+                    let r = ui.selectable_label(
+                        config.capacity_arg == CapacityArg::AsRecorded,
+                        format!("as recorded: {}", format_size(b)),
+                    );
+                    let r = match recorded.as_ref().and_then(|r| r.note.as_ref()) {
+                        Some(note) => r.on_hover_text(note),
+                        None => r,
+                    };
+                    if r.clicked() {
+                        chosen = Some(CapacityArg::AsRecorded);
+                    }
+                }
+                if let Some(b) = config.program_cap_bytes
+                    && ui
+                        .selectable_label(
+                            config.capacity_arg == CapacityArg::Bytes(b),
+                            format!("set by the program: {}", format_size(b)),
+                        )
+                        .on_hover_text(
+                            "the cap the recorded program set (set_per_process_memory_fraction × total memory)",
+                        )
+                        .clicked()
+                {
+                    chosen = Some(CapacityArg::Bytes(b));
+                }
+                if ui
+                    .selectable_label(config.capacity_bytes().is_none(), "whole GPU (no cap)")
+                    .clicked()
+                {
+                    chosen = Some(CapacityArg::Unlimited);
+                }
+                for (label, bytes) in CAPACITIES {
+                    if ui
+                        .selectable_label(config.capacity_arg == CapacityArg::Bytes(*bytes), *label)
+                        .clicked()
+                    {
+                        chosen = Some(CapacityArg::Bytes(*bytes));
+                    }
+                }
+            });
+    });
+    // Where the capacity as recorded came from, or why none could be inferred.
+    if config.capacity_arg == CapacityArg::AsRecorded
+        && let Some(note) = &config.capacity.note
+    {
+        match inferred_from(&config.capacity) {
+            Some(from) => ui.weak(from).on_hover_text(note),
+            None => ui.weak(note),
+        };
+    }
+    let r = ui
+        .horizontal(|ui| {
+            let label = ui.label("or type");
+            ui.add(
+                egui::TextEdit::singleline(&mut app.config.capacity_text)
+                    .hint_text("2.2GiB, 24GB, none; empty: as recorded")
+                    .desired_width(f32::INFINITY),
+            )
+            .labelled_by(label.id)
+        })
+        .inner;
+    if r.lost_focus() && ui.input(|i| i.key_pressed(egui::Key::Enter)) {
+        let t = app.config.capacity_text.trim().to_string();
+        if t.is_empty() {
+            chosen = Some(CapacityArg::AsRecorded);
+        } else {
+            match CapacityArg::parse(&t) {
+                Ok(CapacityArg::Bytes(0)) => app
+                    .errors
+                    .push("the memory cap must be more than 0 bytes".into()),
+                Ok(arg) => chosen = Some(arg),
+                Err(e) => app.errors.push(e),
+            }
+        }
+    }
+    chosen
+}
+
+/// The capacity as the control shows it: "as recorded: 78.50 GiB", "whole GPU", a size.
+#[must_use]
+pub fn capacity_label(config: &ConfigState) -> String {
+    match (config.capacity_arg, config.capacity.bytes) {
+        (_, None) => "whole GPU".to_string(),
+        (CapacityArg::AsRecorded, Some(b)) => format!("as recorded: {}", format_size(b)),
+        (_, Some(b)) => format_size(b),
+    }
+}
+
+/// The capacity in a sentence: "78.50 GiB (as recorded)", "the whole GPU", a size.
+fn capacity_phrase(config: &ConfigState) -> String {
+    match (config.capacity_arg, config.capacity.bytes) {
+        (_, None) => "the whole GPU".to_string(),
+        (CapacityArg::AsRecorded, Some(b)) => format!("{} (as recorded)", format_size(b)),
+        (_, Some(b)) => format_size(b),
+    }
+}
+
+/// Where an inferred capacity came from, in a few words: "from the OOM report at event
+/// 933" (the full line is the choice's note).
+#[must_use]
+pub fn inferred_from(c: &CapacityChoice) -> Option<String> {
+    let iv = c.inferred?;
+    let what = match iv.high_kind {
+        BoundKind::OomDeviceFree | BoundKind::OomRequest => "the OOM report",
+        k => k.describe(),
+    };
+    Some(format!("from {what} at event {}", iv.high_event))
 }
 
 fn slot_status(s: &Slot) -> String {
@@ -588,31 +665,85 @@ fn selection_ui(ui: &mut Ui, app: &mut AllocsimApp) {
     ui.separator();
 }
 
+/// The OOM of `ooms` the panel explains at the cursor: the last at or before it, else the
+/// first.
+fn oom_at(ooms: &[OomData], cursor: u32) -> usize {
+    ooms.iter().rposition(|o| o.op_index <= cursor).unwrap_or(0)
+}
+
+/// What happened at an OOM, in PyTorch's terms.
+fn oom_status(o: &OomData) -> &'static str {
+    if o.fatal {
+        "the program would have died here"
+    } else {
+        "as recorded: the program caught it and went on"
+    }
+}
+
+/// "OOM explained": the main configuration's OOM at the cursor — PyTorch's sentence, then
+/// ours and the numbers behind it — the other configurations' OOMs in a line each, then
+/// what would have fit at this capacity.
 fn oom_ui(ui: &mut Ui, app: &mut AllocsimApp) {
     let Some(doc) = &app.doc else { return };
-    let failing: Vec<(usize, super::engine::wire::OomData, String)> = doc
+    let ooms = |s: &Slot| -> Option<Vec<OomData>> {
+        let o = &s.replay.as_ref()?.data.summary.ooms;
+        (!o.is_empty()).then(|| o.clone())
+    };
+    let failing: Vec<(usize, Vec<OomData>, String)> = doc
         .slots
         .iter()
         .enumerate()
-        .filter_map(|(i, s)| {
-            Some((
-                i,
-                s.replay.as_ref()?.data.summary.oom.clone()?,
-                s.spec.clone(),
-            ))
-        })
+        .filter_map(|(i, s)| Some((i, ooms(s)?, s.spec.clone())))
         .collect();
     if failing.is_empty() {
         return;
     }
-    ui.heading(RichText::new("Out of memory").color(theme::OOM));
+    ui.heading(RichText::new("OOM explained").color(theme::OOM));
     let mut go = None;
-    for (i, o, spec) in &failing {
-        ui.horizontal(|ui| {
+    for (i, ooms, spec) in &failing {
+        let shown = oom_at(ooms, app.cursor);
+        let o = &ooms[shown];
+        ui.horizontal_wrapped(|ui| {
             let (rect, _) = ui.allocate_exact_size(egui::vec2(12.0, 12.0), egui::Sense::hover());
             ui.painter().rect_filled(rect, 2.0, theme::slot(*i));
             ui.label(RichText::new(spec).monospace());
+            if *i > 0 {
+                // Another compared configuration: a line, its explanation on hover.
+                if ui
+                    .link(format!("OOM at event {}", o.event_index))
+                    .on_hover_text(&o.explanation)
+                    .clicked()
+                {
+                    go = Some(o.op_index);
+                }
+                if ooms.len() > 1 {
+                    ui.weak(format!("(and {} more)", ooms.len() - 1));
+                }
+            }
         });
+        if *i > 0 {
+            continue;
+        }
+        if ooms.len() > 1 {
+            ui.horizontal_wrapped(|ui| {
+                ui.label(format!("{} OOMs:", ooms.len()));
+                for (k, x) in ooms.iter().enumerate().take(50) {
+                    if ui
+                        .selectable_label(k == shown, format!("event {}", x.event_index))
+                        .clicked()
+                    {
+                        go = Some(x.op_index);
+                    }
+                }
+                if ooms.len() > 50 {
+                    ui.weak("…");
+                }
+            });
+        }
+        ui.label(RichText::new(format!("At event {}: {}", o.event_index, oom_status(o))).strong());
+        if let Some(m) = &o.pytorch_message {
+            ui.label(RichText::new(m).color(theme::BAD_TEXT));
+        }
         ui.label(&o.explanation);
         egui::Grid::new(("oom", *i)).num_columns(2).show(ui, |ui| {
             ui.label("requested");
@@ -632,20 +763,45 @@ fn oom_ui(ui: &mut Ui, app: &mut AllocsimApp) {
             ui.label(format_size(o.largest_free_bytes));
             ui.end_row();
         });
-        if ui.link(format!("go to event {}", o.event_index)).clicked() {
+        if app.cursor != o.op_index && ui.link(format!("go to event {}", o.event_index)).clicked() {
             go = Some(o.op_index);
         }
     }
-    let fits: Vec<&Slot> = doc
-        .slots
-        .iter()
-        .filter(|s| {
-            s.replay
-                .as_ref()
-                .is_some_and(|r| r.data.summary.oom.is_none())
-        })
-        .collect();
-    for s in &fits {
+    let add = would_fit_ui(ui, app);
+    if let Some(op) = go {
+        app.set_cursor(op);
+        if let Some(doc) = &app.doc {
+            app.timeline.reveal(doc, op);
+        }
+    }
+    if let Some(spec) = add
+        && !app.config.specs().contains(&spec)
+    {
+        app.config.compare.push(spec);
+        app.resimulate();
+    }
+}
+
+/// What would have fit at the capacity: the compared configurations that serve every
+/// request, the what-if (PyTorch's options and the other allocators, asked for as soon as
+/// the main configuration runs out of memory), and each failing configuration's smallest
+/// capacity. Returns a configuration the user chose to compare.
+fn would_fit_ui(ui: &mut Ui, app: &mut AllocsimApp) -> Option<String> {
+    let doc = app.doc.as_ref()?;
+    ui.add_space(6.0);
+    ui.label(
+        RichText::new(format!(
+            "Would have fit at {}",
+            capacity_phrase(&app.config)
+        ))
+        .strong(),
+    );
+    let served = |s: &Slot| {
+        s.replay
+            .as_ref()
+            .is_some_and(|r| r.data.summary.ooms.is_empty())
+    };
+    for s in doc.slots.iter().filter(|s| served(s)) {
         ui.colored_label(
             theme::OK_TEXT,
             format!(
@@ -659,44 +815,34 @@ fn oom_ui(ui: &mut Ui, app: &mut AllocsimApp) {
             ),
         );
     }
-    ui.add_space(4.0);
     let mut add = None;
-    match &app.what_if {
+    let mut ask = false;
+    let cap = app.config.capacity_bytes();
+    match app.what_if.as_ref().filter(|w| w.capacity_bytes == cap) {
         None => {
-            if ui
+            ask = ui
                 .button("What would fit?")
                 .on_hover_text("Replay PyTorch's options and the other allocators under this cap")
-                .clicked()
-            {
-                app.request_what_if();
+                .clicked();
+        }
+        Some(w) => match &w.answer {
+            None => {
+                ui.horizontal(|ui| {
+                    ui.spinner();
+                    ui.label("trying configurations…");
+                });
             }
-        }
-        Some((_, None)) => {
-            ui.horizontal(|ui| {
-                ui.spinner();
-                ui.label("trying configurations…");
-            });
-        }
-        Some((_, Some(rows))) => {
-            egui::Grid::new("what_if")
-                .num_columns(3)
-                .striped(true)
-                .show(ui, |ui| {
-                                        for r in rows {
+            Some((rows, swept)) => {
+                let (fit, oom): (Vec<&WhatIfRow>, Vec<&WhatIfRow>) =
+                    rows.iter().partition(|r| r.fits && r.error.is_empty());
+                for r in &fit {
+                    ui.horizontal_wrapped(|ui| {
                         if r.recommended {
-                            ui.colored_label(theme::OK_TEXT, "best").on_hover_text("the PyTorch configuration with the lowest peak that fits (recommend)");
-                        } else if r.error.is_empty() {
-                            ui.colored_label(
-                                if r.fits {
-                                    theme::OK_TEXT
-                                } else {
-                                    theme::BAD_TEXT
-                                },
-                                if r.fits { "fits" } else { "OOM" },
+                            ui.colored_label(theme::OK_TEXT, "best").on_hover_text(
+                                "the PyTorch configuration with the lowest peak that fits (recommend)",
                             );
                         } else {
-                            ui.colored_label(theme::BAD_TEXT, "!")
-                                .on_hover_text(&r.error);
+                            ui.colored_label(theme::OK_TEXT, "fits");
                         }
                         if ui
                             .link(RichText::new(&r.spec).monospace())
@@ -705,29 +851,75 @@ fn oom_ui(ui: &mut Ui, app: &mut AllocsimApp) {
                         {
                             add = Some(r.spec.clone());
                         }
-                        ui.label(if r.fits {
-                            format!("peak {}", format_size(r.peak_reserved_bytes))
-                        } else {
-                            r.oom_event
-                                .map_or_else(String::new, |e| format!("OOM at event {e}"))
-                        });
-                        ui.end_row();
-                    }
-                });
-        }
+                        ui.label(format!("peak {}", format_size(r.peak_reserved_bytes)));
+                    });
+                }
+                if fit.is_empty() && !rows.is_empty() {
+                    let also = if *swept > 0 {
+                        format!(" (nor the {swept} PyTorch option sets swept)")
+                    } else {
+                        String::new()
+                    };
+                    ui.colored_label(
+                        theme::BAD_TEXT,
+                        format!(
+                            "none of the {} configurations tried{also} serves every request here",
+                            rows.len()
+                        ),
+                    );
+                }
+                if !oom.is_empty() {
+                    ui.collapsing(format!("{} run out of memory", oom.len()), |ui| {
+                        for r in &oom {
+                            ui.horizontal_wrapped(|ui| {
+                                if r.error.is_empty() {
+                                    ui.colored_label(theme::BAD_TEXT, "OOM");
+                                } else {
+                                    ui.colored_label(theme::BAD_TEXT, "!")
+                                        .on_hover_text(&r.error);
+                                }
+                                if ui
+                                    .link(RichText::new(&r.spec).monospace())
+                                    .on_hover_text("compare it")
+                                    .clicked()
+                                {
+                                    add = Some(r.spec.clone());
+                                }
+                                if let Some(e) = r.oom_event {
+                                    ui.label(format!("at event {e}"));
+                                }
+                            });
+                        }
+                    });
+                }
+            }
+        },
     }
-    if let Some(op) = go {
-        app.set_cursor(op);
-        if let Some(doc) = &app.doc {
-            app.timeline.reveal(doc, op);
-        }
-    }
-    if let Some(spec) = add
-        && !app.config.specs().contains(&spec)
+    // The smallest capacity at which each failing configuration serves every request.
+    for s in doc
+        .slots
+        .iter()
+        .filter(|s| s.replay.is_some() && !served(s))
     {
-        app.config.compare.push(spec);
-        app.resimulate();
+        match &s.min_capacity {
+            Some(Ok(b)) => {
+                ui.label(format!(
+                    "{}: every request served from {} (min capacity)",
+                    s.spec,
+                    format_size(*b)
+                ));
+            }
+            Some(Err(e)) => {
+                ui.weak(format!("{}: no capacity serves every request", s.spec))
+                    .on_hover_text(e);
+            }
+            None => {}
+        }
     }
+    if ask {
+        app.request_what_if();
+    }
+    add
 }
 
 pub(super) fn central_ui(ui: &mut Ui, app: &mut AllocsimApp) {
@@ -870,6 +1062,13 @@ fn map_tab_ui(ui: &mut Ui, app: &mut AllocsimApp) {
 fn compare_tab_ui(ui: &mut Ui, app: &mut AllocsimApp) {
     app.request_min_capacities();
     let Some(doc) = &app.doc else { return };
+    // The capacity every row ran under, as `allocsim compare` states it.
+    ui.horizontal_wrapped(|ui| {
+        ui.label(format!("capacity {}", capacity_phrase(&app.config)));
+        if let Some(n) = &app.config.capacity.note {
+            ui.weak(n);
+        }
+    });
     egui::Grid::new("summary")
         .striped(true)
         .num_columns(8)

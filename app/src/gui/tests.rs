@@ -1,9 +1,10 @@
 //! UI tests without a GPU: the whole app in a headless egui context (`egui_kittest`), the
 //! engine run inline, the big views drawn as egui meshes.
 
+use allocsim_core::capacity::CapacityArg;
 use egui::accesskit::Role;
 use egui_kittest::Harness;
-use egui_kittest::kittest::Queryable;
+use egui_kittest::kittest::{Queryable, by};
 
 use super::engine::wire::{NO_OP, block_state};
 use super::examples::{self, OOM_STORY};
@@ -33,8 +34,12 @@ fn settle(h: &mut Harness<'static, AllocsimApp>) {
     panic!("the app never settled");
 }
 
+/// Whether `text` is on screen: in a label, or as the value a combo box shows.
 fn has_text(h: &Harness<'static, AllocsimApp>, text: &str) -> bool {
     h.query_all_by_label_contains(text).next().is_some()
+        || h.query_all(by().predicate(|n| n.value().is_some_and(|v| v.contains(text))))
+            .next()
+            .is_some()
 }
 
 #[test]
@@ -78,7 +83,7 @@ fn opens_on_the_oom_story_with_the_oom_explained() {
         layout.data.blocks.len(),
         "one quad per block"
     );
-    assert!(has_text(&h, "Out of memory"));
+    assert!(has_text(&h, "OOM explained"));
     assert!(has_text(&h, "Tried to allocate 400.00 MiB"));
     assert!(has_text(&h, "1.12 GiB in 6 holes"));
     assert!(has_text(&h, "pytorch@expandable_segments:True fits"));
@@ -273,7 +278,7 @@ fn a_bad_file_shows_an_error_and_the_app_keeps_working() {
     h.state_mut().open_bytes(
         "broken.pickle".into(),
         b"\x80\x04garbage".to_vec(),
-        None,
+        CapacityArg::AsRecorded,
         &[],
     );
     settle(&mut h);
@@ -349,8 +354,7 @@ fn a_key_asks_for_its_layout_in_the_same_frame() {
 #[test]
 fn a_larger_cap_re_simulates_and_the_oom_goes_away() {
     let mut h = harness(Startup::Example(&OOM_STORY));
-    h.state_mut().config.capacity_bytes = Some(8 << 30);
-    h.state_mut().resimulate();
+    h.state_mut().set_capacity(CapacityArg::Bytes(8 << 30));
     settle(&mut h);
     let d = h.state().document().expect("doc");
     assert!(d.slots.iter().all(|s| {
@@ -358,7 +362,7 @@ fn a_larger_cap_re_simulates_and_the_oom_goes_away() {
             .as_ref()
             .is_some_and(|r| r.data.summary.oom.is_none())
     }));
-    assert!(!has_text(&h, "Out of memory"));
+    assert!(!has_text(&h, "OOM explained"));
 }
 
 #[test]
@@ -546,4 +550,218 @@ fn the_stacked_view_builds_its_bands_only_once_shown() {
     settle(&mut h);
     let doc = h.state().document().expect("doc");
     assert_eq!(Some(doc.bands.len()), n);
+}
+
+/// A real H100 snapshot in the repository: GPT-2 training on the full GPU, three OOMs the
+/// program caught (batch 64, 32, 16), then batch 8 fits.
+const GPT2_OOM: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../tests/traces/gpt2_big_batch_oom_msg.pickle.gz"
+);
+
+fn gpt2_bytes() -> Vec<u8> {
+    std::fs::read(GPT2_OOM).expect("tests/traces/gpt2_big_batch_oom_msg.pickle.gz")
+}
+
+#[test]
+fn an_oom_trace_opens_on_its_first_oom_at_the_capacity_as_recorded() {
+    let h = harness(Startup::File(GPT2_OOM.into()));
+    let app = h.state();
+    assert!(app.errors.is_empty(), "{:?}", app.errors);
+    // The capacity the CLI infers by default (`allocsim replay`).
+    let v = allocsim_core::session::load(&gpt2_bytes(), None).expect("loads");
+    let d = v.trace.busiest_device();
+    let cli = allocsim_core::session::capacity(&v.trace, d, CapacityArg::AsRecorded);
+    assert_eq!(cli.bytes, Some(84_288_929_792), "{cli:?}");
+    assert_eq!(app.config.capacity_arg, CapacityArg::AsRecorded);
+    assert_eq!(app.config.capacity, cli);
+    let doc = app.document().expect("loaded");
+    assert!(doc.slots.iter().all(|s| s.capacity_bytes == cli.bytes));
+    // The cursor on the first OOM, event 933.
+    let main = doc.slots[0].replay.as_ref().expect("replayed");
+    let first = &main.data.summary.ooms[0];
+    assert_eq!(first.event_index, 933);
+    assert!(first.recorded && !first.fatal);
+    assert_eq!(main.data.summary.ooms.len(), 3);
+    assert_eq!(app.cursor, first.op_index);
+    assert_eq!(doc.trace.ops.event_index[app.cursor as usize], 933);
+    // The capacity control says where the capacity came from.
+    assert!(
+        h.query(by().role(Role::ComboBox).value("as recorded: 78.50 GiB"))
+            .is_some(),
+        "the memory cap shows the capacity as recorded"
+    );
+    assert!(has_text(&h, "from the OOM report at event 933"));
+    // OOM explained: PyTorch's sentence, as its exception said it, then ours.
+    assert!(has_text(&h, "OOM explained"));
+    assert!(has_text(
+        &h,
+        "At event 933: as recorded: the program caught it and went on"
+    ));
+    assert!(has_text(
+        &h,
+        "CUDA out of memory. Tried to allocate 1024.00 MiB. Of the allocated memory 77.60 GiB is allocated by PyTorch, and 10.16 MiB is reserved by PyTorch but unallocated."
+    ));
+    assert!(has_text(&h, "10.16 MiB in 2 holes"));
+    // What would have fit, computed at that capacity without a click: nothing PyTorch
+    // offers (the batch needs more than the GPU), and the capacity that would have.
+    assert!(has_text(&h, "Would have fit at 78.50 GiB (as recorded)"));
+    assert!(has_text(&h, "none of the 15 configurations tried"));
+    let needed = allocsim_core::whatif::min_capacity(
+        &v.trace,
+        d,
+        &allocsim_core::models::ModelSpec::parse("pytorch").expect("spec"),
+        &mut |_, _| {},
+    )
+    .expect("min capacity");
+    assert_eq!(
+        doc.slots[0].min_capacity,
+        Some(Ok(needed.min_capacity_bytes))
+    );
+    assert!(has_text(
+        &h,
+        &format!(
+            "pytorch: every request served from {} (min capacity)",
+            allocsim_core::units::format_size(needed.min_capacity_bytes)
+        )
+    ));
+}
+
+#[test]
+fn the_compare_table_uses_the_capacity_and_min_capacity_of_the_cli() {
+    let mut h = harness(Startup::File(GPT2_OOM.into()));
+    h.state_mut().tab = Tab::Compare;
+    settle(&mut h);
+    let v = allocsim_core::session::load(&gpt2_bytes(), None).expect("loads");
+    let d = v.trace.busiest_device();
+    let app = h.state();
+    let doc = app.document().expect("doc");
+    for s in &doc.slots {
+        let spec = allocsim_core::models::ModelSpec::parse(&s.spec).expect("spec");
+        let m = allocsim_core::whatif::min_capacity(&v.trace, d, &spec, &mut |_, _| {})
+            .expect("min capacity");
+        assert_eq!(s.min_capacity, Some(Ok(m.min_capacity_bytes)), "{}", s.spec);
+        assert!(has_text(
+            &h,
+            &allocsim_core::units::format_size(m.min_capacity_bytes)
+        ));
+    }
+    // The same capacity as `allocsim compare`, said the same way.
+    let cli = allocsim_core::session::capacity(&v.trace, d, CapacityArg::AsRecorded);
+    assert!(has_text(&h, "capacity as recorded: 78.50 GiB"));
+    let json: serde_json::Value =
+        serde_json::from_str(&app.compare_json().expect("json")).expect("valid");
+    assert_eq!(json["capacity_bytes"], cli.bytes.expect("inferred"));
+    assert_eq!(json["capacity_source"], "recorded");
+    assert_eq!(json["capacity_inferred"]["high_event"], 933);
+    assert_eq!(
+        json["results"][0]["oom"]["pytorch_message"]
+            .as_str()
+            .map(|m| m.starts_with("CUDA out of memory. Tried to allocate 1024.00 MiB.")),
+        Some(true)
+    );
+}
+
+#[test]
+fn an_oom_free_trace_opens_on_the_whole_gpu() {
+    let ex = examples::by_file("mlp_train.pickle.gz").expect("built in");
+    let h = harness(Startup::Example(ex));
+    let app = h.state();
+    assert_eq!(app.config.capacity_arg, CapacityArg::AsRecorded);
+    assert_eq!(app.config.capacity_bytes(), None);
+    assert_eq!(
+        app.config.capacity.source,
+        allocsim_core::capacity::CapacitySource::Unlimited
+    );
+    let doc = app.document().expect("doc");
+    assert!(doc.slots.iter().all(|s| {
+        s.capacity_bytes.is_none()
+            && s.replay
+                .as_ref()
+                .is_some_and(|r| r.data.summary.ooms.is_empty())
+    }));
+    assert!(has_text(&h, "whole GPU"));
+    assert!(!has_text(&h, "as recorded:"));
+    assert!(!has_text(&h, "OOM explained"));
+    // Nothing was asked that only an OOM needs.
+    assert!(doc.slots.iter().all(|s| s.min_capacity.is_none()));
+}
+
+#[test]
+fn the_capacity_can_still_be_chosen_and_as_recorded_chosen_back() {
+    let mut h = harness(Startup::Example(&OOM_STORY));
+    let inferred = h.state().config.capacity_bytes().expect("inferred");
+    h.state_mut().set_capacity(CapacityArg::Unlimited);
+    settle(&mut h);
+    assert!(has_text(&h, "whole GPU"));
+    let d = h.state().document().expect("doc");
+    assert!(d.slots.iter().all(|s| s.capacity_bytes.is_none()));
+    // Unlimited, the story's recorded OOM is served: nothing to explain.
+    assert!(!has_text(&h, "OOM explained"));
+    h.state_mut().set_capacity(CapacityArg::AsRecorded);
+    settle(&mut h);
+    assert_eq!(h.state().config.capacity_bytes(), Some(inferred));
+    assert!(has_text(&h, "OOM explained"));
+    // Typed: a size or `none`.
+    let field = h.get_by_role_and_label(Role::TextInput, "or type");
+    field.focus();
+    field.type_text("none");
+    h.key_press(egui::Key::Enter);
+    settle(&mut h);
+    assert_eq!(h.state().config.capacity_arg, CapacityArg::Unlimited);
+}
+
+#[test]
+fn the_built_in_examples_open_as_recorded_and_their_programs_caps_lie_in_the_inferred_interval() {
+    // oom_story: the program set a 2.2 GiB cap; the recording shows it was granted 2 GiB
+    // and refused 2 GiB + the 400 MiB segment, so every capacity in [2.00, 2.39) GiB
+    // explains it and the app, as `allocsim replay`, uses the most generous one.
+    let h = harness(Startup::Example(&OOM_STORY));
+    let c = &h.state().config;
+    assert_eq!(c.capacity_arg, CapacityArg::AsRecorded);
+    assert_eq!(c.capacity_bytes(), Some((2448 << 20) - 1));
+    assert_eq!(c.program_cap_bytes, OOM_STORY.cap_bytes());
+    assert!(has_text(&h, "as recorded: 2.39 GiB"));
+    assert!(has_text(&h, "from the OOM report at event 27"));
+    for ex in examples::EXAMPLES
+        .iter()
+        .filter(|e| e.bytes.len() < 200_000)
+    {
+        let v = allocsim_core::session::load(ex.bytes, None).expect("loads");
+        let d = v.trace.busiest_device();
+        let rec = allocsim_core::session::capacity(&v.trace, d, CapacityArg::AsRecorded);
+        if let (Some(cap), Some(iv)) = (ex.cap_bytes(), rec.inferred) {
+            assert!(
+                iv.low_bytes <= cap && cap < iv.high_bytes,
+                "{}: {cap} outside {iv:?}",
+                ex.file
+            );
+        }
+    }
+}
+
+#[test]
+fn a_bad_file_leaves_the_capacity_in_step_with_the_trace_on_screen() {
+    let mut h = harness(Startup::Example(&OOM_STORY));
+    h.state_mut().set_capacity(CapacityArg::Bytes(8 << 30));
+    settle(&mut h);
+    assert!(has_text(&h, "8.00 GiB"));
+    h.state_mut().open_bytes(
+        "broken.pickle".into(),
+        b"\x80\x04garbage".to_vec(),
+        CapacityArg::AsRecorded,
+        &[],
+    );
+    settle(&mut h);
+    assert_eq!(h.state().errors.len(), 1);
+    // The story and its 8 GiB cap stay: the control, the replays and the OOM panel agree.
+    let app = h.state();
+    assert_eq!(app.config.capacity_arg, CapacityArg::Bytes(8 << 30));
+    assert_eq!(app.config.capacity_bytes(), Some(8 << 30));
+    let d = app.document().expect("doc");
+    assert_eq!(d.trace.name, "oom_story.pickle.gz");
+    assert!(d.slots.iter().all(|s| s.capacity_bytes == Some(8 << 30)));
+    assert!(has_text(&h, "8.00 GiB"));
+    assert!(!has_text(&h, "whole GPU"));
+    assert!(!has_text(&h, "OOM explained"));
 }

@@ -440,7 +440,11 @@ pub fn timeline_ui(
                 );
             }
         }
-        if let Some(oom) = s.replay.as_ref().and_then(|r| r.data.summary.oom.as_ref()) {
+        let ooms = s
+            .replay
+            .as_ref()
+            .map_or(&[][..], |r| &r.data.summary.ooms[..]);
+        for oom in ooms {
             let x = xm.to_screen(st.x_of_op(doc, oom.op_index));
             if (plot.left()..=plot.right()).contains(&x) {
                 painter.line_segment(

@@ -9,8 +9,9 @@ pub mod wire;
 
 use std::sync::Arc;
 
+use allocsim_core::capacity::CapacityArg;
 use allocsim_core::models::{LayoutBlockState, MODEL_NAMES, ModelSpec};
-use allocsim_core::replay::{self, Outcome, ReplayOptions, ReplayResult};
+use allocsim_core::replay::{self, OomReport, Outcome, ReplayOptions, ReplayResult};
 use allocsim_core::trace::{DeviceTrace, OpKind, Trace};
 use allocsim_core::validate::DeviceReport;
 use allocsim_core::{session, whatif, workloads};
@@ -28,7 +29,7 @@ struct Slot {
 /// The engine's state: the loaded trace and one replay per compare slot.
 #[derive(Default)]
 pub struct Engine {
-    /// Shared with work that runs beside the engine ([`Engine::detached_min_capacity`]).
+    /// Shared with work that runs beside the engine ([`Engine::detached`]).
     trace: Option<Arc<Trace>>,
     reports: Vec<DeviceReport>,
     name: String,
@@ -121,10 +122,16 @@ impl Engine {
             Request::WhatIf {
                 job,
                 capacity_bytes,
-            } => match self.what_if(job, capacity_bytes, emit) {
-                Ok(rows) => emit(Response::WhatIf { job, rows }),
-                Err(message) => emit(Response::Failed { job, message }),
-            },
+            } => {
+                let r = what_if_response(
+                    self.trace.as_deref(),
+                    self.device,
+                    job,
+                    capacity_bytes,
+                    emit,
+                );
+                emit(r);
+            }
             Request::Workload { job, spec } => {
                 emit(Response::Progress {
                     job,
@@ -150,10 +157,17 @@ impl Engine {
                     }),
                 }
             }
-            Request::MinCapacity { job, slot, spec } => match self.min_capacity(job, &spec, emit) {
-                Ok(bytes) => emit(Response::MinCapacity { job, slot, bytes }),
-                Err(message) => emit(Response::Failed { job, message }),
-            },
+            Request::MinCapacity { job, slot, spec } => {
+                let r = min_capacity_response(
+                    self.trace.as_deref(),
+                    self.device,
+                    job,
+                    slot,
+                    &spec,
+                    emit,
+                );
+                emit(r);
+            }
         }
     }
 
@@ -234,6 +248,8 @@ impl Engine {
             notes,
             starts_mid_program: !dt.starts_empty(),
             has_times: dt.ops.iter().any(|o| o.time_us != 0),
+            recorded_capacity: (!self.reports.is_empty())
+                .then(|| session::capacity(trace, self.device, CapacityArg::AsRecorded)),
             ops: self.ops.clone(),
             stacks: stack_table(&trace.snapshot.frames),
             bands,
@@ -385,88 +401,118 @@ impl Engine {
         Ok(hits)
     }
 
-    /// Core's what-if answers under `capacity`: PyTorch's main options and every other
-    /// model side by side (`whatif::compare`), and the best PyTorch configuration
-    /// (`whatif::recommend`) when there is a cap.
-    fn what_if(
-        &self,
-        job: u64,
-        capacity: Option<u64>,
-        emit: &mut dyn FnMut(Response),
-    ) -> Result<Vec<WhatIfRow>, String> {
-        let trace = self.trace.as_ref().ok_or("no trace is loaded")?;
-        let mut labels: Vec<String> = WHAT_IF_PYTORCH.iter().map(|s| (*s).to_string()).collect();
-        labels.extend(
-            MODEL_NAMES
-                .iter()
-                .filter(|m| **m != "pytorch")
-                .map(|m| (*m).to_string()),
-        );
-        let specs: Vec<ModelSpec> = labels
+    /// A search that needs nothing of the engine but the trace ([`Request::MinCapacity`],
+    /// [`Request::WhatIf`]: each replays the trace a dozen to a few hundred times), as work
+    /// for a host that runs it beside the engine (natively: on its own thread), so that
+    /// layouts keep coming meanwhile. It emits what [`Engine::handle`] would. Any other
+    /// request is handed back.
+    pub fn detached(&self, req: Request) -> Result<DetachedWork, Request> {
+        let (trace, device) = (self.trace.clone(), self.device);
+        match req {
+            Request::MinCapacity { job, slot, spec } => {
+                Ok(Box::new(move |emit: &mut dyn FnMut(Response)| {
+                    let r = min_capacity_response(trace.as_deref(), device, job, slot, &spec, emit);
+                    emit(r);
+                }))
+            }
+            Request::WhatIf {
+                job,
+                capacity_bytes,
+            } => Ok(Box::new(move |emit: &mut dyn FnMut(Response)| {
+                let r = what_if_response(trace.as_deref(), device, job, capacity_bytes, emit);
+                emit(r);
+            })),
+            other => Err(other),
+        }
+    }
+}
+
+/// Work [`Engine::detached`] hands out: run it with the sink for its answers.
+pub type DetachedWork = Box<dyn FnOnce(&mut dyn FnMut(Response)) + Send + 'static>;
+
+/// The answer to [`Request::WhatIf`]: core's what-if answers under `capacity` — PyTorch's
+/// main options and every other model side by side (`whatif::compare`), and the best
+/// PyTorch configuration (`whatif::recommend`) when there is a capacity.
+fn what_if_response(
+    trace: Option<&Trace>,
+    device: usize,
+    job: u64,
+    capacity: Option<u64>,
+    emit: &mut dyn FnMut(Response),
+) -> Response {
+    match what_if(trace, device, job, capacity, emit) {
+        Ok((rows, swept)) => Response::WhatIf { job, rows, swept },
+        Err(message) => Response::Failed { job, message },
+    }
+}
+
+fn what_if(
+    trace: Option<&Trace>,
+    device: usize,
+    job: u64,
+    capacity: Option<u64>,
+    emit: &mut dyn FnMut(Response),
+) -> Result<(Vec<WhatIfRow>, u32), String> {
+    let trace = trace.ok_or("no trace is loaded")?;
+    let mut labels: Vec<String> = WHAT_IF_PYTORCH.iter().map(|s| (*s).to_string()).collect();
+    labels.extend(
+        MODEL_NAMES
             .iter()
-            .map(|l| ModelSpec::parse(l))
-            .collect::<Result<_, _>>()?;
-        let results = whatif::compare(trace, self.device, &specs, capacity, &mut |done, total| {
+            .filter(|m| **m != "pytorch")
+            .map(|m| (*m).to_string()),
+    );
+    let specs: Vec<ModelSpec> = labels
+        .iter()
+        .map(|l| ModelSpec::parse(l))
+        .collect::<Result<_, _>>()?;
+    let results = whatif::compare(trace, device, &specs, capacity, &mut |done, total| {
+        emit(Response::Progress {
+            job,
+            stage: "what if: other configurations".into(),
+            fraction: 0.5 * done as f32 / total.max(1) as f32,
+        });
+    })
+    .map_err(|e| e.to_string())?;
+    let mut rows: Vec<WhatIfRow> = labels
+        .into_iter()
+        .zip(&results)
+        .map(|(spec, r)| row(spec, r, false))
+        .collect();
+    let mut swept = 0;
+    if capacity.is_some() {
+        let rec = whatif::recommend(trace, device, capacity, &mut |done, total| {
             emit(Response::Progress {
                 job,
-                stage: "what if: other configurations".into(),
-                fraction: 0.5 * done as f32 / total.max(1) as f32,
+                stage: "what if: PyTorch options".into(),
+                fraction: 0.5 + 0.5 * done as f32 / total.max(1) as f32,
             });
         })
         .map_err(|e| e.to_string())?;
-        let mut rows: Vec<WhatIfRow> = labels
-            .into_iter()
-            .zip(&results)
-            .map(|(spec, r)| row(spec, r, false))
-            .collect();
-        if let Some(cap) = capacity {
-            let rec = whatif::recommend(trace, self.device, Some(cap), &mut |done, total| {
-                emit(Response::Progress {
-                    job,
-                    stage: "what if: PyTorch options".into(),
-                    fraction: 0.5 + 0.5 * done as f32 / total.max(1) as f32,
-                });
-            })
-            .map_err(|e| e.to_string())?;
-            if whatif::served_all(&rec.best) {
-                let spec = if rec.best.config.is_empty() {
-                    "pytorch".to_string()
-                } else {
-                    format!("pytorch@{}", rec.best.config)
-                };
-                rows.insert(0, row(spec, &rec.best, true));
-            }
+        swept = rec.candidates_tried as u32;
+        if whatif::served_all(&rec.best) {
+            let spec = if rec.best.config.is_empty() {
+                "pytorch".to_string()
+            } else {
+                format!("pytorch@{}", rec.best.config)
+            };
+            rows.insert(0, row(spec, &rec.best, true));
         }
-        Ok(rows)
     }
+    Ok((rows, swept))
+}
 
-    fn min_capacity(
-        &self,
-        job: u64,
-        spec: &str,
-        emit: &mut dyn FnMut(Response),
-    ) -> Result<u64, String> {
-        min_capacity_of(self.trace.as_deref(), self.device, job, spec, emit)
-    }
-
-    /// [`Request::MinCapacity`] as work that needs nothing of the engine but the trace,
-    /// for a host that runs it beside the engine (natively: on its own thread): a search
-    /// replays the trace a dozen times, and layouts keep coming meanwhile. It emits what
-    /// [`Engine::handle`] would.
-    pub fn detached_min_capacity(
-        &self,
-        job: u64,
-        slot: u32,
-        spec: String,
-    ) -> impl FnOnce(&mut dyn FnMut(Response)) + Send + 'static {
-        let (trace, device) = (self.trace.clone(), self.device);
-        move |emit: &mut dyn FnMut(Response)| {
-            let r = min_capacity_of(trace.as_deref(), device, job, &spec, emit);
-            emit(match r {
-                Ok(bytes) => Response::MinCapacity { job, slot, bytes },
-                Err(message) => Response::Failed { job, message },
-            });
-        }
+/// The answer to [`Request::MinCapacity`].
+fn min_capacity_response(
+    trace: Option<&Trace>,
+    device: usize,
+    job: u64,
+    slot: u32,
+    spec: &str,
+    emit: &mut dyn FnMut(Response),
+) -> Response {
+    match min_capacity_of(trace, device, job, spec, emit) {
+        Ok(bytes) => Response::MinCapacity { job, slot, bytes },
+        Err(message) => Response::Failed { job, message },
     }
 }
 
@@ -598,7 +644,7 @@ pub fn stack_table(frames: &allocsim_core::snapshot::FrameTable) -> StackTable {
 /// The UI's copy of a replay.
 #[must_use]
 pub fn replay_data(spec: &str, r: &ReplayResult) -> ReplayData {
-    let oom = r.oom.as_ref().map(|o| OomData {
+    let oom_data = |o: &OomReport| OomData {
         event_index: o.event_index,
         op_index: o.op_index as u32,
         requested_bytes: o.requested_bytes,
@@ -607,9 +653,11 @@ pub fn replay_data(spec: &str, r: &ReplayResult) -> ReplayData {
         free_bytes: o.free_bytes,
         largest_free_bytes: o.largest_free_bytes,
         free_holes: o.free_holes,
+        pytorch_message: o.pytorch_message.clone(),
         explanation: o.explanation.clone(),
+        recorded: o.recorded,
         fatal: o.fatal,
-    });
+    };
     ReplayData {
         spec: spec.to_string(),
         summary: ReplaySummary {
@@ -626,7 +674,8 @@ pub fn replay_data(spec: &str, r: &ReplayResult) -> ReplayData {
             fragmentation_at_peak: r.fragmentation_at_peak,
             max_fragmentation: r.max_fragmentation,
             segment_ops: r.segment_ops,
-            oom,
+            oom: r.oom.as_ref().map(oom_data),
+            ooms: r.ooms.iter().map(oom_data).collect(),
         },
         reserved_bytes: r.timeline.reserved_bytes.clone(),
         allocated_bytes: r.timeline.allocated_bytes.clone(),

@@ -4,6 +4,7 @@
 //! Every request carries a `job` number chosen by the UI; the responses to it carry the
 //! same number, so the UI drops answers to questions it no longer asks.
 
+use allocsim_core::capacity::CapacityChoice;
 use serde::{Deserialize, Serialize};
 
 /// `u32::MAX`: no op (an allocation never freed, an op that is no allocation).
@@ -45,6 +46,24 @@ pub enum Request {
     MinCapacity { job: u64, slot: u32, spec: String },
 }
 
+impl Request {
+    /// The job this asks for (0 for [`Request::DropSlot`], which is not answered).
+    #[must_use]
+    pub fn job(&self) -> u64 {
+        match self {
+            Request::Load { job, .. }
+            | Request::SelectDevice { job, .. }
+            | Request::Replay { job, .. }
+            | Request::Layout { job, .. }
+            | Request::FindAddress { job, .. }
+            | Request::WhatIf { job, .. }
+            | Request::Workload { job, .. }
+            | Request::MinCapacity { job, .. } => *job,
+            Request::DropSlot { .. } => 0,
+        }
+    }
+}
+
 /// What the engine answers.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub enum Response {
@@ -77,6 +96,8 @@ pub enum Response {
     WhatIf {
         job: u64,
         rows: Vec<WhatIfRow>,
+        /// PyTorch configurations `recommend` swept under the capacity (0: no capacity).
+        swept: u32,
     },
     MinCapacity {
         job: u64,
@@ -269,6 +290,10 @@ pub struct TraceData {
     pub starts_mid_program: bool,
     /// Whether `time_us` is present.
     pub has_times: bool,
+    /// The capacity as recorded on the device shown (`allocsim replay`'s default): inferred
+    /// from the recording's refusals, or unlimited with nothing refused (None: a synthetic
+    /// workload, which has no recording).
+    pub recorded_capacity: Option<CapacityChoice>,
     pub ops: OpsTable,
     pub stacks: StackTable,
     pub bands: Bands,
@@ -285,7 +310,12 @@ pub struct OomData {
     pub free_bytes: u64,
     pub largest_free_bytes: u64,
     pub free_holes: u64,
+    /// PyTorch's own OOM sentence (None for the other models).
+    pub pytorch_message: Option<String>,
+    /// Our explanation: the holes, the largest, why no segment could be had.
     pub explanation: String,
+    /// The recording failed here too (and the program went on).
+    pub recorded: bool,
     /// The program would have died here (the recording did not fail there too).
     pub fatal: bool,
 }
@@ -306,7 +336,11 @@ pub struct ReplaySummary {
     pub fragmentation_at_peak: f64,
     pub max_fragmentation: f64,
     pub segment_ops: u64,
+    /// The OOM `allocsim replay` reports: the first, unless a fatal one follows recorded
+    /// ones.
     pub oom: Option<OomData>,
+    /// Every request the replay could not serve, in order.
+    pub ooms: Vec<OomData>,
 }
 
 /// One replay: its numbers and its metrics timeline (one sample after every op done).
