@@ -41,13 +41,14 @@ pub fn run(a: &Args) -> Result<u8, Failure> {
         }));
         return Ok(0);
     }
-    println!(
+    crate::say!(
         "{} ({} repetitions each; medians in µs)",
-        m.device.name, m.repetitions
+        m.device.name,
+        m.repetitions
     );
     let row = |what: &str, v: &[cost::Sample]| {
         for s in v {
-            println!(
+            crate::say!(
                 "  {what:<22} {:>12}  {:>9.1}  (min {:.1}, max {:.1})",
                 allocsim_core::units::format_size(s.bytes),
                 s.us,
@@ -60,8 +61,8 @@ pub fn run(a: &Args) -> Result<u8, Failure> {
     row("cuMemFree", &m.free_us);
     row("map one page", &m.map_page_us);
     row("unmap one page", &m.unmap_page_us);
-    println!();
-    println!("As core/src/cost.rs figures:");
-    println!("{}", m.as_rust());
+    crate::say!();
+    crate::say!("As core/src/cost.rs figures:");
+    crate::say!("{}", m.as_rust());
     Ok(0)
 }

@@ -141,7 +141,7 @@ pub fn run(a: &Args) -> Result<u8, Failure> {
     }
     if a.json {
         match serde_json::to_string_pretty(&report) {
-            Ok(s) => println!("{s}"),
+            Ok(s) => crate::say!("{s}"),
             Err(e) => return Err(Failure::bad_input(format!("cannot print JSON: {e}"))),
         }
     } else {
@@ -178,7 +178,7 @@ fn timeline_csv(r: &allocsim_native::CudaReplayReport) -> String {
 fn print_text(file: &std::path::Path, r: &allocsim_native::CudaReplayReport) {
     use allocsim_core::units::format_size;
     let idx = |i: Option<u64>| i.map_or_else(|| "none".to_string(), |i| format!("event {i}"));
-    println!(
+    crate::say!(
         "{} — {} on {} ({} free of {})",
         file.display(),
         r.allocator,
@@ -186,7 +186,7 @@ fn print_text(file: &std::path::Path, r: &allocsim_native::CudaReplayReport) {
         format_size(r.device.free_bytes_at_start),
         format_size(r.device.total_bytes)
     );
-    println!(
+    crate::say!(
         "  mode                {}",
         if r.mode == allocsim_native::Mode::Model {
             "model"
@@ -194,7 +194,7 @@ fn print_text(file: &std::path::Path, r: &allocsim_native::CudaReplayReport) {
             "raw"
         }
     );
-    println!(
+    crate::say!(
         "  config              {}",
         if r.config.is_empty() {
             "defaults"
@@ -202,45 +202,50 @@ fn print_text(file: &std::path::Path, r: &allocsim_native::CudaReplayReport) {
             &r.config
         }
     );
-    println!(
+    crate::say!(
         "  capacity            {}",
         r.capacity_bytes
             .map_or_else(|| "unlimited".to_string(), format_size)
     );
     if let Some(b) = r.balloon_free_bytes {
-        println!("  balloon             {} left free", format_size(b));
+        crate::say!("  balloon             {} left free", format_size(b));
     }
-    println!(
+    crate::say!(
         "  ops                 {} of {} replayed, {} segment events",
-        r.ops_replayed, r.ops, r.segment_events
+        r.ops_replayed,
+        r.ops,
+        r.segment_events
     );
     let a = &r.reserved_agreement;
-    println!(
+    crate::say!(
         "  reserved agreement  {} of {} segment events equal (max difference {})",
         a.events_equal,
         a.events_compared,
         format_size(a.max_abs_diff_bytes)
     );
-    println!(
+    crate::say!(
         "  out of memory       real {}, simulated {}",
         idx(r.oom.real_event_index),
         idx(r.oom.simulated_event_index)
     );
-    println!(
+    crate::say!(
         "  first refusal       real {}, simulated {}",
         idx(r.first_refusal.real_event_index),
         idx(r.first_refusal.simulated_event_index)
     );
     for (k, l) in &r.latency_us {
         if l.count > 0 {
-            println!(
+            crate::say!(
                 "  latency {k:<11} {} calls, p50 {:.1} µs, p99 {:.1} µs, max {:.1} µs",
-                l.count, l.p50, l.p99, l.max
+                l.count,
+                l.p50,
+                l.p99,
+                l.max
             );
         }
     }
     if let Some(p) = &r.prediction {
-        println!(
+        crate::say!(
             "  prediction ({})    peak {} vs real {} ({:+.2}%), mean error {}",
             p.model,
             format_size(p.peak_predicted_bytes),
@@ -250,16 +255,17 @@ fn print_text(file: &std::path::Path, r: &allocsim_native::CudaReplayReport) {
         );
     }
     if let Some(v) = &r.verify_data {
-        println!(
+        crate::say!(
             "  data check          {} blocks checked, {} mismatches",
-            v.blocks_checked, v.mismatches
+            v.blocks_checked,
+            v.mismatches
         );
     }
-    println!(
+    crate::say!(
         "  given back          {} bytes not returned",
         r.leaked_bytes
     );
     for n in &r.notes {
-        println!("  note: {n}");
+        crate::say!("  note: {n}");
     }
 }

@@ -82,16 +82,16 @@ pub fn run(a: &Args) -> Result<u8, Failure> {
 
 fn print_text(name: &str, d: usize, e: &Explanation) {
     if let Some(m) = &e.pytorch_message {
-        println!("{m}");
+        crate::say!("{m}");
     }
-    println!("{}.", e.sentence);
-    println!();
+    crate::say!("{}.", e.sentence);
+    crate::say!();
     let what = match e.moment {
         Moment::Oom => "out of memory",
         Moment::Event => "chosen event",
         Moment::Peak => "peak reserved",
     };
-    println!(
+    crate::say!(
         "{name} — device {d}, {what} at event {}: reserved {}, allocated {}, capacity {}",
         e.at_event,
         format_size(e.reserved_bytes),
@@ -99,7 +99,7 @@ fn print_text(name: &str, d: usize, e: &Explanation) {
         e.capacity_bytes
             .map_or_else(|| "unlimited".to_string(), format_size)
     );
-    println!(
+    crate::say!(
         "  request             {} → {} block (segment {}), stream {}, at {}",
         format_size(e.request.requested_bytes),
         format_size(e.request.rounded_bytes),
@@ -107,8 +107,8 @@ fn print_text(name: &str, d: usize, e: &Explanation) {
         e.request.stream,
         e.request.site
     );
-    println!();
-    println!(
+    crate::say!();
+    crate::say!(
         "Holes of its pool and stream: {} holes, {} free, the largest {}",
         e.holes_count,
         format_size(e.holes_bytes),
@@ -129,10 +129,10 @@ fn print_text(name: &str, d: usize, e: &Explanation) {
                 )
             },
         );
-        println!("  {:>12} at {:#x}  {opened}", format_size(h.bytes), h.addr);
+        crate::say!("  {:>12} at {:#x}  {opened}", format_size(h.bytes), h.addr);
         for (side, n) in [("before", &h.before), ("after", &h.after)] {
             if let Some(n) = n {
-                println!(
+                crate::say!(
                     "  {:>12}   {side}: {} live at {:#x}{}{}",
                     "",
                     format_size(n.bytes),
@@ -147,18 +147,20 @@ fn print_text(name: &str, d: usize, e: &Explanation) {
         }
     }
     if e.holes_count > 10 {
-        println!("  … and {} more", e.holes_count - 10);
+        crate::say!("  … and {} more", e.holes_count - 10);
     }
-    println!();
+    crate::say!();
     match &e.blocker_set {
-        None if e.fits_without_blockers && e.releasable_cached_bytes > 0 => println!(
+        None if e.fits_without_blockers && e.releasable_cached_bytes > 0 => crate::say!(
             "Blockers: none — the request fits once the {} of cached segments without live blocks are released (the allocator releases them and retries)",
             format_size(e.releasable_cached_bytes)
         ),
         None if e.fits_without_blockers => {
-            println!("Blockers: none — a free run of its pool and stream holds the request");
+            crate::say!("Blockers: none — a free run of its pool and stream holds the request");
         }
-        None => println!("Blockers: none — no set of live blocks in one segment would make room"),
+        None => {
+            crate::say!("Blockers: none — no set of live blocks in one segment would make room")
+        }
         Some(s) => {
             let how = match s.kind {
                 BlockerKind::Window => format!(
@@ -174,23 +176,23 @@ fn print_text(name: &str, d: usize, e: &Explanation) {
                     format_size(s.would_free_contiguous_bytes)
                 ),
             };
-            println!(
+            crate::say!(
                 "Blockers: {} live block{} ({}); {how}",
                 s.blocks,
                 if s.blocks == 1 { "" } else { "s" },
                 format_size(s.bytes)
             );
             for b in &e.blockers {
-                println!("  {}", b.sentence);
+                crate::say!("  {}", b.sentence);
             }
         }
     }
-    println!();
+    crate::say!();
     if let Some(w) = &e.would_fit {
-        println!("{}.", w.best_sentence);
-        println!("{}.", w.min_capacity_sentence);
+        crate::say!("{}.", w.best_sentence);
+        crate::say!("{}.", w.min_capacity_sentence);
     }
-    println!(
+    crate::say!(
         "The best any allocator could do: {} live at the peak (lower bound), {} with an offline placement that knows every lifetime.",
         format_size(e.live_peak_bytes),
         format_size(e.offline_peak_bytes)

@@ -5,6 +5,7 @@
 mod cuda_cost;
 mod cuda_replay;
 mod explain;
+pub mod output;
 mod parallel;
 mod progress;
 mod replay;
@@ -123,7 +124,7 @@ pub fn pick_device(trace: &Trace, requested: Option<usize>) -> Result<usize, Fai
 /// Prints a JSON object on stdout (pretty, one object).
 pub fn print_json(v: &serde_json::Value) {
     match serde_json::to_string_pretty(v) {
-        Ok(s) => println!("{s}"),
+        Ok(s) => crate::say!("{s}"),
         Err(e) => eprintln!("allocsim: cannot print JSON: {e}"),
     }
 }
@@ -192,11 +193,18 @@ pub fn main() -> ExitCode {
             return ExitCode::from(EXIT_BAD_INPUT);
         }
     };
-    match run(cli) {
-        Ok(code) => ExitCode::from(code),
+    let code = match run(cli) {
+        Ok(code) => code,
         Err(f) => {
             eprintln!("allocsim: {}", f.message);
-            ExitCode::from(f.code)
+            f.code
+        }
+    };
+    match output::finish() {
+        None => ExitCode::from(code),
+        Some(why) => {
+            eprintln!("allocsim: {why}");
+            ExitCode::from(EXIT_BAD_INPUT)
         }
     }
 }

@@ -67,13 +67,13 @@ pub fn replay_json(r: &ReplayResult, events: usize, capacity: &CapacityChoice) -
 /// The line that says where an inferred (or not inferable) capacity came from, if any.
 pub fn print_capacity_note(capacity: &CapacityChoice) {
     if let Some(n) = &capacity.note {
-        println!("  {n}");
+        crate::say!("  {n}");
     }
 }
 
 /// Readable text of one replay under `capacity`.
 pub fn print_replay_text(label: &str, r: &ReplayResult, capacity: &CapacityChoice) {
-    println!(
+    crate::say!(
         "{label}  (config: {})",
         if r.config.is_empty() {
             "defaults"
@@ -81,35 +81,35 @@ pub fn print_replay_text(label: &str, r: &ReplayResult, capacity: &CapacityChoic
             &r.config
         }
     );
-    println!(
+    crate::say!(
         "  capacity            {}",
         r.capacity_bytes
             .map_or_else(|| "unlimited".to_string(), format_size)
     );
     print_capacity_note(capacity);
-    println!("  requests            {}", r.requests);
-    println!(
+    crate::say!("  requests            {}", r.requests);
+    crate::say!(
         "  peak reserved       {}",
         format_size(r.peak_reserved_bytes)
     );
-    println!(
+    crate::say!(
         "  peak allocated      {}",
         format_size(r.peak_allocated_bytes)
     );
-    println!(
+    crate::say!(
         "  final reserved      {}",
         format_size(r.final_reserved_bytes)
     );
-    println!(
+    crate::say!(
         "  waste at peak       {}",
         format_size(r.internal_waste_bytes_at_peak)
     );
-    println!(
+    crate::say!(
         "  fragmentation       {:.1}% at peak, {:.1}% max",
         r.fragmentation_at_peak * 100.0,
         r.max_fragmentation * 100.0
     );
-    println!(
+    crate::say!(
         "  segment ops         {} ({} cudaMalloc, {} cudaFree, {} pages mapped, {} unmapped; {} synchronize the device)",
         r.segment_ops,
         r.driver.mallocs,
@@ -118,13 +118,13 @@ pub fn print_replay_text(label: &str, r: &ReplayResult, capacity: &CapacityChoic
         r.driver.pages_unmapped,
         r.driver.synchronizing
     );
-    println!(
+    crate::say!(
         "  driver time         {:.2} ms predicted ({})",
         r.driver.driver_time_us / 1000.0,
         allocsim_core::cost::DEFAULT.measured_on
     );
     if r.ooms.is_empty() {
-        println!("  out of memory       never");
+        crate::say!("  out of memory       never");
     }
     for o in &r.ooms {
         let status = if o.recorded {
@@ -132,11 +132,11 @@ pub fn print_replay_text(label: &str, r: &ReplayResult, capacity: &CapacityChoic
         } else {
             "the program would have died here"
         };
-        println!("  OUT OF MEMORY at event {} ({status})", o.event_index);
+        crate::say!("  OUT OF MEMORY at event {} ({status})", o.event_index);
         if let Some(m) = &o.pytorch_message {
-            println!("    {m}");
+            crate::say!("    {m}");
         }
-        println!("    {}", o.explanation);
+        crate::say!("    {}", o.explanation);
     }
 }
 

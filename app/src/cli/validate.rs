@@ -101,17 +101,22 @@ pub fn run(a: &Args) -> Result<u8, Failure> {
             "snapshot": snapshot_json(&v.trace.snapshot),
         }));
     } else {
-        println!(
+        crate::say!(
             "{}: {}",
             a.input.file.display(),
             if exact { "EXACT" } else { "DIVERGES" }
         );
-        println!(
+        crate::say!(
             "{:<8} {:>10} {:>10} {:>10} {:>16} {:>16}",
-            "device", "compared", "matched", "end state", "peak recorded", "peak simulated"
+            "device",
+            "compared",
+            "matched",
+            "end state",
+            "peak recorded",
+            "peak simulated"
         );
         for d in &v.devices {
-            println!(
+            crate::say!(
                 "{:<8} {:>10} {:>10} {:>10} {:>16} {:>16}",
                 d.device,
                 d.events_compared,
@@ -125,22 +130,26 @@ pub fn run(a: &Args) -> Result<u8, Failure> {
                 format_size(d.peak_reserved_simulated)
             );
             if let Some(diff) = &d.end_state_difference {
-                println!("  end state: {diff}");
+                crate::say!("  end state: {diff}");
             }
         }
         if let Some(d) = first {
-            println!(
+            crate::say!(
                 "first divergence at device {} event {}: {}",
-                d.device, d.event_index, d.context
+                d.device,
+                d.event_index,
+                d.context
             );
-            println!("  recorded:  {:?}", d.recorded);
-            println!("  simulated: {:?}", d.simulated);
+            crate::say!("  recorded:  {:?}", d.recorded);
+            crate::say!("  simulated: {:?}", d.simulated);
         }
         for d in &v.devices {
             for i in &d.inferred {
-                println!(
+                crate::say!(
                     "inferred (device {}, event {}): {}",
-                    d.device, i.event_index, i.detail
+                    d.device,
+                    i.event_index,
+                    i.detail
                 );
             }
         }

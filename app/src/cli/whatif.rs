@@ -154,22 +154,26 @@ pub fn compare(a: &CompareArgs) -> Result<u8, Failure> {
         }));
         return Ok(0);
     }
-    println!(
+    crate::say!(
         "{} — device {d}, {events} events, capacity {}",
         src.name,
         capacity_text(capacity.bytes)
     );
     print_capacity_note(&capacity);
-    println!();
+    crate::say!();
     let width = results
         .iter()
         .map(|r| label(r).len())
         .max()
         .unwrap_or(9)
         .max(OFFLINE_ROW.len());
-    println!(
+    crate::say!(
         "{:width$}  {:>12}  {:>12}  {:>9}  {:>11}  out of memory",
-        "allocator", "peak reserved", "peak alloc.", "frag.", "segment ops"
+        "allocator",
+        "peak reserved",
+        "peak alloc.",
+        "frag.",
+        "segment ops"
     );
     for r in &results {
         let oom = match &r.oom {
@@ -177,7 +181,7 @@ pub fn compare(a: &CompareArgs) -> Result<u8, Failure> {
             Some(o) => format!("at event {} (as recorded)", o.event_index),
             None => "never".to_string(),
         };
-        println!(
+        crate::say!(
             "{:width$}  {:>12}  {:>12}  {:>8.1}%  {:>11}  {oom}",
             label(r),
             format_size(r.peak_reserved_bytes),
@@ -190,12 +194,12 @@ pub fn compare(a: &CompareArgs) -> Result<u8, Failure> {
         (LIVE_ROW, best.live_peak_bytes),
         (OFFLINE_ROW, best.offline_peak_bytes),
     ] {
-        println!("{row:width$}  {:>12}", format_size(bytes));
+        crate::say!("{row:width$}  {:>12}", format_size(bytes));
     }
     for r in &results {
         if let Some(o) = &r.oom {
-            println!();
-            println!("{}: {}", label(r), o.explanation);
+            crate::say!();
+            crate::say!("{}: {}", label(r), o.explanation);
         }
     }
     Ok(0)
@@ -254,23 +258,24 @@ pub fn min_capacity(a: &MinCapacityArgs) -> Result<u8, Failure> {
     } else {
         m.config.clone()
     };
-    println!(
+    crate::say!(
         "{} — device {d}, {} (config: {conf})",
-        src.name, m.allocator
+        src.name,
+        m.allocator
     );
     let mib = |b: u64| b >> 20;
-    println!(
+    crate::say!(
         "  min capacity        {} ({} MiB = {} bytes; {} MiB runs out of memory)",
         format_size(m.min_capacity_bytes),
         mib(m.min_capacity_bytes),
         m.min_capacity_bytes,
         mib(m.min_capacity_bytes - whatif::GRID_BYTES)
     );
-    println!(
+    crate::say!(
         "  unlimited peak      {} reserved",
         format_size(m.unlimited_peak_reserved_bytes)
     );
-    println!("  replays             {}", m.replays);
+    crate::say!("  replays             {}", m.replays);
     Ok(0)
 }
 
@@ -321,7 +326,7 @@ pub fn recommend(a: &RecommendArgs) -> Result<u8, Failure> {
         }));
         return Ok(0);
     }
-    println!(
+    crate::say!(
         "{} — device {d}, capacity {}",
         src.name,
         capacity_text(capacity.bytes)
@@ -340,7 +345,7 @@ pub fn recommend(a: &RecommendArgs) -> Result<u8, Failure> {
     } else {
         r.default.config.clone()
     };
-    println!(
+    crate::say!(
         "  recorded settings   {default_conf}: {}",
         status(&r.default)
     );
@@ -349,27 +354,29 @@ pub fn recommend(a: &RecommendArgs) -> Result<u8, Failure> {
     } else {
         r.best.config.clone()
     };
-    println!(
+    crate::say!(
         "  best of {:<3}        {best_conf}: {}",
         r.candidates_tried,
         status(&r.best)
     );
-    println!(
+    crate::say!(
         "  configs that fit    {} of {} ({} replays: the others cannot act differently on this trace)",
-        r.candidates_fitting, r.candidates_tried, r.candidates_replayed
+        r.candidates_fitting,
+        r.candidates_tried,
+        r.candidates_replayed
     );
     if whatif::served_all(&r.best) {
         if r.best.config.is_empty() {
-            println!("  set                 nothing: PyTorch's defaults are the best");
+            crate::say!("  set                 nothing: PyTorch's defaults are the best");
         } else {
-            println!("  set                 PYTORCH_CUDA_ALLOC_CONF={best_conf}");
+            crate::say!("  set                 PYTORCH_CUDA_ALLOC_CONF={best_conf}");
         }
     }
-    println!();
+    crate::say!();
     print_tradeoffs(&r, capacity.bytes);
     if let Some(o) = &r.default.oom {
-        println!();
-        println!("{}", o.explanation);
+        crate::say!();
+        crate::say!("{}", o.explanation);
     }
     Ok(0)
 }
@@ -399,9 +406,14 @@ fn print_tradeoffs(r: &whatif::Recommendation, capacity: Option<u64>) {
         rows.push((format!("{} (recorded)", name(&r.default)), &r.default));
     }
     let width = rows.iter().map(|(n, _)| n.len()).max().unwrap_or(8).max(8);
-    println!(
+    crate::say!(
         "  {:width$}  {:>13}  {:>12}  {:>11}  {:>9}  {:>11}  out of memory",
-        "setting", "peak reserved", "headroom", "segment ops", "sync ops", "driver time"
+        "setting",
+        "peak reserved",
+        "headroom",
+        "segment ops",
+        "sync ops",
+        "driver time"
     );
     for (n, x) in rows {
         let headroom = capacity.map_or_else(
@@ -413,7 +425,7 @@ fn print_tradeoffs(r: &whatif::Recommendation, capacity: Option<u64>) {
             Some(o) if o.recorded => format!("at event {} (as recorded)", o.event_index),
             Some(o) => format!("at event {}", o.event_index),
         };
-        println!(
+        crate::say!(
             "  {n:width$}  {:>13}  {:>12}  {:>11}  {:>9}  {:>8.2} ms  {oom}",
             format_size(x.peak_reserved_bytes),
             headroom,
