@@ -159,7 +159,7 @@ fn print_text(name: &str, d: usize, e: &Explanation) {
             crate::say!("Blockers: none — a free run of its pool and stream holds the request");
         }
         None => {
-            crate::say!("Blockers: none — no set of live blocks in one segment would make room")
+            crate::say!("Blockers: none — no set of live blocks in one segment would make room");
         }
         Some(s) => {
             let how = match s.kind {
