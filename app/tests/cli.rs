@@ -281,3 +281,31 @@ fn replay_json_reports_the_oom_story() {
     let text = run(&["replay", f.to_str().unwrap(), "--capacity", "2.2GiB"]);
     assert!(String::from_utf8_lossy(&text.stdout).contains("OUT OF MEMORY"));
 }
+
+/// A device index PyTorch cannot record (it is an `int8_t`) is refused in one line, never
+/// walked up to (2^32 − 2 devices) nor wrapped to none (2^32 − 1 made `validate` report
+/// no device at all).
+#[test]
+fn impossible_device_indexes_are_refused() {
+    let snapshot = |device: u64| {
+        format!(
+            r#"{{"segments": [{{"device": {device}, "address": 1048576, "total_size": 2097152, "stream": 0, "segment_type": "small", "allocated_size": 0, "active_size": 0, "requested_size": 0, "blocks": [{{"size": 2097152, "requested_size": 0, "state": "inactive"}}]}}], "device_traces": [[]]}}"#
+        )
+    };
+    let ok = tmp_file("device0.json", snapshot(0).as_bytes());
+    assert_eq!(
+        run(&["validate", ok.to_str().unwrap()]).status.code(),
+        Some(0)
+    );
+    for device in [128, (1u64 << 32) - 2, (1u64 << 32) - 1] {
+        let f = tmp_file(&format!("device{device}.json"), snapshot(device).as_bytes());
+        for cmd in ["validate", "replay"] {
+            let out = run(&[cmd, f.to_str().unwrap()]);
+            assert_bad_input(
+                &out,
+                &f,
+                &format!("device {device} is not a CUDA device index"),
+            );
+        }
+    }
+}

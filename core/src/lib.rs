@@ -25,6 +25,9 @@ pub enum Error {
     Trace(#[from] trace::TraceError),
     #[error("bad allocator config: {0}")]
     Config(String),
+    /// A recording that cannot have happened (a device PyTorch cannot have, …).
+    #[error("{0}")]
+    Impossible(String),
 }
 pub mod metrics;
 pub mod replay;

@@ -1099,10 +1099,27 @@ impl Validation {
     }
 }
 
+/// The largest device index PyTorch can record (`c10::DeviceIndex` is an `int8_t`).
+pub const MAX_DEVICE: u32 = 127;
+
 /// Builds the replayable trace of every device, validating each on the way.
 pub fn validate(snap: RawSnapshot, capacity: Option<u64>) -> Result<Validation, crate::Error> {
     let cfg =
         PyTorchConfig::from_settings(&snap.settings).map_err(|e| crate::Error::Config(e.0))?;
+    // PyTorch's device index is an `int8_t` (`c10::DeviceIndex`): no recording has a
+    // device above 127, and one claiming it would make every device up to it a trace.
+    if let Some(s) = snap.segments.iter().find(|s| s.device > MAX_DEVICE) {
+        return Err(crate::Error::Impossible(format!(
+            "segment at {:#x}: device {} is not a CUDA device index (PyTorch's are 0 to {MAX_DEVICE})",
+            s.address, s.device
+        )));
+    }
+    if snap.device_traces.len() > MAX_DEVICE as usize + 1 {
+        return Err(crate::Error::Impossible(format!(
+            "device_traces has {} devices; PyTorch's device indexes are 0 to {MAX_DEVICE}",
+            snap.device_traces.len()
+        )));
+    }
     let mut devices = Vec::new();
     let mut reports = Vec::new();
     let n = snap.device_traces.len().max(
