@@ -365,6 +365,23 @@ fn effect(cfg: &PyTorchConfig, sizes: &[u64], capacity: Option<u64>, gc: Option<
     }
 }
 
+/// The distinct sizes a trace asks for, and those of the segments alive when it starts (a
+/// wrapped trace's): what [`effect`] needs to know of a trace.
+fn block_sizes(dt: &crate::trace::DeviceTrace) -> Vec<u64> {
+    let mut sizes: Vec<u64> = dt
+        .ops
+        .iter()
+        .filter_map(|o| match o.kind {
+            crate::trace::OpKind::Alloc { size_bytes, .. } => Some(size_bytes),
+            _ => None,
+        })
+        .chain(dt.start.iter().map(|seg| seg.size_bytes))
+        .collect();
+    sizes.sort_unstable();
+    sizes.dedup();
+    sizes
+}
+
 /// Sweeps [`recommend_candidates`] at `capacity` (None: unlimited) and picks the best, one
 /// replay after the other ([`recommend_with`] runs them on a [`Runner`]).
 pub fn recommend(
@@ -392,18 +409,7 @@ pub fn recommend_with(
         .devices
         .get(device)
         .ok_or_else(|| Error::Config(format!("the trace has no device {device}")))?;
-    let mut sizes: Vec<u64> = dt
-        .ops
-        .iter()
-        .filter_map(|o| match o.kind {
-            crate::trace::OpKind::Alloc { size_bytes, .. } => Some(size_bytes),
-            _ => None,
-        })
-        .collect();
-    // A wrapped trace's segments alive at the start are blocks too.
-    sizes.extend(dt.start.iter().map(|seg| seg.size_bytes));
-    sizes.sort_unstable();
-    sizes.dedup();
+    let sizes = block_sizes(dt);
     // Every valid candidate with its effect; the first of each effect is replayed.
     let mut configs: Vec<String> = Vec::new();
     let mut effects: Vec<Effect> = Vec::new();
@@ -655,16 +661,7 @@ mod tests {
     #[test]
     fn candidates_that_cannot_act_on_the_trace_share_a_replay_and_it_is_theirs() {
         let t = story();
-        let mut sizes: Vec<u64> = t.devices[0]
-            .ops
-            .iter()
-            .filter_map(|o| match o.kind {
-                crate::trace::OpKind::Alloc { size_bytes, .. } => Some(size_bytes),
-                _ => None,
-            })
-            .collect();
-        sizes.sort_unstable();
-        sizes.dedup();
+        let sizes = block_sizes(&t.devices[0]);
         for capacity in [None, Some(CAP)] {
             // Every candidate replayed on its own: candidates of one effect decide alike.
             let mut seen: Vec<(Effect, Outcome)> = Vec::new();
