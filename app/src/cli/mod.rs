@@ -5,7 +5,6 @@
 mod cuda_cost;
 mod cuda_replay;
 mod explain;
-mod parallel;
 mod progress;
 mod replay;
 mod validate;
@@ -14,6 +13,7 @@ mod whatif;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
+use crate::parallel;
 use allocsim_core::trace::Trace;
 use allocsim_core::validate::Validation;
 use clap::{Parser, Subcommand};
