@@ -957,65 +957,57 @@ fn tradeoffs_ui(ui: &mut Ui, a: &WhatIfData) -> Option<String> {
             ),
         );
     }
-    egui::Grid::new("tradeoffs")
-        .striped(true)
-        .num_columns(7)
-        .show(ui, |ui| {
-            for h in [
-                "setting",
-                "peak reserved",
-                "headroom",
-                "segment ops",
-                "sync ops",
-                "driver time",
-                "",
-            ] {
-                ui.label(RichText::new(h).strong());
+    // Two lines a setting (the panel is narrow): the setting, then its cost.
+    let rows = a
+        .recorded
+        .iter()
+        .map(|r| (r, true))
+        .chain(a.tradeoffs.iter().map(|r| (r, false)));
+    for (r, recorded) in rows {
+        ui.horizontal_wrapped(|ui| {
+            if r.recommended {
+                ui.colored_label(theme::OK_TEXT, "best").on_hover_text(
+                    "serves every request with the least predicted driver time, then the lowest peak (recommend)",
+                );
+            } else if r.fits {
+                ui.colored_label(theme::OK_TEXT, "fits");
+            } else {
+                let oom = r
+                    .oom_event
+                    .map_or_else(|| "OOM".to_string(), |e| format!("OOM at event {e}"));
+                ui.colored_label(theme::BAD_TEXT, oom);
             }
-            ui.end_row();
-            let rows = a
-                .recorded
-                .iter()
-                .map(|r| (r, true))
-                .chain(a.tradeoffs.iter().map(|r| (r, false)));
-            for (r, recorded) in rows {
-                let setting = if recorded {
-                    format!("as recorded ({})", setting_of(&r.spec))
-                } else {
-                    setting_of(&r.spec).to_string()
-                };
-                if ui
-                    .link(RichText::new(setting).monospace())
-                    .on_hover_text(format!("compare {}", r.spec))
-                    .clicked()
-                {
-                    add = Some(r.spec.clone());
-                }
-                ui.label(format_size(r.peak_reserved_bytes));
-                ui.label(match a.capacity_bytes {
-                    Some(c) if c >= r.peak_reserved_bytes => format_size(c - r.peak_reserved_bytes),
-                    Some(_) => "none".into(),
-                    None => "no cap".into(),
-                });
-                ui.label(r.segment_ops.to_string());
-                ui.label(r.synchronizing_ops.to_string())
-                    .on_hover_text("each cudaFree (and each unmapping) synchronizes the device");
-                ui.label(format_driver_time(r.driver_time_us));
-                if r.recommended {
-                    ui.colored_label(theme::OK_TEXT, "best").on_hover_text(
-                        "serves every request with the least predicted driver time, then the lowest peak (recommend)",
-                    );
-                } else if r.fits {
-                    ui.colored_label(theme::OK_TEXT, "fits");
-                } else {
-                    let oom = r
-                        .oom_event
-                        .map_or_else(|| "OOM".to_string(), |e| format!("OOM at event {e}"));
-                    ui.colored_label(theme::BAD_TEXT, oom);
-                }
-                ui.end_row();
+            let setting = if recorded {
+                format!("as recorded ({})", setting_of(&r.spec))
+            } else {
+                setting_of(&r.spec).to_string()
+            };
+            if ui
+                .link(RichText::new(setting).monospace())
+                .on_hover_text(format!("compare {}", r.spec))
+                .clicked()
+            {
+                add = Some(r.spec.clone());
             }
         });
+        let headroom = match a.capacity_bytes {
+            // Up to its OOM, a failing replay's peak says nothing of the headroom.
+            _ if !r.fits => "none".into(),
+            Some(c) if c >= r.peak_reserved_bytes => format_size(c - r.peak_reserved_bytes),
+            Some(_) => "none".into(),
+            None => "no cap".into(),
+        };
+        ui.weak(format!(
+            "    peak {} · headroom {headroom} · {} segment ops ({} sync ops) · driver time {}",
+            format_size(r.peak_reserved_bytes),
+            r.segment_ops,
+            r.synchronizing_ops,
+            format_driver_time(r.driver_time_us)
+        ))
+        .on_hover_text(
+            "segment ops: cudaMalloc and cudaFree calls; sync ops: those that synchronize the device (each cudaFree, each unmapping); driver time: their predicted time (core's cost table)",
+        );
+    }
     add
 }
 
