@@ -3,3 +3,4 @@
 pub mod cli;
 #[cfg(feature = "gui")]
 pub mod gui;
+pub mod parallel;

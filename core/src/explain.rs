@@ -51,7 +51,7 @@ pub struct ExplainOptions {
 }
 
 /// Which moment is explained.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Moment {
     /// The OOM a replay reports.
@@ -63,7 +63,7 @@ pub enum Moment {
 }
 
 /// The request examined.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Request {
     pub event_index: u64,
     pub requested_bytes: u64,
@@ -79,7 +79,7 @@ pub struct Request {
 }
 
 /// A live block beside a hole.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Neighbour {
     pub addr: u64,
     pub bytes: u64,
@@ -91,7 +91,7 @@ pub struct Neighbour {
 }
 
 /// A free block of the request's pool and stream.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Hole {
     pub bytes: u64,
     pub addr: u64,
@@ -108,7 +108,7 @@ pub struct Hole {
 }
 
 /// How the blockers let the request fit.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum BlockerKind {
     /// Removing them leaves a free run ≥ the rounded request inside the segment.
@@ -118,7 +118,7 @@ pub enum BlockerKind {
 }
 
 /// The smallest set of live blocks whose absence would let the request fit.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct BlockerSet {
     pub kind: BlockerKind,
     pub segment_addr: u64,
@@ -135,7 +135,7 @@ pub struct BlockerSet {
 }
 
 /// The blockers allocated at one site.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Blocker {
     pub site: String,
     pub blocks: usize,
@@ -151,7 +151,7 @@ pub struct Blocker {
 }
 
 /// What would have fit.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct WouldFit {
     /// The best PyTorch setting of the sweep (`whatif::recommend`) when it serves every
     /// request ("" is PyTorch's defaults); None when none does.
@@ -166,7 +166,7 @@ pub struct WouldFit {
 }
 
 /// The answer of [`explain`]: the contract type `allocsim explain --json` prints.
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Explanation {
     pub at_event: u64,
     pub moment: Moment,

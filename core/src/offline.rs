@@ -368,7 +368,7 @@ impl Placement {
 }
 
 /// The two bounds of a trace's device, as `compare` and `explain` report them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct BestPossible {
     /// The most rounded bytes alive at once: no allocator needs less.
     pub live_peak_bytes: u64,

@@ -56,7 +56,7 @@ pub fn run(a: &Args) -> Result<u8, Failure> {
         &spec,
         capacity.bytes,
         opts,
-        &super::parallel::Threads::all_cores(),
+        &crate::parallel::Threads::all_cores(),
         &mut |done, total| bar.update(done, total),
     )
     .map_err(|e| Failure::bad_input(format!("{}: {e}", src.name)))?;

@@ -6,7 +6,6 @@ mod cuda_cost;
 mod cuda_replay;
 mod explain;
 pub mod output;
-mod parallel;
 mod progress;
 mod replay;
 mod validate;

@@ -19,10 +19,10 @@ use allocsim_core::units::format_size;
 use allocsim_core::{offline, whatif, workloads};
 use serde_json::json;
 
-use super::parallel::Threads;
 use super::progress::Progress;
 use super::replay::{print_capacity_note, replay_json};
 use super::{Failure, load_file, parse_capacity_arg, pick_device, print_json};
+use crate::parallel::Threads;
 
 /// FILE, or a synthetic workload in its place.
 #[derive(clap::Args, Debug, Clone)]

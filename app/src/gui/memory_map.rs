@@ -16,6 +16,12 @@ use allocsim_core::units::format_size;
 /// Fraction of a row's pitch a segment bar fills (the rest is the gap below it).
 const BAR: f32 = theme::ROW_HEIGHT / (theme::ROW_HEIGHT + theme::ROW_GAP);
 
+/// GPU layers of the blockers' quads (one per map).
+const LAYER_BLOCKERS: u64 = 1 << 20;
+
+/// Blockers outlined at most (a set is a few blocks of one segment).
+const MAX_OUTLINED: usize = 512;
+
 /// Zoom and scroll of the memory maps (shared by the compared maps, so they stay aligned).
 #[derive(Debug, Clone, Default)]
 pub struct MapState {
@@ -210,6 +216,34 @@ pub fn memory_map_ui(
         );
     }
 
+    // The OOM explanation's blockers: tinted, and outlined so that a one-pixel block
+    // still shows.
+    if !layout.blockers.is_empty() {
+        let mut tb = t;
+        tb.min_px = [2.0, 0.0];
+        render::paint_quads(
+            &clip,
+            content,
+            wgpu,
+            LAYER_BLOCKERS + layer,
+            &layout.blockers,
+            0..layout.blockers.len() as u32,
+            tb,
+        );
+        for &bi in layout.blocker_blocks.iter().take(MAX_OUTLINED) {
+            if let Some(b) = layout.data.blocks.get(bi)
+                && let Some(r) = block_rect(layout, bi, b, content, st, bpp, &row_top)
+            {
+                clip.rect_stroke(
+                    r,
+                    0.0,
+                    Stroke::new(1.5, theme::BLOCKER),
+                    egui::StrokeKind::Outside,
+                );
+            }
+        }
+    }
+
     // Selected allocation: outline its block.
     if let Some(sel) = selected_alloc
         && let Some((bi, b)) = layout
@@ -266,7 +300,15 @@ pub fn memory_map_ui(
                     egui::PopupAnchor::Pointer,
                 )
                 .gap(14.0)
-                .show(|ui| block_details_ui(ui, doc, layout, *index, &b));
+                .show(|ui| {
+                    if layout.blocker_blocks.binary_search(&bi).is_ok() {
+                        ui.colored_label(
+                            theme::BLOCKER,
+                            "a blocker of the OOM explained: without the blockers the request would fit",
+                        );
+                    }
+                    block_details_ui(ui, doc, layout, *index, &b);
+                });
                 if response.clicked() && b.alloc != NO_OP {
                     input.picked_alloc = Some(b.alloc);
                 }

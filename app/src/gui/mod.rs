@@ -21,7 +21,8 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use allocsim_core::capacity::{CapacityArg, CapacityChoice};
-use engine::wire::{AddressHit, NO_OP, Request, Response, WhatIfRow};
+use allocsim_core::explain::Explanation;
+use engine::wire::{AddressHit, NO_OP, Request, Response, WhatIfData, WhatIfRow};
 use examples::Example;
 use render::QuadSet;
 use state::{Document, LayoutView, ReplayView, Slot};
@@ -165,13 +166,57 @@ struct LoadTiming {
 /// The call sites at a replay's peak (keyed by the replay's address): (stack, bytes, count).
 type PeakSites = (usize, Vec<(u32, u64, u32)>);
 
-/// A what-if job: the capacity it asked about, and its rows and the number of PyTorch
-/// configurations swept once answered.
+/// A what-if job ("What would fit?"): the capacity it asked about, its progress, and
+/// `recommend`'s trade-off table once answered.
 #[derive(Debug)]
-struct WhatIf {
-    job: u64,
-    capacity_bytes: Option<u64>,
-    answer: Option<(Vec<WhatIfRow>, u32)>,
+pub struct WhatIf {
+    pub job: u64,
+    pub capacity_bytes: Option<u64>,
+    /// The stage and fraction of the sweep, while it runs.
+    pub progress: Option<(String, f32)>,
+    pub answer: Option<WhatIfData>,
+    /// Stopped by the user (its answer, if any comes, is dropped).
+    pub cancelled: bool,
+    pub error: Option<String>,
+}
+
+impl WhatIf {
+    /// Whether the sweep still runs.
+    #[must_use]
+    pub fn running(&self) -> bool {
+        self.answer.is_none() && !self.cancelled && self.error.is_none()
+    }
+}
+
+/// The other runtimes under a capacity (the Compare tab), asked for once per capacity.
+#[derive(Debug)]
+pub struct Runtimes {
+    pub job: u64,
+    pub capacity_bytes: Option<u64>,
+    pub rows: Option<Result<Vec<WhatIfRow>, String>>,
+}
+
+/// What `allocsim explain` says at the main configuration's OOM the panel shows.
+#[derive(Debug)]
+pub struct Explained {
+    /// `(spec, capacity, event)` asked about.
+    pub key: (String, Option<u64>, u64),
+    pub job: u64,
+    /// The op explained and the explanation, once answered (or why there is none).
+    pub answer: Option<Result<(u32, Box<Explanation>), String>>,
+    /// The alloc ops of the blockers (their events on the device's ops), for the map.
+    pub blocker_allocs: BTreeSet<u32>,
+}
+
+impl Explained {
+    /// The explanation, when it has arrived.
+    #[must_use]
+    pub fn explanation(&self) -> Option<(u32, &Explanation)> {
+        match &self.answer {
+            Some(Ok((op, e))) => Some((*op, e)),
+            _ => None,
+        }
+    }
 }
 
 /// What an open sets once its trace has arrived (a file that fails to open changes
@@ -219,7 +264,11 @@ pub struct AllocsimApp {
     pub search: SearchState,
     pub selected_alloc: Option<u32>,
     /// The what-if job and its answer.
-    what_if: Option<WhatIf>,
+    pub what_if: Option<WhatIf>,
+    /// The other runtimes of the Compare tab.
+    pub runtimes: Option<Runtimes>,
+    /// The explanation of the main configuration's OOM at the cursor.
+    pub explained: Option<Explained>,
     /// Live bytes per call site at the main configuration's peak.
     peak_sites: Option<PeakSites>,
     bands_highlight: QuadSet,
@@ -295,6 +344,8 @@ impl AllocsimApp {
             search: SearchState::default(),
             selected_alloc: None,
             what_if: None,
+            runtimes: None,
+            explained: None,
             peak_sites: None,
             bands_highlight: QuadSet::default(),
             errors: Vec::new(),
@@ -408,7 +459,10 @@ impl AllocsimApp {
                 .doc
                 .as_ref()
                 .is_some_and(|d| d.slots.iter().any(|s| s.min_capacity_job.is_some()))
-            || self.what_if.as_ref().is_some_and(|w| w.answer.is_none())
+            || self.what_if.as_ref().is_some_and(WhatIf::running)
+            || self.runtimes.as_ref().is_some_and(|r| r.rows.is_none())
+            || self.explained.as_ref().is_some_and(|x| x.answer.is_none())
+            || self.doc.as_ref().is_some_and(|d| d.bounds_job.is_some())
             || (self.timeline.mode == timeline::Mode::Bands
                 && self.doc.as_ref().is_some_and(|d| !d.bands_complete()))
     }
@@ -501,6 +555,58 @@ impl AllocsimApp {
             self.request_what_if();
         }
         self.request_min_capacities();
+        self.request_explanation();
+    }
+
+    /// Asks the engine to explain the main configuration's OOM the panel shows (the last
+    /// at or before the cursor, else the first), once per configuration, capacity and OOM.
+    fn request_explanation(&mut self) {
+        let Some(s) = self.doc.as_ref().and_then(|d| d.slots.first()) else {
+            return;
+        };
+        let Some(r) = &s.replay else { return };
+        let ooms = &r.data.summary.ooms;
+        if ooms.is_empty() {
+            return;
+        }
+        let o = &ooms[oom_at(ooms, self.cursor)];
+        let key = (s.spec.clone(), s.capacity_bytes, o.event_index);
+        if self.explained.as_ref().is_some_and(|x| x.key == key) {
+            return;
+        }
+        let job = self.job();
+        self.engine.send(Request::Explain {
+            job,
+            spec: key.0.clone(),
+            capacity_bytes: key.1,
+            at_event: key.2,
+        });
+        self.explained = Some(Explained {
+            key,
+            job,
+            answer: None,
+            blocker_allocs: BTreeSet::new(),
+        });
+        self.refresh_highlight();
+    }
+
+    /// Moves the cursor to the event `event` of the device shown (the op of that event,
+    /// else the last op before it), reveals it in the timeline, and selects the
+    /// allocation made there, if any (an explanation's links).
+    pub fn go_to_event(&mut self, event: u64) {
+        let Some(doc) = &self.doc else { return };
+        let Some(op) = state::op_of_event(&doc.trace, event) else {
+            return;
+        };
+        let alloc = doc.trace.ops.is_alloc(op as usize);
+        self.set_cursor(op);
+        if alloc {
+            self.selected_alloc = Some(op);
+        }
+        if let Some(doc) = &self.doc {
+            self.timeline.reveal(doc, op);
+        }
+        self.refresh_highlight();
     }
 
     /// Moves the cursor (clamped to the trace).
@@ -547,7 +653,17 @@ impl AllocsimApp {
                 job,
                 stage,
                 fraction,
-            } => self.progress = Some((job, stage, fraction)),
+            } => {
+                if let Some(w) = &mut self.what_if
+                    && w.job == job
+                {
+                    if w.cancelled {
+                        return;
+                    }
+                    w.progress = Some((stage.clone(), fraction));
+                }
+                self.progress = Some((job, stage, fraction));
+            }
             Response::Loaded { job, trace } => {
                 if self.load_job != Some(job) {
                     return;
@@ -570,6 +686,8 @@ impl AllocsimApp {
                         .resolve_capacity(trace.recorded_capacity.as_ref());
                 }
                 self.what_if = None;
+                self.runtimes = None;
+                self.explained = None;
                 // The band quads are built once the stacked view is shown, a slice per
                 // frame (`build_bands`).
                 self.doc = Some(Document::new(Arc::new(*trace)));
@@ -592,6 +710,11 @@ impl AllocsimApp {
                 self.bands_highlight = QuadSet::default();
                 self.resimulate();
                 self.apply_search();
+                let job = self.job();
+                if let Some(doc) = &mut self.doc {
+                    doc.bounds_job = Some(job);
+                }
+                self.engine.send(Request::Bounds { job });
             }
             Response::Replayed { job, slot, replay } => {
                 let Some(doc) = &mut self.doc else { return };
@@ -629,7 +752,11 @@ impl AllocsimApp {
                 s.layout_job = None;
                 let hl = highlighter(&trace, &self.search, self.selected_alloc);
                 let data = *layout;
-                s.layout = Some(LayoutView::new(data, &hl));
+                let mut view = LayoutView::new(data, &hl);
+                if slot == 0 {
+                    view.set_blockers(&blocker_picker(self.explained.as_ref()));
+                }
+                s.layout = Some(view);
             }
             Response::AddressHits { job, hits, .. } => {
                 if self.search.job == Some(job) {
@@ -648,11 +775,49 @@ impl AllocsimApp {
                     s.min_capacity = Some(Ok(bytes));
                 }
             }
-            Response::WhatIf { job, rows, swept } => {
+            Response::WhatIf { job, answer } => {
                 if let Some(w) = &mut self.what_if
                     && w.job == job
+                    && !w.cancelled
                 {
-                    w.answer = Some((rows, swept));
+                    w.progress = None;
+                    w.answer = Some(*answer);
+                }
+            }
+            Response::Runtimes { job, rows } => {
+                if let Some(r) = &mut self.runtimes
+                    && r.job == job
+                {
+                    r.rows = Some(Ok(rows));
+                }
+            }
+            Response::Explained {
+                job,
+                op_index,
+                explanation,
+            } => {
+                let Some(x) = &mut self.explained else { return };
+                if x.job != job {
+                    return;
+                }
+                if let Some(doc) = &self.doc {
+                    x.blocker_allocs = explanation
+                        .blockers
+                        .iter()
+                        .flat_map(|b| &b.events)
+                        .filter_map(|&e| state::op_of_event(&doc.trace, e))
+                        .filter(|&op| doc.trace.ops.is_alloc(op as usize))
+                        .collect();
+                }
+                x.answer = Some(Ok((op_index, explanation)));
+                self.refresh_highlight();
+            }
+            Response::Bounds { job, bounds } => {
+                if let Some(doc) = &mut self.doc
+                    && doc.bounds_job == Some(job)
+                {
+                    doc.bounds_job = None;
+                    doc.bounds = Some(bounds);
                 }
             }
             Response::Failed { job, message } => {
@@ -668,8 +833,28 @@ impl AllocsimApp {
                 if let Some(w) = &mut self.what_if
                     && w.job == job
                 {
-                    w.answer = Some((Vec::new(), 0));
-                    self.errors.push(message);
+                    w.progress = None;
+                    if !w.cancelled {
+                        w.error = Some(message);
+                    }
+                    return;
+                }
+                if let Some(r) = &mut self.runtimes
+                    && r.job == job
+                {
+                    r.rows = Some(Err(message));
+                    return;
+                }
+                if let Some(x) = &mut self.explained
+                    && x.job == job
+                {
+                    x.answer = Some(Err(message));
+                    return;
+                }
+                if let Some(doc) = &mut self.doc
+                    && doc.bounds_job == Some(job)
+                {
+                    doc.bounds_job = None;
                     return;
                 }
                 if let Some(doc) = &mut self.doc {
@@ -781,6 +966,9 @@ impl AllocsimApp {
                 l.set_highlight(&hl);
             }
         }
+        if let Some(l) = doc.slots.first_mut().and_then(|s| s.layout.as_mut()) {
+            l.set_blockers(&blocker_picker(self.explained.as_ref()));
+        }
     }
 
     /// Asks for the min capacity of every replayed slot that lacks one (the compare table).
@@ -840,9 +1028,51 @@ impl AllocsimApp {
         self.what_if = Some(WhatIf {
             job,
             capacity_bytes,
+            progress: None,
             answer: None,
+            cancelled: false,
+            error: None,
         });
         self.engine.send(Request::WhatIf {
+            job,
+            capacity_bytes,
+        });
+    }
+
+    /// Stops the what-if sweep in flight (natively the engine skips the replays not yet
+    /// started; the browser's worker finishes it, and its answer is dropped).
+    pub fn cancel_what_if(&mut self) {
+        if let Some(w) = &mut self.what_if
+            && w.running()
+        {
+            w.cancelled = true;
+            w.progress = None;
+            if self.progress.as_ref().is_some_and(|p| p.0 == w.job) {
+                self.progress = None;
+            }
+            self.engine.send(Request::Cancel { job: w.job });
+        }
+    }
+
+    /// Asks for the other runtimes under the current capacity (the Compare tab), once per
+    /// capacity.
+    pub fn request_runtimes(&mut self) {
+        let capacity_bytes = self.config.capacity_bytes();
+        if self.doc.is_none()
+            || self
+                .runtimes
+                .as_ref()
+                .is_some_and(|r| r.capacity_bytes == capacity_bytes)
+        {
+            return;
+        }
+        let job = self.job();
+        self.runtimes = Some(Runtimes {
+            job,
+            capacity_bytes,
+            rows: None,
+        });
+        self.engine.send(Request::Runtimes {
             job,
             capacity_bytes,
         });
@@ -1094,6 +1324,34 @@ fn highlighter<'a>(
             .as_ref()
             .is_some_and(|s| state::block_in_stacks(trace, layout, b, s))
     }
+}
+
+/// Whether layout block `b` is one of the explanation's blockers: a live block of a
+/// blocker's allocation, or (at the op explained, for blocks alive before the trace
+/// starts) at a blocker's address.
+fn blocker_picker(
+    explained: Option<&Explained>,
+) -> impl Fn(&engine::wire::LayoutData, usize) -> bool + '_ {
+    let at = explained.and_then(Explained::explanation);
+    move |layout, b| {
+        let (Some(x), Some((op, e)), Some(blk)) = (explained, at, layout.blocks.get(b)) else {
+            return false;
+        };
+        if blk.state == engine::wire::block_state::FREE
+            || blk.state == engine::wire::block_state::UNMAPPED
+        {
+            return false;
+        }
+        (blk.alloc != NO_OP && x.blocker_allocs.contains(&blk.alloc))
+            || (layout.op == op && e.blockers.iter().any(|g| g.addrs.contains(&blk.addr)))
+    }
+}
+
+/// The OOM of `ooms` the panel explains at the cursor: the last at or before it, else the
+/// first.
+#[must_use]
+pub fn oom_at(ooms: &[engine::wire::OomData], cursor: u32) -> usize {
+    ooms.iter().rposition(|o| o.op_index <= cursor).unwrap_or(0)
 }
 
 /// Parses `0x7f12…` or a long hex string as an address.

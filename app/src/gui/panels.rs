@@ -4,13 +4,14 @@
 
 use egui::{Color32, RichText, Ui};
 
-use super::engine::wire::{NO_OP, OomData, WhatIfRow};
+use super::engine::wire::{NO_OP, OomData, WhatIfData};
 use super::examples::EXAMPLES;
 use super::memory_map::memory_map_ui;
 use super::state::{self, Slot};
 use super::timeline::{Axis, Mode, format_seconds, timeline_ui};
-use super::{AllocsimApp, ConfigState, io, theme};
+use super::{AllocsimApp, ConfigState, io, oom_at, theme};
 use allocsim_core::capacity::{BoundKind, CapacityArg, CapacityChoice};
+use allocsim_core::explain::{BlockerKind, Explanation};
 use allocsim_core::models::MODEL_NAMES;
 use allocsim_core::units::format_size;
 
@@ -665,12 +666,6 @@ fn selection_ui(ui: &mut Ui, app: &mut AllocsimApp) {
     ui.separator();
 }
 
-/// The OOM of `ooms` the panel explains at the cursor: the last at or before it, else the
-/// first.
-fn oom_at(ooms: &[OomData], cursor: u32) -> usize {
-    ooms.iter().rposition(|o| o.op_index <= cursor).unwrap_or(0)
-}
-
 /// What happened at an OOM, in PyTorch's terms.
 fn oom_status(o: &OomData) -> &'static str {
     if o.fatal {
@@ -700,6 +695,7 @@ fn oom_ui(ui: &mut Ui, app: &mut AllocsimApp) {
     }
     ui.heading(RichText::new("OOM explained").color(theme::OOM));
     let mut go = None;
+    let mut go_event = None;
     for (i, ooms, spec) in &failing {
         let shown = oom_at(ooms, app.cursor);
         let o = &ooms[shown];
@@ -744,7 +740,14 @@ fn oom_ui(ui: &mut Ui, app: &mut AllocsimApp) {
         if let Some(m) = &o.pytorch_message {
             ui.label(RichText::new(m).color(theme::BAD_TEXT));
         }
-        ui.label(&o.explanation);
+        let explained = app.explained.as_ref().and_then(|x| {
+            let (op, e) = x.explanation()?;
+            (op == o.op_index).then_some(e)
+        });
+        match explained {
+            Some(e) => ui.label(format!("{}.", e.sentence)),
+            None => ui.label(&o.explanation),
+        };
         egui::Grid::new(("oom", *i)).num_columns(2).show(ui, |ui| {
             ui.label("requested");
             ui.label(format_size(o.requested_bytes));
@@ -766,8 +769,25 @@ fn oom_ui(ui: &mut Ui, app: &mut AllocsimApp) {
         if app.cursor != o.op_index && ui.link(format!("go to event {}", o.event_index)).clicked() {
             go = Some(o.op_index);
         }
+        match (&app.explained, explained) {
+            (_, Some(e)) => go_event = explanation_ui(ui, e).or(go_event),
+            (Some(x), None) if matches!(x.answer, Some(Err(_))) => {
+                if let Some(Err(m)) = &x.answer {
+                    ui.colored_label(theme::BAD_TEXT, format!("cannot explain it: {m}"));
+                }
+            }
+            _ => {
+                ui.horizontal(|ui| {
+                    ui.spinner();
+                    ui.label("finding the holes and the blockers…");
+                });
+            }
+        }
     }
     let add = would_fit_ui(ui, app);
+    if let Some(ev) = go_event {
+        app.go_to_event(ev);
+    }
     if let Some(op) = go {
         app.set_cursor(op);
         if let Some(doc) = &app.doc {
@@ -817,83 +837,53 @@ fn would_fit_ui(ui: &mut Ui, app: &mut AllocsimApp) -> Option<String> {
     }
     let mut add = None;
     let mut ask = false;
+    let mut cancel = false;
     let cap = app.config.capacity_bytes();
+    let sweep_hint = "Sweep PyTorch's settings (PYTORCH_CUDA_ALLOC_CONF) under this cap: the best by driver time, then peak reserved; other allocators are on the Compare tab";
     match app.what_if.as_ref().filter(|w| w.capacity_bytes == cap) {
         None => {
             ask = ui
                 .button("What would fit?")
-                .on_hover_text("Replay PyTorch's options and the other allocators under this cap")
+                .on_hover_text(sweep_hint)
                 .clicked();
         }
-        Some(w) => match &w.answer {
-            None => {
+        Some(w) if w.running() => {
+            ui.horizontal(|ui| {
+                let (stage, f) = w
+                    .progress
+                    .clone()
+                    .unwrap_or_else(|| ("trying PyTorch's settings…".into(), 0.0));
+                ui.add(
+                    egui::ProgressBar::new(f)
+                        .desired_width(200.0)
+                        .text(stage)
+                        .animate(true),
+                );
+                cancel = ui
+                    .button("Cancel")
+                    .on_hover_text("stop the sweep")
+                    .clicked();
+            });
+        }
+        Some(w) => {
+            if w.cancelled {
                 ui.horizontal(|ui| {
-                    ui.spinner();
-                    ui.label("trying configurations…");
+                    ui.weak("the sweep was cancelled");
+                    ask = ui
+                        .button("What would fit?")
+                        .on_hover_text(sweep_hint)
+                        .clicked();
                 });
+            } else if let Some(e) = &w.error {
+                ui.colored_label(theme::BAD_TEXT, e);
+                ask = ui
+                    .button("What would fit?")
+                    .on_hover_text(sweep_hint)
+                    .clicked();
+            } else if let Some(a) = &w.answer {
+                add = tradeoffs_ui(ui, a);
             }
-            Some((rows, swept)) => {
-                let (fit, oom): (Vec<&WhatIfRow>, Vec<&WhatIfRow>) =
-                    rows.iter().partition(|r| r.fits && r.error.is_empty());
-                for r in &fit {
-                    ui.horizontal_wrapped(|ui| {
-                        if r.recommended {
-                            ui.colored_label(theme::OK_TEXT, "best").on_hover_text(
-                                "the PyTorch configuration with the lowest peak that fits (recommend)",
-                            );
-                        } else {
-                            ui.colored_label(theme::OK_TEXT, "fits");
-                        }
-                        if ui
-                            .link(RichText::new(&r.spec).monospace())
-                            .on_hover_text("compare it")
-                            .clicked()
-                        {
-                            add = Some(r.spec.clone());
-                        }
-                        ui.label(format!("peak {}", format_size(r.peak_reserved_bytes)));
-                    });
-                }
-                if fit.is_empty() && !rows.is_empty() {
-                    let also = if *swept > 0 {
-                        format!(" (nor the {swept} PyTorch option sets swept)")
-                    } else {
-                        String::new()
-                    };
-                    ui.colored_label(
-                        theme::BAD_TEXT,
-                        format!(
-                            "none of the {} configurations tried{also} serves every request here",
-                            rows.len()
-                        ),
-                    );
-                }
-                if !oom.is_empty() {
-                    ui.collapsing(format!("{} run out of memory", oom.len()), |ui| {
-                        for r in &oom {
-                            ui.horizontal_wrapped(|ui| {
-                                if r.error.is_empty() {
-                                    ui.colored_label(theme::BAD_TEXT, "OOM");
-                                } else {
-                                    ui.colored_label(theme::BAD_TEXT, "!")
-                                        .on_hover_text(&r.error);
-                                }
-                                if ui
-                                    .link(RichText::new(&r.spec).monospace())
-                                    .on_hover_text("compare it")
-                                    .clicked()
-                                {
-                                    add = Some(r.spec.clone());
-                                }
-                                if let Some(e) = r.oom_event {
-                                    ui.label(format!("at event {e}"));
-                                }
-                            });
-                        }
-                    });
-                }
-            }
-        },
+        }
     }
     // The smallest capacity at which each failing configuration serves every request.
     for s in doc
@@ -919,6 +909,280 @@ fn would_fit_ui(ui: &mut Ui, app: &mut AllocsimApp) -> Option<String> {
     if ask {
         app.request_what_if();
     }
+    if cancel {
+        app.cancel_what_if();
+    }
+    add
+}
+
+/// A PyTorch setting as a user writes it: the `PYTORCH_CUDA_ALLOC_CONF` of a `pytorch@…`
+/// spec, "defaults" for `pytorch` alone.
+fn setting_of(spec: &str) -> &str {
+    match spec.strip_prefix("pytorch@") {
+        Some(conf) => conf,
+        None if spec == "pytorch" => "defaults",
+        None => spec,
+    }
+}
+
+/// A predicted driver time: "850 µs", "12.4 ms", "1.52 s".
+#[must_use]
+pub fn format_driver_time(us: f64) -> String {
+    if us < 1000.0 {
+        format!("{us:.0} µs")
+    } else if us < 1_000_000.0 {
+        format!("{:.1} ms", us / 1000.0)
+    } else {
+        format!("{:.2} s", us / 1e6)
+    }
+}
+
+/// `recommend`'s trade-off table: the snapshot's own settings, then the best PyTorch
+/// settings in rank order — peak reserved, headroom to the cap, segment operations,
+/// synchronizing operations and their predicted driver time. Returns a setting the user
+/// chose to compare.
+fn tradeoffs_ui(ui: &mut Ui, a: &WhatIfData) -> Option<String> {
+    let mut add = None;
+    if a.candidates_fitting > 0 {
+        ui.label(format!(
+            "{} of {} PyTorch settings serve every request ({} replayed; the others act alike on this trace)",
+            a.candidates_fitting, a.candidates_tried, a.candidates_replayed
+        ));
+    } else {
+        ui.colored_label(
+            theme::BAD_TEXT,
+            format!(
+                "none of the {} PyTorch settings swept serves every request here",
+                a.candidates_tried
+            ),
+        );
+    }
+    // Two lines a setting (the panel is narrow): the setting, then its cost.
+    let rows = a
+        .recorded
+        .iter()
+        .map(|r| (r, true))
+        .chain(a.tradeoffs.iter().map(|r| (r, false)));
+    for (r, recorded) in rows {
+        ui.horizontal_wrapped(|ui| {
+            if r.recommended {
+                ui.colored_label(theme::OK_TEXT, "best").on_hover_text(
+                    "serves every request with the least predicted driver time, then the lowest peak (recommend)",
+                );
+            } else if r.fits {
+                ui.colored_label(theme::OK_TEXT, "fits");
+            } else {
+                let oom = r
+                    .oom_event
+                    .map_or_else(|| "OOM".to_string(), |e| format!("OOM at event {e}"));
+                ui.colored_label(theme::BAD_TEXT, oom);
+            }
+            let setting = if recorded {
+                format!("as recorded ({})", setting_of(&r.spec))
+            } else {
+                setting_of(&r.spec).to_string()
+            };
+            if ui
+                .link(RichText::new(setting).monospace())
+                .on_hover_text(format!("compare {}", r.spec))
+                .clicked()
+            {
+                add = Some(r.spec.clone());
+            }
+        });
+        let headroom = match a.capacity_bytes {
+            // Up to its OOM, a failing replay's peak says nothing of the headroom.
+            _ if !r.fits => "none".into(),
+            Some(c) if c >= r.peak_reserved_bytes => format_size(c - r.peak_reserved_bytes),
+            Some(_) => "none".into(),
+            None => "no cap".into(),
+        };
+        ui.weak(format!(
+            "    peak {} · headroom {headroom} · {} segment ops ({} sync ops) · driver time {}",
+            format_size(r.peak_reserved_bytes),
+            r.segment_ops,
+            r.synchronizing_ops,
+            format_driver_time(r.driver_time_us)
+        ))
+        .on_hover_text(
+            "segment ops: cudaMalloc and cudaFree calls; sync ops: those that synchronize the device (each cudaFree, each unmapping); driver time: their predicted time (core's cost table)",
+        );
+    }
+    add
+}
+
+/// The explanation's holes, blockers and bounds (`allocsim explain`), below PyTorch's
+/// sentence. Returns an event the user clicked (the free that opened a hole, the
+/// allocation of a blocker).
+fn explanation_ui(ui: &mut Ui, e: &Explanation) -> Option<u64> {
+    let mut go = None;
+    ui.add_space(4.0);
+    ui.label(
+        RichText::new(format!(
+            "Holes of its pool and stream: {} holes, {} free, the largest {}",
+            e.holes_count,
+            format_size(e.holes_bytes),
+            format_size(e.largest_hole_bytes)
+        ))
+        .strong(),
+    );
+    for h in e.holes.iter().take(HOLES_SHOWN) {
+        ui.horizontal_wrapped(|ui| {
+            ui.label(format!("{} at {:#x}", format_size(h.bytes), h.addr));
+            match h.opened_at_event {
+                Some(ev) => {
+                    let mut tip = h
+                        .freed_block_site
+                        .as_ref()
+                        .map(|s| format!("the freed block was allocated at {s}\n"))
+                        .unwrap_or_default();
+                    tip.push_str(&h.frames.join("\n"));
+                    let r = ui.link(format!("opened by the free at event {ev}"));
+                    let r = if tip.is_empty() {
+                        r
+                    } else {
+                        r.on_hover_text(tip)
+                    };
+                    if r.clicked() {
+                        go = Some(ev);
+                    }
+                }
+                None => {
+                    ui.weak("never freed into since its segment was created");
+                }
+            }
+        });
+    }
+    if e.holes_count > HOLES_SHOWN {
+        ui.weak(format!("… and {} more", e.holes_count - HOLES_SHOWN));
+    }
+    ui.add_space(4.0);
+    match &e.blocker_set {
+        Some(set) => {
+            let word = if set.blocks == 1 { "block" } else { "blocks" };
+            let line = match set.kind {
+                BlockerKind::Window => format!(
+                    "Blockers: {} live {word} ({}); removing them would leave a free run of {} in the {} segment at {:#x}",
+                    set.blocks,
+                    format_size(set.bytes),
+                    format_size(set.would_free_contiguous_bytes),
+                    format_size(set.segment_bytes),
+                    set.segment_addr
+                ),
+                BlockerKind::Release => format!(
+                    "Blockers: {} live {word} ({}) keep the {} segment at {:#x} from being released; without them {} could be had",
+                    set.blocks,
+                    format_size(set.bytes),
+                    format_size(set.segment_bytes),
+                    set.segment_addr,
+                    format_size(set.would_free_contiguous_bytes)
+                ),
+            };
+            ui.label(RichText::new(line).strong().color(theme::BLOCKER));
+        }
+        None if e.fits_without_blockers => {
+            ui.label("No blockers: the request fits once the cached segments are released");
+        }
+        None => {
+            ui.weak("No blockers: no set of live blocks in one segment would make room");
+        }
+    }
+    for b in &e.blockers {
+        ui.horizontal_wrapped(|ui| {
+            let (rect, _) = ui.allocate_exact_size(egui::vec2(10.0, 10.0), egui::Sense::hover());
+            ui.painter().rect_filled(rect, 1.0, theme::BLOCKER);
+            let r = ui
+                .link(RichText::new(&b.site).monospace().strong())
+                .on_hover_text("go to the first allocation of this site among the blockers");
+            if r.clicked() {
+                go = b.events.first().copied().or(go);
+            }
+        });
+        ui.label(&b.sentence);
+        ui.horizontal_wrapped(|ui| {
+            ui.weak("allocated at");
+            for &ev in b.events.iter().take(EVENTS_SHOWN) {
+                if ui
+                    .link(format!("event {ev}"))
+                    .on_hover_text("move the cursor to this allocation")
+                    .clicked()
+                {
+                    go = Some(ev);
+                }
+            }
+            if b.events.len() > EVENTS_SHOWN {
+                ui.weak(format!("… {} more", b.events.len() - EVENTS_SHOWN));
+            }
+        });
+    }
+    ui.add_space(4.0);
+    ui.label(format!(
+        "The best any allocator could do: {} live at the peak (lower bound), {} with an offline placement that knows every lifetime",
+        format_size(e.live_peak_bytes),
+        format_size(e.offline_peak_bytes)
+    ));
+    go
+}
+
+/// Holes listed in the panel (the largest; the line above counts them all).
+const HOLES_SHOWN: usize = 8;
+/// Allocation events listed per blocker site.
+const EVENTS_SHOWN: usize = 16;
+
+/// The other runtimes under the cap: allocators a PyTorch program cannot switch to by a
+/// setting (asked for once the section is opened). Returns a runtime the user chose to
+/// compare.
+fn other_runtimes_ui(ui: &mut Ui, app: &mut AllocsimApp) -> Option<String> {
+    let mut add = None;
+    let r = egui::CollapsingHeader::new("Other runtimes")
+        .id_salt("other_runtimes")
+        .show(ui, |ui| {
+            app.request_runtimes();
+            ui.weak("allocators of other runtimes and libraries, under the same cap: not a PyTorch setting");
+            match app.runtimes.as_ref().and_then(|r| r.rows.as_ref()) {
+                None => {
+                    ui.spinner();
+                }
+                Some(Err(e)) => {
+                    ui.colored_label(theme::BAD_TEXT, e);
+                }
+                Some(Ok(rows)) => {
+                    egui::Grid::new("runtimes")
+                        .striped(true)
+                        .num_columns(3)
+                        .show(ui, |ui| {
+                            for h in ["runtime", "peak reserved", "result"] {
+                                ui.label(RichText::new(h).strong());
+                            }
+                            ui.end_row();
+                            for r in rows {
+                                if ui
+                                    .link(RichText::new(&r.spec).monospace())
+                                    .on_hover_text("compare it")
+                                    .clicked()
+                                {
+                                    add = Some(r.spec.clone());
+                                }
+                                ui.label(format_size(r.peak_reserved_bytes));
+                                if r.fits {
+                                    ui.colored_label(theme::OK_TEXT, "fits");
+                                } else {
+                                    ui.colored_label(
+                                        theme::BAD_TEXT,
+                                        r.oom_event.map_or_else(
+                                            || "OOM".to_string(),
+                                            |e| format!("OOM at event {e}"),
+                                        ),
+                                    );
+                                }
+                                ui.end_row();
+                            }
+                        });
+                }
+            }
+        });
+    r.header_response
+        .on_hover_text("Allocators a PyTorch program cannot switch to by PYTORCH_CUDA_ALLOC_CONF");
     add
 }
 
@@ -1125,6 +1389,13 @@ fn compare_tab_ui(ui: &mut Ui, app: &mut AllocsimApp) {
                 ui.end_row();
             }
         });
+    if let Some(spec) = other_runtimes_ui(ui, app)
+        && !app.config.specs().contains(&spec)
+    {
+        app.config.compare.push(spec);
+        app.resimulate();
+    }
+    let Some(doc) = &app.doc else { return };
     ui.separator();
     let n = doc.slots.len().max(1);
     let mut picked = None;

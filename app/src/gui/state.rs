@@ -33,6 +33,11 @@ pub struct Document {
     /// The quads converted so far (`bands` is republished from it as it grows).
     bands_building: Vec<Quad>,
     pub slots: Vec<Slot>,
+    /// The best any allocator could do on this device (live-bytes peak, offline
+    /// placement's peak), once the engine has computed them.
+    pub bounds: Option<allocsim_core::offline::BestPossible>,
+    /// The bounds job in flight.
+    pub bounds_job: Option<u64>,
 }
 
 /// Pieces converted between two looks at the clock.
@@ -53,6 +58,8 @@ impl Document {
             bands: QuadSet::default(),
             bands_building: Vec::new(),
             slots: Vec::new(),
+            bounds: None,
+            bounds_job: None,
         }
     }
 
@@ -216,8 +223,12 @@ pub struct LayoutView {
     /// Row of each segment.
     pub segment_row: Vec<u32>,
     pub quads: QuadSet,
-    /// Quad `i` is block `i`; highlighted blocks drawn again on top.
+    /// Highlighted blocks (search, selection), drawn again on top.
     pub highlight: QuadSet,
+    /// The blocks of the OOM explanation's blockers, drawn on top in their colour.
+    pub blockers: QuadSet,
+    /// Their block indexes.
+    pub blocker_blocks: Vec<usize>,
     /// Largest segment, bytes.
     pub max_segment_bytes: u64,
     pub reserved_bytes: u64,
@@ -264,6 +275,8 @@ impl LayoutView {
             segment_row,
             quads: QuadSet::default(),
             highlight: QuadSet::default(),
+            blockers: QuadSet::default(),
+            blocker_blocks: Vec::new(),
             max_segment_bytes,
             reserved_bytes,
         };
@@ -276,6 +289,15 @@ impl LayoutView {
     pub fn set_highlight(&mut self, highlighted: &dyn Fn(&LayoutData, usize) -> bool) {
         let pick = |b: usize| highlighted(&self.data, b);
         self.highlight = QuadSet::new(self.block_quads(&pick, Some(theme::HIGHLIGHT)));
+    }
+
+    /// Marks the blocks `blocker` picks as the OOM explanation's blockers.
+    pub fn set_blockers(&mut self, blocker: &dyn Fn(&LayoutData, usize) -> bool) {
+        self.blocker_blocks = (0..self.data.blocks.len())
+            .filter(|&b| blocker(&self.data, b))
+            .collect();
+        let pick = |b: usize| self.blocker_blocks.binary_search(&b).is_ok();
+        self.blockers = QuadSet::new(self.block_quads(&pick, Some(theme::BLOCKER)));
     }
 
     fn block_quads(&self, pick: &dyn Fn(usize) -> bool, color: Option<egui::Color32>) -> Vec<Quad> {
@@ -387,6 +409,15 @@ pub fn seconds_of(trace: &TraceData) -> Vec<f64> {
     }
     let t0 = t[0];
     t.iter().map(|&x| (x - t0) as f64 / 1e6).collect()
+}
+
+/// The op of trace event `event` (an index into the device's trace entries): the op made
+/// from it, else the last op before it (None before the first op).
+#[must_use]
+pub fn op_of_event(trace: &TraceData, event: u64) -> Option<u32> {
+    let ev = &trace.ops.event_index;
+    let k = ev.partition_point(|&e| u64::from(e) <= event);
+    k.checked_sub(1).map(|k| k as u32)
 }
 
 /// Live allocations at op `op` grouped by call site: (stack, bytes, count), largest first.

@@ -454,12 +454,211 @@ fn a_synthetic_workload_opens_from_the_menu_spec() {
 }
 
 #[test]
-fn what_if_lists_the_best_configuration_under_the_cap() {
+#[allow(clippy::many_single_char_names)]
+fn what_if_lists_pytorch_settings_only_with_their_cost() {
+    let h = harness(Startup::Example(&OOM_STORY));
+    let app = h.state();
+    // Asked for without a click: the story runs out of memory.
+    let w = app.what_if.as_ref().expect("asked for at the OOM");
+    assert_eq!(w.capacity_bytes, app.config.capacity_bytes());
+    let a = w.answer.as_ref().expect("answered");
+    // recommend's answer, as the CLI computes it.
+    let v = allocsim_core::session::load(OOM_STORY.bytes, None).expect("loads");
+    let d = v.trace.busiest_device();
+    let rec = allocsim_core::whatif::recommend(&v.trace, d, w.capacity_bytes, &mut |_, _| {})
+        .expect("recommend");
+    assert_eq!(a.candidates_tried as usize, rec.candidates_tried);
+    let best = &a.tradeoffs[0];
+    assert!(best.recommended);
+    assert_eq!(best.peak_reserved_bytes, rec.best.peak_reserved_bytes);
+    assert!(has_text(&h, &rec.best.config), "the best setting is listed");
+    for col in ["peak", "headroom", "segment ops", "sync ops", "driver time"] {
+        assert!(has_text(&h, col), "column {col}");
+    }
+    assert!(has_text(&h, "as recorded (defaults)"));
+    assert!(has_text(
+        &h,
+        &super::panels::format_driver_time(best.driver_time_us)
+    ));
+    // Only PyTorch settings: the other runtimes are on the Compare tab.
+    assert!(
+        a.tradeoffs
+            .iter()
+            .all(|r| r.spec == "pytorch" || r.spec.starts_with("pytorch@"))
+    );
+    for other in ["bfc", "rmm-pool", "buddy", "tlsf"] {
+        assert!(!has_text(&h, other), "{other} is not a PyTorch setting");
+    }
+}
+
+#[test]
+fn a_what_if_can_be_cancelled_and_asked_again() {
     let mut h = harness(Startup::Example(&OOM_STORY));
     h.state_mut().request_what_if();
+    assert!(
+        h.state()
+            .what_if
+            .as_ref()
+            .is_some_and(super::WhatIf::running)
+    );
+    h.state_mut().cancel_what_if();
     settle(&mut h);
-    assert!(has_text(&h, "best"));
-    assert!(has_text(&h, "pytorch@expandable_segments:True"));
+    let w = h.state().what_if.as_ref().expect("the what-if");
+    assert!(w.cancelled && w.answer.is_none(), "its answer is dropped");
+    assert!(has_text(&h, "the sweep was cancelled"));
+    h.get_by_label("What would fit?").click_accesskit();
+    settle(&mut h);
+    let w = h.state().what_if.as_ref().expect("asked again");
+    assert!(!w.cancelled && w.answer.is_some());
+}
+
+#[test]
+fn the_compare_tab_lists_the_other_runtimes_apart() {
+    let mut h = harness(Startup::Example(&OOM_STORY));
+    h.get_by_label("Compare").click();
+    settle(&mut h);
+    assert!(h.state().runtimes.is_none(), "asked for once opened");
+    h.get_by_label("Other runtimes").click_accesskit();
+    settle(&mut h);
+    let rows = h
+        .state()
+        .runtimes
+        .as_ref()
+        .and_then(|r| r.rows.clone())
+        .expect("answered")
+        .expect("replayed");
+    assert_eq!(
+        rows.iter().map(|r| r.spec.as_str()).collect::<Vec<_>>(),
+        allocsim_core::models::MODEL_NAMES[1..]
+    );
+    assert!(has_text(&h, "not a PyTorch setting"));
+    assert!(has_text(&h, "rmm-pool"));
+}
+
+/// A real H100 snapshot in the repository: the device filled, split into 3.93 GiB holes,
+/// then a 23.60 GiB request no hole holds.
+const DEVFULL: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../tests/traces/devfull_oom_msg.pickle.gz"
+);
+
+#[test]
+fn the_oom_explained_names_the_blockers_highlights_them_and_goes_to_their_allocations() {
+    let mut h = harness(Startup::File(DEVFULL.into()));
+    // What `allocsim explain` says at the OOM.
+    let v =
+        allocsim_core::session::load(&std::fs::read(DEVFULL).expect("file"), None).expect("loads");
+    let d = v.trace.busiest_device();
+    let cap = allocsim_core::session::capacity(&v.trace, d, CapacityArg::AsRecorded).bytes;
+    let want = allocsim_core::explain::explain(
+        &v.trace,
+        d,
+        &allocsim_core::models::ModelSpec::parse("pytorch").expect("spec"),
+        cap,
+        allocsim_core::explain::ExplainOptions::default(),
+        &allocsim_core::whatif::InOrder,
+        &mut |_, _| {},
+    )
+    .expect("explain");
+    assert!(!want.blockers.is_empty(), "explain names blockers here");
+    let app = h.state();
+    assert!(app.errors.is_empty(), "{:?}", app.errors);
+    assert_eq!(app.cursor as usize, want.op_index, "the cursor on the OOM");
+    // The panel: the holes with the free that opened each, the blockers by site.
+    assert!(has_text(&h, &format!("{}.", want.sentence)));
+    assert!(has_text(&h, "Holes of its pool and stream: 7 holes"));
+    for hole in want.holes.iter().take(8) {
+        let ev = hole
+            .opened_at_event
+            .expect("every hole here was opened by a free");
+        assert!(has_text(&h, &format!("opened by the free at event {ev}")));
+    }
+    for b in &want.blockers {
+        assert!(has_text(&h, &b.site), "{}", b.site);
+        assert!(has_text(&h, &b.sentence), "{}", b.sentence);
+    }
+    assert!(has_text(
+        &h,
+        "with an offline placement that knows every lifetime"
+    ));
+    // The map highlights exactly the blockers' blocks.
+    let mut want_addrs: Vec<u64> = want.blockers.iter().flat_map(|b| b.addrs.clone()).collect();
+    want_addrs.sort_unstable();
+    let doc = app.document().expect("doc");
+    let l = doc.slots[0].layout.as_ref().expect("layout");
+    assert_eq!(l.data.op, app.cursor);
+    let mut lit: Vec<u64> = l
+        .blocker_blocks
+        .iter()
+        .map(|&b| l.data.blocks[b].addr)
+        .collect();
+    lit.sort_unstable();
+    assert_eq!(lit, want_addrs);
+    assert_eq!(l.blockers.len(), want_addrs.len(), "one quad per blocker");
+    // Clicking a blocker's allocation moves the cursor to the event that allocated it,
+    // and selects that allocation; the map there outlines its block.
+    let first = want.blockers[0].events[0];
+    h.get_by_label(&format!("event {first}")).click_accesskit();
+    settle(&mut h);
+    let app = h.state();
+    let doc = app.document().expect("doc");
+    let op = app.cursor;
+    assert_eq!(u64::from(doc.trace.ops.event_index[op as usize]), first);
+    assert!(doc.trace.ops.is_alloc(op as usize));
+    assert_eq!(app.selected_alloc, Some(op));
+    let l = doc.slots[0].layout.as_ref().expect("layout");
+    assert_eq!(l.data.op, op);
+    let here: Vec<u64> = l
+        .blocker_blocks
+        .iter()
+        .map(|&b| l.data.blocks[b].addr)
+        .collect();
+    assert!(
+        l.blocker_blocks
+            .iter()
+            .any(|&b| l.data.blocks[b].alloc == op),
+        "the blocker allocated here is highlighted: {here:x?}"
+    );
+    assert!(here.iter().all(|a| want_addrs.contains(a)), "{here:x?}");
+    // The site's link goes to its first allocation too; a hole's link to its free.
+    h.get_by_label(&want.blockers[0].site).click_accesskit();
+    settle(&mut h);
+    assert_eq!(h.state().cursor, op);
+    let ev = want.holes[0].opened_at_event.expect("opened by a free");
+    h.get_by_label(&format!("opened by the free at event {ev}"))
+        .click();
+    settle(&mut h);
+    let app = h.state();
+    let doc = app.document().expect("doc");
+    assert_eq!(
+        u64::from(doc.trace.ops.event_index[app.cursor as usize]),
+        ev
+    );
+}
+
+#[test]
+fn the_timeline_draws_the_live_peak_and_the_offline_placement() {
+    let h = harness(Startup::File(DEVFULL.into()));
+    let v =
+        allocsim_core::session::load(&std::fs::read(DEVFULL).expect("file"), None).expect("loads");
+    let d = v.trace.busiest_device();
+    let b = allocsim_core::offline::best_possible(&v.trace.devices[d]);
+    let app = h.state();
+    assert_eq!(app.document().and_then(|d| d.bounds), Some(b));
+    let size = allocsim_core::units::format_size;
+    assert_eq!(
+        app.timeline.last_references,
+        vec![
+            (
+                format!("live bytes peak {}", size(b.live_peak_bytes)),
+                b.live_peak_bytes
+            ),
+            (
+                format!("offline placement peak {}", size(b.offline_peak_bytes)),
+                b.offline_peak_bytes
+            ),
+        ]
+    );
 }
 
 #[test]
@@ -606,7 +805,10 @@ fn an_oom_trace_opens_on_its_first_oom_at_the_capacity_as_recorded() {
     // What would have fit, computed at that capacity without a click: nothing PyTorch
     // offers (the batch needs more than the GPU), and the capacity that would have.
     assert!(has_text(&h, "Would have fit at 78.50 GiB (as recorded)"));
-    assert!(has_text(&h, "none of the 15 configurations tried"));
+    assert!(has_text(
+        &h,
+        "PyTorch settings swept serves every request here"
+    ));
     let needed = allocsim_core::whatif::min_capacity(
         &v.trace,
         d,

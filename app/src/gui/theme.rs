@@ -12,6 +12,13 @@ pub const PENDING_FREE: Color32 = Color32::from_rgb(240, 160, 40);
 pub const UNMAPPED: Color32 = Color32::from_rgb(34, 36, 42);
 /// Search matches and the selected call site.
 pub const HIGHLIGHT: Color32 = Color32::from_rgb(255, 230, 0);
+/// The blockers of an OOM explanation: the live blocks whose absence would let the
+/// request fit.
+pub const BLOCKER: Color32 = Color32::from_rgb(236, 72, 200);
+/// The timeline's reference lines: the live-bytes peak (no allocator needs less) and the
+/// offline placement's peak (the best placement knowing every lifetime).
+pub const LIVE_PEAK: Color32 = Color32::from_rgb(120, 220, 160);
+pub const OFFLINE_PEAK: Color32 = Color32::from_rgb(250, 200, 90);
 /// The block or band under the mouse.
 pub const HOVER_OUTLINE: Color32 = Color32::WHITE;
 /// The cursor line.

@@ -52,6 +52,8 @@ pub struct TimelineState {
     pub last_plot: Option<Rect>,
     /// Extra curves drawn in metric mode.
     pub overlays: Vec<Overlay>,
+    /// The reference lines drawn last frame: (label, bytes) (tests read them).
+    pub last_references: Vec<(String, u64)>,
     /// The lines of the last view (metric lines, or the reserved lines over the bands),
     /// tessellated once: scrubbing only moves the cursor, and re-tessellating thousands of
     /// anti-aliased line points every frame was most of a frame's CPU time
@@ -72,6 +74,7 @@ impl Default for TimelineState {
             bands_drawn: 0,
             last_plot: None,
             overlays: Vec::new(),
+            last_references: Vec::new(),
             cache: None,
         }
     }
@@ -273,6 +276,9 @@ pub fn timeline_ui(
             ymax = ymax.max(c as f64);
         }
     }
+    if let Some(b) = &doc.bounds {
+        ymax = ymax.max(b.live_peak_bytes.max(b.offline_peak_bytes) as f64);
+    }
     if st.mode == Mode::Bands {
         ymax = ymax.max(doc.trace.bands.peak_bytes as f64);
     } else {
@@ -422,6 +428,8 @@ pub fn timeline_ui(
         }
     }
 
+    st.last_references = reference_lines(&painter, plot, doc, &to_y);
+
     // Memory caps and OOM markers.
     for (i, s) in doc.slots.iter().enumerate() {
         if let Some(c) = s.capacity_bytes {
@@ -542,6 +550,60 @@ const LAYER_BANDS_HIGHLIGHT: u64 = 2;
 const LAYER_LINES: u64 = 3;
 
 /// The reserved line of each configuration, drawn over the bands.
+/// The best any allocator could do, as two dashed lines labelled at the left: the
+/// live-bytes peak (no allocator needs less) and the offline placement's peak (what
+/// knowing every lifetime in advance achieves). Returns what it drew.
+fn reference_lines(
+    painter: &egui::Painter,
+    plot: Rect,
+    doc: &Document,
+    to_y: &dyn Fn(f64) -> f32,
+) -> Vec<(String, u64)> {
+    let Some(b) = &doc.bounds else {
+        return Vec::new();
+    };
+    let lines = [
+        (
+            format!("live bytes peak {}", format_size(b.live_peak_bytes)),
+            b.live_peak_bytes,
+            theme::LIVE_PEAK,
+        ),
+        (
+            format!(
+                "offline placement peak {}",
+                format_size(b.offline_peak_bytes)
+            ),
+            b.offline_peak_bytes,
+            theme::OFFLINE_PEAK,
+        ),
+    ];
+    let mut drawn = Vec::new();
+    for (k, (label, bytes, color)) in lines.into_iter().enumerate() {
+        let y = to_y(bytes as f64);
+        painter.extend(Shape::dashed_line(
+            &[pos2(plot.left(), y), pos2(plot.right(), y)],
+            Stroke::new(1.0, color),
+            6.0,
+            4.0,
+        ));
+        // Equal peaks: the second label goes under the line, not over the first.
+        let (anchor, dy) = if k == 0 {
+            (Align2::LEFT_BOTTOM, -2.0)
+        } else {
+            (Align2::LEFT_TOP, 2.0)
+        };
+        painter.text(
+            pos2(plot.left() + 4.0, y + dy),
+            anchor,
+            &label,
+            FontId::proportional(11.0),
+            color,
+        );
+        drawn.push((label, bytes));
+    }
+    drawn
+}
+
 fn reserved_shapes(st: &TimelineState, doc: &Document, xm: &XMap, ymax: f64) -> Vec<Shape> {
     let plot = xm.rect;
     let to_y =

@@ -114,7 +114,7 @@ pub struct ModelStats {
 }
 
 /// State of a block in a [`Layout`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum LayoutBlockState {
     Allocated,

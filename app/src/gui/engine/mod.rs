@@ -7,18 +7,24 @@
 pub mod bands;
 pub mod wire;
 
-use std::sync::Arc;
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 
 use allocsim_core::capacity::CapacityArg;
-use allocsim_core::models::{LayoutBlockState, MODEL_NAMES, ModelSpec};
+use allocsim_core::explain::{self, ExplainOptions, Explanation};
+use allocsim_core::models::{Layout, LayoutBlockState, MODEL_NAMES, ModelSpec};
+use allocsim_core::offline::{self, BestPossible};
 use allocsim_core::replay::{self, OomReport, Outcome, ReplayOptions, ReplayResult};
 use allocsim_core::trace::{DeviceTrace, OpKind, Trace};
 use allocsim_core::validate::DeviceReport;
 use allocsim_core::{session, whatif, workloads};
 
+use crate::parallel::{self, Cancellable};
 use wire::{
     AddressHit, BlockView, LayoutData, NO_OP, OomData, OpsTable, ReplayData, ReplaySummary,
-    Request, Response, SegmentView, StackTable, TraceData, WhatIfRow, block_state, op_kind,
+    Request, Response, SegmentView, StackTable, TraceData, WhatIfData, WhatIfRow, block_state,
+    op_kind,
 };
 
 /// A replay kept for layouts and searches.
@@ -37,6 +43,33 @@ pub struct Engine {
     /// Ops table of the device shown (kept for layouts: alloc ↔ end links).
     ops: OpsTable,
     slots: Vec<Option<Slot>>,
+    /// Answers kept for the trace and device shown (shared with detached work).
+    cache: Arc<Mutex<Cache>>,
+    /// The cancel flag of each cancellable job in flight.
+    cancels: Arc<Mutex<BTreeMap<u64, Arc<AtomicBool>>>>,
+}
+
+/// What the engine computed once for the trace and device shown.
+#[derive(Debug, Default)]
+struct Cache {
+    /// Bumped when the trace or the device changes: work started before does not store.
+    generation: u64,
+    bounds: Option<BestPossible>,
+    /// `(spec, capacity, at_event)` → the op explained and its explanation.
+    explained: BTreeMap<ExplainKey, (u32, Arc<Explanation>)>,
+}
+
+type ExplainKey = (String, Option<u64>, u64);
+
+/// At most this many explanations are kept (one per OOM and configuration asked about).
+const EXPLAINED_KEPT: usize = 64;
+
+impl Cache {
+    fn clear(&mut self) {
+        self.generation += 1;
+        self.bounds = None;
+        self.explained.clear();
+    }
 }
 
 impl std::fmt::Debug for Engine {
@@ -47,17 +80,6 @@ impl std::fmt::Debug for Engine {
             .finish_non_exhaustive()
     }
 }
-
-/// Configurations the what-if table tries (PyTorch's own options), before the other models.
-const WHAT_IF_PYTORCH: &[&str] = &[
-    "pytorch",
-    "pytorch@expandable_segments:True",
-    "pytorch@max_split_size_mb:64",
-    "pytorch@max_split_size_mb:256",
-    "pytorch@roundup_power2_divisions:4",
-    "pytorch@garbage_collection_threshold:0.6",
-    "pytorch@expandable_segments:True,garbage_collection_threshold:0.6",
-];
 
 impl Engine {
     /// An engine with nothing loaded.
@@ -84,7 +106,7 @@ impl Engine {
                     });
                 }
                 self.device = device as usize;
-                self.slots.clear();
+                self.forget();
                 let data = self.trace_data(emit, job);
                 emit(Response::Loaded {
                     job,
@@ -119,18 +141,22 @@ impl Engine {
                 }),
                 Err(message) => emit(Response::Failed { job, message }),
             },
-            Request::WhatIf {
-                job,
-                capacity_bytes,
-            } => {
-                let r = what_if_response(
-                    self.trace.as_deref(),
-                    self.device,
-                    job,
-                    capacity_bytes,
-                    emit,
-                );
-                emit(r);
+            req @ (Request::WhatIf { .. }
+            | Request::Runtimes { .. }
+            | Request::Explain { .. }
+            | Request::Bounds { .. }) => {
+                // Run here, in order (the web worker, tests); natively the host runs it
+                // beside the engine.
+                if let Ok(work) = self.detached(req) {
+                    work(emit);
+                }
+            }
+            Request::Cancel { job } => {
+                if let Ok(c) = self.cancels.lock()
+                    && let Some(flag) = c.get(&job)
+                {
+                    flag.store(true, Ordering::Relaxed);
+                }
             }
             Request::Workload { job, spec } => {
                 emit(Response::Progress {
@@ -144,7 +170,7 @@ impl Engine {
                         self.trace = Some(Arc::new(trace));
                         self.reports = Vec::new();
                         self.name = spec;
-                        self.slots.clear();
+                        self.forget();
                         let data = self.trace_data(emit, job);
                         emit(Response::Loaded {
                             job,
@@ -171,6 +197,14 @@ impl Engine {
         }
     }
 
+    /// Drops the replays and what was computed for the trace or device shown before.
+    fn forget(&mut self) {
+        self.slots.clear();
+        if let Ok(mut c) = self.cache.lock() {
+            c.clear();
+        }
+    }
+
     fn load(&mut self, job: u64, name: String, bytes: &[u8], emit: &mut dyn FnMut(Response)) {
         emit(Response::Progress {
             job,
@@ -183,7 +217,7 @@ impl Engine {
                 self.trace = Some(Arc::new(v.trace));
                 self.reports = v.devices;
                 self.name = name;
-                self.slots.clear();
+                self.forget();
                 emit(Response::Progress {
                     job,
                     stage: "stacking allocations".into(),
@@ -402,12 +436,15 @@ impl Engine {
     }
 
     /// A search that needs nothing of the engine but the trace ([`Request::MinCapacity`],
-    /// [`Request::WhatIf`]: each replays the trace a dozen to a few hundred times), as work
-    /// for a host that runs it beside the engine (natively: on its own thread), so that
-    /// layouts keep coming meanwhile. It emits what [`Engine::handle`] would. Any other
-    /// request is handed back.
+    /// [`Request::WhatIf`], [`Request::Runtimes`]: each replays the trace a dozen to a few
+    /// hundred times; [`Request::Explain`], [`Request::Bounds`]), as work for a host that
+    /// runs it beside the engine (natively: on its own thread), so that layouts keep
+    /// coming meanwhile. It emits what [`Engine::handle`] would. Any other request is
+    /// handed back.
     pub fn detached(&self, req: Request) -> Result<DetachedWork, Request> {
         let (trace, device) = (self.trace.clone(), self.device);
+        let cache = self.cache.clone();
+        let generation = self.cache.lock().map_or(0, |c| c.generation);
         match req {
             Request::MinCapacity { job, slot, spec } => {
                 Ok(Box::new(move |emit: &mut dyn FnMut(Response)| {
@@ -418,8 +455,96 @@ impl Engine {
             Request::WhatIf {
                 job,
                 capacity_bytes,
+            } => {
+                let flag = Arc::new(AtomicBool::new(false));
+                if let Ok(mut c) = self.cancels.lock() {
+                    c.insert(job, flag.clone());
+                }
+                let cancels = self.cancels.clone();
+                Ok(Box::new(move |emit: &mut dyn FnMut(Response)| {
+                    let r =
+                        match what_if(trace.as_deref(), device, job, capacity_bytes, &flag, emit) {
+                            Ok(answer) => Response::WhatIf {
+                                job,
+                                answer: Box::new(answer),
+                            },
+                            Err(message) => Response::Failed { job, message },
+                        };
+                    if let Ok(mut c) = cancels.lock() {
+                        c.remove(&job);
+                    }
+                    emit(r);
+                }))
+            }
+            Request::Runtimes {
+                job,
+                capacity_bytes,
             } => Ok(Box::new(move |emit: &mut dyn FnMut(Response)| {
-                let r = what_if_response(trace.as_deref(), device, job, capacity_bytes, emit);
+                let r = match runtimes(trace.as_deref(), device, job, capacity_bytes, emit) {
+                    Ok(rows) => Response::Runtimes { job, rows },
+                    Err(message) => Response::Failed { job, message },
+                };
+                emit(r);
+            })),
+            Request::Explain {
+                job,
+                spec,
+                capacity_bytes,
+                at_event,
+            } => Ok(Box::new(move |emit: &mut dyn FnMut(Response)| {
+                let key = (spec, capacity_bytes, at_event);
+                let kept = cache
+                    .lock()
+                    .ok()
+                    .and_then(|c| c.explained.get(&key).cloned());
+                let answer = if let Some(a) = kept {
+                    Ok(a)
+                } else {
+                    emit(Response::Progress {
+                        job,
+                        stage: format!("explaining event {at_event}"),
+                        fraction: 0.2,
+                    });
+                    explain_at(trace.as_deref(), device, &key).map(|(op, e)| {
+                        let a = (op, Arc::new(e));
+                        if let Ok(mut c) = cache.lock()
+                            && c.generation == generation
+                        {
+                            if c.explained.len() >= EXPLAINED_KEPT {
+                                c.explained.clear();
+                            }
+                            c.explained.insert(key, a.clone());
+                        }
+                        a
+                    })
+                };
+                emit(match answer {
+                    Ok((op_index, e)) => Response::Explained {
+                        job,
+                        op_index,
+                        explanation: Box::new((*e).clone()),
+                    },
+                    Err(message) => Response::Failed { job, message },
+                });
+            })),
+            Request::Bounds { job } => Ok(Box::new(move |emit: &mut dyn FnMut(Response)| {
+                let kept = cache.lock().ok().and_then(|c| c.bounds);
+                let r = match (kept, trace.as_deref().and_then(|t| t.devices.get(device))) {
+                    (Some(bounds), _) => Response::Bounds { job, bounds },
+                    (None, Some(dt)) => {
+                        let bounds = offline::best_possible(dt);
+                        if let Ok(mut c) = cache.lock()
+                            && c.generation == generation
+                        {
+                            c.bounds = Some(bounds);
+                        }
+                        Response::Bounds { job, bounds }
+                    }
+                    (None, None) => Response::Failed {
+                        job,
+                        message: "no trace is loaded".into(),
+                    },
+                };
                 emit(r);
             })),
             other => Err(other),
@@ -430,75 +555,118 @@ impl Engine {
 /// Work [`Engine::detached`] hands out: run it with the sink for its answers.
 pub type DetachedWork = Box<dyn FnOnce(&mut dyn FnMut(Response)) + Send + 'static>;
 
-/// The answer to [`Request::WhatIf`]: core's what-if answers under `capacity` — PyTorch's
-/// main options and every other model side by side (`whatif::compare`), and the best
-/// PyTorch configuration (`whatif::recommend`) when there is a capacity.
-fn what_if_response(
-    trace: Option<&Trace>,
-    device: usize,
-    job: u64,
-    capacity: Option<u64>,
-    emit: &mut dyn FnMut(Response),
-) -> Response {
-    match what_if(trace, device, job, capacity, emit) {
-        Ok((rows, swept)) => Response::WhatIf { job, rows, swept },
-        Err(message) => Response::Failed { job, message },
-    }
-}
-
+/// The answer to [`Request::WhatIf`]: `recommend`'s sweep of PyTorch's settings under
+/// `capacity`, on every core natively, stopped between replays once `cancel` is set.
 fn what_if(
     trace: Option<&Trace>,
     device: usize,
     job: u64,
     capacity: Option<u64>,
+    cancel: &AtomicBool,
     emit: &mut dyn FnMut(Response),
-) -> Result<(Vec<WhatIfRow>, u32), String> {
+) -> Result<WhatIfData, String> {
     let trace = trace.ok_or("no trace is loaded")?;
-    let mut labels: Vec<String> = WHAT_IF_PYTORCH.iter().map(|s| (*s).to_string()).collect();
-    labels.extend(
-        MODEL_NAMES
+    let local = parallel::local();
+    let runner = Cancellable {
+        inner: local.as_ref(),
+        cancel,
+    };
+    let rec = whatif::recommend_with(trace, device, capacity, &runner, &mut |done, total| {
+        emit(Response::Progress {
+            job,
+            stage: format!("what would fit: {done} of {total} settings replayed"),
+            fraction: done as f32 / total.max(1) as f32,
+        });
+    })
+    .map_err(|e| e.to_string())?;
+    let pytorch_spec = |r: &ReplayResult| {
+        if r.config.is_empty() {
+            "pytorch".to_string()
+        } else {
+            format!("pytorch@{}", r.config)
+        }
+    };
+    Ok(WhatIfData {
+        capacity_bytes: capacity,
+        recorded: Some(row(pytorch_spec(&rec.default), &rec.default, false)),
+        tradeoffs: rec
+            .tradeoffs
             .iter()
-            .filter(|m| **m != "pytorch")
-            .map(|m| (*m).to_string()),
-    );
+            .enumerate()
+            .map(|(i, r)| row(pytorch_spec(r), r, i == 0 && whatif::served_all(r)))
+            .collect(),
+        candidates_tried: rec.candidates_tried as u32,
+        candidates_replayed: rec.candidates_replayed as u32,
+        candidates_fitting: rec.candidates_fitting as u32,
+    })
+}
+
+/// The answer to [`Request::Runtimes`]: every model but PyTorch's under `capacity`.
+fn runtimes(
+    trace: Option<&Trace>,
+    device: usize,
+    job: u64,
+    capacity: Option<u64>,
+    emit: &mut dyn FnMut(Response),
+) -> Result<Vec<WhatIfRow>, String> {
+    let trace = trace.ok_or("no trace is loaded")?;
+    let labels: Vec<&str> = MODEL_NAMES
+        .iter()
+        .copied()
+        .filter(|m| *m != "pytorch")
+        .collect();
     let specs: Vec<ModelSpec> = labels
         .iter()
         .map(|l| ModelSpec::parse(l))
         .collect::<Result<_, _>>()?;
-    let results = whatif::compare(trace, device, &specs, capacity, &mut |done, total| {
-        emit(Response::Progress {
-            job,
-            stage: "what if: other configurations".into(),
-            fraction: 0.5 * done as f32 / total.max(1) as f32,
-        });
-    })
-    .map_err(|e| e.to_string())?;
-    let mut rows: Vec<WhatIfRow> = labels
-        .into_iter()
-        .zip(&results)
-        .map(|(spec, r)| row(spec, r, false))
-        .collect();
-    let mut swept = 0;
-    if capacity.is_some() {
-        let rec = whatif::recommend(trace, device, capacity, &mut |done, total| {
+    let local = parallel::local();
+    let results = whatif::compare_with(
+        trace,
+        device,
+        &specs,
+        capacity,
+        local.as_ref(),
+        &mut |done, total| {
             emit(Response::Progress {
                 job,
-                stage: "what if: PyTorch options".into(),
-                fraction: 0.5 + 0.5 * done as f32 / total.max(1) as f32,
+                stage: format!("other runtimes: {done} of {total}"),
+                fraction: done as f32 / total.max(1) as f32,
             });
-        })
-        .map_err(|e| e.to_string())?;
-        swept = rec.candidates_tried as u32;
-        if whatif::served_all(&rec.best) {
-            let spec = if rec.best.config.is_empty() {
-                "pytorch".to_string()
-            } else {
-                format!("pytorch@{}", rec.best.config)
-            };
-            rows.insert(0, row(spec, &rec.best, true));
-        }
-    }
-    Ok((rows, swept))
+        },
+    )
+    .map_err(|e| e.to_string())?;
+    Ok(labels
+        .into_iter()
+        .zip(&results)
+        .map(|(spec, r)| row(spec.to_string(), r, false))
+        .collect())
+}
+
+/// Explains the request at event `at_event` (an OOM's: that OOM) of device `device` under
+/// `(spec, capacity, at_event)`: the op explained and the explanation, without its layout.
+fn explain_at(
+    trace: Option<&Trace>,
+    device: usize,
+    (spec, capacity, at_event): &ExplainKey,
+) -> Result<(u32, Explanation), String> {
+    let trace = trace.ok_or("no trace is loaded")?;
+    let parsed = ModelSpec::parse(spec)?;
+    let opts = ExplainOptions {
+        at_event: Some(*at_event),
+        what_if: false,
+    };
+    let mut e = explain::explain(
+        trace,
+        device,
+        &parsed,
+        *capacity,
+        opts,
+        &whatif::InOrder,
+        &mut |_, _| {},
+    )
+    .map_err(|e| format!("explain {spec}: {e}"))?;
+    e.layout = Layout::default();
+    Ok((e.op_index as u32, e))
 }
 
 /// The answer to [`Request::MinCapacity`].
@@ -544,6 +712,9 @@ fn row(spec: String, r: &ReplayResult, recommended: bool) -> WhatIfRow {
         fits: whatif::served_all(r),
         peak_reserved_bytes: r.peak_reserved_bytes,
         oom_event: r.oom.as_ref().map(|o| o.event_index),
+        segment_ops: r.segment_ops,
+        synchronizing_ops: r.driver.synchronizing,
+        driver_time_us: r.driver.driver_time_us,
         error: String::new(),
     }
 }

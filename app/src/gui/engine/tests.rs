@@ -244,21 +244,174 @@ fn a_bad_file_fails_with_a_message_and_the_engine_keeps_working() {
 }
 
 #[test]
-fn what_if_names_the_configurations_that_fit() {
+fn what_if_sweeps_pytorch_settings_only_with_their_cost() {
     let mut e = Engine::new();
     let _ = loaded(&mut e, &OOM_STORY);
+    let cap = OOM_STORY.cap_bytes();
     match last(run(
         &mut e,
         Request::WhatIf {
             job: 5,
-            capacity_bytes: OOM_STORY.cap_bytes(),
+            capacity_bytes: cap,
         },
     )) {
-        Response::WhatIf { rows, .. } => {
-            let row = |s: &str| rows.iter().find(|r| r.spec == s).expect(s);
-            assert!(!row("pytorch").fits);
-            assert!(row("pytorch@expandable_segments:True").fits);
+        Response::WhatIf { answer, .. } => {
+            let rec = {
+                let v = allocsim_core::session::load(OOM_STORY.bytes, None).expect("loads");
+                let d = v.trace.busiest_device();
+                whatif::recommend(&v.trace, d, cap, &mut |_, _| {}).expect("recommend")
+            };
+            assert_eq!(answer.candidates_tried as usize, rec.candidates_tried);
+            assert_eq!(answer.tradeoffs.len(), rec.tradeoffs.len());
+            for (row, r) in answer.tradeoffs.iter().zip(&rec.tradeoffs) {
+                assert!(row.spec == "pytorch" || row.spec.starts_with("pytorch@"));
+                assert_eq!(row.peak_reserved_bytes, r.peak_reserved_bytes);
+                assert_eq!(row.segment_ops, r.segment_ops);
+                assert_eq!(row.synchronizing_ops, r.driver.synchronizing);
+                assert!((row.driver_time_us - r.driver.driver_time_us).abs() < 1e-9);
+            }
+            assert!(answer.tradeoffs[0].recommended && answer.tradeoffs[0].fits);
+            let recorded = answer.recorded.as_ref().expect("the recorded settings");
+            assert!(!recorded.fits, "the story runs out of memory as recorded");
         }
+        other => panic!("{other:?}"),
+    }
+    match last(run(
+        &mut e,
+        Request::Runtimes {
+            job: 6,
+            capacity_bytes: cap,
+        },
+    )) {
+        Response::Runtimes { rows, .. } => {
+            assert_eq!(rows.len(), MODEL_NAMES.len() - 1);
+            assert!(rows.iter().all(|r| !r.spec.starts_with("pytorch")));
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn a_cancelled_what_if_stops_and_says_so() {
+    let mut e = Engine::new();
+    let _ = loaded(&mut e, &OOM_STORY);
+    let work = e
+        .detached(Request::WhatIf {
+            job: 9,
+            capacity_bytes: OOM_STORY.cap_bytes(),
+        })
+        .expect("a what-if runs beside the engine");
+    // The cancel reaches the engine while the sweep waits to run (or runs).
+    assert!(run(&mut e, Request::Cancel { job: 9 }).is_empty());
+    let mut out = Vec::new();
+    work(&mut |r| out.push(r));
+    match last(out) {
+        Response::Failed { job: 9, message } => {
+            assert!(message.contains(crate::parallel::CANCELLED), "{message}");
+        }
+        other => panic!("{other:?}"),
+    }
+    // A new what-if is not cancelled.
+    assert!(matches!(
+        last(run(
+            &mut e,
+            Request::WhatIf {
+                job: 10,
+                capacity_bytes: OOM_STORY.cap_bytes(),
+            }
+        )),
+        Response::WhatIf { job: 10, .. }
+    ));
+}
+
+/// A real snapshot in the repository: a full H100 split into holes, then a 23.60 GiB
+/// request that no hole holds.
+const DEVFULL: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../tests/traces/devfull_oom_msg.pickle.gz"
+);
+
+#[test]
+#[allow(clippy::many_single_char_names)]
+fn explain_answers_what_core_explains_and_crosses_to_the_worker() {
+    let bytes = std::fs::read(DEVFULL).expect("tests/traces/devfull_oom_msg.pickle.gz");
+    let mut e = Engine::new();
+    let t = match last(run(
+        &mut e,
+        Request::Load {
+            job: 1,
+            name: "devfull_oom_msg.pickle.gz".into(),
+            bytes: bytes.clone(),
+        },
+    )) {
+        Response::Loaded { trace, .. } => trace,
+        other => panic!("{other:?}"),
+    };
+    let cap = t.recorded_capacity.as_ref().and_then(|c| c.bytes);
+    let r = replayed(&mut e, 0, "pytorch", cap);
+    let oom = r.summary.oom.as_ref().expect("an OOM");
+    let ask = Request::Explain {
+        job: 3,
+        spec: "pytorch".into(),
+        capacity_bytes: cap,
+        at_event: oom.event_index,
+    };
+    let (op_index, got) = match last(run(&mut e, ask.clone())) {
+        Response::Explained {
+            op_index,
+            explanation,
+            ..
+        } => (op_index, explanation),
+        other => panic!("{other:?}"),
+    };
+    // What `allocsim explain` says at that OOM.
+    let v = allocsim_core::session::load(&bytes, None).expect("loads");
+    let d = v.trace.busiest_device();
+    let want = explain::explain(
+        &v.trace,
+        d,
+        &ModelSpec::parse("pytorch").expect("spec"),
+        cap,
+        ExplainOptions::default(),
+        &whatif::InOrder,
+        &mut |_, _| {},
+    )
+    .expect("explain");
+    assert_eq!(op_index, oom.op_index);
+    assert_eq!(want.op_index, oom.op_index as usize);
+    assert_eq!(got.blockers, want.blockers);
+    assert_eq!(got.holes, want.holes);
+    assert_eq!(got.blocker_set, want.blocker_set);
+    assert_eq!(got.pytorch_message, want.pytorch_message);
+    assert!(!got.blockers.is_empty());
+    assert_eq!(
+        (got.live_peak_bytes, got.offline_peak_bytes),
+        (want.live_peak_bytes, want.offline_peak_bytes)
+    );
+    assert!(
+        got.layout.segments.is_empty(),
+        "the layout stays in the engine"
+    );
+    // Asked again: the same answer, from the cache.
+    match last(run(&mut e, ask)) {
+        Response::Explained { explanation, .. } => assert_eq!(explanation, got),
+        other => panic!("{other:?}"),
+    }
+    // Through the worker's bytes.
+    let resp = Response::Explained {
+        job: 3,
+        op_index,
+        explanation: got.clone(),
+    };
+    let mut crossed = got.clone();
+    crossed.op_index = 0; // not in the message: `Response::Explained::op_index` carries it
+    match wire::decode::<Response>(&wire::encode(&resp).expect("encode")).expect("decode") {
+        Response::Explained { explanation, .. } => assert_eq!(explanation, crossed),
+        other => panic!("{other:?}"),
+    }
+    // The bounds, once per trace.
+    match last(run(&mut e, Request::Bounds { job: 4 })) {
+        Response::Bounds { bounds, .. } => assert_eq!(bounds, want.best_possible()),
         other => panic!("{other:?}"),
     }
 }

@@ -5,6 +5,8 @@
 //! same number, so the UI drops answers to questions it no longer asks.
 
 use allocsim_core::capacity::CapacityChoice;
+use allocsim_core::explain::Explanation;
+use allocsim_core::offline::BestPossible;
 use serde::{Deserialize, Serialize};
 
 /// `u32::MAX`: no op (an allocation never freed, an op that is no allocation).
@@ -35,11 +37,33 @@ pub enum Request {
     Layout { job: u64, slot: u32, op: u32 },
     /// Every allocation of slot `slot` whose bytes contain `addr`.
     FindAddress { job: u64, slot: u32, addr: u64 },
-    /// Which configurations and models would run the trace under `capacity`.
+    /// Which PyTorch settings would run the trace under `capacity`, and at what cost
+    /// (`recommend`'s sweep and trade-off table). Stopped by [`Request::Cancel`].
     WhatIf {
         job: u64,
         capacity_bytes: Option<u64>,
     },
+    /// The other allocators (runtimes a PyTorch program cannot switch to by a setting)
+    /// under `capacity`, for the Compare tab.
+    Runtimes {
+        job: u64,
+        capacity_bytes: Option<u64>,
+    },
+    /// Why the request at `at_event` did not fit under `spec` and `capacity`
+    /// (`allocsim explain --at`; at an OOM, that OOM). Cached per question until the next
+    /// load.
+    Explain {
+        job: u64,
+        spec: String,
+        capacity_bytes: Option<u64>,
+        at_event: u64,
+    },
+    /// The best any allocator could do on the device shown (live-bytes peak, offline
+    /// placement).
+    Bounds { job: u64 },
+    /// Stop job `job` (a what-if sweep: the replays not yet started are skipped). Not
+    /// answered; the job answers [`Response::Failed`] if it stopped.
+    Cancel { job: u64 },
     /// Generate a synthetic workload (core's SPEC syntax) and show it like a loaded trace.
     Workload { job: u64, spec: String },
     /// The smallest capacity (2 MiB grid) on which `spec` runs the trace.
@@ -57,9 +81,12 @@ impl Request {
             | Request::Layout { job, .. }
             | Request::FindAddress { job, .. }
             | Request::WhatIf { job, .. }
+            | Request::Runtimes { job, .. }
+            | Request::Explain { job, .. }
+            | Request::Bounds { job }
             | Request::Workload { job, .. }
             | Request::MinCapacity { job, .. } => *job,
-            Request::DropSlot { .. } => 0,
+            Request::DropSlot { .. } | Request::Cancel { .. } => 0,
         }
     }
 }
@@ -95,9 +122,22 @@ pub enum Response {
     },
     WhatIf {
         job: u64,
+        answer: Box<WhatIfData>,
+    },
+    Runtimes {
+        job: u64,
         rows: Vec<WhatIfRow>,
-        /// PyTorch configurations `recommend` swept under the capacity (0: no capacity).
-        swept: u32,
+    },
+    Explained {
+        job: u64,
+        /// The op explained (the explanation's own `op_index` does not cross the wire).
+        op_index: u32,
+        /// Without its layout: the memory map shows the replay's own.
+        explanation: Box<Explanation>,
+    },
+    Bounds {
+        job: u64,
+        bounds: BestPossible,
     },
     MinCapacity {
         job: u64,
@@ -122,6 +162,9 @@ impl Response {
             | Response::Layout { job, .. }
             | Response::AddressHits { job, .. }
             | Response::WhatIf { job, .. }
+            | Response::Runtimes { job, .. }
+            | Response::Explained { job, .. }
+            | Response::Bounds { job, .. }
             | Response::MinCapacity { job, .. }
             | Response::Failed { job, .. } => *job,
         }
@@ -408,17 +451,41 @@ pub struct AddressHit {
     pub size_bytes: u64,
 }
 
-/// One row of the what-if table.
+/// One replay of a what-if: a PyTorch setting of `recommend`'s trade-off table, or
+/// another runtime of the Compare tab.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct WhatIfRow {
+    /// `NAME` or `NAME@CONFIG` (`pytorch` alone: PyTorch's defaults).
     pub spec: String,
-    /// The best PyTorch configuration `recommend` found under the capacity.
+    /// The PyTorch setting `recommend` ranks first under the capacity.
     pub recommended: bool,
+    /// Served every request (`whatif::served_all`).
     pub fits: bool,
     pub peak_reserved_bytes: u64,
     pub oom_event: Option<u64>,
+    /// `cudaMalloc`s and `cudaFree`s (segments created and released).
+    pub segment_ops: u64,
+    /// Operations that synchronize the device (each `cudaFree`, each unmapping).
+    pub synchronizing_ops: u64,
+    /// Predicted time of the driver calls (core's cost table), microseconds.
+    pub driver_time_us: f64,
     /// Why it could not be replayed at all (bad config), else empty.
     pub error: String,
+}
+
+/// `recommend`'s answer under a capacity: the snapshot's own settings, then the best
+/// PyTorch settings in rank order (the best first).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct WhatIfData {
+    pub capacity_bytes: Option<u64>,
+    /// The snapshot's own settings (the recorded `PYTORCH_CUDA_ALLOC_CONF`).
+    pub recorded: Option<WhatIfRow>,
+    pub tradeoffs: Vec<WhatIfRow>,
+    /// Settings swept, replayed (the others act alike on this trace), and serving every
+    /// request.
+    pub candidates_tried: u32,
+    pub candidates_replayed: u32,
+    pub candidates_fitting: u32,
 }
 
 /// Encodes a message for a trip to or from the Web Worker.

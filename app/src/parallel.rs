@@ -1,0 +1,164 @@
+//! Independent replays on every core: the [`whatif::Runner`] of the CLI and of the
+//! desktop app's engine ([`Threads`]), and a runner that stops when asked ([`Cancellable`]).
+//! The browser's engine runs in one Web Worker: it replays in order ([`local`]).
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::mpsc;
+
+use allocsim_core::Error;
+use allocsim_core::replay::ReplayResult;
+use allocsim_core::whatif;
+
+/// Runs jobs on up to `threads` threads (each takes the next job as it finishes one); the
+/// results come back in job order, `done` is called on the calling thread.
+#[derive(Debug, Clone, Copy)]
+pub struct Threads {
+    pub threads: usize,
+}
+
+impl Threads {
+    /// As many threads as the machine has cores.
+    #[must_use]
+    pub fn all_cores() -> Threads {
+        Threads {
+            threads: std::thread::available_parallelism().map_or(1, std::num::NonZero::get),
+        }
+    }
+}
+
+impl whatif::Runner for Threads {
+    fn run(
+        &self,
+        n: usize,
+        job: &(dyn Fn(usize) -> Result<ReplayResult, Error> + Sync),
+        done: &mut dyn FnMut(),
+    ) -> Vec<Result<ReplayResult, Error>> {
+        if self.threads <= 1 || n <= 1 {
+            return whatif::InOrder.run(n, job, done);
+        }
+        let next = AtomicUsize::new(0);
+        let mut out: Vec<Option<Result<ReplayResult, Error>>> = (0..n).map(|_| None).collect();
+        std::thread::scope(|s| {
+            let (tx, rx) = mpsc::channel();
+            for _ in 0..self.threads.min(n) {
+                let tx = tx.clone();
+                let next = &next;
+                s.spawn(move || {
+                    loop {
+                        let i = next.fetch_add(1, Ordering::Relaxed);
+                        if i >= n || tx.send((i, job(i))).is_err() {
+                            break;
+                        }
+                    }
+                });
+            }
+            drop(tx);
+            for (i, r) in rx {
+                out[i] = Some(r);
+                done();
+            }
+        });
+        out.into_iter()
+            .map(|r| r.unwrap_or_else(|| Err(Error::Config("a replay thread stopped".into()))))
+            .collect()
+    }
+}
+
+/// The runner for this platform: every core natively, one replay after the other in wasm
+/// (a Web Worker has no threads of its own).
+#[must_use]
+pub fn local() -> Box<dyn whatif::Runner + Sync> {
+    if cfg!(target_arch = "wasm32") {
+        Box::new(whatif::InOrder)
+    } else {
+        Box::new(Threads::all_cores())
+    }
+}
+
+/// What a replay that was not run because of [`Cancellable`]'s flag returns.
+pub const CANCELLED: &str = "cancelled";
+
+/// A runner that looks at `cancel` before each replay: once it is set, the replays not
+/// yet started return an error ([`CANCELLED`]) instead of running, so a sweep stops after
+/// the replays in flight.
+pub struct Cancellable<'a> {
+    pub inner: &'a dyn whatif::Runner,
+    pub cancel: &'a AtomicBool,
+}
+
+impl whatif::Runner for Cancellable<'_> {
+    fn run(
+        &self,
+        n: usize,
+        job: &(dyn Fn(usize) -> Result<ReplayResult, Error> + Sync),
+        done: &mut dyn FnMut(),
+    ) -> Vec<Result<ReplayResult, Error>> {
+        let cancel = self.cancel;
+        let checked = |i: usize| {
+            if cancel.load(Ordering::Relaxed) {
+                Err(Error::Config(CANCELLED.into()))
+            } else {
+                job(i)
+            }
+        };
+        self.inner.run(n, &checked, done)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::cell::Cell;
+
+    use super::*;
+    use allocsim_core::workloads;
+
+    /// In order, counting the replays that ran and those the flag stopped.
+    struct Counting {
+        ran: Cell<usize>,
+        stopped: Cell<usize>,
+    }
+
+    impl whatif::Runner for Counting {
+        fn run(
+            &self,
+            n: usize,
+            job: &(dyn Fn(usize) -> Result<ReplayResult, Error> + Sync),
+            done: &mut dyn FnMut(),
+        ) -> Vec<Result<ReplayResult, Error>> {
+            whatif::InOrder
+                .run(n, job, done)
+                .into_iter()
+                .inspect(|r| match r {
+                    Err(e) if e.to_string().contains(CANCELLED) => {
+                        self.stopped.set(self.stopped.get() + 1);
+                    }
+                    _ => self.ran.set(self.ran.get() + 1),
+                })
+                .collect()
+        }
+    }
+
+    #[test]
+    fn a_cancelled_sweep_stops_before_its_next_replay() {
+        let trace = workloads::generate("oom-story").expect("workload");
+        let cancel = AtomicBool::new(false);
+        let counting = Counting {
+            ran: Cell::new(0),
+            stopped: Cell::new(0),
+        };
+        let runner = Cancellable {
+            inner: &counting,
+            cancel: &cancel,
+        };
+        let r = whatif::recommend_with(&trace, 0, Some(2_362_232_013), &runner, &mut |d, _| {
+            // Cancelled after the default and two replays of the sweep.
+            if d >= 3 {
+                cancel.store(true, Ordering::Relaxed);
+            }
+        });
+        let e = r.expect_err("cancelled");
+        assert!(e.to_string().contains(CANCELLED), "{e}");
+        assert_eq!(counting.ran.get(), 2, "replays after the cancel");
+        assert!(counting.stopped.get() > 10, "{}", counting.stopped.get());
+    }
+}
