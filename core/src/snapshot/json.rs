@@ -12,7 +12,7 @@ use std::marker::PhantomData;
 
 use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 
-use super::import::ImportError;
+use super::error::ImportError;
 use super::{
     Action, BlockState, Frame, FrameId, FrameTable, OtherAction, RawBlock, RawEvent, RawSegment,
     RawSettings, RawSnapshot, SegmentType, StackId, StrId,

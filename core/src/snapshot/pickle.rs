@@ -28,7 +28,7 @@ use std::collections::{HashMap, HashSet};
 use std::fmt::Write as _;
 use std::hash::{BuildHasherDefault, Hasher};
 
-use super::import::ImportError;
+use super::error::ImportError;
 use super::{
     Action, BlockState, Frame, FrameId, FrameTable, FxInfo, HostSegment, OtherAction, RawBlock,
     RawEvent, RawSegment, RawSettings, RawSnapshot, SegmentType, StackId, StrId,
