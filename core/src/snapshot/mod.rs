@@ -10,6 +10,7 @@ pub mod frames;
 pub mod import;
 pub mod json;
 pub mod pickle;
+mod schema;
 
 pub use error::ImportError;
 pub use frames::{Frame, FrameId, FrameTable, FxInfo, StackId, StrId};

@@ -1,10 +1,11 @@
 //! Conversions as objects are consumed: frame dicts into frames, trace-entry dicts into
 //! events, lists under `frames` into stacks.
 
-use super::fields::Fields;
+use super::fields::{Fields, pair, scalar};
 use super::machine::{Item, Res, Vm, malformed};
 use super::value::{Kind, Seal, Text, Value};
 use crate::snapshot::StackId;
+use crate::snapshot::schema::{Key, entry_pool_id, word};
 
 impl Vm<'_> {
     /// A list consumes `v`: frame dicts become frames, trace-entry dicts events.
@@ -28,7 +29,9 @@ impl Vm<'_> {
             scratch: &self.scratch,
         };
         let fields = Fields::collect(&text, &c.items);
-        if fields.is_event() {
+        let heap = &self.heap[..];
+        let event = fields.event.map(|&v| scalar(&text, heap, v));
+        if event.is_event() {
             // A shared entry could be read again elsewhere: the schema pass converts it.
             if c.shared {
                 return Item::Value(v);
@@ -36,20 +39,14 @@ impl Vm<'_> {
             let stack = match fields.frames {
                 None => Some(StackId::EMPTY),
                 Some(Value::Stack(s)) => Some(s),
-                Some(Value::Obj(j)) => match self.heap.get(j as usize).map(|c| c.seal) {
+                Some(Value::Obj(j)) => match heap.get(j as usize).map(|c| c.seal) {
                     Some(Seal::Stack(s)) => Some(s),
                     _ => None,
                 },
                 Some(_) => None,
             };
-            if let Some(mut ev) = stack.and_then(|s| fields.event(&text, s).ok()) {
-                fields.event_extras(
-                    &self.heap,
-                    &text,
-                    &mut self.frames,
-                    &mut self.pools,
-                    &mut ev,
-                );
+            let pool = entry_pool_id(pair(&text, heap, fields.pool_id));
+            if let Some(ev) = stack.and_then(|s| self.builder.event(&event, s, pool).ok()) {
                 // The entry's own `pool_id` tuple goes with it.
                 if let Some(Value::Obj(t)) = fields.pool_id
                     && self
@@ -62,11 +59,14 @@ impl Vm<'_> {
                 self.release(id);
                 return Item::Event(ev);
             }
-        } else if fields.is_frame()
-            && let Ok(f) = fields.frame(&text, &mut self.frames)
-        {
-            self.seal(id, Seal::Frame(f));
-            return Item::Value(Value::Frame(f));
+        } else {
+            let frame = fields.frame.map(|&v| scalar(&text, heap, v));
+            if frame.is_frame()
+                && let Ok(f) = self.builder.frame(&frame)
+            {
+                self.seal(id, Seal::Frame(f));
+                return Item::Value(Value::Frame(f));
+            }
         }
         Item::Value(v)
     }
@@ -98,9 +98,9 @@ impl Vm<'_> {
             (h.rotate_left(5) ^ u64::from(f.0)).wrapping_mul(0x517c_c1b7_2722_0a95)
         });
         let s = match self.stack_cache.get(&hash) {
-            Some(&s) if self.frames.stack(s) == self.frame_buf.as_slice() => s,
+            Some(&s) if self.builder.frames.stack(s) == self.frame_buf.as_slice() => s,
             _ => {
-                let s = self.frames.intern_stack(&self.frame_buf);
+                let s = self.builder.frames.intern_stack(&self.frame_buf);
                 self.stack_cache.insert(hash, s);
                 s
             }
@@ -110,7 +110,7 @@ impl Vm<'_> {
     }
 
     pub(super) fn is_frames_key(&self, k: Value) -> bool {
-        const FRAMES: u64 = u64::from_le_bytes(*b"frames\0\0");
+        const FRAMES: u64 = word(Key::Frames.name());
         matches!(k, Value::Str { len: 6, off } if self.text().word(6, off) == Some(FRAMES))
     }
 

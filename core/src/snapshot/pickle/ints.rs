@@ -1,7 +1,5 @@
 //! Integers of any width: little-endian two's complement bytes, decimal literals.
 
-use std::fmt::Write as _;
-
 use super::value::Value;
 
 /// Python's limit on decimal integer literals (`sys.get_int_max_str_digits()`), which
@@ -95,46 +93,4 @@ pub(super) fn decimal_to_le(text: &[u8]) -> Option<Vec<u8>> {
     let n = minimal_len(&bytes);
     bytes.truncate(n);
     Some(bytes)
-}
-
-/// Little-endian two's complement bytes as decimal text (any width).
-pub(super) fn le_to_decimal(bytes: &[u8]) -> String {
-    let negative = bytes.last().is_some_and(|b| b & 0x80 != 0);
-    // Magnitude in base-2^32 limbs, most significant first.
-    let mut mag: Vec<u8> = bytes.to_vec();
-    if negative {
-        let mut carry = true;
-        for b in &mut mag {
-            let (v, c) = (!*b).overflowing_add(u8::from(carry));
-            *b = v;
-            carry = c;
-        }
-    }
-    let mut limbs: Vec<u32> = mag
-        .chunks(4)
-        .rev()
-        .map(|c| c.iter().rev().fold(0u32, |w, &b| (w << 8) | u32::from(b)))
-        .collect();
-    // Peel off 9 decimal digits at a time.
-    let mut groups: Vec<u32> = Vec::new();
-    while limbs.iter().any(|&l| l != 0) {
-        let mut rem = 0u64;
-        for l in &mut limbs {
-            let cur = (rem << 32) | u64::from(*l);
-            *l = (cur / 1_000_000_000) as u32;
-            rem = cur % 1_000_000_000;
-        }
-        groups.push(rem as u32);
-    }
-    let mut out = String::from(if negative { "-" } else { "" });
-    match groups.split_last() {
-        None => out.push('0'),
-        Some((top, rest)) => {
-            out.push_str(&top.to_string());
-            for g in rest.iter().rev() {
-                let _ = write!(out, "{g:09}");
-            }
-        }
-    }
-    out
 }

@@ -3,14 +3,14 @@
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 
-use super::fields::{PoolTable, lossy};
 use super::ints::{MAX_INT_DIGITS, decimal_to_le, int_value, le_to_i128, minimal_len};
 use super::memo::Memo;
 use super::opcodes::{le_u32, length_prefix, line_at, read_length};
 use super::prepass::scan_references;
 use super::value::{Container, Kind, SCRATCH, Seal, Text, Value};
 use crate::snapshot::error::ImportError;
-use crate::snapshot::{FrameId, FrameTable, RawEvent, StackId};
+use crate::snapshot::schema::{Builder, lossy};
+use crate::snapshot::{FrameId, RawEvent, StackId};
 
 /// A hasher for keys that already are good 64-bit hashes.
 #[derive(Default)]
@@ -53,15 +53,14 @@ pub(super) struct Vm<'a> {
     pub(super) event_lists: Vec<Vec<RawEvent>>,
     /// Trace entries of lists that also hold other items (see [`Value::Event`]).
     pub(super) extra_events: Vec<RawEvent>,
-    pub(super) frames: FrameTable,
+    /// The frame table and the entries' pool ids, built as the machine goes.
+    pub(super) builder: Builder,
     /// Scratch for interning stacks.
     pub(super) frame_buf: Vec<FrameId>,
     /// Stacks by a fast hash of their frame ids, checked against the table on a hit:
     /// every trace entry has its own frames list, and hashing each through the
     /// table's `SipHash` index was a visible cost.
     pub(super) stack_cache: HashMap<u64, StackId, BuildHasherDefault<PreHashed>>,
-    /// `pool_id`s of trace entries.
-    pub(super) pools: PoolTable,
     /// Snapshot mode: convert frames, stacks and trace entries as they are consumed.
     pub(super) eager: bool,
 }
@@ -126,10 +125,9 @@ impl<'a> Vm<'a> {
             free: Vec::new(),
             event_lists: Vec::new(),
             extra_events: Vec::new(),
-            frames: FrameTable::default(),
+            builder: Builder::default(),
             frame_buf: Vec::new(),
             stack_cache: HashMap::default(),
-            pools: PoolTable::default(),
             eager,
         }
     }

@@ -1,11 +1,11 @@
 //! The loop: runs the opcodes to `STOP`.
 
-use super::fields::lossy;
 use super::machine::{Res, Vm, malformed, truncated};
 use super::opcodes::{op, parse_memo_index, refusal};
 use super::text::{escape_decode, raw_unicode_decode};
 use super::value::{Kind, Value};
 use crate::snapshot::error::ImportError;
+use crate::snapshot::schema::lossy;
 
 impl Vm<'_> {
     /// Runs to `STOP`; returns the pickled value and the offset of `STOP`.

@@ -1,10 +1,10 @@
 //! Generic values (tests, tools): any pickle of plain Python values as a [`PyValue`] tree.
 
-use super::fields::lossy;
 use super::ints::le_to_i128;
 use super::machine::{Res, Vm, malformed};
 use super::value::{Kind, Seal, Value};
 use crate::snapshot::error::ImportError;
+use crate::snapshot::schema::lossy;
 use crate::snapshot::{Frame, FrameId, RawEvent};
 
 /// A Python value as a pickle states it. For tests and tools; snapshots go through
@@ -71,7 +71,8 @@ impl Vm<'_> {
             Value::Bytes { len, off } => PyValue::Bytes(text.span(len, off).to_vec()),
             Value::Frame(f) => self.frame_py(f),
             Value::Stack(s) => PyValue::List(
-                self.frames
+                self.builder
+                    .frames
                     .stack(s)
                     .iter()
                     .map(|&f| self.frame_py(f))
@@ -85,23 +86,23 @@ impl Vm<'_> {
     }
 
     pub(super) fn frame_py(&self, f: FrameId) -> PyValue {
-        let Some(fr) = self.frames.frame(f) else {
+        let Some(fr) = self.builder.frames.frame(f) else {
             return PyValue::None;
         };
         PyValue::Dict(vec![
             (
                 PyValue::Str("name".into()),
-                PyValue::Str(self.frames.str(fr.name).into()),
+                PyValue::Str(self.builder.frames.str(fr.name).into()),
             ),
             (
                 PyValue::Str("filename".into()),
-                PyValue::Str(self.frames.str(fr.filename).into()),
+                PyValue::Str(self.builder.frames.str(fr.filename).into()),
             ),
             (
                 PyValue::Str("line".into()),
                 match fr.line_text {
                     Some(t) => {
-                        let t = self.frames.str(t);
+                        let t = self.builder.frames.str(t);
                         t.parse()
                             .map_or_else(|_| PyValue::Str(t.into()), PyValue::Int)
                     }

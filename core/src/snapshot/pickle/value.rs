@@ -87,6 +87,14 @@ pub(super) struct Text<'s> {
     pub(super) scratch: &'s [u8],
 }
 
+impl Text<'static> {
+    /// No bytes (for values that hold no span).
+    pub(super) const EMPTY: Text<'static> = Text {
+        data: &[],
+        scratch: &[],
+    };
+}
+
 impl<'s> Text<'s> {
     pub(super) fn span(&self, len: u32, off: u64) -> &'s [u8] {
         let (buf, start) = if off & SCRATCH == 0 {
