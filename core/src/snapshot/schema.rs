@@ -64,11 +64,11 @@ macro_rules! keys {
             /// (this runs for every key of every trace entry).
             #[inline]
             pub(crate) fn from_word(len: usize, w: u64) -> Key {
-                let key = match w {
-                    $(short_words::$s => Key::$s,)*
+                let (key, key_len) = match w {
+                    $(short_words::$s => (Key::$s, $sname.len()),)*
                     _ => return Key::Other,
                 };
-                if key.name().len() == len { key } else { Key::Other }
+                if key_len == len { key } else { Key::Other }
             }
 
             /// The key's name in the file.

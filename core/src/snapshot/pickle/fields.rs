@@ -43,6 +43,7 @@ impl Fields {
 }
 
 /// `v` as the schema reads it; containers by their type name.
+#[inline]
 pub(super) fn scalar<'s>(text: &Text<'s>, heap: &[Container], v: Value) -> Scalar<'s> {
     match v {
         Value::None => Scalar::None,
