@@ -1661,6 +1661,10 @@ proptest! {
 /// fields and a 2^64 − 1 line on frames; `trace_alloc_*` and a key of a newer PyTorch in
 /// `allocator_settings`; `host_segments` / `host_traces` of the pinned host allocator.
 fn snapshot_2_13(proto: Proto) -> Vec<u8> {
+    encode(&snapshot_2_13_value(), proto, true)
+}
+
+fn snapshot_2_13_value() -> PyValue {
     let fx_frame = dict(vec![
         ("name", s("forward")),
         ("filename", s("torch/_subclasses/fake_tensor.py")),
@@ -1702,7 +1706,7 @@ fn snapshot_2_13(proto: Proto) -> Vec<u8> {
         ("stream", int(0)),
         ("time_us", int(1)),
     ]);
-    let top = dict(vec![
+    dict(vec![
         (
             "segments",
             PyValue::List(vec![dict(vec![
@@ -1777,8 +1781,7 @@ fn snapshot_2_13(proto: Proto) -> Vec<u8> {
             ]),
         ),
         ("host_traces", PyValue::List(vec![host_entry, int(3)])),
-    ]);
-    encode(&top, proto, true)
+    ])
 }
 
 #[test]
@@ -1841,4 +1844,136 @@ fn pytorch_2_13_snapshot_fields_are_kept() {
         assert!(cfg.throw_on_cudamalloc_oom);
         assert_eq!(cfg.unknown_keys, ["a_2_14_key"]);
     }
+}
+
+/// `v` as JSON (tuples as lists), as `json.dump` of the same snapshot writes it.
+fn to_json(v: &PyValue) -> String {
+    let list = |items: &[PyValue]| {
+        let items: Vec<String> = items.iter().map(to_json).collect();
+        format!("[{}]", items.join(", "))
+    };
+    match v {
+        PyValue::None => "null".into(),
+        PyValue::Bool(b) => b.to_string(),
+        PyValue::Int(i) => i.to_string(),
+        PyValue::Float(f) => format!("{f:?}"),
+        PyValue::Str(t) => serde_json::to_string(t).expect("string"),
+        PyValue::List(items) | PyValue::Tuple(items) => list(items),
+        PyValue::Dict(pairs) => {
+            let pairs: Vec<String> = pairs
+                .iter()
+                .map(|(k, v)| format!("{}: {}", to_json(k), to_json(v)))
+                .collect();
+            format!("{{{}}}", pairs.join(", "))
+        }
+        other => panic!("no JSON for {other:?}"),
+    }
+}
+
+/// A frame as text: every field, strings resolved (ids may be numbered differently).
+fn frame_text(s: &RawSnapshot, f: FrameId) -> String {
+    let fr = s.frames.frame(f).expect("frame");
+    let fx = s.frames.fx(fr).map(|x| {
+        [
+            x.node_op,
+            x.node_name,
+            x.node_target,
+            x.original_trace,
+            x.node_info,
+        ]
+        .map(|i| s.frames.str(i).to_owned())
+    });
+    format!(
+        "{}|{}|{}|{:?}|{:?}",
+        s.frames.str(fr.name),
+        s.frames.str(fr.filename),
+        fr.line,
+        fr.line_text.map(|t| s.frames.str(t)),
+        fx
+    )
+}
+
+fn stack_text(s: &RawSnapshot, id: StackId) -> Vec<String> {
+    s.frames
+        .stack(id)
+        .iter()
+        .map(|&f| frame_text(s, f))
+        .collect()
+}
+
+/// The same snapshot decoded twice, compared field by field (stacks, strings and pool ids
+/// through their tables, since ids may be numbered differently).
+fn assert_same_fields(a: &RawSnapshot, b: &RawSnapshot) {
+    assert_eq!(a.settings, b.settings);
+    assert_eq!(a.segments.len(), b.segments.len());
+    for (x, y) in a.segments.iter().zip(&b.segments) {
+        assert_eq!(stack_text(a, x.stack), stack_text(b, y.stack));
+        let strip = |s: &allocsim_core::snapshot::RawSegment| {
+            let mut s = s.clone();
+            s.stack = StackId::EMPTY;
+            for blk in &mut s.blocks {
+                blk.stack = StackId::EMPTY;
+            }
+            s
+        };
+        assert_eq!(strip(x), strip(y));
+        for (p, q) in x.blocks.iter().zip(&y.blocks) {
+            assert_eq!(stack_text(a, p.stack), stack_text(b, q.stack));
+        }
+    }
+    let events = |s: &RawSnapshot, e: &allocsim_core::snapshot::RawEvent| {
+        (
+            (e.action, e.other, e.addr, e.size, e.stream, e.time_us),
+            stack_text(s, e.stack),
+            s.pool_id(e),
+            s.frames.str(e.user_metadata).to_owned(),
+        )
+    };
+    assert_eq!(a.device_traces.len(), b.device_traces.len());
+    for (ta, tb) in a.device_traces.iter().zip(&b.device_traces) {
+        let ea: Vec<_> = ta.iter().map(|e| events(a, e)).collect();
+        let eb: Vec<_> = tb.iter().map(|e| events(b, e)).collect();
+        assert_eq!(ea, eb);
+    }
+    assert_eq!(a.host_segments, b.host_segments);
+    let ha: Vec<_> = a.host_traces.iter().map(|e| events(a, e)).collect();
+    let hb: Vec<_> = b.host_traces.iter().map(|e| events(b, e)).collect();
+    assert_eq!(ha, hb);
+    assert_eq!(a.host_items_skipped, b.host_items_skipped);
+    assert_eq!(a.extras(), b.extras());
+    assert_eq!(a.frames.stack_count(), b.frames.stack_count());
+    assert_eq!(a.frames.frame_count(), b.frames.frame_count());
+    assert_eq!(a.frames.fx_frame_count(), b.frames.fx_frame_count());
+}
+
+/// The JSON decoder keeps what the pickle decoder keeps: the same 2.13 snapshot as a pickle
+/// and as JSON decodes to the same `RawSnapshot`, the 2.12/2.13 fields included.
+#[test]
+fn pickle_and_json_of_one_snapshot_decode_alike() {
+    let value = snapshot_2_13_value();
+    let json = to_json(&value);
+    let from_json = decode_snapshot(json.as_bytes()).expect("2.13 snapshot as JSON");
+    // The new fields are there, not only equal.
+    let t = &from_json.device_traces[0];
+    assert_eq!(t[2].other, OtherAction::Annotate);
+    assert_eq!(from_json.frames.str(t[1].user_metadata), "step 1");
+    assert_eq!(from_json.pool_id(&t[5]), Some((1, 3)));
+    assert_eq!(from_json.settings.trace_alloc_max_entries, [6]);
+    assert_eq!(from_json.host_segments.len(), 1);
+    assert_eq!(from_json.host_traces.len(), 1);
+    assert_eq!(from_json.frames.fx_frame_count(), 1);
+    for proto in [Proto::P0, Proto::P2, Proto::P4] {
+        let from_pickle = decode_snapshot(&encode(&value, proto, true)).expect("pickle");
+        assert_same_fields(&from_pickle, &from_json);
+    }
+    // Real recordings: oom_story saved both ways, and the fuzz seeds.
+    if let (Some(a), Some(b)) = (load("oom_story.pickle.gz"), load("oom_story_as_json.json")) {
+        assert_same_fields(&a, &b);
+    }
+    let dir = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../fuzz/seeds"));
+    let read = |name: &str| decode_snapshot(&std::fs::read(dir.join(name)).expect("seed"));
+    assert_same_fields(
+        &read("tiny_p4.pickle").expect("p4"),
+        &read("tiny.json").expect("json"),
+    );
 }

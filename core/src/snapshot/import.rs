@@ -1,4 +1,4 @@
-//! Entry point of snapshot import: content detection (gzip, pickle, JSON) and the error type.
+//! Entry point of snapshot import: content detection (gzip, pickle, JSON), gunzip and limits.
 //!
 //! Formats are told apart by content, never by file name: gzip by its magic bytes
 //! (`1f 8b`), a pickle by the `PROTO` opcode (`0x80`) it starts with, JSON by its first
@@ -6,69 +6,8 @@
 
 use std::io::Read;
 
-use super::{RawEvent, RawSegment, RawSnapshot};
-
-/// Why a snapshot could not be imported. Every variant says where (byte offset in the
-/// uncompressed stream) when a position applies; `Display` is always one line.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum ImportError {
-    /// Neither gzip, a pickle nor JSON, or an empty file.
-    #[error("not a PyTorch snapshot: {0}")]
-    Format(String),
-    /// The gzip stream is corrupt or truncated.
-    #[error("gzip: {message} (after {decompressed_bytes} decompressed bytes)")]
-    Gzip {
-        message: String,
-        /// How far decompression got before the failure.
-        decompressed_bytes: u64,
-    },
-    /// The decompressed stream is larger than [`DecodeOptions::max_decompressed_bytes`].
-    #[error(
-        "decompressed snapshot exceeds the limit of {limit_bytes} bytes (a decompression bomb?)"
-    )]
-    TooLarge { limit_bytes: u64 },
-    /// An opcode that would make the unpickler import or call code; never executed.
-    #[error("byte {offset}: refused pickle opcode {name} ({reason})")]
-    RefusedOpcode {
-        offset: u64,
-        name: &'static str,
-        reason: &'static str,
-    },
-    /// A byte that is no pickle opcode at all.
-    #[error("byte {offset}: unknown pickle opcode 0x{byte:02x}")]
-    UnknownOpcode { offset: u64, byte: u8 },
-    /// The stream ends inside an opcode (or before `STOP`).
-    #[error("byte {offset}: truncated pickle ({what} needs {missing_bytes} more bytes)")]
-    Truncated {
-        /// Where the opcode that needs the missing bytes starts.
-        offset: u64,
-        /// The opcode (or "next opcode" when the stream ends without `STOP`).
-        what: &'static str,
-        missing_bytes: u64,
-    },
-    /// A well-formed opcode used in a way the pickle machine cannot follow (stack
-    /// underflow, `APPEND` onto a dict, a memo index never stored, …).
-    #[error("byte {offset}: malformed pickle: {message}")]
-    Malformed { offset: u64, message: String },
-    /// The pickle (or JSON) is valid but is not a snapshot: a missing key, a wrong type,
-    /// a negative size.
-    #[error("byte {offset}: {location}: {problem}")]
-    Schema {
-        /// Offset of the object (dict, list) that holds the problem.
-        offset: u64,
-        /// Where in the snapshot, e.g. `device_traces[0][17]` or `segments[3].blocks[2]`.
-        location: String,
-        problem: String,
-    },
-    /// Invalid JSON or a JSON snapshot of the wrong shape.
-    #[error("byte {offset} (line {line}, column {column}): {message}")]
-    Json {
-        offset: u64,
-        line: usize,
-        column: usize,
-        message: String,
-    },
-}
+pub use super::error::ImportError;
+use super::{RawSnapshot, json, pickle};
 
 /// Limits applied while importing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -152,14 +91,14 @@ pub fn decode_plain(bytes: &[u8]) -> Result<RawSnapshot, ImportError> {
         return Err(ImportError::Format("the file is empty".into()));
     };
     if first == 0x80 {
-        return super::pickle::decode_snapshot_pickle(bytes);
+        return pickle::decode_snapshot_pickle(bytes);
     }
     let body = bytes.strip_prefix(b"\xef\xbb\xbf").unwrap_or(bytes);
     match body.iter().find(|b| !b.is_ascii_whitespace()) {
-        Some(b'{' | b'[') => super::json::decode_snapshot_json(bytes),
+        Some(b'{' | b'[') => json::decode_snapshot_json(bytes),
         // Protocol 0 and 1 pickles have no PROTO opcode; a snapshot would start with
         // MARK (`(dp0`) or EMPTY_DICT.
-        _ if matches!(first, b'(' | b'}' | b']') => super::pickle::decode_snapshot_pickle(bytes),
+        _ if matches!(first, b'(' | b'}' | b']') => pickle::decode_snapshot_pickle(bytes),
         None => Err(ImportError::Format("the file holds only whitespace".into())),
         Some(_) => Err(ImportError::Format(format!(
             "starts with {}, expected gzip (1f 8b), a pickle (80) or JSON ({{)",
@@ -175,28 +114,4 @@ fn hex_prefix(bytes: &[u8]) -> String {
         .map(|b| format!("{b:02x}"))
         .collect::<Vec<_>>()
         .join(" ")
-}
-
-impl RawSnapshot {
-    /// Approximate heap bytes held by the snapshot (capacities, not lengths, of its
-    /// vectors; interned strings with their box overhead).
-    #[must_use]
-    pub fn heap_bytes(&self) -> usize {
-        let segments = self.segments.capacity() * std::mem::size_of::<RawSegment>()
-            + self
-                .segments
-                .iter()
-                .map(|s| s.blocks.capacity() * std::mem::size_of::<super::RawBlock>())
-                .sum::<usize>();
-        let traces = self.device_traces.capacity() * std::mem::size_of::<Vec<RawEvent>>()
-            + self
-                .device_traces
-                .iter()
-                .map(|t| t.capacity() * std::mem::size_of::<RawEvent>())
-                .sum::<usize>();
-        let extras = self.event_pools.capacity() * std::mem::size_of::<(u64, u64)>()
-            + self.host_segments.capacity() * std::mem::size_of::<super::HostSegment>()
-            + self.host_traces.capacity() * std::mem::size_of::<RawEvent>();
-        segments + traces + extras + self.settings.conf.capacity() + self.frames.heap_bytes()
-    }
 }

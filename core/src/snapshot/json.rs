@@ -1,46 +1,38 @@
 //! JSON snapshots (what `memory_viz` accepts besides pickles): the same structure as the
 //! pickle, tuples written as lists.
 //!
-//! The file is streamed through serde seeds straight into the [`RawSnapshot`] (frames
-//! interned as they are read), never into a `serde_json::Value` tree, for the same
-//! memory reasons as the pickle decoder. Integers are read as `u64`/`i64` as the field
-//! needs: device addresses use all 64 bits. Error messages match the pickle decoder's,
-//! with the position `serde_json` reports turned into a byte offset.
+//! The file is streamed through serde seeds straight into the snapshot's schema
+//! ([`super::schema`], the one mapping both decoders feed), never into a
+//! `serde_json::Value` tree, for the same memory reasons as the pickle decoder. The seeds
+//! only walk the containers: each dict's values are kept as [`Scalar`]s (strings borrowed
+//! from the input unless they hold escapes) and handed to the schema when the dict ends, so
+//! messages match the pickle decoder's, with the position `serde_json` reports turned into
+//! a byte offset.
 
-use std::fmt;
-use std::marker::PhantomData;
+// Every seed's `found` has the one shape that `found_scalars!` calls, whether it uses the
+// seed or can fail.
+#![allow(clippy::unused_self, clippy::unnecessary_wraps)]
+
+use std::fmt::{self, Display};
 
 use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 
-use super::import::ImportError;
-use super::{
-    Action, BlockState, Frame, FrameId, FrameTable, OtherAction, RawBlock, RawEvent, RawSegment,
-    RawSettings, RawSnapshot, SegmentType, StackId, StrId,
+use super::error::ImportError;
+use super::schema::{
+    self, BlockFields, Builder, Divisions, EventFields, FrameFields, HostSegmentFields, Key, Loc,
+    Pair, Parts, PerDevice, Scalar, SegmentFields, SettingsFields, Shape,
 };
+use super::{FrameId, HostSegment, RawEvent, RawSegment, RawSettings, RawSnapshot, StackId};
 
 /// Decodes a snapshot saved as JSON.
 pub(crate) fn decode_snapshot_json(data: &[u8]) -> Result<RawSnapshot, ImportError> {
     let mut de = serde_json::Deserializer::from_slice(data);
-    let mut frames = FrameTable::default();
-    let top = TopSeed {
-        frames: &mut frames,
-    }
-    .deserialize(&mut de)
-    .map_err(|e| json_error(data, &e))?;
+    let mut builder = Builder::default();
+    let parts = TopSeed { b: &mut builder }
+        .deserialize(&mut de)
+        .map_err(|e| json_error(data, &e))?;
     de.end().map_err(|e| json_error(data, &e))?;
-    frames.finish();
-    Ok(RawSnapshot {
-        segments: top.segments,
-        device_traces: top.device_traces,
-        settings: top.settings,
-        frames,
-        // The 2.12/2.13 additions (entry `pool_id`/`user_metadata`, host data) are read
-        // from pickles only; JSON files of them decode without them.
-        event_pools: Vec::new(),
-        host_segments: Vec::new(),
-        host_traces: Vec::new(),
-        host_items_skipped: 0,
-    })
+    Ok(builder.finish(parts))
 }
 
 /// `serde_json` reports line and column (1-based, counted in bytes); the byte offset is
@@ -68,477 +60,263 @@ fn json_error(data: &[u8], e: &serde_json::Error) -> ImportError {
     }
 }
 
-// ---------------------------------------------------------------------------------------
-// Where in the snapshot (for messages)
-
-#[derive(Debug, Clone, Copy)]
-enum Loc {
-    Top,
-    Settings,
-    Segment(usize),
-    Block(usize, usize),
-    Event(usize, usize),
-}
-
-impl fmt::Display for Loc {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Loc::Top => f.write_str("snapshot"),
-            Loc::Settings => f.write_str("allocator_settings"),
-            Loc::Segment(s) => write!(f, "segments[{s}]"),
-            Loc::Block(s, b) => write!(f, "segments[{s}].blocks[{b}]"),
-            Loc::Event(d, i) => write!(f, "device_traces[{d}][{i}]"),
-        }
-    }
-}
-
-fn err<E: de::Error>(loc: impl fmt::Display, problem: impl fmt::Display) -> E {
+fn err<E: de::Error>(loc: impl Display, problem: impl Display) -> E {
     E::custom(format_args!("{loc}: {problem}"))
 }
 
-// ---------------------------------------------------------------------------------------
-// Keys (matched without allocating)
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Key {
-    Segments,
-    DeviceTraces,
-    AllocatorSettings,
-    Device,
-    Address,
-    TotalSize,
-    AllocatedSize,
-    ActiveSize,
-    RequestedSize,
-    Stream,
-    SegmentType,
-    SegmentPoolId,
-    IsExpandable,
-    Frames,
-    Blocks,
-    Size,
-    State,
-    Action,
-    Addr,
-    DeviceFree,
-    TimeUs,
-    Name,
-    Filename,
-    Line,
-    Conf,
-    MaxSplitSize,
-    GcThreshold,
-    ExpandableSegments,
-    Roundup,
-    Other,
+fn drain_seq<'de, A: SeqAccess<'de>>(mut seq: A) -> Result<(), A::Error> {
+    while seq.next_element::<IgnoredAny>()?.is_some() {}
+    Ok(())
 }
 
-impl<'de> de::Deserialize<'de> for Key {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Key, D::Error> {
-        struct KeyVisitor;
-        impl Visitor<'_> for KeyVisitor {
-            type Value = Key;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("a key")
-            }
-            fn visit_str<E: de::Error>(self, s: &str) -> Result<Key, E> {
-                Ok(match s {
-                    "segments" => Key::Segments,
-                    "device_traces" => Key::DeviceTraces,
-                    "allocator_settings" => Key::AllocatorSettings,
-                    "device" => Key::Device,
-                    "address" => Key::Address,
-                    "total_size" => Key::TotalSize,
-                    "allocated_size" => Key::AllocatedSize,
-                    "active_size" => Key::ActiveSize,
-                    "requested_size" => Key::RequestedSize,
-                    "stream" => Key::Stream,
-                    "segment_type" => Key::SegmentType,
-                    "segment_pool_id" => Key::SegmentPoolId,
-                    "is_expandable" => Key::IsExpandable,
-                    "frames" => Key::Frames,
-                    "blocks" => Key::Blocks,
-                    "size" => Key::Size,
-                    "state" => Key::State,
-                    "action" => Key::Action,
-                    "addr" => Key::Addr,
-                    "device_free" => Key::DeviceFree,
-                    "time_us" => Key::TimeUs,
-                    "name" => Key::Name,
-                    "filename" => Key::Filename,
-                    "line" => Key::Line,
-                    "PYTORCH_CUDA_ALLOC_CONF" => Key::Conf,
-                    "max_split_size" => Key::MaxSplitSize,
-                    "garbage_collection_threshold" => Key::GcThreshold,
-                    "expandable_segments" => Key::ExpandableSegments,
-                    "roundup_power2_divisions" => Key::Roundup,
-                    _ => Key::Other,
-                })
-            }
-        }
-        d.deserialize_str(KeyVisitor)
-    }
+fn drain_map<'de, A: MapAccess<'de>>(mut map: A) -> Result<(), A::Error> {
+    while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+    Ok(())
+}
+
+/// A JSON integer as the schema reads it.
+fn int(v: u64) -> Scalar<'static> {
+    i64::try_from(v).map_or(Scalar::UInt(v), Scalar::Int)
 }
 
 // ---------------------------------------------------------------------------------------
-// Scalars: one visitor, typed by what the field wants, with the pickle decoder's messages
+// Values and keys
 
-/// What a scalar field accepts; every method not overridden is a type error.
-trait Want {
-    type Out;
-    const EXPECTED: &'static str;
-    fn from_u64(_: u64) -> Result<Self::Out, String> {
-        Err(String::new())
-    }
-    fn from_i64(v: i64) -> Result<Self::Out, String> {
-        match u64::try_from(v) {
-            Ok(u) => Self::from_u64(u),
-            Err(_) => Err(String::new()),
-        }
-    }
-    fn from_f64(_: f64) -> Result<Self::Out, String> {
-        Err(String::new())
-    }
-    fn from_bool(_: bool) -> Result<Self::Out, String> {
-        Err(String::new())
-    }
-    fn from_str(_: &str) -> Result<Self::Out, String> {
-        Err(String::new())
-    }
-    fn from_null() -> Result<Self::Out, String> {
-        Err(String::new())
-    }
+/// A JSON value as the schema reads it: a scalar, strings with escapes owned.
+#[derive(Debug, Clone)]
+enum Json<'de> {
+    Scalar(Scalar<'de>),
+    Text(String),
 }
 
-/// An integer field as u64; floats are accepted when they hold an exact integer (some
-/// JSON writers print every number as a float).
-fn integral_f64(v: f64) -> Option<u64> {
-    (v.fract() == 0.0 && (0.0..18_446_744_073_709_551_616.0).contains(&v)).then_some(v as u64)
-}
-
-struct U64;
-impl Want for U64 {
-    type Out = u64;
-    const EXPECTED: &'static str = "an unsigned integer";
-    fn from_u64(v: u64) -> Result<u64, String> {
-        Ok(v)
-    }
-    fn from_i64(v: i64) -> Result<u64, String> {
-        u64::try_from(v).map_err(|_| format!("is negative ({v}), expected {}", Self::EXPECTED))
-    }
-    fn from_f64(v: f64) -> Result<u64, String> {
-        integral_f64(v).ok_or_else(String::new)
-    }
-}
-
-struct I64;
-impl Want for I64 {
-    type Out = i64;
-    const EXPECTED: &'static str = "an integer";
-    fn from_u64(v: u64) -> Result<i64, String> {
-        i64::try_from(v).map_err(|_| "is an integer that does not fit in 64 bits".to_owned())
-    }
-    fn from_i64(v: i64) -> Result<i64, String> {
-        Ok(v)
-    }
-}
-
-struct F64;
-impl Want for F64 {
-    type Out = f64;
-    const EXPECTED: &'static str = "a number";
-    fn from_u64(v: u64) -> Result<f64, String> {
-        Ok(v as f64)
-    }
-    fn from_i64(v: i64) -> Result<f64, String> {
-        Ok(v as f64)
-    }
-    fn from_f64(v: f64) -> Result<f64, String> {
-        Ok(v)
-    }
-}
-
-struct Bool;
-impl Want for Bool {
-    type Out = bool;
-    const EXPECTED: &'static str = "a bool";
-    fn from_bool(v: bool) -> Result<bool, String> {
-        Ok(v)
-    }
-    fn from_u64(v: u64) -> Result<bool, String> {
-        match v {
-            0 => Ok(false),
-            1 => Ok(true),
-            _ => Err(String::new()),
+impl Json<'_> {
+    fn get(&self) -> Scalar<'_> {
+        match self {
+            Json::Scalar(s) => *s,
+            Json::Text(t) => Scalar::Str(t.as_bytes()),
         }
     }
 }
 
-/// A string, `null` read as "".
-struct Text;
-impl Want for Text {
-    type Out = String;
-    const EXPECTED: &'static str = "a string";
-    fn from_str(v: &str) -> Result<String, String> {
-        Ok(v.to_owned())
-    }
-    fn from_null() -> Result<String, String> {
-        Ok(String::new())
-    }
-}
-
-struct ActionWant;
-impl Want for ActionWant {
-    type Out = (Action, OtherAction);
-    const EXPECTED: &'static str = "a string";
-    fn from_str(v: &str) -> Result<(Action, OtherAction), String> {
-        let action = Action::from_bytes(v.as_bytes());
-        let other = if action == Action::Other {
-            OtherAction::from_bytes(v.as_bytes())
-        } else {
-            OtherAction::Plain
-        };
-        Ok((action, other))
-    }
-}
-
-struct StateWant;
-impl Want for StateWant {
-    type Out = BlockState;
-    const EXPECTED: &'static str = "a string";
-    fn from_str(v: &str) -> Result<BlockState, String> {
-        match v {
-            "active_allocated" => Ok(BlockState::ActiveAllocated),
-            // The name PyTorch's docstring uses for the same state.
-            "active_pending_free" | "active_awaiting_free" => Ok(BlockState::ActivePendingFree),
-            "inactive" => Ok(BlockState::Inactive),
-            _ => Err(format!(
-                "is {:?}, expected active_allocated, active_pending_free or inactive",
-                short(v)
-            )),
+/// A scalar that may borrow a visitor's transient text, kept.
+fn owned<'de>(s: Scalar<'_>) -> Json<'de> {
+    Json::Scalar(match s {
+        Scalar::Str(b) | Scalar::BigInt(b) => {
+            return Json::Text(String::from_utf8_lossy(b).into_owned());
         }
-    }
+        Scalar::None => Scalar::None,
+        Scalar::Bool(v) => Scalar::Bool(v),
+        Scalar::Int(v) => Scalar::Int(v),
+        Scalar::UInt(v) => Scalar::UInt(v),
+        Scalar::Float(v) => Scalar::Float(v),
+        Scalar::JsonFloat(v) => Scalar::JsonFloat(v),
+        Scalar::Other(what) => Scalar::Other(what),
+    })
 }
 
-struct SegmentTypeWant;
-impl Want for SegmentTypeWant {
-    type Out = SegmentType;
-    const EXPECTED: &'static str = "a string";
-    fn from_str(v: &str) -> Result<SegmentType, String> {
-        match v {
-            "large" => Ok(SegmentType::Large),
-            "small" => Ok(SegmentType::Small),
-            _ => Err(format!(
-                "is {:?}, expected \"large\" or \"small\"",
-                short(v)
-            )),
-        }
-    }
-}
+/// Any value as a [`Json`]; containers are skipped and named.
+struct ScalarSeed;
 
-/// `max_split_size`: −1 (or `SIZE_MAX`) is PyTorch's "unlimited".
-struct MaxSplit;
-impl Want for MaxSplit {
-    type Out = Option<u64>;
-    const EXPECTED: &'static str = "-1 or a size";
-    fn from_u64(v: u64) -> Result<Option<u64>, String> {
-        Ok((v != u64::MAX).then_some(v))
-    }
-    fn from_i64(v: i64) -> Result<Option<u64>, String> {
-        match v {
-            -1 => Ok(None),
-            _ => u64::try_from(v)
-                .map(Some)
-                .map_err(|_| format!("is negative ({v}), expected {}", Self::EXPECTED)),
-        }
-    }
-}
-
-fn short(s: &str) -> String {
-    s.chars().take(60).collect()
-}
-
-/// A scalar field `key` of the object at `loc`.
-struct Field<W> {
-    key: &'static str,
-    loc: Loc,
-    want: PhantomData<W>,
-}
-
-fn field<W>(key: &'static str, loc: Loc) -> Field<W> {
-    Field {
-        key,
-        loc,
-        want: PhantomData,
-    }
-}
-
-impl<W: Want> Field<W> {
-    fn check<E: de::Error>(&self, r: Result<W::Out, String>, found: &str) -> Result<W::Out, E> {
-        r.map_err(|why| {
-            let key = self.key;
-            if why.is_empty() {
-                err(
-                    self.loc,
-                    format_args!("`{key}` is {found}, expected {}", W::EXPECTED),
-                )
-            } else {
-                err(self.loc, format_args!("`{key}` {why}"))
-            }
-        })
-    }
-}
-
-impl<'de, W: Want> DeserializeSeed<'de> for Field<W> {
-    type Value = W::Out;
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<W::Out, D::Error> {
+impl<'de> DeserializeSeed<'de> for ScalarSeed {
+    type Value = Json<'de>;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Json<'de>, D::Error> {
         d.deserialize_any(self)
     }
 }
 
-impl<'de, W: Want> Visitor<'de> for Field<W> {
-    type Value = W::Out;
+impl<'de> Visitor<'de> for ScalarSeed {
+    type Value = Json<'de>;
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(W::EXPECTED)
+        f.write_str("a value")
     }
-    fn visit_u64<E: de::Error>(self, v: u64) -> Result<W::Out, E> {
-        self.check(W::from_u64(v), "an integer")
+    fn visit_bool<E: de::Error>(self, v: bool) -> Result<Json<'de>, E> {
+        Ok(Json::Scalar(Scalar::Bool(v)))
     }
-    fn visit_i64<E: de::Error>(self, v: i64) -> Result<W::Out, E> {
-        self.check(W::from_i64(v), "an integer")
+    fn visit_i64<E: de::Error>(self, v: i64) -> Result<Json<'de>, E> {
+        Ok(Json::Scalar(Scalar::Int(v)))
     }
-    fn visit_f64<E: de::Error>(self, v: f64) -> Result<W::Out, E> {
-        self.check(W::from_f64(v), "a float")
+    fn visit_u64<E: de::Error>(self, v: u64) -> Result<Json<'de>, E> {
+        Ok(Json::Scalar(int(v)))
     }
-    fn visit_bool<E: de::Error>(self, v: bool) -> Result<W::Out, E> {
-        self.check(W::from_bool(v), "a bool")
+    fn visit_f64<E: de::Error>(self, v: f64) -> Result<Json<'de>, E> {
+        Ok(Json::Scalar(Scalar::JsonFloat(v)))
     }
-    fn visit_str<E: de::Error>(self, v: &str) -> Result<W::Out, E> {
-        self.check(W::from_str(v), "a string")
+    fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<Json<'de>, E> {
+        Ok(Json::Scalar(Scalar::Str(v.as_bytes())))
     }
-    fn visit_unit<E: de::Error>(self) -> Result<W::Out, E> {
-        self.check(W::from_null(), "None")
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<Json<'de>, E> {
+        Ok(Json::Text(v.to_owned()))
     }
-    fn visit_seq<A: SeqAccess<'de>>(self, _: A) -> Result<W::Out, A::Error> {
-        self.check(Err(String::new()), "a list")
+    fn visit_unit<E: de::Error>(self) -> Result<Json<'de>, E> {
+        Ok(Json::Scalar(Scalar::None))
     }
-    fn visit_map<A: MapAccess<'de>>(self, _: A) -> Result<W::Out, A::Error> {
-        self.check(Err(String::new()), "a dict")
+    fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Json<'de>, A::Error> {
+        drain_seq(seq)?;
+        Ok(Json::Scalar(Scalar::Other("a list")))
+    }
+    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Json<'de>, A::Error> {
+        drain_map(map)?;
+        Ok(Json::Scalar(Scalar::Other("a dict")))
     }
 }
 
-// ---------------------------------------------------------------------------------------
-// Containers
+/// A dict key as the schema names it, matched without allocating.
+struct JKey(Key);
 
-/// Wrong container type for `key` at `loc`: a visitor that accepts nothing else.
-fn wrong<E: de::Error>(loc: Loc, what: &str, found: &str, expected: &str) -> E {
-    err(loc, format_args!("{what} is {found}, expected {expected}"))
+impl<'de> de::Deserialize<'de> for JKey {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<JKey, D::Error> {
+        struct V;
+        impl Visitor<'_> for V {
+            type Value = JKey;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a key")
+            }
+            fn visit_str<E: de::Error>(self, s: &str) -> Result<JKey, E> {
+                Ok(JKey(Key::from_bytes(s.as_bytes())))
+            }
+        }
+        d.deserialize_str(V)
+    }
 }
 
-/// Reports the JSON type found where a list or dict was expected.
-macro_rules! reject_scalars {
-    ($loc:expr, $what:expr, $expected:expr) => {
-        fn visit_u64<E: de::Error>(self, _: u64) -> Result<Self::Value, E> {
-            Err(wrong($loc(&self), $what, "an integer", $expected))
-        }
-        fn visit_i64<E: de::Error>(self, _: i64) -> Result<Self::Value, E> {
-            Err(wrong($loc(&self), $what, "an integer", $expected))
-        }
-        fn visit_f64<E: de::Error>(self, _: f64) -> Result<Self::Value, E> {
-            Err(wrong($loc(&self), $what, "a float", $expected))
-        }
-        fn visit_bool<E: de::Error>(self, _: bool) -> Result<Self::Value, E> {
-            Err(wrong($loc(&self), $what, "a bool", $expected))
-        }
-        fn visit_str<E: de::Error>(self, _: &str) -> Result<Self::Value, E> {
-            Err(wrong($loc(&self), $what, "a string", $expected))
-        }
-        fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
-            Err(wrong($loc(&self), $what, "None", $expected))
+/// A key with its text (`allocator_settings` lists the keys it does not know).
+struct NamedKey(Key, String);
+
+impl<'de> de::Deserialize<'de> for NamedKey {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<NamedKey, D::Error> {
+        let name = String::deserialize(d)?;
+        Ok(NamedKey(Key::from_bytes(name.as_bytes()), name))
+    }
+}
+
+/// The value under `key` into `fields` if it reads that key, else skipped.
+macro_rules! read_field {
+    ($map:expr, $fields:expr, $key:expr) => {
+        if $fields.reads($key) {
+            $fields.set($key, $map.next_value_seed(ScalarSeed)?);
+        } else {
+            $map.next_value::<IgnoredAny>()?;
         }
     };
 }
 
-struct TopSeed<'t> {
-    frames: &'t mut FrameTable,
+/// `DeserializeSeed` for a visitor seed, through `deserialize_any`.
+macro_rules! seed {
+    ($seed:ident<'_>, $out:ty) => {
+        impl<'de> DeserializeSeed<'de> for $seed<'_> {
+            type Value = $out;
+            fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<$out, D::Error> {
+                d.deserialize_any(self)
+            }
+        }
+    };
+    ($seed:ident, $out:ty) => {
+        impl<'de> DeserializeSeed<'de> for $seed {
+            type Value = $out;
+            fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<$out, D::Error> {
+                d.deserialize_any(self)
+            }
+        }
+    };
 }
 
-struct Top {
-    segments: Vec<RawSegment>,
-    device_traces: Vec<Vec<RawEvent>>,
-    settings: RawSettings,
+/// The scalar visits of a seed that wants a container: each hands what it found to the
+/// seed's `found`.
+macro_rules! found_scalars {
+    () => {
+        fn visit_bool<E: de::Error>(self, v: bool) -> Result<Self::Value, E> {
+            self.found(Scalar::Bool(v))
+        }
+        fn visit_i64<E: de::Error>(self, v: i64) -> Result<Self::Value, E> {
+            self.found(Scalar::Int(v))
+        }
+        fn visit_u64<E: de::Error>(self, v: u64) -> Result<Self::Value, E> {
+            self.found(int(v))
+        }
+        fn visit_f64<E: de::Error>(self, v: f64) -> Result<Self::Value, E> {
+            self.found(Scalar::JsonFloat(v))
+        }
+        fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
+            self.found(Scalar::Str(v.as_bytes()))
+        }
+        fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+            self.found(Scalar::None)
+        }
+    };
 }
 
-impl<'de> DeserializeSeed<'de> for TopSeed<'_> {
-    type Value = Top;
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Top, D::Error> {
-        d.deserialize_any(self)
+// ---------------------------------------------------------------------------------------
+// The top level
+
+struct TopSeed<'b> {
+    b: &'b mut Builder,
+}
+
+seed!(TopSeed<'_>, Parts);
+
+impl TopSeed<'_> {
+    fn found<E: de::Error>(self, s: Scalar<'_>) -> Result<Parts, E> {
+        Err(err(Loc::Snapshot, Shape::Snapshot("JSON").problem(s)))
     }
 }
 
 impl<'de> Visitor<'de> for TopSeed<'_> {
-    type Value = Top;
+    type Value = Parts;
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("a snapshot dict")
     }
-    reject_scalars!(|_: &Self| Loc::Top, "the JSON", "a dict with `segments`");
+    found_scalars!();
 
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Top, A::Error> {
-        let mut segments = None;
-        let mut device_traces = Vec::new();
-        let mut settings = RawSettings::default();
-        while let Some(key) = map.next_key::<Key>()? {
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Parts, A::Error> {
+        let b = self.b;
+        let mut parts = Parts::default();
+        let (mut segments, mut host_skipped) = (None, [0; 2]);
+        while let Some(JKey(key)) = map.next_key()? {
             match key {
-                Key::Segments => {
-                    segments = Some(map.next_value_seed(SegmentsSeed {
-                        frames: &mut *self.frames,
-                    })?);
-                }
+                Key::Segments => segments = Some(map.next_value_seed(SegmentsSeed { b: &mut *b })?),
                 Key::DeviceTraces => {
-                    device_traces = map
-                        .next_value_seed(TracesSeed {
-                            frames: &mut *self.frames,
-                        })?
-                        .unwrap_or_default();
+                    parts.device_traces = map.next_value_seed(TracesSeed { b: &mut *b })?;
                 }
-                Key::AllocatorSettings => {
-                    settings = map.next_value_seed(SettingsSeed)?.unwrap_or_default();
+                Key::AllocatorSettings => parts.settings = map.next_value_seed(SettingsSeed)?,
+                Key::HostSegments => {
+                    (parts.host_segments, host_skipped[0]) =
+                        map.next_value_seed(HostSegmentsSeed)?;
+                }
+                Key::HostTraces => {
+                    (parts.host_traces, host_skipped[1]) =
+                        map.next_value_seed(HostTracesSeed { b: &mut *b })?;
                 }
                 _ => {
                     map.next_value::<IgnoredAny>()?;
                 }
             }
         }
-        let segments = segments.ok_or_else(|| err(Loc::Top, "missing `segments`"))?;
-        Ok(Top {
-            segments,
-            device_traces,
-            settings,
-        })
+        parts.segments = segments.ok_or_else(|| err(Loc::Snapshot, schema::missing("segments")))?;
+        parts.host_items_skipped = host_skipped[0] + host_skipped[1];
+        Ok(parts)
     }
 
     /// The pre-2.1 form: just the list of segments.
-    fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Top, A::Error> {
-        let segments = SegmentsSeed {
-            frames: self.frames,
-        }
-        .visit_seq(seq)?;
-        Ok(Top {
-            segments,
-            device_traces: Vec::new(),
-            settings: RawSettings::default(),
+    fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Parts, A::Error> {
+        Ok(Parts {
+            segments: SegmentsSeed { b: self.b }.visit_seq(seq)?,
+            ..Parts::default()
         })
     }
 }
 
-struct SegmentsSeed<'t> {
-    frames: &'t mut FrameTable,
+// ---------------------------------------------------------------------------------------
+// Segments and blocks
+
+struct SegmentsSeed<'b> {
+    b: &'b mut Builder,
 }
 
-impl<'de> DeserializeSeed<'de> for SegmentsSeed<'_> {
-    type Value = Vec<RawSegment>;
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
-        d.deserialize_any(self)
+seed!(SegmentsSeed<'_>, Vec<RawSegment>);
+
+impl SegmentsSeed<'_> {
+    fn found<E: de::Error>(self, s: Scalar<'_>) -> Result<Vec<RawSegment>, E> {
+        Err(err(Loc::Segments, Shape::Segments.problem(s)))
     }
 }
 
@@ -547,19 +325,14 @@ impl<'de> Visitor<'de> for SegmentsSeed<'_> {
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("a list of segments")
     }
-    reject_scalars!(|_: &Self| Loc::Top, "`segments`", "a list of segment dicts");
+    found_scalars!();
     fn visit_map<A: MapAccess<'de>>(self, _: A) -> Result<Self::Value, A::Error> {
-        Err(wrong(
-            Loc::Top,
-            "`segments`",
-            "a dict",
-            "a list of segment dicts",
-        ))
+        self.found(Scalar::Other("a dict"))
     }
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
         let mut out = Vec::new();
         while let Some(s) = seq.next_element_seed(SegmentSeed {
-            frames: &mut *self.frames,
+            b: &mut *self.b,
             index: out.len(),
         })? {
             out.push(s);
@@ -568,26 +341,17 @@ impl<'de> Visitor<'de> for SegmentsSeed<'_> {
     }
 }
 
-struct SegmentSeed<'t> {
-    frames: &'t mut FrameTable,
+struct SegmentSeed<'b> {
+    b: &'b mut Builder,
     index: usize,
 }
 
-impl<'de> DeserializeSeed<'de> for SegmentSeed<'_> {
-    type Value = RawSegment;
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<RawSegment, D::Error> {
-        d.deserialize_any(self)
+seed!(SegmentSeed<'_>, RawSegment);
+
+impl SegmentSeed<'_> {
+    fn found<E: de::Error>(self, s: Scalar<'_>) -> Result<RawSegment, E> {
+        Err(err(Loc::Segment(self.index), Shape::Segment.problem(s)))
     }
-}
-
-/// A block as read, before its address is known for sure.
-struct PartialBlock {
-    address: Option<u64>,
-    size: u64,
-    requested_size: Option<u64>,
-    state: BlockState,
-    stack: StackId,
-    index: usize,
 }
 
 impl<'de> Visitor<'de> for SegmentSeed<'_> {
@@ -595,240 +359,128 @@ impl<'de> Visitor<'de> for SegmentSeed<'_> {
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("a segment dict")
     }
-    reject_scalars!(
-        |s: &Self| Loc::Segment(s.index),
-        "the item",
-        "a segment dict"
-    );
+    found_scalars!();
     fn visit_seq<A: SeqAccess<'de>>(self, _: A) -> Result<RawSegment, A::Error> {
-        Err(wrong(
-            Loc::Segment(self.index),
-            "the item",
-            "a list",
-            "a segment dict",
-        ))
+        self.found(Scalar::Other("a list"))
     }
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<RawSegment, A::Error> {
         let loc = Loc::Segment(self.index);
-        let (mut device, mut address, mut total_size, mut segment_type) = (None, None, None, None);
-        let (mut allocated, mut active, mut requested) = (None, None, None);
-        let (mut stream, mut pool, mut expandable) = (0, (0, 0), false);
-        let (mut stack, mut blocks) = (StackId::EMPTY, None);
-        while let Some(key) = map.next_key::<Key>()? {
+        let mut fields = SegmentFields::default();
+        let (mut pool, mut stack, mut blocks) = (JsonPair::Absent, StackId::EMPTY, None);
+        while let Some(JKey(key)) = map.next_key()? {
             match key {
-                Key::Device => device = Some(map.next_value_seed(field::<U64>("device", loc))?),
-                Key::Address => address = Some(map.next_value_seed(field::<U64>("address", loc))?),
-                Key::TotalSize => {
-                    total_size = Some(map.next_value_seed(field::<U64>("total_size", loc))?);
-                }
-                Key::AllocatedSize => {
-                    allocated = Some(map.next_value_seed(field::<U64>("allocated_size", loc))?);
-                }
-                Key::ActiveSize => {
-                    active = Some(map.next_value_seed(field::<U64>("active_size", loc))?);
-                }
-                Key::RequestedSize => {
-                    requested = Some(map.next_value_seed(field::<U64>("requested_size", loc))?);
-                }
-                Key::Stream => stream = map.next_value_seed(field::<U64>("stream", loc))?,
-                Key::SegmentType => {
-                    segment_type =
-                        Some(map.next_value_seed(field::<SegmentTypeWant>("segment_type", loc))?);
-                }
-                Key::SegmentPoolId => pool = map.next_value_seed(PoolSeed { loc })?,
-                Key::IsExpandable => {
-                    expandable = map.next_value_seed(field::<Bool>("is_expandable", loc))?;
-                }
+                Key::SegmentPoolId => pool = map.next_value_seed(PairSeed)?,
                 Key::Frames => {
-                    stack = map.next_value_seed(StackSeed {
-                        frames: &mut *self.frames,
-                        loc,
-                    })?;
+                    stack = map
+                        .next_value_seed(StackSeed::strict(&mut *self.b, loc))?
+                        .unwrap_or(StackId::EMPTY);
                 }
                 Key::Blocks => {
                     blocks = Some(map.next_value_seed(BlocksSeed {
-                        frames: &mut *self.frames,
+                        b: &mut *self.b,
                         segment: self.index,
                     })?);
                 }
-                _ => {
-                    map.next_value::<IgnoredAny>()?;
-                }
+                _ => read_field!(map, fields, key),
             }
         }
-        let need =
-            |v: Option<u64>, key: &str| v.ok_or_else(|| err(loc, format_args!("missing `{key}`")));
-        let device = need(device, "device")?;
-        let device = u32::try_from(device).map_err(|_| {
-            err(
-                loc,
-                format_args!("`device` is {device}, expected a device ordinal"),
-            )
-        })?;
-        let address = need(address, "address")?;
-        let total_size = need(total_size, "total_size")?;
-        let segment_type = segment_type.ok_or_else(|| err(loc, "missing `segment_type`"))?;
-        let partial = blocks.ok_or_else(|| err(loc, "missing `blocks`"))?;
+        let head = fields.map(Json::get).head().map_err(|e| err(loc, e))?;
+        let pool = schema::segment_pool_id(pool.get()).map_err(|e| err(loc, e))?;
+        let partial = blocks.ok_or_else(|| err(loc, schema::missing("blocks")))?;
         let mut blocks = Vec::with_capacity(partial.len());
-        let mut next = Some(address);
-        for b in partial {
-            let Some(address) = b.address.or(next) else {
-                return Err(err(
-                    Loc::Block(self.index, b.index),
-                    "`address` is an integer that does not fit in 64 bits",
-                ));
-            };
-            next = address.checked_add(b.size);
-            blocks.push(RawBlock {
-                address,
-                size: b.size,
-                // Older files: an active block was requested whole, a free one never.
-                requested_size: b
-                    .requested_size
-                    .unwrap_or(if b.state == BlockState::Inactive {
-                        0
-                    } else {
-                        b.size
-                    }),
-                state: b.state,
-                stack: b.stack,
-            });
+        let mut next_address = Some(head.address);
+        for (i, (fields, stack)) in partial.iter().enumerate() {
+            let mut block = fields
+                .map(Json::get)
+                .block(&mut next_address)
+                .map_err(|e| err(Loc::Block(self.index, i), e))?;
+            block.stack = *stack;
+            blocks.push(block);
         }
-        // Saturating: hostile sizes must not overflow.
-        let sum = |f: fn(&RawBlock) -> Option<u64>| {
-            blocks.iter().filter_map(f).fold(0u64, u64::saturating_add)
-        };
-        let allocated_size = allocated
-            .unwrap_or_else(|| sum(|b| (b.state == BlockState::ActiveAllocated).then_some(b.size)));
-        let active_size =
-            active.unwrap_or_else(|| sum(|b| (b.state != BlockState::Inactive).then_some(b.size)));
-        let requested_size = requested.unwrap_or_else(|| {
-            sum(|b| (b.state != BlockState::Inactive).then_some(b.requested_size))
-        });
-        Ok(RawSegment {
-            device,
-            address,
-            total_size,
-            allocated_size,
-            active_size,
-            requested_size,
-            stream,
-            segment_type,
-            segment_pool_id: pool,
-            is_expandable: expandable,
-            stack,
-            blocks,
+        Ok(head.segment(pool, stack, blocks))
+    }
+}
+
+/// A pair (a list of two) as found; never refused here (the schema decides).
+enum JsonPair<'de> {
+    Absent,
+    Two(Json<'de>, Json<'de>),
+    Not(Json<'de>),
+}
+
+impl JsonPair<'_> {
+    fn get(&self) -> Pair<'_> {
+        match self {
+            JsonPair::Absent => Pair::Absent,
+            JsonPair::Two(a, b) => Pair::Two(a.get(), b.get()),
+            JsonPair::Not(x) => Pair::Not(x.get()),
+        }
+    }
+}
+
+struct PairSeed;
+
+seed!(PairSeed, JsonPair<'de>);
+
+impl PairSeed {
+    fn found<'de, E: de::Error>(self, s: Scalar<'_>) -> Result<JsonPair<'de>, E> {
+        Ok(match s {
+            Scalar::None => JsonPair::Absent,
+            _ => JsonPair::Not(owned(s)),
         })
     }
 }
 
-/// `segment_pool_id`: a pair (a list in JSON), `null` as `(0, 0)`.
-struct PoolSeed {
-    loc: Loc,
-}
-
-impl<'de> DeserializeSeed<'de> for PoolSeed {
-    type Value = (u64, u64);
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(u64, u64), D::Error> {
-        d.deserialize_any(self)
-    }
-}
-
-impl<'de> Visitor<'de> for PoolSeed {
-    type Value = (u64, u64);
+impl<'de> Visitor<'de> for PairSeed {
+    type Value = JsonPair<'de>;
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("a pair of integers")
     }
-    fn visit_unit<E: de::Error>(self) -> Result<(u64, u64), E> {
-        Ok((0, 0))
+    found_scalars!();
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+        let a = seq.next_element_seed(ScalarSeed)?;
+        let b = seq.next_element_seed(ScalarSeed)?;
+        let more = seq.next_element::<IgnoredAny>()?.is_some();
+        drain_seq(seq)?;
+        Ok(match (a, b, more) {
+            (Some(a), Some(b), false) => JsonPair::Two(a, b),
+            _ => JsonPair::Not(Json::Scalar(Scalar::Other("a list"))),
+        })
     }
-    fn visit_u64<E: de::Error>(self, _: u64) -> Result<(u64, u64), E> {
-        Err(wrong(
-            self.loc,
-            "`segment_pool_id`",
-            "an integer",
-            "a pair of integers",
-        ))
-    }
-    fn visit_i64<E: de::Error>(self, _: i64) -> Result<(u64, u64), E> {
-        Err(wrong(
-            self.loc,
-            "`segment_pool_id`",
-            "an integer",
-            "a pair of integers",
-        ))
-    }
-    fn visit_str<E: de::Error>(self, _: &str) -> Result<(u64, u64), E> {
-        Err(wrong(
-            self.loc,
-            "`segment_pool_id`",
-            "a string",
-            "a pair of integers",
-        ))
-    }
-    fn visit_map<A: MapAccess<'de>>(self, _: A) -> Result<(u64, u64), A::Error> {
-        Err(wrong(
-            self.loc,
-            "`segment_pool_id`",
-            "a dict",
-            "a pair of integers",
-        ))
-    }
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(u64, u64), A::Error> {
-        let bad = || {
-            wrong(
-                self.loc,
-                "`segment_pool_id`",
-                "a list of another length",
-                "a pair of integers",
-            )
-        };
-        let a = seq.next_element_seed(field::<U64>("segment_pool_id", self.loc))?;
-        let b = seq.next_element_seed(field::<U64>("segment_pool_id", self.loc))?;
-        match (a, b, seq.next_element::<IgnoredAny>()?) {
-            (Some(a), Some(b), None) => Ok((a, b)),
-            _ => Err(bad()),
-        }
+    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
+        drain_map(map)?;
+        self.found(Scalar::Other("a dict"))
     }
 }
 
-struct BlocksSeed<'t> {
-    frames: &'t mut FrameTable,
+struct BlocksSeed<'b> {
+    b: &'b mut Builder,
     segment: usize,
 }
 
-impl<'de> DeserializeSeed<'de> for BlocksSeed<'_> {
-    type Value = Vec<PartialBlock>;
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
-        d.deserialize_any(self)
+seed!(BlocksSeed<'_>, Vec<(BlockFields<Json<'de>>, StackId)>);
+
+impl BlocksSeed<'_> {
+    fn found<T, E: de::Error>(self, s: Scalar<'_>) -> Result<T, E> {
+        Err(err(Loc::Segment(self.segment), Shape::Blocks.problem(s)))
     }
 }
 
 impl<'de> Visitor<'de> for BlocksSeed<'_> {
-    type Value = Vec<PartialBlock>;
+    type Value = Vec<(BlockFields<Json<'de>>, StackId)>;
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("a list of blocks")
     }
-    reject_scalars!(
-        |s: &Self| Loc::Segment(s.segment),
-        "`blocks`",
-        "a list of block dicts"
-    );
+    found_scalars!();
     fn visit_map<A: MapAccess<'de>>(self, _: A) -> Result<Self::Value, A::Error> {
-        Err(wrong(
-            Loc::Segment(self.segment),
-            "`blocks`",
-            "a dict",
-            "a list of block dicts",
-        ))
+        self.found(Scalar::Other("a dict"))
     }
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
         let mut out = Vec::new();
         while let Some(b) = seq.next_element_seed(BlockSeed {
-            frames: &mut *self.frames,
+            b: &mut *self.b,
             loc: Loc::Block(self.segment, out.len()),
-            index: out.len(),
         })? {
             out.push(b);
         }
@@ -836,120 +488,93 @@ impl<'de> Visitor<'de> for BlocksSeed<'_> {
     }
 }
 
-struct BlockSeed<'t> {
-    frames: &'t mut FrameTable,
+struct BlockSeed<'b> {
+    b: &'b mut Builder,
     loc: Loc,
-    index: usize,
 }
 
-impl<'de> DeserializeSeed<'de> for BlockSeed<'_> {
-    type Value = PartialBlock;
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<PartialBlock, D::Error> {
-        d.deserialize_any(self)
+seed!(BlockSeed<'_>, (BlockFields<Json<'de>>, StackId));
+
+impl BlockSeed<'_> {
+    fn found<T, E: de::Error>(self, s: Scalar<'_>) -> Result<T, E> {
+        Err(err(self.loc, Shape::Block.problem(s)))
     }
 }
 
 impl<'de> Visitor<'de> for BlockSeed<'_> {
-    type Value = PartialBlock;
+    type Value = (BlockFields<Json<'de>>, StackId);
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("a block dict")
     }
-    reject_scalars!(|s: &Self| s.loc, "the item", "a block dict");
-    fn visit_seq<A: SeqAccess<'de>>(self, _: A) -> Result<PartialBlock, A::Error> {
-        Err(wrong(self.loc, "the item", "a list", "a block dict"))
+    found_scalars!();
+    fn visit_seq<A: SeqAccess<'de>>(self, _: A) -> Result<Self::Value, A::Error> {
+        self.found(Scalar::Other("a list"))
     }
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<PartialBlock, A::Error> {
-        let loc = self.loc;
-        let (mut address, mut size, mut requested, mut state) = (None, None, None, None);
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let mut fields = BlockFields::default();
         let mut stack = StackId::EMPTY;
-        while let Some(key) = map.next_key::<Key>()? {
-            match key {
-                Key::Address => address = Some(map.next_value_seed(field::<U64>("address", loc))?),
-                Key::Size => size = Some(map.next_value_seed(field::<U64>("size", loc))?),
-                Key::RequestedSize => {
-                    requested = Some(map.next_value_seed(field::<U64>("requested_size", loc))?);
-                }
-                Key::State => state = Some(map.next_value_seed(field::<StateWant>("state", loc))?),
-                Key::Frames => {
-                    stack = map.next_value_seed(StackSeed {
-                        frames: &mut *self.frames,
-                        loc,
-                    })?;
-                }
-                _ => {
-                    map.next_value::<IgnoredAny>()?;
-                }
+        while let Some(JKey(key)) = map.next_key()? {
+            if key == Key::Frames {
+                stack = map
+                    .next_value_seed(StackSeed::strict(&mut *self.b, self.loc))?
+                    .unwrap_or(StackId::EMPTY);
+            } else {
+                read_field!(map, fields, key);
             }
         }
-        Ok(PartialBlock {
-            address,
-            size: size.ok_or_else(|| err(loc, "missing `size`"))?,
-            requested_size: requested,
-            state: state.ok_or_else(|| err(loc, "missing `state`"))?,
-            stack,
-            index: self.index,
-        })
+        Ok((fields, stack))
     }
 }
 
-struct TracesSeed<'t> {
-    frames: &'t mut FrameTable,
+// ---------------------------------------------------------------------------------------
+// Traces, entries and frames
+
+struct TracesSeed<'b> {
+    b: &'b mut Builder,
 }
 
-impl<'de> DeserializeSeed<'de> for TracesSeed<'_> {
-    type Value = Option<Vec<Vec<RawEvent>>>;
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
-        d.deserialize_any(self)
+seed!(TracesSeed<'_>, Vec<Vec<RawEvent>>);
+
+impl TracesSeed<'_> {
+    fn found<E: de::Error>(self, s: Scalar<'_>) -> Result<Vec<Vec<RawEvent>>, E> {
+        match s {
+            Scalar::None => Ok(Vec::new()),
+            _ => Err(err(Loc::DeviceTraces, Shape::Traces.problem(s))),
+        }
     }
 }
 
 impl<'de> Visitor<'de> for TracesSeed<'_> {
-    type Value = Option<Vec<Vec<RawEvent>>>;
+    type Value = Vec<Vec<RawEvent>>;
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("a list of trace lists")
     }
-    reject_scalars!(
-        |_: &Self| Loc::Top,
-        "`device_traces`",
-        "a list (one per device)"
-    );
+    found_scalars!();
     fn visit_map<A: MapAccess<'de>>(self, _: A) -> Result<Self::Value, A::Error> {
-        Err(wrong(
-            Loc::Top,
-            "`device_traces`",
-            "a dict",
-            "a list (one per device)",
-        ))
+        self.found(Scalar::Other("a dict"))
     }
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
         let mut out = Vec::new();
         while let Some(t) = seq.next_element_seed(EventsSeed {
-            frames: &mut *self.frames,
+            b: &mut *self.b,
             device: out.len(),
         })? {
             out.push(t);
         }
-        Ok(Some(out))
+        Ok(out)
     }
 }
 
-struct EventsSeed<'t> {
-    frames: &'t mut FrameTable,
+struct EventsSeed<'b> {
+    b: &'b mut Builder,
     device: usize,
 }
 
-impl<'de> DeserializeSeed<'de> for EventsSeed<'_> {
-    type Value = Vec<RawEvent>;
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
-        d.deserialize_any(self)
-    }
-}
+seed!(EventsSeed<'_>, Vec<RawEvent>);
 
-struct DeviceLoc(usize);
-
-impl fmt::Display for DeviceLoc {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "device_traces[{}]", self.0)
+impl EventsSeed<'_> {
+    fn found<E: de::Error>(self, s: Scalar<'_>) -> Result<Vec<RawEvent>, E> {
+        Err(err(Loc::Trace(self.device), Shape::Trace.problem(s)))
     }
 }
 
@@ -958,575 +583,439 @@ impl<'de> Visitor<'de> for EventsSeed<'_> {
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("a list of trace entries")
     }
-    fn visit_u64<E: de::Error>(self, _: u64) -> Result<Self::Value, E> {
-        Err(err(
-            DeviceLoc(self.device),
-            "expected a list of trace entries, found an integer",
-        ))
-    }
-    fn visit_i64<E: de::Error>(self, _: i64) -> Result<Self::Value, E> {
-        Err(err(
-            DeviceLoc(self.device),
-            "expected a list of trace entries, found an integer",
-        ))
-    }
-    fn visit_str<E: de::Error>(self, _: &str) -> Result<Self::Value, E> {
-        Err(err(
-            DeviceLoc(self.device),
-            "expected a list of trace entries, found a string",
-        ))
-    }
+    found_scalars!();
     fn visit_map<A: MapAccess<'de>>(self, _: A) -> Result<Self::Value, A::Error> {
-        Err(err(
-            DeviceLoc(self.device),
-            "expected a list of trace entries, found a dict",
-        ))
+        self.found(Scalar::Other("a dict"))
     }
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
         let mut out = Vec::new();
+        let loc = |i| Loc::Entry(self.device, i);
         while let Some(e) = seq.next_element_seed(EventSeed {
-            frames: &mut *self.frames,
-            loc: Loc::Event(self.device, out.len()),
+            b: &mut *self.b,
+            loc: loc(out.len()),
+            lenient: false,
         })? {
-            out.push(e);
+            out.extend(e);
         }
         out.shrink_to_fit();
         Ok(out)
     }
 }
 
-struct EventSeed<'t> {
-    frames: &'t mut FrameTable,
+/// A trace entry. Lenient (host traces, only displayed): a problem skips the entry
+/// (`None`) instead of refusing the file.
+struct EventSeed<'b> {
+    b: &'b mut Builder,
     loc: Loc,
+    lenient: bool,
 }
 
-impl<'de> DeserializeSeed<'de> for EventSeed<'_> {
-    type Value = RawEvent;
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<RawEvent, D::Error> {
-        d.deserialize_any(self)
+seed!(EventSeed<'_>, Option<RawEvent>);
+
+impl EventSeed<'_> {
+    fn found<E: de::Error>(self, s: Scalar<'_>) -> Result<Option<RawEvent>, E> {
+        if self.lenient {
+            return Ok(None);
+        }
+        Err(err(self.loc, Shape::Entry.problem(s)))
     }
 }
 
 impl<'de> Visitor<'de> for EventSeed<'_> {
-    type Value = RawEvent;
+    type Value = Option<RawEvent>;
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("a trace entry dict")
     }
-    reject_scalars!(|s: &Self| s.loc, "the item", "a trace entry dict");
-    fn visit_seq<A: SeqAccess<'de>>(self, _: A) -> Result<RawEvent, A::Error> {
-        Err(wrong(self.loc, "the item", "a list", "a trace entry dict"))
+    found_scalars!();
+    fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Option<RawEvent>, A::Error> {
+        if self.lenient {
+            drain_seq(seq)?;
+        }
+        self.found(Scalar::Other("a list"))
     }
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<RawEvent, A::Error> {
-        let loc = self.loc;
-        let (mut action, mut addr, mut device_free, mut size) = (None, None, None, None);
-        let (mut stream, mut time_us, mut stack) = (0, 0, StackId::EMPTY);
-        while let Some(key) = map.next_key::<Key>()? {
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Option<RawEvent>, A::Error> {
+        let (loc, lenient) = (self.loc, self.lenient);
+        let mut fields = EventFields::default();
+        let (mut stack, mut pool) = (Some(StackId::EMPTY), JsonPair::Absent);
+        while let Some(JKey(key)) = map.next_key()? {
             match key {
-                Key::Action => {
-                    action = Some(map.next_value_seed(field::<ActionWant>("action", loc))?);
-                }
-                Key::Addr => addr = Some(map.next_value_seed(field::<U64>("addr", loc))?),
-                Key::DeviceFree => {
-                    device_free = Some(map.next_value_seed(field::<U64>("device_free", loc))?);
-                }
-                Key::Size => size = Some(map.next_value_seed(field::<U64>("size", loc))?),
-                Key::Stream => stream = map.next_value_seed(field::<U64>("stream", loc))?,
-                Key::TimeUs => time_us = map.next_value_seed(field::<I64>("time_us", loc))?,
                 Key::Frames => {
                     stack = map.next_value_seed(StackSeed {
-                        frames: &mut *self.frames,
+                        b: &mut *self.b,
                         loc,
+                        lenient,
                     })?;
                 }
-                _ => {
-                    map.next_value::<IgnoredAny>()?;
-                }
+                Key::PoolId => pool = map.next_value_seed(PairSeed)?,
+                _ => read_field!(map, fields, key),
             }
         }
-        let (action, other) = action.ok_or_else(|| err(loc, "missing `action`"))?;
-        // Same rules as the pickle decoder: allocator actions need a place, `oom` gives
-        // `device_free` instead of `addr`.
-        let needs_place = !matches!(action, Action::Snapshot | Action::Other);
-        let (addr_key, addr) = match action {
-            Action::Oom if device_free.is_some() || addr.is_none() => ("device_free", device_free),
-            _ => ("addr", addr),
-        };
-        let addr = match addr {
-            Some(a) => a,
-            None if needs_place => return Err(err(loc, format_args!("missing `{addr_key}`"))),
-            None => 0,
-        };
-        let size = match size {
-            Some(s) => s,
-            None if needs_place => return Err(err(loc, "missing `size`")),
-            None => 0,
-        };
-        Ok(RawEvent {
-            action,
-            other,
-            addr,
-            size,
-            stream,
-            time_us,
-            stack,
-            pool: 0,
-            user_metadata: StrId::EMPTY,
-        })
+        let pool = schema::entry_pool_id(pool.get());
+        let Some(stack) = stack else { return Ok(None) };
+        match self.b.event(&fields.map(Json::get), stack, pool) {
+            Ok(e) => Ok(Some(e)),
+            Err(_) if lenient => Ok(None),
+            Err(e) => Err(err(loc, e)),
+        }
     }
 }
 
-/// A `frames` list, interned; `null` reads as the empty stack.
-struct StackSeed<'t> {
-    frames: &'t mut FrameTable,
+/// A `frames` list, interned; `null` reads as the empty stack. Lenient: `None` for a list
+/// that is not one of frames.
+struct StackSeed<'b> {
+    b: &'b mut Builder,
     loc: Loc,
+    lenient: bool,
 }
 
-impl<'de> DeserializeSeed<'de> for StackSeed<'_> {
-    type Value = StackId;
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<StackId, D::Error> {
-        d.deserialize_any(self)
+seed!(StackSeed<'_>, Option<StackId>);
+
+impl<'b> StackSeed<'b> {
+    fn strict(b: &'b mut Builder, loc: Loc) -> StackSeed<'b> {
+        StackSeed {
+            b,
+            loc,
+            lenient: false,
+        }
+    }
+
+    fn found<E: de::Error>(self, s: Scalar<'_>) -> Result<Option<StackId>, E> {
+        match s {
+            Scalar::None => Ok(Some(StackId::EMPTY)),
+            _ if self.lenient => Ok(None),
+            _ => Err(err(self.loc, Shape::Frames.problem(s))),
+        }
     }
 }
 
 impl<'de> Visitor<'de> for StackSeed<'_> {
-    type Value = StackId;
+    type Value = Option<StackId>;
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("a list of frames")
     }
-    fn visit_unit<E: de::Error>(self) -> Result<StackId, E> {
-        Ok(StackId::EMPTY)
-    }
-    fn visit_u64<E: de::Error>(self, _: u64) -> Result<StackId, E> {
-        Err(wrong(
-            self.loc,
-            "`frames`",
-            "an integer",
-            "a list of frame dicts",
-        ))
-    }
-    fn visit_i64<E: de::Error>(self, _: i64) -> Result<StackId, E> {
-        Err(wrong(
-            self.loc,
-            "`frames`",
-            "an integer",
-            "a list of frame dicts",
-        ))
-    }
-    fn visit_f64<E: de::Error>(self, _: f64) -> Result<StackId, E> {
-        Err(wrong(
-            self.loc,
-            "`frames`",
-            "a float",
-            "a list of frame dicts",
-        ))
-    }
-    fn visit_bool<E: de::Error>(self, _: bool) -> Result<StackId, E> {
-        Err(wrong(
-            self.loc,
-            "`frames`",
-            "a bool",
-            "a list of frame dicts",
-        ))
-    }
-    fn visit_str<E: de::Error>(self, _: &str) -> Result<StackId, E> {
-        Err(wrong(
-            self.loc,
-            "`frames`",
-            "a string",
-            "a list of frame dicts",
-        ))
-    }
-    fn visit_map<A: MapAccess<'de>>(self, _: A) -> Result<StackId, A::Error> {
-        Err(wrong(
-            self.loc,
-            "`frames`",
-            "a dict",
-            "a list of frame dicts",
-        ))
-    }
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<StackId, A::Error> {
-        let mut ids: Vec<FrameId> = Vec::new();
-        while let Some(f) = seq.next_element_seed(FrameSeed {
-            frames: &mut *self.frames,
-            parent: self.loc,
-            index: ids.len(),
-        })? {
-            ids.push(f);
+    found_scalars!();
+    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
+        if self.lenient {
+            drain_map(map)?;
         }
-        Ok(self.frames.intern_stack(&ids))
+        self.found(Scalar::Other("a dict"))
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+        let mut ids: Vec<FrameId> = Vec::new();
+        let mut all = true;
+        while let Some(f) = seq.next_element_seed(FrameSeed {
+            b: &mut *self.b,
+            at: self.loc,
+            index: ids.len(),
+            lenient: self.lenient,
+        })? {
+            match f {
+                Some(f) => ids.push(f),
+                None => all = false,
+            }
+        }
+        Ok(all.then(|| self.b.frames.intern_stack(&ids)))
     }
 }
 
-struct FrameSeed<'t> {
-    frames: &'t mut FrameTable,
-    parent: Loc,
+struct FrameSeed<'b> {
+    b: &'b mut Builder,
+    at: Loc,
     index: usize,
+    lenient: bool,
 }
 
-/// `parent.frames[k]` for messages.
-struct FrameLoc(Loc, usize);
+seed!(FrameSeed<'_>, Option<FrameId>);
 
-impl fmt::Display for FrameLoc {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}.frames[{}]", self.0, self.1)
-    }
-}
-
-impl<'de> DeserializeSeed<'de> for FrameSeed<'_> {
-    type Value = FrameId;
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<FrameId, D::Error> {
-        d.deserialize_any(self)
+impl FrameSeed<'_> {
+    fn found<E: de::Error>(self, s: Scalar<'_>) -> Result<Option<FrameId>, E> {
+        if self.lenient {
+            return Ok(None);
+        }
+        Err(err(self.at.frame(self.index), Shape::Frame.problem(s)))
     }
 }
 
 impl<'de> Visitor<'de> for FrameSeed<'_> {
-    type Value = FrameId;
+    type Value = Option<FrameId>;
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("a frame dict")
     }
-    fn visit_u64<E: de::Error>(self, _: u64) -> Result<FrameId, E> {
-        Err(err(
-            FrameLoc(self.parent, self.index),
-            "expected a frame dict, found an integer",
-        ))
-    }
-    fn visit_i64<E: de::Error>(self, _: i64) -> Result<FrameId, E> {
-        Err(err(
-            FrameLoc(self.parent, self.index),
-            "expected a frame dict, found an integer",
-        ))
-    }
-    fn visit_str<E: de::Error>(self, _: &str) -> Result<FrameId, E> {
-        Err(err(
-            FrameLoc(self.parent, self.index),
-            "expected a frame dict, found a string",
-        ))
-    }
-    fn visit_unit<E: de::Error>(self) -> Result<FrameId, E> {
-        Err(err(
-            FrameLoc(self.parent, self.index),
-            "expected a frame dict, found None",
-        ))
-    }
-    fn visit_seq<A: SeqAccess<'de>>(self, _: A) -> Result<FrameId, A::Error> {
-        Err(err(
-            FrameLoc(self.parent, self.index),
-            "expected a frame dict, found a list",
-        ))
-    }
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<FrameId, A::Error> {
-        let at = FrameLoc(self.parent, self.index);
-        let (mut name, mut filename, mut line) = (None, None, None);
-        while let Some(key) = map.next_key::<Key>()? {
-            match key {
-                Key::Name => {
-                    name = Some(map.next_value_seed(StrIdSeed {
-                        frames: &mut *self.frames,
-                        key: "name",
-                        at: &at,
-                    })?);
-                }
-                Key::Filename => {
-                    filename = Some(map.next_value_seed(StrIdSeed {
-                        frames: &mut *self.frames,
-                        key: "filename",
-                        at: &at,
-                    })?);
-                }
-                Key::Line => line = Some(map.next_value_seed(LineSeed)?),
-                _ => {
-                    map.next_value::<IgnoredAny>()?;
-                }
-            }
+    found_scalars!();
+    fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Option<FrameId>, A::Error> {
+        if self.lenient {
+            drain_seq(seq)?;
         }
-        let name = name.ok_or_else(|| err(&at, "missing `name`"))?;
-        let filename = filename.ok_or_else(|| err(&at, "missing `filename`"))?;
-        let (line, line_text) = match line.unwrap_or(LineValue::Unknown) {
-            LineValue::Int(i) => (i, None),
-            LineValue::Text(t) => (Frame::LINE_UNKNOWN, Some(self.frames.intern_str(&t))),
-            LineValue::Unknown => (Frame::LINE_UNKNOWN, None),
-        };
-        Ok(self.frames.intern_frame(Frame {
-            name,
-            filename,
-            line,
-            line_text,
-            fx: 0,
-        }))
+        self.found(Scalar::Other("a list"))
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Option<FrameId>, A::Error> {
+        let mut fields = FrameFields::default();
+        while let Some(JKey(key)) = map.next_key()? {
+            read_field!(map, fields, key);
+        }
+        match self.b.frame(&fields.map(Json::get)) {
+            Ok(f) => Ok(Some(f)),
+            Err(_) if self.lenient => Ok(None),
+            Err(e) => Err(err(self.at.frame(self.index), e)),
+        }
     }
 }
 
-/// A frame's `name` or `filename`, interned without an intermediate `String`.
-struct StrIdSeed<'t, 'a> {
-    frames: &'t mut FrameTable,
-    key: &'static str,
-    at: &'a FrameLoc,
-}
-
-impl<'de> DeserializeSeed<'de> for StrIdSeed<'_, '_> {
-    type Value = super::StrId;
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
-        d.deserialize_any(self)
-    }
-}
-
-impl<'de> Visitor<'de> for StrIdSeed<'_, '_> {
-    type Value = super::StrId;
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("a string")
-    }
-    fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
-        Ok(self.frames.intern_str(v))
-    }
-    fn visit_u64<E: de::Error>(self, _: u64) -> Result<Self::Value, E> {
-        Err(err(
-            self.at,
-            format_args!("`{}` is an integer, expected a string", self.key),
-        ))
-    }
-    fn visit_i64<E: de::Error>(self, _: i64) -> Result<Self::Value, E> {
-        Err(err(
-            self.at,
-            format_args!("`{}` is an integer, expected a string", self.key),
-        ))
-    }
-    fn visit_f64<E: de::Error>(self, _: f64) -> Result<Self::Value, E> {
-        Err(err(
-            self.at,
-            format_args!("`{}` is a float, expected a string", self.key),
-        ))
-    }
-    fn visit_bool<E: de::Error>(self, _: bool) -> Result<Self::Value, E> {
-        Err(err(
-            self.at,
-            format_args!("`{}` is a bool, expected a string", self.key),
-        ))
-    }
-    fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
-        Err(err(
-            self.at,
-            format_args!("`{}` is None, expected a string", self.key),
-        ))
-    }
-    fn visit_seq<A: SeqAccess<'de>>(self, _: A) -> Result<Self::Value, A::Error> {
-        Err(err(
-            self.at,
-            format_args!("`{}` is a list, expected a string", self.key),
-        ))
-    }
-    fn visit_map<A: MapAccess<'de>>(self, _: A) -> Result<Self::Value, A::Error> {
-        Err(err(
-            self.at,
-            format_args!("`{}` is a dict, expected a string", self.key),
-        ))
-    }
-}
-
-struct LineSeed;
-
-/// A frame's `line` as the file gives it (only displayed, so any value is kept).
-enum LineValue {
-    Int(i64),
-    Text(String),
-    Unknown,
-}
-
-impl<'de> DeserializeSeed<'de> for LineSeed {
-    type Value = LineValue;
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<LineValue, D::Error> {
-        d.deserialize_any(self)
-    }
-}
-
-impl<'de> Visitor<'de> for LineSeed {
-    type Value = LineValue;
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("a line number")
-    }
-    fn visit_i64<E: de::Error>(self, v: i64) -> Result<LineValue, E> {
-        Ok(if v == Frame::LINE_UNKNOWN {
-            LineValue::Text(v.to_string())
-        } else {
-            LineValue::Int(v)
-        })
-    }
-    fn visit_u64<E: de::Error>(self, v: u64) -> Result<LineValue, E> {
-        Ok(i64::try_from(v).map_or_else(|_| LineValue::Text(v.to_string()), LineValue::Int))
-    }
-    fn visit_f64<E: de::Error>(self, v: f64) -> Result<LineValue, E> {
-        // JSON integers wider than 64 bits arrive here (serde_json reads them as floats).
-        Ok(LineValue::Text(if v.fract() == 0.0 && v.is_finite() {
-            format!("{v:.0}")
-        } else {
-            v.to_string()
-        }))
-    }
-    fn visit_str<E: de::Error>(self, v: &str) -> Result<LineValue, E> {
-        Ok(LineValue::Text(v.to_owned()))
-    }
-    fn visit_bool<E: de::Error>(self, v: bool) -> Result<LineValue, E> {
-        Ok(LineValue::Text(if v { "True" } else { "False" }.to_owned()))
-    }
-    fn visit_unit<E: de::Error>(self) -> Result<LineValue, E> {
-        Ok(LineValue::Unknown)
-    }
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<LineValue, A::Error> {
-        while seq.next_element::<IgnoredAny>()?.is_some() {}
-        Ok(LineValue::Unknown)
-    }
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<LineValue, A::Error> {
-        while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
-        Ok(LineValue::Unknown)
-    }
-}
+// ---------------------------------------------------------------------------------------
+// Settings
 
 struct SettingsSeed;
 
-impl<'de> DeserializeSeed<'de> for SettingsSeed {
-    type Value = Option<RawSettings>;
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
-        d.deserialize_any(self)
+seed!(SettingsSeed, RawSettings);
+
+impl SettingsSeed {
+    fn found<E: de::Error>(self, s: Scalar<'_>) -> Result<RawSettings, E> {
+        match s {
+            Scalar::None => Ok(RawSettings::default()),
+            _ => Err(err(Loc::Settings, Shape::Settings.problem(s))),
+        }
     }
 }
 
 impl<'de> Visitor<'de> for SettingsSeed {
-    type Value = Option<RawSettings>;
+    type Value = RawSettings;
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("a settings dict")
     }
-    fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
-        Ok(None)
+    found_scalars!();
+    fn visit_seq<A: SeqAccess<'de>>(self, _: A) -> Result<RawSettings, A::Error> {
+        self.found(Scalar::Other("a list"))
     }
-    fn visit_u64<E: de::Error>(self, _: u64) -> Result<Self::Value, E> {
-        Err(err(Loc::Settings, "expected a dict, found an integer"))
-    }
-    fn visit_i64<E: de::Error>(self, _: i64) -> Result<Self::Value, E> {
-        Err(err(Loc::Settings, "expected a dict, found an integer"))
-    }
-    fn visit_str<E: de::Error>(self, _: &str) -> Result<Self::Value, E> {
-        Err(err(Loc::Settings, "expected a dict, found a string"))
-    }
-    fn visit_seq<A: SeqAccess<'de>>(self, _: A) -> Result<Self::Value, A::Error> {
-        Err(err(Loc::Settings, "expected a dict, found a list"))
-    }
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
-        let loc = Loc::Settings;
-        let mut s = RawSettings {
-            present: true,
-            ..RawSettings::default()
-        };
-        while let Some(key) = map.next_key::<Key>()? {
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<RawSettings, A::Error> {
+        let mut fields = SettingsFields::default();
+        let (mut roundup, mut overflowed, mut max_entries) = (None, None, None);
+        let mut keys = Vec::new();
+        while let Some(NamedKey(key, name)) = map.next_key()? {
+            keys.push(name);
             match key {
-                Key::Conf => {
-                    s.conf = map.next_value_seed(field::<Text>("PYTORCH_CUDA_ALLOC_CONF", loc))?;
-                }
-                Key::MaxSplitSize => {
-                    s.max_split_size_bytes =
-                        map.next_value_seed(field::<MaxSplit>("max_split_size", loc))?;
-                }
-                Key::GcThreshold => {
-                    s.garbage_collection_threshold =
-                        map.next_value_seed(field::<F64>("garbage_collection_threshold", loc))?;
-                }
-                Key::ExpandableSegments => {
-                    s.expandable_segments =
-                        map.next_value_seed(field::<Bool>("expandable_segments", loc))?;
-                }
-                Key::Roundup => {
-                    s.roundup_power2_divisions = Some(map.next_value_seed(RoundupSeed)?);
-                }
-                _ => {
-                    map.next_value::<IgnoredAny>()?;
-                }
+                Key::Roundup => roundup = Some(map.next_value_seed(ListSeed)?),
+                Key::TraceAllocOverflowed => overflowed = Some(map.next_value_seed(ListSeed)?),
+                Key::TraceAllocMaxEntries => max_entries = Some(map.next_value_seed(ListSeed)?),
+                _ => read_field!(map, fields, key),
             }
         }
-        Ok(Some(s))
+        let roundup = roundup.as_ref().map(|r| match r {
+            JsonList::Dict(pairs) => {
+                Divisions::Dict(pairs.iter().map(|(k, v)| (k.get(), v.get())).collect())
+            }
+            JsonList::List(items) => Divisions::List(items.iter().map(Json::get).collect()),
+            JsonList::One(x) => Divisions::Not(x.get()),
+        });
+        let (overflowed, max_entries) = (
+            overflowed.as_ref().map(per_device),
+            max_entries.as_ref().map(per_device),
+        );
+        schema::settings(
+            &fields.map(Json::get),
+            roundup.as_ref(),
+            overflowed.as_ref(),
+            max_entries.as_ref(),
+            keys,
+        )
+        .map_err(|e| err(Loc::Settings, e))
     }
 }
 
-/// `roundup_power2_divisions`: `{"1": n, …, "32768": n}` (index = log2 of the key), or a
-/// plain list of 16.
-struct RoundupSeed;
+fn per_device<'a>(l: &'a JsonList<'_>) -> PerDevice<'a> {
+    match l {
+        JsonList::List(items) => PerDevice::List(items.iter().map(Json::get).collect()),
+        JsonList::One(x) => PerDevice::One(x.get()),
+        JsonList::Dict(_) => PerDevice::One(Scalar::Other("a dict")),
+    }
+}
 
-const ROUNDUP: &str = "roundup_power2_divisions";
+/// A value that may be a list or dict of scalars (`roundup_power2_divisions`,
+/// `trace_alloc_*`), or one value.
+enum JsonList<'de> {
+    Dict(Vec<(Json<'de>, Json<'de>)>),
+    List(Vec<Json<'de>>),
+    One(Json<'de>),
+}
 
-impl<'de> DeserializeSeed<'de> for RoundupSeed {
-    type Value = [u32; 16];
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<[u32; 16], D::Error> {
+struct ListSeed;
+
+impl<'de> DeserializeSeed<'de> for ListSeed {
+    type Value = JsonList<'de>;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<JsonList<'de>, D::Error> {
         d.deserialize_any(self)
     }
 }
 
-fn divisions<E: de::Error>(n: u64) -> Result<u32, E> {
-    u32::try_from(n).map_err(|_| {
-        err(
-            Loc::Settings,
-            format_args!("`{ROUNDUP}` is {n}, expected a division count"),
-        )
-    })
+impl ListSeed {
+    fn found<'de, E: de::Error>(self, s: Scalar<'_>) -> Result<JsonList<'de>, E> {
+        Ok(JsonList::One(owned(s)))
+    }
 }
 
-impl<'de> Visitor<'de> for RoundupSeed {
-    type Value = [u32; 16];
+impl<'de> Visitor<'de> for ListSeed {
+    type Value = JsonList<'de>;
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("a dict of divisions")
+        f.write_str("a list or dict")
     }
-    fn visit_u64<E: de::Error>(self, _: u64) -> Result<[u32; 16], E> {
-        Err(err(
-            Loc::Settings,
-            format_args!("`{ROUNDUP}` is an integer, expected a dict of divisions"),
-        ))
-    }
-    fn visit_str<E: de::Error>(self, _: &str) -> Result<[u32; 16], E> {
-        Err(err(
-            Loc::Settings,
-            format_args!("`{ROUNDUP}` is a string, expected a dict of divisions"),
-        ))
-    }
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<[u32; 16], A::Error> {
-        let mut table = [0u32; 16];
-        while let Some(key) = map.next_key::<RoundupKey>()? {
-            let n = map.next_value_seed(field::<U64>(ROUNDUP, Loc::Settings))?;
-            // Unknown keys are ignored, like every other unknown key.
-            if let Some(slot) = key.0.and_then(|i| table.get_mut(i)) {
-                *slot = divisions(n)?;
-            }
+    found_scalars!();
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+        let mut items = Vec::new();
+        while let Some(x) = seq.next_element_seed(ScalarSeed)? {
+            items.push(x);
         }
-        Ok(table)
+        Ok(JsonList::List(items))
     }
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<[u32; 16], A::Error> {
-        let mut table = [0u32; 16];
-        let mut i = 0;
-        while let Some(n) = seq.next_element_seed(field::<U64>(ROUNDUP, Loc::Settings))? {
-            if let Some(slot) = table.get_mut(i) {
-                *slot = divisions(n)?;
-            }
-            i += 1;
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let mut pairs = Vec::new();
+        while let Some(k) = map.next_key_seed(ScalarSeed)? {
+            pairs.push((k, map.next_value_seed(ScalarSeed)?));
         }
-        Ok(table)
+        Ok(JsonList::Dict(pairs))
     }
 }
 
-/// A key "1" … "32768" as its table index; `None` for anything else.
-struct RoundupKey(Option<usize>);
+// ---------------------------------------------------------------------------------------
+// Pinned host memory (only displayed: what does not read is skipped and counted)
 
-impl<'de> de::Deserialize<'de> for RoundupKey {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<RoundupKey, D::Error> {
-        struct V;
-        impl Visitor<'_> for V {
-            type Value = RoundupKey;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("a key")
-            }
-            fn visit_str<E: de::Error>(self, s: &str) -> Result<RoundupKey, E> {
-                Ok(RoundupKey(
-                    s.parse::<u32>()
-                        .ok()
-                        .filter(|m| m.is_power_of_two() && *m <= 32768)
-                        .map(|m| m.trailing_zeros() as usize),
-                ))
+struct HostSegmentsSeed;
+
+seed!(HostSegmentsSeed, (Vec<HostSegment>, u64));
+
+impl HostSegmentsSeed {
+    fn found<E: de::Error>(self, s: Scalar<'_>) -> Result<(Vec<HostSegment>, u64), E> {
+        Ok((Vec::new(), u64::from(s != Scalar::None)))
+    }
+}
+
+impl<'de> Visitor<'de> for HostSegmentsSeed {
+    type Value = (Vec<HostSegment>, u64);
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a list of host segments")
+    }
+    found_scalars!();
+    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
+        drain_map(map)?;
+        self.found(Scalar::Other("a dict"))
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+        let (mut out, mut skipped) = (Vec::new(), 0);
+        while let Some(item) = seq.next_element_seed(ListSeed)? {
+            let seg = match item {
+                JsonList::Dict(pairs) => {
+                    let mut fields = HostSegmentFields::default();
+                    for (k, v) in pairs {
+                        if let Scalar::Str(name) = k.get() {
+                            fields.set(Key::from_bytes(name), v);
+                        }
+                    }
+                    fields.map(Json::get).host_segment()
+                }
+                JsonList::List(_) | JsonList::One(_) => None,
+            };
+            match seg {
+                Some(h) => out.push(h),
+                None => skipped += 1,
             }
         }
-        d.deserialize_str(V)
+        Ok((out, skipped))
+    }
+}
+
+/// `host_traces`: one list of entries or one list per device, concatenated (the lists'
+/// entries after the top list's own); deeper lists are skipped.
+struct HostTracesSeed<'b> {
+    b: &'b mut Builder,
+}
+
+seed!(HostTracesSeed<'_>, (Vec<RawEvent>, u64));
+
+impl HostTracesSeed<'_> {
+    fn found<E: de::Error>(self, _: Scalar<'_>) -> Result<(Vec<RawEvent>, u64), E> {
+        Ok((Vec::new(), 1))
+    }
+}
+
+impl<'de> Visitor<'de> for HostTracesSeed<'_> {
+    type Value = (Vec<RawEvent>, u64);
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a list of host trace entries")
+    }
+    found_scalars!();
+    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
+        drain_map(map)?;
+        self.found(Scalar::Other("a dict"))
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+        let (mut out, mut nested, mut skipped) = (Vec::new(), Vec::new(), 0);
+        while let Some(item) = seq.next_element_seed(HostItemSeed {
+            b: &mut *self.b,
+            depth: 0,
+        })? {
+            match item {
+                HostItem::Event(e) => out.push(e),
+                HostItem::Skipped => skipped += 1,
+                HostItem::List(events, s) => {
+                    nested.extend(events);
+                    skipped += s;
+                }
+            }
+        }
+        out.append(&mut nested);
+        Ok((out, skipped))
+    }
+}
+
+enum HostItem {
+    Event(RawEvent),
+    Skipped,
+    /// A nested list: its entries and how many of its items were skipped.
+    List(Vec<RawEvent>, u64),
+}
+
+struct HostItemSeed<'b> {
+    b: &'b mut Builder,
+    depth: u8,
+}
+
+seed!(HostItemSeed<'_>, HostItem);
+
+impl HostItemSeed<'_> {
+    fn found<E: de::Error>(self, _: Scalar<'_>) -> Result<HostItem, E> {
+        Ok(HostItem::Skipped)
+    }
+}
+
+impl<'de> Visitor<'de> for HostItemSeed<'_> {
+    type Value = HostItem;
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a host trace entry")
+    }
+    found_scalars!();
+    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<HostItem, A::Error> {
+        let seed = EventSeed {
+            b: self.b,
+            loc: Loc::HostTraces,
+            lenient: true,
+        };
+        Ok(seed
+            .visit_map(map)?
+            .map_or(HostItem::Skipped, HostItem::Event))
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<HostItem, A::Error> {
+        if self.depth > 0 {
+            drain_seq(seq)?;
+            return Ok(HostItem::Skipped);
+        }
+        let (mut out, mut skipped) = (Vec::new(), 0);
+        while let Some(item) = seq.next_element_seed(HostItemSeed {
+            b: &mut *self.b,
+            depth: self.depth + 1,
+        })? {
+            match item {
+                HostItem::Event(e) => out.push(e),
+                HostItem::Skipped | HostItem::List(..) => skipped += 1,
+            }
+        }
+        Ok(HostItem::List(out, skipped))
     }
 }

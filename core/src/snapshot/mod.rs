@@ -5,13 +5,16 @@
 //! This is the *faithful* form of the file; [`crate::trace`] builds the replayable trace
 //! (what the file leaves implicit made explicit) on top of it.
 
+mod error;
 pub mod frames;
 pub mod import;
 pub mod json;
 pub mod pickle;
+mod schema;
 
+pub use error::ImportError;
 pub use frames::{Frame, FrameId, FrameTable, FxInfo, StackId, StrId};
-pub use import::{ImportError, decode_snapshot};
+pub use import::decode_snapshot;
 
 /// Which of the two default pools a segment belongs to (`segment_type`).
 #[derive(
@@ -300,6 +303,28 @@ pub struct HostSummary {
 }
 
 impl RawSnapshot {
+    /// Approximate heap bytes held by the snapshot (capacities, not lengths, of its
+    /// vectors; interned strings with their box overhead).
+    #[must_use]
+    pub fn heap_bytes(&self) -> usize {
+        let segments = self.segments.capacity() * std::mem::size_of::<RawSegment>()
+            + self
+                .segments
+                .iter()
+                .map(|s| s.blocks.capacity() * std::mem::size_of::<RawBlock>())
+                .sum::<usize>();
+        let traces = self.device_traces.capacity() * std::mem::size_of::<Vec<RawEvent>>()
+            + self
+                .device_traces
+                .iter()
+                .map(|t| t.capacity() * std::mem::size_of::<RawEvent>())
+                .sum::<usize>();
+        let extras = self.event_pools.capacity() * std::mem::size_of::<(u64, u64)>()
+            + self.host_segments.capacity() * std::mem::size_of::<HostSegment>()
+            + self.host_traces.capacity() * std::mem::size_of::<RawEvent>();
+        segments + traces + extras + self.settings.conf.capacity() + self.frames.heap_bytes()
+    }
+
     /// An entry's `pool_id`, if the file gives one.
     #[must_use]
     pub fn pool_id(&self, e: &RawEvent) -> Option<(u64, u64)> {

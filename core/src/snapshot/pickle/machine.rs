@@ -1,0 +1,459 @@
+//! The pickle machine: its state, argument reading, the stack and the container heap.
+
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
+
+use super::ints::{MAX_INT_DIGITS, decimal_to_le, int_value, le_to_i128, minimal_len};
+use super::memo::Memo;
+use super::opcodes::{le_u32, length_prefix, line_at, read_length};
+use super::prepass::scan_references;
+use super::value::{Container, Kind, SCRATCH, Seal, Text, Value};
+use crate::snapshot::error::ImportError;
+use crate::snapshot::schema::{Builder, lossy};
+use crate::snapshot::{FrameId, RawEvent, StackId};
+
+/// A hasher for keys that already are good 64-bit hashes.
+#[derive(Default)]
+pub(super) struct PreHashed(u64);
+
+impl Hasher for PreHashed {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ u64::from(b)).wrapping_mul(0x517c_c1b7_2722_0a95);
+        }
+    }
+
+    fn write_u64(&mut self, n: u64) {
+        self.0 = n;
+    }
+}
+
+/// What a list item became when the list consumed it.
+pub(super) enum Item {
+    Value(Value),
+    Event(RawEvent),
+}
+
+pub(super) struct Vm<'a> {
+    pub(super) data: &'a [u8],
+    pub(super) pos: usize,
+    pub(super) scratch: Vec<u8>,
+    pub(super) stack: Vec<Value>,
+    /// Stack heights at each `MARK`; the values above the last one are Python's
+    /// current stack.
+    pub(super) marks: Vec<usize>,
+    pub(super) memo: Memo,
+    pub(super) heap: Vec<Container>,
+    /// Heap slots of converted containers, reused by the next containers.
+    pub(super) free: Vec<u32>,
+    pub(super) event_lists: Vec<Vec<RawEvent>>,
+    /// Trace entries of lists that also hold other items (see [`Value::Event`]).
+    pub(super) extra_events: Vec<RawEvent>,
+    /// The frame table and the entries' pool ids, built as the machine goes.
+    pub(super) builder: Builder,
+    /// Scratch for interning stacks.
+    pub(super) frame_buf: Vec<FrameId>,
+    /// Stacks by a fast hash of their frame ids, checked against the table on a hit:
+    /// every trace entry has its own frames list, and hashing each through the
+    /// table's `SipHash` index was a visible cost.
+    pub(super) stack_cache: HashMap<u64, StackId, BuildHasherDefault<PreHashed>>,
+    /// Snapshot mode: convert frames, stacks and trace entries as they are consumed.
+    pub(super) eager: bool,
+}
+
+/// Errors are boxed inside the machine: a `Result` of one pointer keeps the hot paths'
+/// returns in registers.
+pub(super) type Res<T> = Result<T, Box<ImportError>>;
+
+#[cold]
+#[inline(never)]
+#[allow(clippy::unnecessary_box_returns)] // boxed on purpose, see `Res`
+pub(super) fn schema_err(offset: u64, location: String, problem: String) -> Box<ImportError> {
+    Box::new(ImportError::Schema {
+        offset,
+        location,
+        problem,
+    })
+}
+
+#[cold]
+#[inline(never)]
+#[allow(clippy::unnecessary_box_returns)] // boxed on purpose, see `Res`
+pub(super) fn malformed(offset: usize, message: impl Into<String>) -> Box<ImportError> {
+    Box::new(ImportError::Malformed {
+        offset: offset as u64,
+        message: message.into(),
+    })
+}
+
+#[cold]
+#[inline(never)]
+#[allow(clippy::unnecessary_box_returns)] // boxed on purpose, see `Res`
+pub(super) fn truncated(offset: usize, what: &'static str, missing_bytes: u64) -> Box<ImportError> {
+    Box::new(ImportError::Truncated {
+        offset: offset as u64,
+        what,
+        missing_bytes,
+    })
+}
+
+pub(super) fn kind_name(kind: Kind) -> &'static str {
+    match kind {
+        Kind::List => "list",
+        Kind::Tuple => "tuple",
+        Kind::Dict => "dict",
+        Kind::Set => "set",
+        Kind::FrozenSet => "frozenset",
+    }
+}
+
+impl<'a> Vm<'a> {
+    pub(super) fn new(data: &'a [u8], eager: bool) -> Vm<'a> {
+        let refs = scan_references(data);
+        Vm {
+            data,
+            pos: 0,
+            scratch: Vec::new(),
+            stack: Vec::with_capacity(64),
+            marks: Vec::with_capacity(16),
+            memo: Memo::new(refs, data.len()),
+            heap: Vec::new(),
+            free: Vec::new(),
+            event_lists: Vec::new(),
+            extra_events: Vec::new(),
+            builder: Builder::default(),
+            frame_buf: Vec::new(),
+            stack_cache: HashMap::default(),
+            eager,
+        }
+    }
+
+    pub(super) fn text(&self) -> Text<'_> {
+        Text {
+            data: self.data,
+            scratch: &self.scratch,
+        }
+    }
+
+    // --- reading arguments -------------------------------------------------------------
+
+    pub(super) fn take(&mut self, n: usize, at: usize, what: &'static str) -> Res<&'a [u8]> {
+        let data = self.data;
+        let end = self.pos.checked_add(n).filter(|&e| e <= data.len());
+        match end.and_then(|e| data.get(self.pos..e)) {
+            Some(s) => {
+                self.pos += n;
+                Ok(s)
+            }
+            None => Err(truncated(
+                at,
+                what,
+                (n as u64).saturating_sub(data.len().saturating_sub(self.pos) as u64),
+            )),
+        }
+    }
+
+    pub(super) fn arg_u8(&mut self, at: usize, what: &'static str) -> Res<u8> {
+        match self.data.get(self.pos) {
+            Some(&b) => {
+                self.pos += 1;
+                Ok(b)
+            }
+            None => Err(truncated(at, what, 1)),
+        }
+    }
+
+    pub(super) fn arg_u32(&mut self, at: usize, what: &'static str) -> Res<u32> {
+        match le_u32(self.data, self.pos) {
+            Some(v) => {
+                self.pos += 4;
+                Ok(v)
+            }
+            None => Err(truncated(
+                at,
+                what,
+                4 - self.data.len().saturating_sub(self.pos).min(4) as u64,
+            )),
+        }
+    }
+
+    pub(super) fn arg_line(&mut self, at: usize, what: &'static str) -> Res<&'a [u8]> {
+        match line_at(self.data, self.pos) {
+            Some((line, next)) => {
+                self.pos = next;
+                Ok(line)
+            }
+            None => Err(malformed(at, format!("{what} argument has no end of line"))),
+        }
+    }
+
+    /// A length-prefixed argument: the prefix is checked against the remaining input
+    /// before anything is read, so a 10 GB prefix costs nothing.
+    pub(super) fn arg_counted(
+        &mut self,
+        code: u8,
+        at: usize,
+        what: &'static str,
+    ) -> Res<(u32, u64)> {
+        let (width, signed) = length_prefix(code).unwrap_or((1, false));
+        let len = match read_length(self.data, self.pos, width, signed) {
+            Ok(Some(len)) => len,
+            Ok(None) => {
+                let have = self.data.len().saturating_sub(self.pos) as u64;
+                return Err(truncated(at, what, width as u64 - have.min(width as u64)));
+            }
+            Err(n) => return Err(malformed(at, format!("{what} with negative length {n}"))),
+        };
+        self.pos += width;
+        let remaining = self.data.len().saturating_sub(self.pos) as u64;
+        if len > remaining {
+            return Err(truncated(at, what, len - remaining));
+        }
+        let len32 = u32::try_from(len).map_err(|_| {
+            malformed(
+                at,
+                format!("{what} of {len} bytes: items over 4 GiB are not supported"),
+            )
+        })?;
+        let off = self.pos as u64;
+        self.pos += len as usize;
+        Ok((len32, off))
+    }
+
+    /// Appends decoded bytes to the scratch buffer and returns their span.
+    pub(super) fn scratch_span(
+        &mut self,
+        at: usize,
+        f: impl FnOnce(&mut Vec<u8>),
+    ) -> Res<(u32, u64)> {
+        let start = self.scratch.len();
+        f(&mut self.scratch);
+        let len = u32::try_from(self.scratch.len() - start)
+            .map_err(|_| malformed(at, "decoded text over 4 GiB is not supported"))?;
+        Ok((len, start as u64 | SCRATCH))
+    }
+
+    pub(super) fn push_le_int(&mut self, bytes_len: u32, off: u64) {
+        let text = self.text();
+        // Up to 8 bytes (every address, size and time stamp): one word load and a sign
+        // extension, no copy.
+        if bytes_len == 0 {
+            self.stack.push(Value::Int(0));
+            return;
+        }
+        if let Some(w) = text.word(bytes_len, off) {
+            let shift = 64 - 8 * bytes_len;
+            self.stack.push(Value::Int(((w << shift) as i64) >> shift));
+            return;
+        }
+        let bytes = text.span(bytes_len, off);
+        let n = minimal_len(bytes);
+        let value = bytes
+            .get(..n)
+            .and_then(le_to_i128)
+            .and_then(int_value)
+            .unwrap_or(Value::BigInt { len: n as u32, off });
+        self.stack.push(value);
+    }
+
+    pub(super) fn push_decimal(&mut self, text: &[u8], at: usize, what: &'static str) -> Res<()> {
+        let digits = text.iter().filter(|b| b.is_ascii_digit()).count();
+        if digits > MAX_INT_DIGITS {
+            return Err(malformed(
+                at,
+                format!("{what} literal of {digits} digits (Python's limit is {MAX_INT_DIGITS})"),
+            ));
+        }
+        let Some(bytes) = decimal_to_le(text) else {
+            return Err(malformed(
+                at,
+                format!("{what} argument {:?} is not an integer", lossy(text)),
+            ));
+        };
+        if let Some(v) = le_to_i128(&bytes).and_then(int_value) {
+            self.stack.push(v);
+        } else {
+            let (len, off) = self.scratch_span(at, |s| s.extend_from_slice(&bytes))?;
+            self.stack.push(Value::BigInt { len, off });
+        }
+        Ok(())
+    }
+
+    // --- stack -----------------------------------------------------------------------
+
+    /// Start of Python's current stack (values above the last mark).
+    pub(super) fn base(&self) -> usize {
+        self.marks.last().copied().unwrap_or(0)
+    }
+
+    pub(super) fn need(&self, n: usize, at: usize, what: &'static str) -> Res<()> {
+        if self.stack.len().saturating_sub(self.base()) < n {
+            return Err(malformed(
+                at,
+                format!("{what} needs {n} value(s) on the stack above the last MARK"),
+            ));
+        }
+        Ok(())
+    }
+
+    pub(super) fn pop(&mut self, at: usize, what: &'static str) -> Res<Value> {
+        self.need(1, at, what)?;
+        self.stack
+            .pop()
+            .ok_or_else(|| malformed(at, format!("{what} on an empty stack")))
+    }
+
+    pub(super) fn top(&self, at: usize, what: &'static str) -> Res<Value> {
+        self.need(1, at, what)?;
+        self.stack
+            .last()
+            .copied()
+            .ok_or_else(|| malformed(at, format!("{what} on an empty stack")))
+    }
+
+    pub(super) fn pop_mark(&mut self, at: usize, what: &'static str) -> Res<usize> {
+        let mark = self
+            .marks
+            .pop()
+            .ok_or_else(|| malformed(at, format!("{what} without a MARK")))?;
+        if mark > self.stack.len() {
+            return Err(malformed(at, "MARK above the stack (internal)"));
+        }
+        Ok(mark)
+    }
+
+    /// The container just below `mark`, which must be on Python's (restored) current stack.
+    pub(super) fn target_below(
+        &self,
+        mark: usize,
+        at: usize,
+        what: &'static str,
+        want: Kind,
+    ) -> Res<u32> {
+        if mark <= self.base() {
+            return Err(malformed(
+                at,
+                format!("{what} has no {} below its MARK", kind_name(want)),
+            ));
+        }
+        let v = self.stack.get(mark - 1).copied().unwrap_or(Value::None);
+        self.expect_kind(v, at, what, want)
+    }
+
+    pub(super) fn expect_kind(
+        &self,
+        v: Value,
+        at: usize,
+        what: &'static str,
+        want: Kind,
+    ) -> Res<u32> {
+        if let Value::Obj(id) = v
+            && let Some(c) = self.heap.get(id as usize)
+            && c.kind == want
+        {
+            if c.seal != Seal::Open {
+                return Err(malformed(
+                    at,
+                    format!(
+                        "{what} changes the {} made at byte {} after it was used \
+                         (pickle.dump never does this)",
+                        kind_name(c.kind),
+                        c.offset
+                    ),
+                ));
+            }
+            return Ok(id);
+        }
+        Err(malformed(
+            at,
+            format!(
+                "{what} onto {}, expected a {}",
+                self.type_name(v),
+                kind_name(want)
+            ),
+        ))
+    }
+
+    /// Takes the stack out of the machine so that the values above `mark` can be read
+    /// while the heap changes; [`Vm::restore_stack`] truncates it to `mark` and puts it
+    /// back. (Moving the stack is free; copying the items was a hot spot.)
+    pub(super) fn take_stack(&mut self) -> Vec<Value> {
+        std::mem::take(&mut self.stack)
+    }
+
+    pub(super) fn restore_stack(&mut self, mut stack: Vec<Value>, mark: usize) {
+        stack.truncate(mark);
+        self.stack = stack;
+    }
+
+    // --- heap ------------------------------------------------------------------------
+
+    pub(super) fn alloc(&mut self, kind: Kind, at: usize) -> Res<u32> {
+        if let Some(id) = self.free.pop()
+            && let Some(c) = self.heap.get_mut(id as usize)
+        {
+            c.kind = kind;
+            c.offset = at as u64;
+            return Ok(id);
+        }
+        let id = u32::try_from(self.heap.len())
+            .map_err(|_| malformed(at, "more than 4 billion containers"))?;
+        self.heap.push(Container {
+            items: Vec::new(),
+            offset: at as u64,
+            events: 0,
+            kind,
+            shared: false,
+            seal: Seal::Open,
+        });
+        Ok(id)
+    }
+
+    /// Returns an unshared container's slot for reuse (its only reference was consumed).
+    pub(super) fn release(&mut self, id: u32) {
+        if let Some(c) = self.heap.get_mut(id as usize) {
+            c.items.clear();
+            // Keep a small buffer for the next dict; drop big ones.
+            if c.items.capacity() > 64 {
+                c.items = Vec::new();
+            }
+            c.events = 0;
+            c.seal = Seal::Open;
+            c.shared = false;
+            self.free.push(id);
+        }
+    }
+
+    /// Records a conversion: shared containers keep the result, others are released.
+    pub(super) fn seal(&mut self, id: u32, seal: Seal) {
+        let shared = self.heap.get(id as usize).is_some_and(|c| c.shared);
+        if shared {
+            if let Some(c) = self.heap.get_mut(id as usize) {
+                c.seal = seal;
+                c.items = Vec::new();
+            }
+        } else {
+            self.release(id);
+        }
+    }
+
+    pub(super) fn mark_shared(&mut self, v: Value) {
+        if let Value::Obj(id) = v
+            && let Some(c) = self.heap.get_mut(id as usize)
+        {
+            c.shared = true;
+        }
+    }
+
+    pub(super) fn new_container(&mut self, kind: Kind, items: &[Value], at: usize) -> Res<Value> {
+        let id = self.alloc(kind, at)?;
+        if let Some(c) = self.heap.get_mut(id as usize) {
+            c.items.extend_from_slice(items);
+        }
+        Ok(Value::Obj(id))
+    }
+}

@@ -1,0 +1,164 @@
+//! The memo, storing only the slots the pre-pass saw read back.
+
+use std::collections::{HashMap, HashSet};
+
+use super::value::Value;
+
+/// 8 per input byte, so its memory stays below the input size), a hash set beyond.
+#[derive(Debug, Default)]
+pub(super) struct IndexSet {
+    pub(super) bits: Vec<u64>,
+    pub(super) dense_limit: u32,
+    pub(super) sparse: HashSet<u32>,
+}
+
+impl IndexSet {
+    pub(super) fn new(input_len: usize) -> IndexSet {
+        let limit = input_len.saturating_mul(8).clamp(4096, u32::MAX as usize);
+        IndexSet {
+            bits: Vec::new(),
+            dense_limit: u32::try_from(limit).unwrap_or(u32::MAX),
+            sparse: HashSet::new(),
+        }
+    }
+
+    /// Inserts; true if it was not there.
+    #[inline]
+    pub(super) fn insert(&mut self, i: u32) -> bool {
+        if i >= self.dense_limit {
+            return self.sparse.insert(i);
+        }
+        let word = (i >> 6) as usize;
+        if word >= self.bits.len() {
+            self.bits.resize(word + 1, 0);
+        }
+        match self.bits.get_mut(word) {
+            Some(w) => {
+                let bit = 1u64 << (i & 63);
+                let new = *w & bit == 0;
+                *w |= bit;
+                new
+            }
+            None => false,
+        }
+    }
+}
+
+/// The memo, storing only the slots the pre-pass saw read back.
+#[derive(Debug)]
+pub(super) struct Memo {
+    /// Indices some `GET` reads.
+    pub(super) refs: IndexSet,
+    /// Per 8 dense indices: `(slots used by lower indices) << 8 | which of the 8 are
+    /// referenced`. One load and a 256-byte table find a slot (a rank over 64-bit words
+    /// needed a software popcount on baseline x86-64, and a slot per index 4 bytes).
+    pub(super) dir: Vec<u64>,
+    pub(super) slots: Vec<Option<Value>>,
+    pub(super) sparse: HashMap<u32, Value>,
+    /// Distinct indices ever stored, tracked from the first explicit `PUT` on (until
+    /// then they are exactly `0..len`).
+    pub(super) set: Option<IndexSet>,
+    /// Python's `len(memo)`: the index `MEMOIZE` uses.
+    pub(super) len: u64,
+    pub(super) input_len: usize,
+}
+
+impl Memo {
+    pub(super) fn new(refs: IndexSet, input_len: usize) -> Memo {
+        let mut dir = Vec::with_capacity(refs.bits.len() * 8);
+        let mut total = 0u64;
+        for w in &refs.bits {
+            for byte in w.to_le_bytes() {
+                dir.push(total << 8 | u64::from(byte));
+                total += u64::from(byte.count_ones());
+            }
+        }
+        Memo {
+            refs,
+            dir,
+            slots: vec![None; usize::try_from(total).unwrap_or(0)],
+            sparse: HashMap::new(),
+            set: None,
+            len: 0,
+            input_len,
+        }
+    }
+
+    #[inline]
+    pub(super) fn dense_slot(&self, i: u32) -> Option<usize> {
+        static POP8: [u8; 256] = {
+            let mut t = [0u8; 256];
+            let mut i = 0;
+            while i < 256 {
+                t[i] = (i as u8).count_ones() as u8;
+                i += 1;
+            }
+            t
+        };
+        let e = *self.dir.get((i >> 3) as usize)?;
+        let bit = 1u64 << (i & 7);
+        if e & bit == 0 {
+            return None;
+        }
+        let below = POP8[(e & (bit - 1)) as usize];
+        Some((e >> 8) as usize + usize::from(below))
+    }
+
+    /// `memo[len(memo)] = v` (`MEMOIZE`); `None` if the memo is full, else whether the
+    /// slot is kept (some `GET` reads it).
+    #[inline]
+    pub(super) fn memoize(&mut self, v: Value) -> Option<bool> {
+        let i = u32::try_from(self.len).ok()?;
+        match &mut self.set {
+            None => self.len += 1,
+            Some(set) => {
+                if set.insert(i) {
+                    self.len += 1;
+                }
+            }
+        }
+        Some(self.store(i, v))
+    }
+
+    /// `memo[i] = v` (`PUT`); true if the slot is kept.
+    pub(super) fn put(&mut self, i: u32, v: Value) -> bool {
+        let len = self.len;
+        let set = self.set.get_or_insert_with(|| {
+            let mut set = IndexSet::new(self.input_len);
+            for k in 0..len {
+                set.insert(k as u32);
+            }
+            set
+        });
+        if set.insert(i) {
+            self.len += 1;
+        }
+        self.store(i, v)
+    }
+
+    #[inline]
+    pub(super) fn store(&mut self, i: u32, v: Value) -> bool {
+        if i >= self.refs.dense_limit {
+            if self.refs.sparse.contains(&i) {
+                self.sparse.insert(i, v);
+                return true;
+            }
+            return false;
+        }
+        match self.dense_slot(i).and_then(|s| self.slots.get_mut(s)) {
+            Some(slot) => {
+                *slot = Some(v);
+                true
+            }
+            None => false,
+        }
+    }
+
+    #[inline]
+    pub(super) fn get(&self, i: u32) -> Option<Value> {
+        if i >= self.refs.dense_limit {
+            return self.sparse.get(&i).copied();
+        }
+        self.slots.get(self.dense_slot(i)?).copied().flatten()
+    }
+}

@@ -1,0 +1,51 @@
+//! A pickle decoder for the subset snapshots use; it never executes anything.
+//!
+//! PyTorch writes snapshots with `pickle.dump` (protocol 4 on current Pythons, 5 on some):
+//! plain dicts, lists, tuples, strings, ints, floats and bools. This module runs the
+//! pickle machine over exactly those opcodes and refuses every opcode that would import
+//! or call code (`GLOBAL`, `REDUCE`, `BUILD`, …).
+//!
+//! Why it is shaped the way it is:
+//! - **No generic tree of the whole file.** A trace entry is ~86 bytes of pickle but would
+//!   be several hundred as a tree, so the machine converts as it goes: a frame dict
+//!   becomes a [`FrameId`] and a trace-entry dict a [`RawEvent`] the moment a list
+//!   consumes it (`APPEND`/`APPENDS`), and a list stored under a `frames` key becomes a
+//!   [`StackId`] the moment its dict consumes it (`SETITEM(S)`). Objects are complete
+//!   when consumed: `pickle.dump` builds each object fully before using it.
+//! - **A pre-pass over the opcodes** finds which memo slots are ever read back (`GET`).
+//!   Only those are stored (protocol 4 memoizes every object, so storing all would cost
+//!   16 bytes per object), and only objects stored there can be seen twice. Every other
+//!   converted object is dropped on the spot and its slot reused.
+//! - Memo-shared frame dicts and frame lists (each frame dict is referenced by many
+//!   stacks) are converted once and remember the result ("sealed"); a pickle that changes
+//!   a sealed object afterwards is refused rather than decoded wrongly.
+//! - Strings, bytes and wide integers are byte ranges into the input, never copied
+//!   (escaped protocol-0 text is decoded into one scratch buffer).
+//! - The machine is a loop over an explicit stack: nesting depth costs heap, not call
+//!   stack. Every length is checked against the remaining input before use.
+
+mod convert;
+mod fields;
+mod ints;
+mod machine;
+mod mapping;
+mod memo;
+mod opcodes;
+mod prepass;
+mod run;
+mod text;
+mod tree;
+mod value;
+
+pub use tree::{MAX_VALUE_DEPTH, PyValue, decode_value};
+
+use super::RawSnapshot;
+use super::error::ImportError;
+use machine::Vm;
+
+/// Decodes a snapshot pickle (uncompressed).
+pub(crate) fn decode_snapshot_pickle(data: &[u8]) -> Result<RawSnapshot, ImportError> {
+    let mut vm = Vm::new(data, true);
+    let (root, stop_at) = vm.run().map_err(|e| *e)?;
+    vm.snapshot(root, stop_at).map_err(|e| *e)
+}

@@ -1,0 +1,348 @@
+//! The loop: runs the opcodes to `STOP`.
+
+use super::machine::{Res, Vm, malformed, truncated};
+use super::opcodes::{op, parse_memo_index, refusal};
+use super::text::{escape_decode, raw_unicode_decode};
+use super::value::{Kind, Value};
+use crate::snapshot::error::ImportError;
+use crate::snapshot::schema::lossy;
+
+impl Vm<'_> {
+    /// Runs to `STOP`; returns the pickled value and the offset of `STOP`.
+    pub(super) fn run(&mut self) -> Res<(Value, usize)> {
+        loop {
+            let at = self.pos;
+            let Some(&code) = self.data.get(at) else {
+                return Err(truncated(at, "next opcode (no STOP)", 1));
+            };
+            self.pos = at + 1;
+            // The three most frequent opcodes of a snapshot (≈ 60 % of them) get a
+            // predictable branch each before the jump table.
+            if code == op::LONG_BINGET {
+                let i = self.arg_u32(at, "LONG_BINGET")?;
+                self.get(i, at)?;
+                continue;
+            }
+            if code == op::BINGET {
+                let i = self.arg_u8(at, "BINGET")?;
+                self.get(u32::from(i), at)?;
+                continue;
+            }
+            if code == op::MEMOIZE {
+                self.memoize(at)?;
+                continue;
+            }
+            match code {
+                op::BINGET => {
+                    let i = self.arg_u8(at, "BINGET")?;
+                    self.get(u32::from(i), at)?;
+                }
+                op::LONG_BINGET => {
+                    let i = self.arg_u32(at, "LONG_BINGET")?;
+                    self.get(i, at)?;
+                }
+                op::GET => {
+                    let line = self.arg_line(at, "GET")?;
+                    let i = parse_memo_index(line)
+                        .ok_or_else(|| malformed(at, format!("GET index {:?}", lossy(line))))?;
+                    self.get(i, at)?;
+                }
+                op::MEMOIZE => self.memoize(at)?,
+                op::BINPUT => {
+                    let i = self.arg_u8(at, "BINPUT")?;
+                    self.put(u32::from(i), at, "BINPUT")?;
+                }
+                op::LONG_BINPUT => {
+                    let i = self.arg_u32(at, "LONG_BINPUT")?;
+                    self.put(i, at, "LONG_BINPUT")?;
+                }
+                op::PUT => {
+                    let line = self.arg_line(at, "PUT")?;
+                    let i = parse_memo_index(line)
+                        .ok_or_else(|| malformed(at, format!("PUT index {:?}", lossy(line))))?;
+                    self.put(i, at, "PUT")?;
+                }
+                op::MARK => self.marks.push(self.stack.len()),
+                op::EMPTY_DICT => {
+                    let id = self.alloc(Kind::Dict, at)?;
+                    self.stack.push(Value::Obj(id));
+                }
+                op::EMPTY_LIST => {
+                    let id = self.alloc(Kind::List, at)?;
+                    self.stack.push(Value::Obj(id));
+                }
+                op::EMPTY_TUPLE => {
+                    let v = self.new_container(Kind::Tuple, &[], at)?;
+                    self.stack.push(v);
+                }
+                op::EMPTY_SET => {
+                    let id = self.alloc(Kind::Set, at)?;
+                    self.stack.push(Value::Obj(id));
+                }
+                op::SETITEMS => {
+                    let mark = self.pop_mark(at, "SETITEMS")?;
+                    let dict = self.target_below(mark, at, "SETITEMS", Kind::Dict)?;
+                    let mut stack = self.take_stack();
+                    let r = self.set_items(
+                        dict,
+                        stack.get_mut(mark..).unwrap_or(&mut []),
+                        at,
+                        "SETITEMS",
+                    );
+                    self.restore_stack(stack, mark);
+                    r?;
+                }
+                op::SETITEM => {
+                    self.need(3, at, "SETITEM")?;
+                    let v = self.pop(at, "SETITEM")?;
+                    let k = self.pop(at, "SETITEM")?;
+                    let dict =
+                        self.expect_kind(self.top(at, "SETITEM")?, at, "SETITEM", Kind::Dict)?;
+                    self.set_items(dict, &mut [k, v], at, "SETITEM")?;
+                }
+                op::APPENDS => {
+                    let mark = self.pop_mark(at, "APPENDS")?;
+                    let list = self.target_below(mark, at, "APPENDS", Kind::List)?;
+                    let stack = self.take_stack();
+                    for &v in stack.get(mark..).unwrap_or(&[]) {
+                        self.append(list, v);
+                    }
+                    self.restore_stack(stack, mark);
+                }
+                op::APPEND => {
+                    self.need(2, at, "APPEND")?;
+                    let v = self.pop(at, "APPEND")?;
+                    let list =
+                        self.expect_kind(self.top(at, "APPEND")?, at, "APPEND", Kind::List)?;
+                    self.append(list, v);
+                }
+                op::ADDITEMS => {
+                    let mark = self.pop_mark(at, "ADDITEMS")?;
+                    let set = self.target_below(mark, at, "ADDITEMS", Kind::Set)?;
+                    if let (Some(c), Some(items)) =
+                        (self.heap.get_mut(set as usize), self.stack.get(mark..))
+                    {
+                        c.items.extend_from_slice(items);
+                    }
+                    self.stack.truncate(mark);
+                }
+                op::LIST => {
+                    let mark = self.pop_mark(at, "LIST")?;
+                    let id = self.alloc(Kind::List, at)?;
+                    let stack = self.take_stack();
+                    for &v in stack.get(mark..).unwrap_or(&[]) {
+                        self.append(id, v);
+                    }
+                    self.restore_stack(stack, mark);
+                    self.stack.push(Value::Obj(id));
+                }
+                op::DICT => {
+                    let mark = self.pop_mark(at, "DICT")?;
+                    let id = self.alloc(Kind::Dict, at)?;
+                    let mut stack = self.take_stack();
+                    let r =
+                        self.set_items(id, stack.get_mut(mark..).unwrap_or(&mut []), at, "DICT");
+                    self.restore_stack(stack, mark);
+                    r?;
+                    self.stack.push(Value::Obj(id));
+                }
+                op::TUPLE | op::FROZENSET => {
+                    let name = if code == op::TUPLE {
+                        "TUPLE"
+                    } else {
+                        "FROZENSET"
+                    };
+                    let kind = if code == op::TUPLE {
+                        Kind::Tuple
+                    } else {
+                        Kind::FrozenSet
+                    };
+                    let mark = self.pop_mark(at, name)?;
+                    let stack = self.take_stack();
+                    let r = self.new_container(kind, stack.get(mark..).unwrap_or(&[]), at);
+                    self.restore_stack(stack, mark);
+                    self.stack.push(r?);
+                }
+                op::TUPLE1 | op::TUPLE2 | op::TUPLE3 => {
+                    let n = usize::from(code - op::TUPLE1) + 1;
+                    self.need(n, at, "TUPLEn")?;
+                    let mark = self.stack.len() - n;
+                    let stack = self.take_stack();
+                    let r = self.new_container(Kind::Tuple, stack.get(mark..).unwrap_or(&[]), at);
+                    self.restore_stack(stack, mark);
+                    self.stack.push(r?);
+                }
+                op::BININT1 => {
+                    let b = self.arg_u8(at, "BININT1")?;
+                    self.stack.push(Value::Int(i64::from(b)));
+                }
+                op::BININT2 => {
+                    let b = self.take(2, at, "BININT2")?;
+                    let v = b.first().copied().map_or(0, u16::from)
+                        | b.get(1).copied().map_or(0, u16::from) << 8;
+                    self.stack.push(Value::Int(i64::from(v)));
+                }
+                op::BININT => {
+                    let v = self.arg_u32(at, "BININT")?;
+                    self.stack.push(Value::Int(i64::from(v as i32)));
+                }
+                op::LONG1 | op::LONG4 => {
+                    let name = if code == op::LONG1 { "LONG1" } else { "LONG4" };
+                    let (len, off) = self.arg_counted(code, at, name)?;
+                    self.push_le_int(len, off);
+                }
+                op::SHORT_BINUNICODE | op::BINUNICODE | op::BINUNICODE8 => {
+                    let name = match code {
+                        op::SHORT_BINUNICODE => "SHORT_BINUNICODE",
+                        op::BINUNICODE => "BINUNICODE",
+                        _ => "BINUNICODE8",
+                    };
+                    let (len, off) = self.arg_counted(code, at, name)?;
+                    self.stack.push(Value::Str { len, off });
+                }
+                op::SHORT_BINSTRING | op::BINSTRING => {
+                    // Python 2 `str`: Python 3 reads it as text (ASCII by default).
+                    let name = if code == op::BINSTRING {
+                        "BINSTRING"
+                    } else {
+                        "SHORT_BINSTRING"
+                    };
+                    let (len, off) = self.arg_counted(code, at, name)?;
+                    self.stack.push(Value::Str { len, off });
+                }
+                op::SHORT_BINBYTES | op::BINBYTES | op::BINBYTES8 | op::BYTEARRAY8 => {
+                    let name = match code {
+                        op::SHORT_BINBYTES => "SHORT_BINBYTES",
+                        op::BINBYTES => "BINBYTES",
+                        op::BINBYTES8 => "BINBYTES8",
+                        _ => "BYTEARRAY8",
+                    };
+                    let (len, off) = self.arg_counted(code, at, name)?;
+                    self.stack.push(Value::Bytes { len, off });
+                }
+                op::NEWTRUE => self.stack.push(Value::Bool(true)),
+                op::NEWFALSE => self.stack.push(Value::Bool(false)),
+                op::NONE => self.stack.push(Value::None),
+                op::BINFLOAT => {
+                    let b = self.take(8, at, "BINFLOAT")?;
+                    let bits = b.try_into().map_or(0, u64::from_be_bytes);
+                    self.stack.push(Value::Float(f64::from_bits(bits)));
+                }
+                op::FLOAT => {
+                    let line = self.arg_line(at, "FLOAT")?;
+                    let f = std::str::from_utf8(line)
+                        .ok()
+                        .and_then(|s| s.trim().parse::<f64>().ok())
+                        .ok_or_else(|| {
+                            malformed(at, format!("FLOAT argument {:?}", lossy(line)))
+                        })?;
+                    self.stack.push(Value::Float(f));
+                }
+                op::INT => {
+                    let line = self.arg_line(at, "INT")?;
+                    match line {
+                        b"00" => self.stack.push(Value::Bool(false)),
+                        b"01" => self.stack.push(Value::Bool(true)),
+                        _ => self.push_decimal(line, at, "INT")?,
+                    }
+                }
+                op::LONG => {
+                    let line = self.arg_line(at, "LONG")?;
+                    let digits = line.strip_suffix(b"L").unwrap_or(line);
+                    self.push_decimal(digits, at, "LONG")?;
+                }
+                op::STRING => {
+                    let line = self.arg_line(at, "STRING")?;
+                    let body = match line {
+                        [q @ (b'\'' | b'"'), body @ .., end] if q == end => body,
+                        _ => return Err(malformed(at, "STRING argument is not quoted")),
+                    };
+                    let (len, off) = self.scratch_span(at, |s| escape_decode(body, s))?;
+                    self.stack.push(Value::Str { len, off });
+                }
+                op::UNICODE => {
+                    let line = self.arg_line(at, "UNICODE")?;
+                    let (len, off) = self.scratch_span(at, |s| raw_unicode_decode(line, s))?;
+                    self.stack.push(Value::Str { len, off });
+                }
+                op::POP => {
+                    if self.stack.len() > self.base() {
+                        self.stack.pop();
+                    } else if self.marks.pop().is_none() {
+                        return Err(malformed(at, "POP on an empty stack"));
+                    }
+                }
+                op::POP_MARK => {
+                    let mark = self.pop_mark(at, "POP_MARK")?;
+                    self.stack.truncate(mark);
+                }
+                op::DUP => {
+                    let v = self.top(at, "DUP")?;
+                    // Two references now: never convert-and-free it.
+                    self.mark_shared(v);
+                    self.stack.push(v);
+                }
+                op::PROTO => {
+                    let p = self.arg_u8(at, "PROTO")?;
+                    if p > 5 {
+                        return Err(malformed(at, format!("unsupported pickle protocol {p}")));
+                    }
+                }
+                op::FRAME => {
+                    // Framing only groups opcodes for buffered reads: nothing to do.
+                    self.take(8, at, "FRAME")?;
+                }
+                op::STOP => {
+                    let v = self.pop(at, "STOP")?;
+                    return Ok((v, at));
+                }
+                _ => {
+                    return Err(Box::new(match refusal(code) {
+                        Some((name, reason)) => ImportError::RefusedOpcode {
+                            offset: at as u64,
+                            name,
+                            reason,
+                        },
+                        None => ImportError::UnknownOpcode {
+                            offset: at as u64,
+                            byte: code,
+                        },
+                    }));
+                }
+            }
+        }
+    }
+
+    // Half of all opcodes of a snapshot are GETs: keep this in the loop.
+    #[allow(clippy::inline_always)]
+    #[inline(always)]
+    pub(super) fn get(&mut self, i: u32, at: usize) -> Res<()> {
+        match self.memo.get(i) {
+            Some(v) => {
+                self.stack.push(v);
+                Ok(())
+            }
+            None => Err(malformed(at, format!("memo index {i} was never stored"))),
+        }
+    }
+
+    #[allow(clippy::inline_always)]
+    #[inline(always)]
+    pub(super) fn memoize(&mut self, at: usize) -> Res<()> {
+        let v = self.top(at, "MEMOIZE")?;
+        match self.memo.memoize(v) {
+            Some(true) => self.mark_shared(v),
+            Some(false) => {}
+            None => return Err(malformed(at, "more than 4 billion memo entries")),
+        }
+        Ok(())
+    }
+
+    pub(super) fn put(&mut self, i: u32, at: usize, what: &'static str) -> Res<()> {
+        let v = self.top(at, what)?;
+        if self.memo.put(i, v) {
+            self.mark_shared(v);
+        }
+        Ok(())
+    }
+}
