@@ -66,13 +66,16 @@ pub struct Bound {
 
 /// The bounds a recording puts on its capacity: `low` the largest reserved total it was
 /// granted (inclusive), `high` the smallest total it was refused (exclusive).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct CapacityEvidence {
     pub low: Option<Bound>,
     pub high: Option<Bound>,
     /// Releases inside a malloc that the trace reads as an `empty_cache()` call: had they
     /// been PyTorch's retry under a cap, the cap would be below this (not a bound).
     pub read_as_empty_cache: Option<Bound>,
+    /// The snapshot's own `per_process_memory_fraction` (its `PYTORCH_CUDA_ALLOC_CONF`),
+    /// when below 1: a fraction of a total memory the snapshot does not record.
+    pub memory_fraction: Option<f64>,
 }
 
 /// What the evidence says.
@@ -148,7 +151,11 @@ fn needed_bytes(cfg: &PyTorchConfig, rounded: u64) -> u64 {
 /// from them (whose inferred `empty_cache()` points are releases no refusal caused).
 #[must_use]
 pub fn infer(events: &[RawEvent], trace: &DeviceTrace, cfg: &PyTorchConfig) -> CapacityEvidence {
-    let mut ev = CapacityEvidence::default();
+    let mut ev = CapacityEvidence {
+        memory_fraction: (cfg.per_process_memory_fraction < 1.0)
+            .then_some(cfg.per_process_memory_fraction),
+        ..CapacityEvidence::default()
+    };
     let mut reserved: u64 = trace.start.iter().map(|s| s.size_bytes).sum();
     if reserved > 0 {
         ev.raise_low(reserved, 0, BoundKind::StartState);
@@ -335,6 +342,20 @@ impl CapacityChoice {
     }
 
     fn as_recorded(ev: &CapacityEvidence) -> CapacityChoice {
+        let mut c = Self::from_bounds(ev);
+        if let Some(f) = ev.memory_fraction {
+            let said = format!(
+                "the snapshot's PYTORCH_CUDA_ALLOC_CONF sets per_process_memory_fraction:{f} (of the GPU's total memory, which the snapshot does not record)"
+            );
+            c.note = Some(match c.note {
+                Some(n) => format!("{n}; {said}"),
+                None => said,
+            });
+        }
+        c
+    }
+
+    fn from_bounds(ev: &CapacityEvidence) -> CapacityChoice {
         let at = |b: Bound| format!("{} at event {}", b.kind.describe(), b.event_index);
         match (ev.verdict(), ev.high) {
             (Verdict::Inferred(c), Some(h)) => {
@@ -485,6 +506,19 @@ mod tests {
             note.contains("event 0") && note.contains("event 1"),
             "{note}"
         );
+    }
+
+    #[test]
+    fn a_snapshots_own_memory_fraction_is_reported_as_a_fraction() {
+        let cfg = PyTorchConfig::parse("per_process_memory_fraction:0.5").unwrap();
+        let e = infer(&[], &DeviceTrace::default(), &cfg);
+        assert_eq!(e.memory_fraction, Some(0.5));
+        let c = CapacityChoice::choose(CapacityArg::AsRecorded, &e);
+        let note = c.note.unwrap();
+        assert!(note.contains("per_process_memory_fraction:0.5"), "{note}");
+        assert!(note.contains("does not record"), "{note}");
+        let plain = infer(&[], &DeviceTrace::default(), &PyTorchConfig::default());
+        assert_eq!(plain.memory_fraction, None);
     }
 
     #[test]
