@@ -375,12 +375,15 @@ fn replay_in<M: Allocator + ?Sized>(
     };
     let mut out: Vec<ModelEvent> = Vec::with_capacity(16);
     let mut checkpoints = Vec::new();
-    let mut peak = ModelStats::default();
-    let mut peak_at = ModelStats::default();
-    let (mut peak_alloc, mut peak_req) = (0u64, 0u64);
+    // The state before the first op counts too: a trace whose segments were all alive
+    // when it started (a wrapped ring buffer, or no events at all) peaks there.
+    let start = model.stats();
+    let mut peak = start;
+    let mut peak_at = start;
+    let (mut peak_alloc, mut peak_req) = (start.allocated_bytes, start.requested_bytes);
     // The most fragmented state so far, as the stats it was computed from: compared
     // exactly in integers (no float division per op), converted once at the end.
-    let mut max_frag = ModelStats::default();
+    let mut max_frag = start;
     let mut oom = None;
     let mut ooms = Vec::new();
     let mut driver = DriverCost::default();
@@ -453,7 +456,7 @@ fn replay_in<M: Allocator + ?Sized>(
         };
         driver.add(cost::DEFAULT, &out);
         let st = model.stats();
-        if st.reserved_bytes > peak.reserved_bytes || k == 0 {
+        if st.reserved_bytes > peak.reserved_bytes {
             peak = st;
             peak_at = st;
         }

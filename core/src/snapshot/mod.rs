@@ -294,6 +294,59 @@ pub struct SnapshotExtras {
     pub fx_frames: u64,
 }
 
+impl SnapshotExtras {
+    /// One line for each thing the snapshot holds beyond the device trace (what the app's
+    /// "About this trace" lists); nothing for a plain 2.11 recording.
+    #[must_use]
+    pub fn notes(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        let h = &self.host_segments;
+        if h.count > 0 || self.host_trace_entries > 0 {
+            out.push(format!(
+                "pinned host memory (not device memory, not replayed): {} segments, {} reserved, {} allocated; {} host trace entries",
+                h.count,
+                crate::units::format_size(h.total_bytes),
+                crate::units::format_size(h.allocated_bytes),
+                self.host_trace_entries
+            ));
+        }
+        if self.annotate_entries > 0 {
+            out.push(format!(
+                "{} annotate entries (notes on live blocks; no allocator decision)",
+                self.annotate_entries
+            ));
+        }
+        if self.user_metadata_entries > 0 {
+            out.push(format!(
+                "{} entries carry user_metadata",
+                self.user_metadata_entries
+            ));
+        }
+        if self.fx_frames > 0 {
+            out.push(format!(
+                "{} stack frames carry torch.compile FX node information",
+                self.fx_frames
+            ));
+        }
+        if self.trace_alloc_overflowed.iter().any(|&o| o) {
+            out.push("the trace's ring buffer overflowed (trace_alloc_overflowed): its oldest entries are gone".to_string());
+        }
+        if !self.unknown_settings_keys.is_empty() {
+            out.push(format!(
+                "allocator_settings keys kept but not interpreted: {}",
+                self.unknown_settings_keys.join(", ")
+            ));
+        }
+        if self.host_items_skipped + self.unknown_action_entries > 0 {
+            out.push(format!(
+                "{} host items of an unexpected shape and {} entries with an unknown action were skipped (displayed data only)",
+                self.host_items_skipped, self.unknown_action_entries
+            ));
+        }
+        out
+    }
+}
+
 /// A count and a byte total.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
 pub struct HostSummary {
@@ -370,5 +423,38 @@ impl RawSnapshot {
             .collect();
         x.entry_private_pools.sort_unstable();
         x
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn what_newer_snapshots_add_is_listed_and_host_memory_is_not_device_memory() {
+        assert!(SnapshotExtras::default().notes().is_empty());
+        let x = SnapshotExtras {
+            host_segments: HostSummary {
+                count: 2,
+                total_bytes: 4 << 20,
+                allocated_bytes: 1 << 20,
+            },
+            host_trace_entries: 7,
+            annotate_entries: 3,
+            trace_alloc_overflowed: vec![false, true],
+            unknown_settings_keys: vec!["new_knob".into()],
+            ..SnapshotExtras::default()
+        };
+        let notes = x.notes();
+        assert!(
+            notes[0].starts_with("pinned host memory (not device memory"),
+            "{notes:?}"
+        );
+        assert!(notes[0].contains(
+            "2 segments, 4.00 MiB reserved, 1024.00 KiB allocated; 7 host trace entries"
+        ));
+        assert!(notes.iter().any(|n| n.starts_with("3 annotate entries")));
+        assert!(notes.iter().any(|n| n.contains("overflowed")));
+        assert!(notes.iter().any(|n| n.ends_with("new_knob")));
     }
 }

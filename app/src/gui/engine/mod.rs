@@ -262,6 +262,7 @@ impl Engine {
                 notes.push(format!("end state: {e}"));
             }
         }
+        notes.extend(trace.snapshot.extras().notes());
         notes.extend(dt.inferred.iter().take(20).map(|i| {
             format!(
                 "event {}: inferred {} ({})",

@@ -451,3 +451,37 @@ fn messages_survive_the_trip_to_the_worker() {
     ));
     assert!(wire::decode::<Request>(&[0xff, 0xff, 0xff]).is_err());
 }
+
+/// Pinned host memory a newer snapshot lists is named in the trace's notes ("About this
+/// trace"), apart from device memory: the device's reserved bytes do not include it.
+#[test]
+fn host_memory_of_a_newer_snapshot_is_listed_apart_from_device_memory() {
+    let json = r#"{"segments": [{"device": 0, "address": 1048576, "total_size": 2097152, "stream": 0, "segment_type": "small", "allocated_size": 0, "active_size": 0, "requested_size": 0, "blocks": [{"size": 2097152, "requested_size": 0, "state": "inactive"}]}], "device_traces": [[]], "host_segments": [{"address": 30064771072, "total_size": 1048576, "allocated_size": 4096, "blocks": []}]}"#;
+    let mut engine = Engine::default();
+    let trace = match last(run(
+        &mut engine,
+        Request::Load {
+            job: 1,
+            name: "host.json".into(),
+            bytes: json.as_bytes().to_vec(),
+        },
+    )) {
+        Response::Loaded { trace, .. } => trace,
+        other => panic!("{other:?}"),
+    };
+    let note = trace
+        .notes
+        .iter()
+        .find(|n| n.starts_with("pinned host memory"))
+        .unwrap_or_else(|| panic!("{:?}", trace.notes));
+    assert!(
+        note.contains("1 segments, 1024.00 KiB reserved, 4.00 KiB allocated"),
+        "{note}"
+    );
+    let r = replayed(&mut engine, 0, "pytorch", None);
+    assert_eq!(
+        r.summary.peak_reserved_bytes,
+        2 << 20,
+        "host memory is not device memory"
+    );
+}
