@@ -1172,5 +1172,8 @@ pub fn run_native(path: Option<std::path::PathBuf>) -> Result<(), String> {
 #[cfg(test)]
 mod tests;
 
+#[cfg(test)]
+mod first_hour_tests;
+
 #[cfg(all(test, feature = "cuda"))]
 mod live_tests;

@@ -524,7 +524,7 @@ fn search_ui(ui: &mut Ui, app: &mut AllocsimApp) {
     let r = ui
         .add(
             egui::TextEdit::singleline(&mut app.search.text)
-                .hint_text("0x7f3a… address or stack text")
+                .hint_text("0x7f3a… address, file.py:42 or stack text")
                 .desired_width(f32::INFINITY),
         )
         .labelled_by(heading.id);

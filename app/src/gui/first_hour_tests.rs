@@ -1,0 +1,95 @@
+//! UI tests of what a new user stumbled on in the first hour (issue 16): each stumble
+//! driven through the whole app as in [`super::tests`].
+
+use std::collections::BTreeSet;
+
+use egui::accesskit::Role;
+use egui_kittest::kittest::Queryable;
+
+use super::Startup;
+use super::engine::wire::block_state;
+use super::tests::{harness, has_text, settle};
+
+/// The OOM story as a file (it records stack frames), from the repository's real traces.
+const OOM_STORY_FILE: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../tests/traces/oom_story.pickle.gz"
+);
+
+#[test]
+fn searching_a_file_and_line_or_a_bare_line_finds_the_blocks_allocated_there() {
+    let mut h = harness(Startup::File(OOM_STORY_FILE.into()));
+    // The stacks with a frame at capture.py:281, and the allocations made there.
+    let (at_281, allocs) = {
+        let d = h.state().document().expect("loaded");
+        let st = &d.trace.stacks;
+        let at: BTreeSet<u32> = (0..st.len() as u32)
+            .filter(|&s| {
+                st.frames_of(s)
+                    .any(|(_, f, l)| f.ends_with("capture.py") && l == 281)
+            })
+            .collect();
+        // The tooltip shows the frame in this form.
+        let s = *at.first().expect("a stack through capture.py:281");
+        assert!(st.format(s).iter().any(|l| l.contains("capture.py:281)")));
+        let ops = &d.trace.ops;
+        let allocs: Vec<u32> = (0..ops.len())
+            .filter(|&a| ops.is_alloc(a) && at.contains(&ops.stack[a]))
+            .map(|a| a as u32)
+            .collect();
+        (at, allocs)
+    };
+    assert!(!allocs.is_empty());
+    for text in ["capture.py:281", "281", "CAPTURE.PY:281"] {
+        h.state_mut().search.text = String::new();
+        h.state_mut().apply_search();
+        let field = h.get_by_role_and_label(Role::TextInput, "Search");
+        field.focus();
+        field.type_text(text);
+        settle(&mut h);
+        let app = h.state();
+        assert_eq!(app.search.addr, None, "{text} is not an address");
+        assert_eq!(app.search.stacks.as_ref(), Some(&at_281), "{text}");
+        assert!(has_text(&h, &format!("{} call sites match", at_281.len())));
+        assert!(!app.bands_highlight.is_empty(), "{text}: bands highlighted");
+    }
+    // Right after the allocation, its block is the highlighted one in the map.
+    let a = allocs[0];
+    h.state_mut().set_cursor(a);
+    settle(&mut h);
+    let app = h.state();
+    let l = app
+        .document()
+        .and_then(|d| d.slots[0].layout.as_ref())
+        .expect("layout");
+    assert_eq!(l.data.op, a);
+    let there: Vec<usize> = (0..l.data.blocks.len())
+        .filter(|&b| {
+            let blk = &l.data.blocks[b];
+            blk.state != block_state::FREE && allocs.contains(&blk.alloc)
+        })
+        .collect();
+    assert!(
+        there.iter().any(|&b| l.data.blocks[b].alloc == a),
+        "its block is on the map"
+    );
+    assert_eq!(
+        l.highlight.len(),
+        there.len(),
+        "exactly those blocks are lit"
+    );
+    assert!(has_text(&h, "of their allocations"));
+    // Another line of the same file is not line 281; the whole file matches every stack.
+    let field = h.get_by_role_and_label(Role::TextInput, "Search");
+    field.focus();
+    h.key_press(egui::Key::Backspace);
+    settle(&mut h);
+    assert_eq!(h.state().search.text, "CAPTURE.PY:28");
+    assert!(
+        h.state()
+            .search
+            .stacks
+            .as_ref()
+            .is_some_and(|s| s.is_disjoint(&at_281))
+    );
+}
