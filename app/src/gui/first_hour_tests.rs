@@ -93,3 +93,74 @@ fn searching_a_file_and_line_or_a_bare_line_finds_the_blocks_allocated_there() {
             .is_some_and(|s| s.is_disjoint(&at_281))
     );
 }
+
+/// A file dialog that cannot open, as on a machine without xdg-desktop-portal or zenity
+/// (rfd logs why and answers "nothing chosen").
+fn no_dialog(ctx: &egui::Context, inbox: &super::io::Inbox) {
+    inbox.dialog_failed(
+        ctx,
+        "Failed to pick file with zenity: No such file or directory (os error 2)".into(),
+    );
+}
+
+#[test]
+fn where_no_file_dialog_opens_file_open_offers_a_path_field_with_the_reason() {
+    let mut h = harness(Startup::Empty);
+    h.state_mut().file_dialog = no_dialog;
+    h.get_by_label("File").click();
+    h.step();
+    h.step();
+    h.get_by_label("Open snapshot…").click();
+    settle(&mut h);
+    assert!(has_text(
+        &h,
+        "the file dialog could not open: Failed to pick file with zenity"
+    ));
+    // A path that cannot be read says so, and the field stays.
+    let field = h.get_by_role_and_label(Role::TextInput, "Open the snapshot at");
+    field.focus();
+    field.type_text("/no/such/snapshot.pickle");
+    h.key_press(egui::Key::Enter);
+    settle(&mut h);
+    assert!(
+        h.state()
+            .errors
+            .iter()
+            .any(|e| e.starts_with("cannot read /no/such/snapshot.pickle")),
+        "{:?}",
+        h.state().errors
+    );
+    assert!(h.state().path_prompt.is_some());
+    h.state_mut().errors.clear();
+    // The typed path opens.
+    h.state_mut()
+        .path_prompt
+        .as_mut()
+        .expect("still offered")
+        .text
+        .clear();
+    let field = h.get_by_role_and_label(Role::TextInput, "Open the snapshot at");
+    field.focus();
+    field.type_text(OOM_STORY_FILE);
+    h.key_press(egui::Key::Enter);
+    settle(&mut h);
+    let app = h.state();
+    assert!(app.errors.is_empty(), "{:?}", app.errors);
+    let d = app.document().expect("the typed file opened");
+    assert_eq!(d.trace.name, "oom_story.pickle.gz");
+    assert!(d.slots[0].replay.is_some());
+    assert!(
+        app.path_prompt.is_none(),
+        "the field goes once the file opened"
+    );
+    assert!(!has_text(&h, "the file dialog could not open"));
+    // File > Open again goes straight to the field (the dialog is known not to open).
+    h.state_mut().file_dialog = |_, _| panic!("the dialog is not tried again");
+    h.get_by_label("File").click();
+    h.step();
+    h.step();
+    h.get_by_label("Open snapshot…").click();
+    settle(&mut h);
+    assert!(h.state().path_prompt.is_some());
+    assert!(has_text(&h, "the file dialog could not open"));
+}

@@ -9,7 +9,7 @@ use super::examples::EXAMPLES;
 use super::memory_map::memory_map_ui;
 use super::state::{self, Slot};
 use super::timeline::{Axis, Mode, format_seconds, timeline_ui};
-use super::{AllocsimApp, ConfigState, io, theme};
+use super::{AllocsimApp, ConfigState, theme};
 use allocsim_core::capacity::{BoundKind, CapacityArg, CapacityChoice};
 use allocsim_core::models::MODEL_NAMES;
 use allocsim_core::units::format_size;
@@ -90,7 +90,7 @@ pub(super) fn top_bar_ui(ui: &mut Ui, app: &mut AllocsimApp) {
         egui::MenuBar::new().ui(ui, |ui| {
             ui.menu_button("File", |ui| {
                 if ui.button("Open snapshot…").clicked() {
-                    io::open_file_dialog(ui.ctx(), &app.inbox);
+                    app.open_file(ui.ctx());
                     ui.close();
                 }
                                 ui.menu_button("Examples", |ui| {
@@ -189,6 +189,7 @@ pub(super) fn top_bar_ui(ui: &mut Ui, app: &mut AllocsimApp) {
                 ui.spinner();
             }
         });
+        path_prompt_ui(ui, app);
         // Errors, newest last, each dismissable.
         let mut dismiss = None;
         for (i, e) in app.errors.iter().enumerate() {
@@ -205,6 +206,36 @@ pub(super) fn top_bar_ui(ui: &mut Ui, app: &mut AllocsimApp) {
             app.errors.remove(i);
         }
     });
+}
+
+/// The path field offered where no file dialog opens, with the reason.
+fn path_prompt_ui(ui: &mut Ui, app: &mut AllocsimApp) {
+    let Some(p) = &mut app.path_prompt else {
+        return;
+    };
+    let mut open = false;
+    let mut close = false;
+    ui.horizontal_wrapped(|ui| {
+        if ui.small_button("×").on_hover_text("close").clicked() {
+            close = true;
+        }
+        let label = ui.label("Open the snapshot at");
+        let r = ui
+            .add(
+                egui::TextEdit::singleline(&mut p.text)
+                    .hint_text("/path/to/snapshot.pickle")
+                    .desired_width(420.0),
+            )
+            .labelled_by(label.id);
+        open = r.lost_focus() && ui.input(|i| i.key_pressed(egui::Key::Enter));
+        open |= ui.button("Open").clicked();
+        ui.weak(format!("(the file dialog could not open: {})", p.reason));
+    });
+    if close {
+        app.path_prompt = None;
+    } else if open {
+        app.open_typed_path(ui.ctx());
+    }
 }
 
 pub(super) fn status_bar_ui(ui: &mut Ui, app: &mut AllocsimApp) {
