@@ -164,3 +164,53 @@ fn where_no_file_dialog_opens_file_open_offers_a_path_field_with_the_reason() {
     assert!(h.state().path_prompt.is_some());
     assert!(has_text(&h, "the file dialog could not open"));
 }
+
+#[test]
+fn hovering_the_status_lines_fragmentation_gives_its_formula_and_numbers() {
+    let mut h = harness(Startup::File(OOM_STORY_FILE.into()));
+    let (shown, reserved, allocated, largest) = {
+        let app = h.state();
+        let r = app
+            .document()
+            .and_then(|d| d.slots[0].replay.as_ref())
+            .expect("replayed");
+        let c = app.cursor as usize;
+        (
+            format!(
+                "fragmentation {:.0}%",
+                r.fragmentation.get(c).expect("sampled") * 100.0
+            ),
+            r.data.reserved_bytes[c],
+            r.data.allocated_bytes[c],
+            r.data.largest_free_bytes[c],
+        )
+    };
+    let free = reserved - allocated;
+    assert!(
+        free > largest && largest > 0,
+        "the OOM: free memory in pieces"
+    );
+    assert!(!has_text(&h, "1 − largest free block / free"));
+    h.get_by_label(&shown).hover();
+    // The tooltip shows once the pointer rested there half a second.
+    for _ in 0..60 {
+        h.step();
+    }
+    assert!(has_text(
+        &h,
+        "fragmentation = 1 − largest free block / free, over all free blocks (free: reserved − allocated); 0 when nothing is free"
+    ));
+    // The numbers at the cursor, and the same percentage as the status line.
+    let pct = shown.trim_start_matches("fragmentation ");
+    let here = format!(
+        "here: 1 − {} / {} = {pct}",
+        allocsim_core::units::format_size(largest),
+        allocsim_core::units::format_size(free)
+    );
+    assert!(has_text(&h, &here), "{here}");
+    // Nothing free: 0, as core/src/metrics.rs defines it.
+    assert!(
+        super::panels::fragmentation_hover(1 << 30, 1 << 30, 0)
+            .ends_with("here: nothing is free, so 0%")
+    );
+}

@@ -256,12 +256,18 @@ pub(super) fn status_bar_ui(ui: &mut Ui, app: &mut AllocsimApp) {
                 && let Some(r) = &s.replay
                 && c < r.len()
             {
+                let (reserved, allocated) = (r.data.reserved_bytes[c], r.data.allocated_bytes[c]);
                 ui.label(format!(
-                    "reserved {} · allocated {} · fragmentation {:.0}%",
-                    format_size(r.data.reserved_bytes[c]),
-                    format_size(r.data.allocated_bytes[c]),
-                    r.fragmentation.get(c).unwrap_or(0.0) * 100.0
+                    "reserved {} · allocated {} ·",
+                    format_size(reserved),
+                    format_size(allocated),
                 ));
+                let largest = r.data.largest_free_bytes.get(c).copied().unwrap_or(0);
+                ui.label(format!(
+                    "fragmentation {:.0}%",
+                    r.fragmentation.get(c).unwrap_or(0.0) * 100.0
+                ))
+                .on_hover_text(fragmentation_hover(reserved, allocated, largest));
             }
             ui.separator();
             ui.weak(format!("drawn with {}", app.renderer));
@@ -273,6 +279,29 @@ pub(super) fn status_bar_ui(ui: &mut Ui, app: &mut AllocsimApp) {
             }
         });
     });
+}
+
+/// What the status line's fragmentation means, with the numbers at the cursor: the
+/// formula of `allocsim_core::metrics::fragmentation`.
+#[must_use]
+pub fn fragmentation_hover(
+    reserved_bytes: u64,
+    allocated_bytes: u64,
+    largest_free_bytes: u64,
+) -> String {
+    let free = reserved_bytes.saturating_sub(allocated_bytes);
+    let definition = "fragmentation = 1 − largest free block / free, over all free blocks \
+(free: reserved − allocated); 0 when nothing is free";
+    if free == 0 {
+        return format!("{definition}\nhere: nothing is free, so 0%");
+    }
+    let largest = largest_free_bytes.min(free);
+    format!(
+        "{definition}\nhere: 1 − {} / {} = {:.0}%",
+        format_size(largest),
+        format_size(free),
+        (1.0 - largest as f64 / free as f64) * 100.0
+    )
 }
 
 pub(super) fn side_panel_ui(ui: &mut Ui, app: &mut AllocsimApp) {
