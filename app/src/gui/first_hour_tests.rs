@@ -5,9 +5,11 @@ use std::collections::BTreeSet;
 
 use egui::accesskit::Role;
 use egui_kittest::kittest::Queryable;
+use egui_kittest::kittest::{NodeT, by};
 
 use super::Startup;
 use super::engine::wire::block_state;
+use super::memory_map::MapGeometry;
 use super::tests::{harness, has_text, settle};
 
 /// The OOM story as a file (it records stack frames), from the repository's real traces.
@@ -213,4 +215,102 @@ fn hovering_the_status_lines_fragmentation_gives_its_formula_and_numbers() {
         super::panels::fragmentation_hover(1 << 30, 1 << 30, 0)
             .ends_with("here: nothing is free, so 0%")
     );
+}
+
+/// The app in a 1440 × 900 window, as the desktop app opens.
+fn harness_1440(startup: Startup) -> egui_kittest::Harness<'static, super::AllocsimApp> {
+    let mut app = super::AllocsimApp::with_engine(super::io::EngineHandle::inline(), false);
+    app.start(startup);
+    let mut h = egui_kittest::Harness::builder()
+        .with_size([1440.0, 900.0])
+        .with_max_steps(400)
+        .build_ui_state(|ui, app: &mut super::AllocsimApp| app.ui(ui), app);
+    settle(&mut h);
+    h
+}
+
+#[test]
+fn at_1440_px_the_compare_tab_fits_the_window_and_no_label_overlaps_the_bars() {
+    let mut h = harness_1440(Startup::File(OOM_STORY_FILE.into()));
+    h.get_by_label("Compare").click();
+    settle(&mut h);
+    let window = egui::Rect::from_min_size(egui::Pos2::ZERO, egui::vec2(1440.0, 900.0));
+    let side = h.state().side_panel_width;
+    assert!(
+        (side - super::panels::SIDE_PANEL_WIDTH).abs() < 1.0,
+        "the side panel keeps its width with What would fit? listed: {side}"
+    );
+    // Nothing reaches past the window's right edge; the tab's widgets lie wholly inside.
+    for n in h.query_all(by().predicate(|n| n.bounding_box().is_some())) {
+        let r = n.rect();
+        let what = format!("{:?} {:?}", n.accesskit_node().role(), n.value());
+        assert!(
+            r.max.x <= window.max.x + 0.5,
+            "{what} cut off at the right: {r:?}"
+        );
+        if r.min.x > side {
+            assert!(
+                window.expand(0.5).contains_rect(r),
+                "{what} outside the window: {r:?}"
+            );
+        }
+    }
+    // The table's last column shows.
+    let result = h.get_by_label_contains("OOM at event 27").rect();
+    assert!(window.contains_rect(result), "{result:?}");
+    // Both maps inside the window, side by side; their labels and scale inside them, the
+    // segment labels left of the bars.
+    let app = h.state();
+    let maps: Vec<MapGeometry> = (1..=2)
+        .map(|layer| *app.map.drawn.get(&layer).expect("drawn"))
+        .collect();
+    assert!(maps[0].outer.max.x <= maps[1].outer.min.x);
+    for m in &maps {
+        assert!(window.contains_rect(m.outer), "{m:?}");
+        assert!(m.labels.is_positive(), "segment labels drawn: {m:?}");
+        assert!(
+            m.outer.contains_rect(m.labels) && m.outer.contains_rect(m.ruler),
+            "{m:?}"
+        );
+        assert!(
+            m.labels.max.x <= m.content.min.x,
+            "a label over the bars: {m:?}"
+        );
+    }
+}
+
+#[test]
+fn a_widened_side_panel_is_back_to_its_default_width_for_the_next_trace() {
+    let mut h = harness_1440(Startup::File(OOM_STORY_FILE.into()));
+    let default = super::panels::SIDE_PANEL_WIDTH;
+    assert!((h.state().side_panel_width - default).abs() < 1.0);
+    // The user drags the panel's edge 200 points to the right.
+    let edge = h.get_by_role(Role::Splitter).rect().center();
+    h.hover_at(edge);
+    h.step();
+    h.drag_at(edge);
+    h.step();
+    for x in [20.0, 100.0, 200.0] {
+        h.hover_at(edge + egui::vec2(x, 0.0));
+        h.step();
+    }
+    h.drop_at(edge + egui::vec2(200.0, 0.0));
+    settle(&mut h);
+    let widened = h.state().side_panel_width;
+    assert!(widened > default + 150.0, "dragged to {widened}");
+    // The next trace opens with the panel at its default width.
+    h.state_mut().start(Startup::File(
+        concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../tests/traces/mlp_train.pickle.gz"
+        )
+        .into(),
+    ));
+    settle(&mut h);
+    assert_eq!(
+        h.state().document().map(|d| d.trace.name.as_str()),
+        Some("mlp_train.pickle.gz")
+    );
+    let w = h.state().side_panel_width;
+    assert!((w - default).abs() < 1.0, "{w}");
 }

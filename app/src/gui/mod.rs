@@ -243,6 +243,10 @@ pub struct AllocsimApp {
     /// Why the file dialog could not open, once it failed: File > Open then offers the
     /// path field at once.
     dialog_unavailable: Option<String>,
+    /// A new trace arrived: the side panel goes back to its default width.
+    side_panel_reset: bool,
+    /// The side panel's width when last drawn.
+    pub side_panel_width: f32,
     wgpu: bool,
     /// What draws the big views (shown in the status line).
     pub renderer: String,
@@ -317,6 +321,8 @@ impl AllocsimApp {
             file_dialog: io::open_file_dialog,
             path_prompt: None,
             dialog_unavailable: None,
+            side_panel_reset: false,
+            side_panel_width: 0.0,
             workload_text: String::new(),
             wgpu,
             renderer: if wgpu {
@@ -616,6 +622,7 @@ impl AllocsimApp {
                 // A new file sets the configuration; another device of the same file keeps
                 // it, its capacity as recorded being that device's.
                 if let Some(o) = self.opening.take() {
+                    self.side_panel_reset = true;
                     self.config.model = "pytorch".into();
                     self.config.conf.clear();
                     self.config.compare = o.compare;

@@ -304,12 +304,36 @@ pub fn fragmentation_hover(
     )
 }
 
+/// The side panel's id salt, and its width until the user drags its edge.
+const SIDE_PANEL: &str = "side";
+pub const SIDE_PANEL_WIDTH: f32 = 340.0;
+
+/// The side panel's id (where egui keeps its width).
+#[must_use]
+pub fn side_panel_id(ui: &Ui) -> egui::Id {
+    ui.scope_id().with(SIDE_PANEL)
+}
+
 pub(super) fn side_panel_ui(ui: &mut Ui, app: &mut AllocsimApp) {
-    egui::Panel::left("side")
+    if std::mem::take(&mut app.side_panel_reset) {
+        // A new trace: the width the user dragged to goes with the trace before it.
+        let id = side_panel_id(ui);
+        ui.ctx()
+            .data_mut(|d| d.remove::<egui::containers::panel::PanelState>(id));
+    }
+    let shown = egui::Panel::left(SIDE_PANEL)
         .resizable(true)
-        .default_size(340.0)
+        .default_size(SIDE_PANEL_WIDTH)
         .frame(unfilled(ui, false))
         .show(ui, |ui| {
+        // Content wider than the panel (a long configuration, a table) is clipped, not
+        // allowed to widen the panel: egui keeps a panel as wide as its content once was,
+        // for good.
+        let rect = ui.available_rect_before_wrap();
+        ui.allocate_rect(rect, egui::Sense::hover());
+        let mut ui = ui.new_child(egui::UiBuilder::new().max_rect(rect).layout(*ui.layout()));
+        ui.shrink_clip_rect(rect);
+        let ui = &mut ui;
         egui::ScrollArea::vertical().show(ui, |ui| {
             config_ui(ui, app);
             ui.separator();
@@ -337,6 +361,7 @@ pub(super) fn side_panel_ui(ui: &mut Ui, app: &mut AllocsimApp) {
             }
         });
     });
+    app.side_panel_width = shown.response.rect.width();
 }
 
 fn config_ui(ui: &mut Ui, app: &mut AllocsimApp) {
@@ -380,7 +405,7 @@ fn config_ui(ui: &mut Ui, app: &mut AllocsimApp) {
     let specs = app.config.specs();
     let mut remove = None;
     for (i, spec) in specs.iter().enumerate() {
-        ui.horizontal(|ui| {
+        ui.horizontal_wrapped(|ui| {
             let (rect, _) = ui.allocate_exact_size(egui::vec2(12.0, 12.0), egui::Sense::hover());
             ui.painter().rect_filled(rect, 2.0, theme::slot(i));
             let status = app
@@ -1122,6 +1147,9 @@ fn map_tab_ui(ui: &mut Ui, app: &mut AllocsimApp) {
 fn compare_tab_ui(ui: &mut Ui, app: &mut AllocsimApp) {
     app.request_min_capacities();
     let Some(doc) = &app.doc else { return };
+    // The maps share the tab's width as it is before anything is laid out (content too
+    // wide for it would widen it, and push the last map out of the window).
+    let full_width = ui.available_width();
     // The capacity every row ran under, as `allocsim compare` states it.
     ui.horizontal_wrapped(|ui| {
         ui.label(format!("capacity {}", capacity_phrase(&app.config)));
@@ -1129,70 +1157,80 @@ fn compare_tab_ui(ui: &mut Ui, app: &mut AllocsimApp) {
             ui.weak(n);
         }
     });
-    egui::Grid::new("summary")
-        .striped(true)
-        .num_columns(8)
+    // A table wider than the tab (long configurations) scrolls instead.
+    egui::ScrollArea::horizontal()
+        .id_salt("summary_scroll")
         .show(ui, |ui| {
-            for h in [
-                "configuration",
-                "peak reserved",
-                "peak allocated",
-                "fragmentation at peak",
-                "max fragmentation",
-                "segment ops",
-                "min capacity",
-                "result",
-            ] {
-                ui.label(RichText::new(h).strong());
-            }
-            ui.end_row();
-            for (i, s) in doc.slots.iter().enumerate() {
-                ui.colored_label(theme::slot(i), RichText::new(&s.spec).monospace());
-                if let Some(r) = &s.replay {
-                    let m = &r.data.summary;
-                    ui.label(format_size(m.peak_reserved_bytes));
-                    ui.label(format_size(m.peak_allocated_bytes));
-                    ui.label(format!("{:.1}%", m.fragmentation_at_peak * 100.0));
-                    ui.label(format!("{:.1}%", m.max_fragmentation * 100.0));
-                    ui.label(m.segment_ops.to_string());
-                    match &s.min_capacity {
-                        Some(Ok(b)) => ui.label(format_size(*b)),
-                        Some(Err(e)) => ui.colored_label(theme::BAD_TEXT, "none").on_hover_text(e),
-                        None => ui.spinner(),
-                    };
-                    match &m.oom {
-                        Some(o) => ui
-                            .colored_label(
-                                theme::BAD_TEXT,
-                                if o.fatal {
-                                    format!("OOM at event {}", o.event_index)
-                                } else {
-                                    format!(
-                                        "OOM at event {} (as recorded; the program went on)",
-                                        o.event_index
-                                    )
-                                },
-                            )
-                            .on_hover_text(&o.explanation),
-                        None => ui.colored_label(theme::OK_TEXT, "fits"),
-                    };
-                } else {
-                    ui.label(s.error.clone().unwrap_or_else(|| "replaying…".into()));
-                    for _ in 0..6 {
-                        ui.label("");
+            egui::Grid::new("summary")
+                .striped(true)
+                .num_columns(8)
+                .show(ui, |ui| {
+                    for h in [
+                        "configuration",
+                        "peak reserved",
+                        "peak allocated",
+                        "fragmentation at peak",
+                        "max fragmentation",
+                        "segment ops",
+                        "min capacity",
+                        "result",
+                    ] {
+                        ui.label(RichText::new(h).strong());
                     }
-                }
-                ui.end_row();
-            }
+                    ui.end_row();
+                    for (i, s) in doc.slots.iter().enumerate() {
+                        ui.colored_label(theme::slot(i), RichText::new(&s.spec).monospace());
+                        if let Some(r) = &s.replay {
+                            let m = &r.data.summary;
+                            ui.label(format_size(m.peak_reserved_bytes));
+                            ui.label(format_size(m.peak_allocated_bytes));
+                            ui.label(format!("{:.1}%", m.fragmentation_at_peak * 100.0));
+                            ui.label(format!("{:.1}%", m.max_fragmentation * 100.0));
+                            ui.label(m.segment_ops.to_string());
+                            match &s.min_capacity {
+                                Some(Ok(b)) => ui.label(format_size(*b)),
+                                Some(Err(e)) => {
+                                    ui.colored_label(theme::BAD_TEXT, "none").on_hover_text(e)
+                                }
+                                None => ui.spinner(),
+                            };
+                            match &m.oom {
+                                Some(o) if o.fatal => ui
+                                    .colored_label(
+                                        theme::BAD_TEXT,
+                                        format!("OOM at event {}", o.event_index),
+                                    )
+                                    .on_hover_text(&o.explanation),
+                                Some(o) => ui
+                                    .colored_label(
+                                        theme::BAD_TEXT,
+                                        format!("OOM at event {} (caught)", o.event_index),
+                                    )
+                                    .on_hover_text(format!(
+                                        "as recorded: the program caught it and went on\n\n{}",
+                                        o.explanation
+                                    )),
+                                None => ui.colored_label(theme::OK_TEXT, "fits"),
+                            };
+                        } else {
+                            ui.label(s.error.clone().unwrap_or_else(|| "replaying…".into()));
+                            for _ in 0..6 {
+                                ui.label("");
+                            }
+                        }
+                        ui.end_row();
+                    }
+                });
         });
     ui.separator();
     let n = doc.slots.len().max(1);
     let mut picked = None;
-    let width = ui.available_width() / n as f32;
+    let gap = ui.spacing().item_spacing.x;
+    let width = (full_width - gap * (n - 1) as f32) / n as f32;
     let height = ui.available_height();
     ui.horizontal_top(|ui| {
         for i in 0..n {
-            ui.allocate_ui(egui::vec2(width - 6.0, height), |ui| {
+            ui.allocate_ui(egui::vec2(width, height), |ui| {
                 ui.vertical(|ui| {
                     map_header_ui(ui, app, i);
                     if let Some(doc) = &app.doc
