@@ -1199,10 +1199,6 @@ fn sanitize(s: &str) -> String {
 pub fn run_native(path: Option<std::path::PathBuf>) -> Result<(), String> {
     #[cfg(not(target_arch = "wasm32"))]
     {
-        // Before any thread starts (the environment is written) and before the window
-        // (whose libraries read it).
-        #[cfg(target_os = "linux")]
-        io::ensure_runtime_dir();
         io::DesktopLogger::new(std::env::var("RUST_LOG").ok().as_deref()).install();
         if std::env::var_os("DISPLAY").is_none()
             && std::env::var_os("WAYLAND_DISPLAY").is_none()
@@ -1210,6 +1206,10 @@ pub fn run_native(path: Option<std::path::PathBuf>) -> Result<(), String> {
         {
             return Err("no display: set DISPLAY or WAYLAND_DISPLAY (or run under Xvfb)".into());
         }
+        // Before any thread starts (the environment is written) and before the window
+        // (whose libraries read it).
+        #[cfg(target_os = "linux")]
+        io::ensure_runtime_dir();
         let startup = match path {
             Some(p) => Startup::File(p),
             None => Startup::Example(&examples::OOM_STORY),
