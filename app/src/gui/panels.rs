@@ -304,13 +304,14 @@ pub fn fragmentation_hover(
     )
 }
 
-/// The side panel's id salt, and its width until the user drags its edge.
+/// The side panel's id salt.
 const SIDE_PANEL: &str = "side";
+
+/// The side panel's width until the user drags its edge (and again for each new trace).
 pub const SIDE_PANEL_WIDTH: f32 = 340.0;
 
 /// The side panel's id (where egui keeps its width).
-#[must_use]
-pub fn side_panel_id(ui: &Ui) -> egui::Id {
+fn side_panel_id(ui: &Ui) -> egui::Id {
     ui.scope_id().with(SIDE_PANEL)
 }
 
@@ -330,7 +331,7 @@ pub(super) fn side_panel_ui(ui: &mut Ui, app: &mut AllocsimApp) {
         // allowed to widen the panel: egui keeps a panel as wide as its content once was,
         // for good.
         let rect = ui.available_rect_before_wrap();
-        ui.allocate_rect(rect, egui::Sense::hover());
+        ui.advance_cursor_after_rect(rect);
         let mut ui = ui.new_child(egui::UiBuilder::new().max_rect(rect).layout(*ui.layout()));
         ui.shrink_clip_rect(rect);
         let ui = &mut ui;
@@ -1160,68 +1161,76 @@ fn compare_tab_ui(ui: &mut Ui, app: &mut AllocsimApp) {
     // A table wider than the tab (long configurations) scrolls instead.
     egui::ScrollArea::horizontal()
         .id_salt("summary_scroll")
+        .show(ui, |ui| summary_table_ui(ui, doc));
+    compare_maps_ui(ui, app, full_width);
+}
+
+/// The compare table: each configuration's peaks, fragmentation, segment operations,
+/// smallest capacity and result.
+fn summary_table_ui(ui: &mut Ui, doc: &state::Document) {
+    egui::Grid::new("summary")
+        .striped(true)
+        .num_columns(8)
         .show(ui, |ui| {
-            egui::Grid::new("summary")
-                .striped(true)
-                .num_columns(8)
-                .show(ui, |ui| {
-                    for h in [
-                        "configuration",
-                        "peak reserved",
-                        "peak allocated",
-                        "fragmentation at peak",
-                        "max fragmentation",
-                        "segment ops",
-                        "min capacity",
-                        "result",
-                    ] {
-                        ui.label(RichText::new(h).strong());
+            for h in [
+                "configuration",
+                "peak reserved",
+                "peak allocated",
+                "fragmentation at peak",
+                "max fragmentation",
+                "segment ops",
+                "min capacity",
+                "result",
+            ] {
+                ui.label(RichText::new(h).strong());
+            }
+            ui.end_row();
+            for (i, s) in doc.slots.iter().enumerate() {
+                ui.colored_label(theme::slot(i), RichText::new(&s.spec).monospace());
+                if let Some(r) = &s.replay {
+                    let m = &r.data.summary;
+                    ui.label(format_size(m.peak_reserved_bytes));
+                    ui.label(format_size(m.peak_allocated_bytes));
+                    ui.label(format!("{:.1}%", m.fragmentation_at_peak * 100.0));
+                    ui.label(format!("{:.1}%", m.max_fragmentation * 100.0));
+                    ui.label(m.segment_ops.to_string());
+                    match &s.min_capacity {
+                        Some(Ok(b)) => ui.label(format_size(*b)),
+                        Some(Err(e)) => ui.colored_label(theme::BAD_TEXT, "none").on_hover_text(e),
+                        None => ui.spinner(),
+                    };
+                    match &m.oom {
+                        Some(o) if o.fatal => ui
+                            .colored_label(
+                                theme::BAD_TEXT,
+                                format!("OOM at event {}", o.event_index),
+                            )
+                            .on_hover_text(&o.explanation),
+                        Some(o) => ui
+                            .colored_label(
+                                theme::BAD_TEXT,
+                                format!("OOM at event {} (caught)", o.event_index),
+                            )
+                            .on_hover_text(format!(
+                                "as recorded: the program caught it and went on\n\n{}",
+                                o.explanation
+                            )),
+                        None => ui.colored_label(theme::OK_TEXT, "fits"),
+                    };
+                } else {
+                    ui.label(s.error.clone().unwrap_or_else(|| "replaying…".into()));
+                    for _ in 0..6 {
+                        ui.label("");
                     }
-                    ui.end_row();
-                    for (i, s) in doc.slots.iter().enumerate() {
-                        ui.colored_label(theme::slot(i), RichText::new(&s.spec).monospace());
-                        if let Some(r) = &s.replay {
-                            let m = &r.data.summary;
-                            ui.label(format_size(m.peak_reserved_bytes));
-                            ui.label(format_size(m.peak_allocated_bytes));
-                            ui.label(format!("{:.1}%", m.fragmentation_at_peak * 100.0));
-                            ui.label(format!("{:.1}%", m.max_fragmentation * 100.0));
-                            ui.label(m.segment_ops.to_string());
-                            match &s.min_capacity {
-                                Some(Ok(b)) => ui.label(format_size(*b)),
-                                Some(Err(e)) => {
-                                    ui.colored_label(theme::BAD_TEXT, "none").on_hover_text(e)
-                                }
-                                None => ui.spinner(),
-                            };
-                            match &m.oom {
-                                Some(o) if o.fatal => ui
-                                    .colored_label(
-                                        theme::BAD_TEXT,
-                                        format!("OOM at event {}", o.event_index),
-                                    )
-                                    .on_hover_text(&o.explanation),
-                                Some(o) => ui
-                                    .colored_label(
-                                        theme::BAD_TEXT,
-                                        format!("OOM at event {} (caught)", o.event_index),
-                                    )
-                                    .on_hover_text(format!(
-                                        "as recorded: the program caught it and went on\n\n{}",
-                                        o.explanation
-                                    )),
-                                None => ui.colored_label(theme::OK_TEXT, "fits"),
-                            };
-                        } else {
-                            ui.label(s.error.clone().unwrap_or_else(|| "replaying…".into()));
-                            for _ in 0..6 {
-                                ui.label("");
-                            }
-                        }
-                        ui.end_row();
-                    }
-                });
+                }
+                ui.end_row();
+            }
         });
+}
+
+/// The memory map of each configuration at the cursor, side by side in `full_width`.
+fn compare_maps_ui(ui: &mut Ui, app: &mut AllocsimApp, full_width: f32) {
+    let Some(doc) = &app.doc else { return };
     ui.separator();
     let n = doc.slots.len().max(1);
     let mut picked = None;
