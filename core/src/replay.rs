@@ -7,7 +7,7 @@ use std::fmt::Write as _;
 use crate::cost::{self, DriverCost};
 use crate::device::{Device, RecordedSegmentOp, SimulatedDevice};
 use crate::metrics::{self, Timeline};
-use crate::models::{AllocRequest, Allocator, Layout, ModelEvent, ModelStats, OomInfo};
+use crate::models::{AllocRequest, Allocator, Layout, ModelEvent, OomInfo};
 use crate::snapshot::{Action, RawEvent};
 use crate::trace::{DeviceTrace, OpKind};
 use crate::units::format_size;

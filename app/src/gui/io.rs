@@ -16,12 +16,16 @@ pub struct Opened {
 
 /// Results of asynchronous I/O (file dialogs, fetches), picked up by the UI each frame.
 #[derive(Debug, Clone, Default)]
-pub struct Inbox(Arc<Mutex<Vec<Result<Opened, String>>>>);
+pub struct Inbox {
+    arrived: Arc<Mutex<Vec<Result<Opened, String>>>>,
+    /// Why a file dialog could not open (the app then offers a path field).
+    dialog_failures: Arc<Mutex<Vec<String>>>,
+}
 
 impl Inbox {
     /// Adds a result and asks for a repaint.
     pub fn push(&self, ctx: &egui::Context, item: Result<Opened, String>) {
-        if let Ok(mut v) = self.0.lock() {
+        if let Ok(mut v) = self.arrived.lock() {
             v.push(item);
         }
         ctx.request_repaint();
@@ -30,7 +34,24 @@ impl Inbox {
     /// Takes everything that arrived.
     #[must_use]
     pub fn take(&self) -> Vec<Result<Opened, String>> {
-        self.0
+        self.arrived
+            .lock()
+            .map(|mut v| std::mem::take(&mut *v))
+            .unwrap_or_default()
+    }
+
+    /// Says that the file dialog could not open, and why.
+    pub fn dialog_failed(&self, ctx: &egui::Context, reason: String) {
+        if let Ok(mut v) = self.dialog_failures.lock() {
+            v.push(reason);
+        }
+        ctx.request_repaint();
+    }
+
+    /// Takes the reasons file dialogs could not open since the last call.
+    #[must_use]
+    pub fn take_dialog_failures(&self) -> Vec<String> {
+        self.dialog_failures
             .lock()
             .map(|mut v| std::mem::take(&mut *v))
             .unwrap_or_default()
@@ -246,7 +267,9 @@ pub fn read_dropped(ctx: &egui::Context, inbox: &Inbox, file: egui::DroppedFileH
     }
 }
 
-/// Opens the file dialog; the chosen file arrives in `inbox`.
+/// Opens the file dialog; the chosen file arrives in `inbox`, or, where no dialog could
+/// open (no xdg-desktop-portal and no zenity), the reason does
+/// ([`Inbox::dialog_failed`]).
 pub fn open_file_dialog(ctx: &egui::Context, inbox: &Inbox) {
     let dialog = rfd::AsyncFileDialog::new()
         .set_title("Open a PyTorch memory snapshot")
@@ -255,12 +278,147 @@ pub fn open_file_dialog(ctx: &egui::Context, inbox: &Inbox) {
     let ctx = ctx.clone();
     let inbox = inbox.clone();
     spawn(async move {
+        let _stale = take_dialog_errors();
         if let Some(handle) = dialog.pick_file().await {
             let name = handle.file_name();
             let bytes = handle.read().await;
             inbox.push(&ctx, Ok(Opened { name, bytes }));
+        } else if let Some(reason) = take_dialog_errors() {
+            // rfd answers "nothing chosen" for a dialog that never opened: what it logged
+            // on the way tells the two apart.
+            inbox.dialog_failed(&ctx, reason);
         }
     });
+}
+
+/// A private runtime directory for a process whose `XDG_RUNTIME_DIR` (`current`) is
+/// missing or not an absolute directory: `<tmp>/allocsim-runtime-<uid>`, created with mode
+/// 0700 (or reused if it is already a private directory of this user). Without one,
+/// libwayland, which the Vulkan driver loads, prints `XDG_RUNTIME_DIR is invalid` at
+/// start. `None` where `current` is fine, or no private directory can be had.
+#[cfg(target_os = "linux")]
+#[must_use]
+pub fn runtime_dir_fallback(
+    current: Option<&std::ffi::OsStr>,
+    tmp: &std::path::Path,
+) -> Option<std::path::PathBuf> {
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+    let valid = |p: &std::path::Path| p.is_absolute() && p.is_dir();
+    if current.is_some_and(|c| valid(std::path::Path::new(c))) {
+        return None;
+    }
+    let uid = std::fs::metadata("/proc/self").ok()?.uid();
+    let dir = tmp.join(format!("allocsim-runtime-{uid}"));
+    if let Err(e) = std::fs::DirBuilder::new().mode(0o700).create(&dir)
+        && e.kind() != std::io::ErrorKind::AlreadyExists
+    {
+        return None;
+    }
+    // Not a link, this user's, private to them: else it is no runtime directory.
+    let m = std::fs::symlink_metadata(&dir).ok()?;
+    (m.is_dir() && m.uid() == uid && m.permissions().mode() & 0o777 == 0o700 && valid(&dir))
+        .then_some(dir)
+}
+
+/// Gives the process a valid `XDG_RUNTIME_DIR` where it lacks one
+/// ([`runtime_dir_fallback`]). Call it before any thread starts.
+#[cfg(target_os = "linux")]
+#[allow(unsafe_code)] // the one environment write of the app, before its threads start
+pub fn ensure_runtime_dir() {
+    let current = std::env::var_os("XDG_RUNTIME_DIR");
+    if let Some(dir) = runtime_dir_fallback(current.as_deref(), &std::env::temp_dir()) {
+        log::debug!("XDG_RUNTIME_DIR set to {}", dir.display());
+        // SAFETY: `run_native` calls this on the main thread before the window, the
+        // engine or any other thread starts: nothing reads the environment meanwhile.
+        unsafe { std::env::set_var("XDG_RUNTIME_DIR", dir) };
+    }
+}
+
+/// Reads a file the user typed the path of (where no file dialog opens).
+pub fn read_path(path: &str) -> Result<Opened, String> {
+    let path = std::path::Path::new(path.trim());
+    let name = path.file_name().map_or_else(
+        || path.display().to_string(),
+        |n| n.to_string_lossy().into_owned(),
+    );
+    std::fs::read(path)
+        .map(|bytes| Opened { name, bytes })
+        .map_err(|e| format!("cannot read {}: {e}", path.display()))
+}
+
+/// What rfd logged as errors since the last call, joined: rfd says why a dialog could
+/// not open only in its log ([`DesktopLogger`] keeps those lines here).
+static DIALOG_ERRORS: Mutex<Vec<String>> = Mutex::new(Vec::new());
+
+fn take_dialog_errors() -> Option<String> {
+    let errors = DIALOG_ERRORS
+        .lock()
+        .map(|mut v| std::mem::take(&mut *v))
+        .unwrap_or_default();
+    (!errors.is_empty()).then(|| errors.join("; "))
+}
+
+/// The log filter of the desktop app without `RUST_LOG`: warnings, less those a user can
+/// do nothing about (winit on a virtual display: its size in millimetres, XSETTINGS).
+pub const DEFAULT_LOG_FILTER: &str = "warn,winit::platform_impl::linux::x11::util::randr=error,\
+winit::platform_impl::linux::x11::xdisplay=error";
+
+/// The desktop app's logger: `env_logger` (`RUST_LOG`, else [`DEFAULT_LOG_FILTER`]) that
+/// also keeps rfd's errors, the only word rfd gives of a file dialog that could not open.
+#[cfg(not(target_arch = "wasm32"))]
+pub struct DesktopLogger {
+    inner: env_logger::Logger,
+}
+
+#[cfg(not(target_arch = "wasm32"))]
+impl DesktopLogger {
+    /// A logger filtering by `rust_log` (the `RUST_LOG` value) or [`DEFAULT_LOG_FILTER`].
+    #[must_use]
+    pub fn new(rust_log: Option<&str>) -> DesktopLogger {
+        let mut b = env_logger::Builder::new();
+        b.parse_filters(rust_log.unwrap_or(DEFAULT_LOG_FILTER));
+        DesktopLogger { inner: b.build() }
+    }
+
+    /// Installs it as the process's logger (once; later calls do nothing).
+    pub fn install(self) {
+        let level = self.inner.filter().max(log::LevelFilter::Error);
+        if log::set_boxed_logger(Box::new(self)).is_ok() {
+            log::set_max_level(level);
+        }
+    }
+
+    /// Whether `metadata` would be printed.
+    #[must_use]
+    pub fn prints(&self, metadata: &log::Metadata<'_>) -> bool {
+        log::Log::enabled(&self.inner, metadata)
+    }
+
+    fn is_dialog_error(metadata: &log::Metadata<'_>) -> bool {
+        metadata.level() == log::Level::Error && metadata.target().starts_with("rfd")
+    }
+}
+
+#[cfg(not(target_arch = "wasm32"))]
+impl log::Log for DesktopLogger {
+    fn enabled(&self, metadata: &log::Metadata<'_>) -> bool {
+        Self::is_dialog_error(metadata) || self.prints(metadata)
+    }
+
+    fn log(&self, record: &log::Record<'_>) {
+        if Self::is_dialog_error(record.metadata())
+            && let Ok(mut v) = DIALOG_ERRORS.lock()
+        {
+            v.push(record.args().to_string());
+        }
+        if self.inner.matches(record) {
+            self.inner.log(record);
+        }
+    }
+
+    fn flush(&self) {
+        self.inner.flush();
+    }
 }
 
 /// Saves `bytes` as `file_name` (a save dialog natively, a download in the browser).
@@ -519,7 +677,94 @@ mod web {
 
 #[cfg(all(test, not(target_arch = "wasm32")))]
 mod tests {
-    use super::{EngineHandle, Request, Response};
+    use super::{DesktopLogger, EngineHandle, Request, Response};
+
+    #[test]
+    fn rfd_errors_are_kept_as_the_reason_a_dialog_failed_and_winit_noise_is_filtered() {
+        use log::Log;
+        let logger = DesktopLogger::new(None);
+        let meta = |target: &'static str, level| {
+            log::Metadata::builder().target(target).level(level).build()
+        };
+        let portal = "rfd::backend::xdg_desktop_portal";
+        assert!(logger.enabled(&meta(portal, log::Level::Error)));
+        logger.log(
+            &log::Record::builder()
+                .metadata(meta(portal, log::Level::Error))
+                .args(format_args!(
+                    "Failed to pick file with zenity: No such file"
+                ))
+                .build(),
+        );
+        // Only rfd's errors are kept; other lines only go to the terminal.
+        logger.log(
+            &log::Record::builder()
+                .metadata(meta("allocsim", log::Level::Error))
+                .args(format_args!("cannot save"))
+                .build(),
+        );
+        assert_eq!(
+            super::take_dialog_errors().as_deref(),
+            Some("Failed to pick file with zenity: No such file")
+        );
+        assert_eq!(super::take_dialog_errors(), None, "taken once");
+        // XRandR's "certifiably insane" line and the XSETTINGS one are not printed;
+        // other warnings are.
+        let randr = "winit::platform_impl::linux::x11::util::randr";
+        assert!(!logger.prints(&meta(randr, log::Level::Warn)));
+        assert!(!logger.prints(&meta(
+            "winit::platform_impl::linux::x11::xdisplay",
+            log::Level::Warn
+        )));
+        assert!(logger.prints(&meta("egui_wgpu", log::Level::Warn)));
+        assert!(!logger.prints(&meta("egui_wgpu", log::Level::Info)));
+        // RUST_LOG still shows everything asked for.
+        assert!(DesktopLogger::new(Some("debug")).prints(&meta(randr, log::Level::Warn)));
+    }
+
+    #[test]
+    #[cfg(target_os = "linux")]
+    fn a_missing_or_relative_runtime_dir_gets_a_private_one_in_tmp() {
+        use std::os::unix::fs::PermissionsExt;
+        let tmp = std::env::temp_dir().join(format!("allocsim-rt-test-{}", std::process::id()));
+        std::fs::create_dir_all(&tmp).expect("tmp");
+        let good = tmp.join("good");
+        std::fs::create_dir_all(&good).expect("dir");
+        // A valid one is kept.
+        assert_eq!(
+            super::runtime_dir_fallback(Some(good.as_os_str()), &tmp),
+            None
+        );
+        // Unset, relative, or not there: a private directory under tmp.
+        for current in [None, Some("run/user"), Some("/no/such/runtime/dir")] {
+            let dir = super::runtime_dir_fallback(current.map(std::ffi::OsStr::new), &tmp)
+                .expect("a fallback");
+            assert!(
+                dir.starts_with(&tmp) && dir.is_absolute() && dir.is_dir(),
+                "{dir:?}"
+            );
+            let mode = std::fs::metadata(&dir).expect("made").permissions().mode();
+            assert_eq!(mode & 0o777, 0o700, "{current:?}");
+        }
+        // One that others can read is not a runtime directory.
+        let dir = super::runtime_dir_fallback(None, &tmp).expect("a fallback");
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        assert_eq!(super::runtime_dir_fallback(None, &tmp), None);
+        std::fs::remove_dir_all(&tmp).expect("clean up");
+    }
+
+    #[test]
+    fn a_typed_path_is_read_and_a_bad_one_says_why() {
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../tests/traces/oom_story.pickle.gz"
+        );
+        let f = super::read_path(&format!("  {path} ")).expect("readable");
+        assert_eq!(f.name, "oom_story.pickle.gz");
+        assert!(!f.bytes.is_empty());
+        let e = super::read_path("/no/such/file.pickle").expect_err("missing");
+        assert!(e.starts_with("cannot read /no/such/file.pickle: "), "{e}");
+    }
 
     #[test]
     fn layouts_are_answered_while_a_min_capacity_search_runs() {

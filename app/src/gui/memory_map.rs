@@ -35,6 +35,22 @@ pub struct MapState {
     pub reveal_row: Option<u32>,
     /// Where the blocks of the last map drawn went (tests hover into it).
     pub last_content: Option<Rect>,
+    /// Where each map's parts went when it was last drawn, by its layer.
+    pub drawn: std::collections::BTreeMap<u64, MapGeometry>,
+}
+
+/// Where a map's parts went on screen (tests check that nothing is cut off and that no
+/// label reaches into the bars).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct MapGeometry {
+    /// The whole map.
+    pub outer: Rect,
+    /// Where the segment bars go.
+    pub content: Rect,
+    /// The segment labels drawn, together ([`Rect::NOTHING`] where none was).
+    pub labels: Rect,
+    /// The byte scale's labels, together.
+    pub ruler: Rect,
 }
 
 /// What the user did in a map this frame.
@@ -77,6 +93,12 @@ pub fn memory_map_ui(
         return input;
     }
     st.last_content = Some(content);
+    let mut drawn = MapGeometry {
+        outer,
+        content,
+        labels: Rect::NOTHING,
+        ruler: Rect::NOTHING,
+    };
     let pitch = theme::ROW_HEIGHT + theme::ROW_GAP;
     let rows = layout.rows.len() as f32;
     let max_scroll = (rows - content.height() / pitch + 1.0).max(0.0);
@@ -123,7 +145,7 @@ pub fn memory_map_ui(
     }
     let bpp = st.bytes_per_point.unwrap_or(fit).max(1e-3);
 
-    ruler(&painter, content, ruler_h, st.pan_bytes, bpp);
+    drawn.ruler = ruler(&painter, outer, content, ruler_h, st.pan_bytes, bpp);
 
     let first_row = st.scroll_rows.floor().max(0.0) as usize;
     let visible_rows = (content.height() / pitch).ceil() as usize + 1;
@@ -169,13 +191,34 @@ pub fn memory_map_ui(
                     (false, true) => "small",
                     (false, false) => "large",
                 };
-                painter.text(
-                    pos2(outer.left() + 6.0, y + theme::ROW_HEIGHT / 2.0),
-                    Align2::LEFT_CENTER,
-                    format!("{:#x} {} {kind}", s.addr, format_size(s.size_bytes)),
-                    font.clone(),
-                    theme::AXIS_TEXT,
+                // The longest form that fits beside the bars, never over them.
+                let size = format_size(s.size_bytes);
+                let column = Rect::from_min_max(
+                    pos2(outer.left(), y),
+                    pos2(content.left() - 4.0, y + theme::ROW_HEIGHT),
                 );
+                let label = [
+                    format!("{:#x} {size} {kind}", s.addr),
+                    format!("{size} {kind}"),
+                    size,
+                ]
+                .into_iter()
+                .map(|t| painter.layout_no_wrap(t, font.clone(), theme::AXIS_TEXT))
+                .reduce(|fits, next| {
+                    if fits.size().x <= column.width() - 6.0 {
+                        fits
+                    } else {
+                        next
+                    }
+                });
+                if let Some(g) = label {
+                    let at = pos2(column.left() + 6.0, column.center().y - g.size().y / 2.0);
+                    let r = Rect::from_min_size(at, g.size()).intersect(column);
+                    drawn.labels = drawn.labels.union(r);
+                    painter
+                        .with_clip_rect(column)
+                        .galley(at, g, theme::AXIS_TEXT);
+                }
             }
         }
     }
@@ -324,6 +367,7 @@ pub fn memory_map_ui(
             theme::AXIS_TEXT,
         );
     }
+    st.drawn.insert(layer, drawn);
     input
 }
 
@@ -352,8 +396,10 @@ fn block_rect(
     r.intersects(content).then_some(r)
 }
 
-/// The byte scale above the map: ticks at a power-of-two step.
-fn ruler(painter: &egui::Painter, content: Rect, h: f32, pan: f64, bpp: f64) {
+/// The byte scale above the map: ticks at a power-of-two step, their labels kept inside
+/// the map (`outer`). Returns where the labels went.
+fn ruler(painter: &egui::Painter, outer: Rect, content: Rect, h: f32, pan: f64, bpp: f64) -> Rect {
+    let mut drawn = Rect::NOTHING;
     let span = bpp * f64::from(content.width());
     let mut step = 512f64;
     while span / step > (f64::from(content.width()) / 90.0).max(1.0) {
@@ -367,15 +413,23 @@ fn ruler(painter: &egui::Painter, content: Rect, h: f32, pan: f64, bpp: f64) {
             [pos2(x, y + h - 5.0), pos2(x, y + h)],
             Stroke::new(1.0, theme::AXIS_TEXT),
         );
-        painter.text(
-            pos2(x, y + 2.0),
-            Align2::CENTER_TOP,
+        let galley = painter.layout_no_wrap(
             format_size(b as u64),
             FontId::proportional(10.0),
             theme::AXIS_TEXT,
         );
+        let width = galley.size().x;
+        let at = pos2(
+            (x - width / 2.0)
+                .min(outer.right() - width - 2.0)
+                .max(outer.left()),
+            y + 2.0,
+        );
+        drawn = drawn.union(Rect::from_min_size(at, galley.size()));
+        painter.galley(at, galley, theme::AXIS_TEXT);
         b += step;
     }
+    drawn
 }
 
 /// Everything known about a block: state, sizes, stream and pool, the events that made

@@ -242,6 +242,15 @@ impl Opening {
     }
 }
 
+/// The path field File > Open offers where no file dialog opens.
+#[derive(Debug, Clone, Default)]
+pub struct PathPrompt {
+    /// Why the file dialog could not open.
+    pub reason: String,
+    /// The path typed.
+    pub text: String,
+}
+
 /// The app.
 pub struct AllocsimApp {
     engine: io::EngineHandle,
@@ -276,6 +285,17 @@ pub struct AllocsimApp {
     pub workload_text: String,
     /// Messages shown in the error banner.
     pub errors: Vec<String>,
+    /// Opens the file dialog (tests put one that fails in its place).
+    pub file_dialog: fn(&egui::Context, &io::Inbox),
+    /// The path field shown instead of the file dialog, once that could not open.
+    pub path_prompt: Option<PathPrompt>,
+    /// Why the file dialog could not open, once it failed: File > Open then offers the
+    /// path field at once.
+    dialog_unavailable: Option<String>,
+    /// A new trace arrived: the side panel goes back to its default width.
+    side_panel_reset: bool,
+    /// The side panel's width when last drawn.
+    pub side_panel_width: f32,
     wgpu: bool,
     /// What draws the big views (shown in the status line).
     pub renderer: String,
@@ -349,6 +369,11 @@ impl AllocsimApp {
             peak_sites: None,
             bands_highlight: QuadSet::default(),
             errors: Vec::new(),
+            file_dialog: io::open_file_dialog,
+            path_prompt: None,
+            dialog_unavailable: None,
+            side_panel_reset: false,
+            side_panel_width: 0.0,
             workload_text: String::new(),
             wgpu,
             renderer: if wgpu {
@@ -609,6 +634,36 @@ impl AllocsimApp {
         self.refresh_highlight();
     }
 
+    /// File > Open: the file dialog, or the path field where the dialog could not open.
+    pub fn open_file(&mut self, ctx: &egui::Context) {
+        match &self.dialog_unavailable {
+            Some(reason) => {
+                let reason = reason.clone();
+                self.path_prompt.get_or_insert_with(|| PathPrompt {
+                    reason,
+                    text: String::new(),
+                });
+            }
+            None => (self.file_dialog)(ctx, &self.inbox),
+        }
+    }
+
+    /// Opens the path typed in the path field; the field stays while the path cannot be
+    /// read.
+    pub fn open_typed_path(&mut self, ctx: &egui::Context) {
+        let Some(p) = &self.path_prompt else { return };
+        if p.text.trim().is_empty() {
+            return;
+        }
+        match io::read_path(&p.text) {
+            Ok(f) => {
+                self.path_prompt = None;
+                self.inbox.push(ctx, Ok(f));
+            }
+            Err(e) => self.errors.push(e),
+        }
+    }
+
     /// Moves the cursor (clamped to the trace).
     pub fn set_cursor(&mut self, op: u32) {
         let n = self.doc.as_ref().map_or(0, |d| d.trace.ops.len());
@@ -628,6 +683,14 @@ impl AllocsimApp {
                 }
                 Err(e) => self.errors.push(e),
             }
+        }
+        for reason in self.inbox.take_dialog_failures() {
+            log::info!("the file dialog could not open ({reason}); offering a path field");
+            self.path_prompt = Some(PathPrompt {
+                reason: reason.clone(),
+                text: String::new(),
+            });
+            self.dialog_unavailable = Some(reason);
         }
         let dropped = ctx.input(|i| i.raw.dropped_files.clone());
         for f in dropped {
@@ -675,6 +738,7 @@ impl AllocsimApp {
                 // A new file sets the configuration; another device of the same file keeps
                 // it, its capacity as recorded being that device's.
                 if let Some(o) = self.opening.take() {
+                    self.side_panel_reset = true;
                     self.config.model = "pytorch".into();
                     self.config.conf.clear();
                     self.config.compare = o.compare;
@@ -1393,14 +1457,17 @@ fn sanitize(s: &str) -> String {
 pub fn run_native(path: Option<std::path::PathBuf>) -> Result<(), String> {
     #[cfg(not(target_arch = "wasm32"))]
     {
-        let _ = env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn"))
-            .try_init();
+        io::DesktopLogger::new(std::env::var("RUST_LOG").ok().as_deref()).install();
         if std::env::var_os("DISPLAY").is_none()
             && std::env::var_os("WAYLAND_DISPLAY").is_none()
             && cfg!(target_os = "linux")
         {
             return Err("no display: set DISPLAY or WAYLAND_DISPLAY (or run under Xvfb)".into());
         }
+        // Before any thread starts (the environment is written) and before the window
+        // (whose libraries read it).
+        #[cfg(target_os = "linux")]
+        io::ensure_runtime_dir();
         let startup = match path {
             Some(p) => Startup::File(p),
             None => Startup::Example(&examples::OOM_STORY),
@@ -1429,6 +1496,9 @@ pub fn run_native(path: Option<std::path::PathBuf>) -> Result<(), String> {
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod first_hour_tests;
 
 #[cfg(all(test, feature = "cuda"))]
 mod live_tests;

@@ -9,7 +9,7 @@ use super::examples::EXAMPLES;
 use super::memory_map::memory_map_ui;
 use super::state::{self, Slot};
 use super::timeline::{Axis, Mode, format_seconds, timeline_ui};
-use super::{AllocsimApp, ConfigState, io, oom_at, theme};
+use super::{AllocsimApp, ConfigState, oom_at, theme};
 use allocsim_core::capacity::{BoundKind, CapacityArg, CapacityChoice};
 use allocsim_core::explain::{BlockerKind, Explanation};
 use allocsim_core::models::MODEL_NAMES;
@@ -91,7 +91,7 @@ pub(super) fn top_bar_ui(ui: &mut Ui, app: &mut AllocsimApp) {
         egui::MenuBar::new().ui(ui, |ui| {
             ui.menu_button("File", |ui| {
                 if ui.button("Open snapshot…").clicked() {
-                    io::open_file_dialog(ui.ctx(), &app.inbox);
+                    app.open_file(ui.ctx());
                     ui.close();
                 }
                                 ui.menu_button("Examples", |ui| {
@@ -190,6 +190,7 @@ pub(super) fn top_bar_ui(ui: &mut Ui, app: &mut AllocsimApp) {
                 ui.spinner();
             }
         });
+        path_prompt_ui(ui, app);
         // Errors, newest last, each dismissable.
         let mut dismiss = None;
         for (i, e) in app.errors.iter().enumerate() {
@@ -206,6 +207,36 @@ pub(super) fn top_bar_ui(ui: &mut Ui, app: &mut AllocsimApp) {
             app.errors.remove(i);
         }
     });
+}
+
+/// The path field offered where no file dialog opens, with the reason.
+fn path_prompt_ui(ui: &mut Ui, app: &mut AllocsimApp) {
+    let Some(p) = &mut app.path_prompt else {
+        return;
+    };
+    let mut open = false;
+    let mut close = false;
+    ui.horizontal_wrapped(|ui| {
+        if ui.small_button("×").on_hover_text("close").clicked() {
+            close = true;
+        }
+        let label = ui.label("Open the snapshot at");
+        let r = ui
+            .add(
+                egui::TextEdit::singleline(&mut p.text)
+                    .hint_text("/path/to/snapshot.pickle")
+                    .desired_width(420.0),
+            )
+            .labelled_by(label.id);
+        open = r.lost_focus() && ui.input(|i| i.key_pressed(egui::Key::Enter));
+        open |= ui.button("Open").clicked();
+        ui.weak(format!("(the file dialog could not open: {})", p.reason));
+    });
+    if close {
+        app.path_prompt = None;
+    } else if open {
+        app.open_typed_path(ui.ctx());
+    }
 }
 
 pub(super) fn status_bar_ui(ui: &mut Ui, app: &mut AllocsimApp) {
@@ -226,12 +257,18 @@ pub(super) fn status_bar_ui(ui: &mut Ui, app: &mut AllocsimApp) {
                 && let Some(r) = &s.replay
                 && c < r.len()
             {
+                let (reserved, allocated) = (r.data.reserved_bytes[c], r.data.allocated_bytes[c]);
                 ui.label(format!(
-                    "reserved {} · allocated {} · fragmentation {:.0}%",
-                    format_size(r.data.reserved_bytes[c]),
-                    format_size(r.data.allocated_bytes[c]),
-                    r.fragmentation.get(c).unwrap_or(0.0) * 100.0
+                    "reserved {} · allocated {} ·",
+                    format_size(reserved),
+                    format_size(allocated),
                 ));
+                let largest = r.data.largest_free_bytes.get(c).copied().unwrap_or(0);
+                ui.label(format!(
+                    "fragmentation {:.0}%",
+                    r.fragmentation.get(c).unwrap_or(0.0) * 100.0
+                ))
+                .on_hover_text(fragmentation_hover(reserved, allocated, largest));
             }
             ui.separator();
             ui.weak(format!("drawn with {}", app.renderer));
@@ -245,12 +282,60 @@ pub(super) fn status_bar_ui(ui: &mut Ui, app: &mut AllocsimApp) {
     });
 }
 
+/// What the status line's fragmentation means, with the numbers at the cursor: the
+/// formula of `allocsim_core::metrics::fragmentation`.
+#[must_use]
+pub fn fragmentation_hover(
+    reserved_bytes: u64,
+    allocated_bytes: u64,
+    largest_free_bytes: u64,
+) -> String {
+    let free = reserved_bytes.saturating_sub(allocated_bytes);
+    let definition = "fragmentation = 1 − largest free block / free, over all free blocks \
+(free: reserved − allocated); 0 when nothing is free";
+    if free == 0 {
+        return format!("{definition}\nhere: nothing is free, so 0%");
+    }
+    let largest = largest_free_bytes.min(free);
+    format!(
+        "{definition}\nhere: 1 − {} / {} = {:.0}%",
+        format_size(largest),
+        format_size(free),
+        (1.0 - largest as f64 / free as f64) * 100.0
+    )
+}
+
+/// The side panel's id salt.
+const SIDE_PANEL: &str = "side";
+
+/// The side panel's width until the user drags its edge (and again for each new trace).
+pub const SIDE_PANEL_WIDTH: f32 = 340.0;
+
+/// The side panel's id (where egui keeps its width).
+fn side_panel_id(ui: &Ui) -> egui::Id {
+    ui.scope_id().with(SIDE_PANEL)
+}
+
 pub(super) fn side_panel_ui(ui: &mut Ui, app: &mut AllocsimApp) {
-    egui::Panel::left("side")
+    if std::mem::take(&mut app.side_panel_reset) {
+        // A new trace: the width the user dragged to goes with the trace before it.
+        let id = side_panel_id(ui);
+        ui.ctx()
+            .data_mut(|d| d.remove::<egui::containers::panel::PanelState>(id));
+    }
+    let shown = egui::Panel::left(SIDE_PANEL)
         .resizable(true)
-        .default_size(340.0)
+        .default_size(SIDE_PANEL_WIDTH)
         .frame(unfilled(ui, false))
         .show(ui, |ui| {
+        // Content wider than the panel (a long configuration, a table) is clipped, not
+        // allowed to widen the panel: egui keeps a panel as wide as its content once was,
+        // for good.
+        let rect = ui.available_rect_before_wrap();
+        ui.advance_cursor_after_rect(rect);
+        let mut ui = ui.new_child(egui::UiBuilder::new().max_rect(rect).layout(*ui.layout()));
+        ui.shrink_clip_rect(rect);
+        let ui = &mut ui;
         egui::ScrollArea::vertical().show(ui, |ui| {
             config_ui(ui, app);
             ui.separator();
@@ -278,6 +363,7 @@ pub(super) fn side_panel_ui(ui: &mut Ui, app: &mut AllocsimApp) {
             }
         });
     });
+    app.side_panel_width = shown.response.rect.width();
 }
 
 fn config_ui(ui: &mut Ui, app: &mut AllocsimApp) {
@@ -321,7 +407,7 @@ fn config_ui(ui: &mut Ui, app: &mut AllocsimApp) {
     let specs = app.config.specs();
     let mut remove = None;
     for (i, spec) in specs.iter().enumerate() {
-        ui.horizontal(|ui| {
+        ui.horizontal_wrapped(|ui| {
             let (rect, _) = ui.allocate_exact_size(egui::vec2(12.0, 12.0), egui::Sense::hover());
             ui.painter().rect_filled(rect, 2.0, theme::slot(i));
             let status = app
@@ -525,7 +611,7 @@ fn search_ui(ui: &mut Ui, app: &mut AllocsimApp) {
     let r = ui
         .add(
             egui::TextEdit::singleline(&mut app.search.text)
-                .hint_text("0x7f3a… address or stack text")
+                .hint_text("0x7f3a… address, file.py:42 or stack text")
                 .desired_width(f32::INFINITY),
         )
         .labelled_by(heading.id);
@@ -1326,6 +1412,9 @@ fn map_tab_ui(ui: &mut Ui, app: &mut AllocsimApp) {
 fn compare_tab_ui(ui: &mut Ui, app: &mut AllocsimApp) {
     app.request_min_capacities();
     let Some(doc) = &app.doc else { return };
+    // The maps share the tab's width as it is before anything is laid out (content too
+    // wide for it would widen it, and push the last map out of the window).
+    let full_width = ui.available_width();
     // The capacity every row ran under, as `allocsim compare` states it.
     ui.horizontal_wrapped(|ui| {
         ui.label(format!("capacity {}", capacity_phrase(&app.config)));
@@ -1333,6 +1422,16 @@ fn compare_tab_ui(ui: &mut Ui, app: &mut AllocsimApp) {
             ui.weak(n);
         }
     });
+    // A table wider than the tab (long configurations) scrolls instead.
+    egui::ScrollArea::horizontal()
+        .id_salt("summary_scroll")
+        .show(ui, |ui| summary_table_ui(ui, doc));
+    compare_maps_ui(ui, app, full_width);
+}
+
+/// The compare table: each configuration's peaks, fragmentation, segment operations,
+/// smallest capacity and result.
+fn summary_table_ui(ui: &mut Ui, doc: &state::Document) {
     egui::Grid::new("summary")
         .striped(true)
         .num_columns(8)
@@ -1365,19 +1464,21 @@ fn compare_tab_ui(ui: &mut Ui, app: &mut AllocsimApp) {
                         None => ui.spinner(),
                     };
                     match &m.oom {
+                        Some(o) if o.fatal => ui
+                            .colored_label(
+                                theme::BAD_TEXT,
+                                format!("OOM at event {}", o.event_index),
+                            )
+                            .on_hover_text(&o.explanation),
                         Some(o) => ui
                             .colored_label(
                                 theme::BAD_TEXT,
-                                if o.fatal {
-                                    format!("OOM at event {}", o.event_index)
-                                } else {
-                                    format!(
-                                        "OOM at event {} (as recorded; the program went on)",
-                                        o.event_index
-                                    )
-                                },
+                                format!("OOM at event {} (caught)", o.event_index),
                             )
-                            .on_hover_text(&o.explanation),
+                            .on_hover_text(format!(
+                                "as recorded: the program caught it and went on\n\n{}",
+                                o.explanation
+                            )),
                         None => ui.colored_label(theme::OK_TEXT, "fits"),
                     };
                 } else {
@@ -1389,6 +1490,11 @@ fn compare_tab_ui(ui: &mut Ui, app: &mut AllocsimApp) {
                 ui.end_row();
             }
         });
+}
+
+/// The memory map of each configuration at the cursor, side by side in `full_width`,
+/// after the other runtimes (other allocators than PyTorch's, apart).
+fn compare_maps_ui(ui: &mut Ui, app: &mut AllocsimApp, full_width: f32) {
     if let Some(spec) = other_runtimes_ui(ui, app)
         && !app.config.specs().contains(&spec)
     {
@@ -1399,11 +1505,12 @@ fn compare_tab_ui(ui: &mut Ui, app: &mut AllocsimApp) {
     ui.separator();
     let n = doc.slots.len().max(1);
     let mut picked = None;
-    let width = ui.available_width() / n as f32;
+    let gap = ui.spacing().item_spacing.x;
+    let width = (full_width - gap * (n - 1) as f32) / n as f32;
     let height = ui.available_height();
     ui.horizontal_top(|ui| {
         for i in 0..n {
-            ui.allocate_ui(egui::vec2(width - 6.0, height), |ui| {
+            ui.allocate_ui(egui::vec2(width, height), |ui| {
                 ui.vertical(|ui| {
                     map_header_ui(ui, app, i);
                     if let Some(doc) = &app.doc

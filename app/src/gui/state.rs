@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use allocsim_core::metrics::Timeline;
 
-use super::engine::wire::{LayoutData, NO_OP, ReplayData, TraceData, block_state};
+use super::engine::wire::{LayoutData, NO_OP, ReplayData, TraceData, block_state, format_frame};
 use super::envelope::Envelope;
 use super::render::{Quad, QuadSet};
 use super::theme;
@@ -438,21 +438,74 @@ pub fn sites_at(trace: &TraceData, op: u32) -> Vec<(u32, u64, u32)> {
     v
 }
 
-/// Stacks whose frames contain `needle` (case-insensitive).
+/// What a stack search looks for, parsed once from the search field.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FrameQuery {
+    /// `capture.py:281`, the form the tooltips show: a frame whose file contains the text
+    /// (case-insensitive) at exactly that line.
+    FileLine { file: String, line: i64 },
+    /// `281`: a frame at that line, or whose function or file contains the digits.
+    Line(i64),
+    /// Anything else: text in a frame as the tooltips print it ([`format_frame`],
+    /// case-insensitive).
+    Text(String),
+}
+
+impl FrameQuery {
+    /// Parses the search text (already trimmed).
+    #[must_use]
+    pub fn parse(text: &str) -> FrameQuery {
+        let lower = text.to_lowercase();
+        let digits = |t: &str| !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit());
+        if digits(&lower)
+            && let Ok(line) = lower.parse()
+        {
+            return FrameQuery::Line(line);
+        }
+        if let Some((file, line)) = lower.rsplit_once(':')
+            && !file.is_empty()
+            && digits(line)
+            && let Ok(line) = line.parse()
+        {
+            return FrameQuery::FileLine {
+                file: file.to_string(),
+                line,
+            };
+        }
+        FrameQuery::Text(lower)
+    }
+
+    /// Whether the frame `name (file:line)` matches.
+    #[must_use]
+    pub fn matches(&self, name: &str, file: &str, line: i64) -> bool {
+        match self {
+            FrameQuery::FileLine { file: f, line: l } => {
+                *l == line && file.to_lowercase().contains(f.as_str())
+            }
+            FrameQuery::Line(l) => {
+                *l == line || {
+                    let d = l.to_string();
+                    name.contains(&d) || file.contains(&d)
+                }
+            }
+            FrameQuery::Text(t) => format_frame(name, file, line)
+                .to_lowercase()
+                .contains(t.as_str()),
+        }
+    }
+}
+
+/// Stacks with a frame that `needle` matches (see [`FrameQuery`]).
 #[must_use]
 pub fn stacks_matching(trace: &TraceData, needle: &str) -> BTreeSet<u32> {
-    let needle = needle.to_lowercase();
+    let query = FrameQuery::parse(needle.trim());
     let st = &trace.stacks;
     let frame_hit: Vec<bool> = st
         .frames
         .iter()
-        .map(|&(n, f, _)| {
-            let s = |i: u32| {
-                st.strings
-                    .get(i as usize)
-                    .map_or(String::new(), |s| s.to_lowercase())
-            };
-            s(n).contains(&needle) || s(f).contains(&needle)
+        .map(|&(n, f, line)| {
+            let s = |i: u32| st.strings.get(i as usize).map_or("", String::as_str);
+            query.matches(s(n), s(f), line)
         })
         .collect();
     (0..st.len() as u32)

@@ -11,7 +11,7 @@ use super::examples::{self, OOM_STORY};
 use super::io::EngineHandle;
 use super::{AllocsimApp, Startup, Tab};
 
-fn harness(startup: Startup) -> Harness<'static, AllocsimApp> {
+pub(super) fn harness(startup: Startup) -> Harness<'static, AllocsimApp> {
     let mut app = AllocsimApp::with_engine(EngineHandle::inline(), false);
     app.start(startup);
     let mut h = Harness::builder()
@@ -23,7 +23,7 @@ fn harness(startup: Startup) -> Harness<'static, AllocsimApp> {
 }
 
 /// Runs frames until the engine has answered everything.
-fn settle(h: &mut Harness<'static, AllocsimApp>) {
+pub(super) fn settle(h: &mut Harness<'static, AllocsimApp>) {
     for _ in 0..200 {
         h.step();
         if !h.state().busy() {
@@ -35,7 +35,7 @@ fn settle(h: &mut Harness<'static, AllocsimApp>) {
 }
 
 /// Whether `text` is on screen: in a label, or as the value a combo box shows.
-fn has_text(h: &Harness<'static, AllocsimApp>, text: &str) -> bool {
+pub(super) fn has_text(h: &Harness<'static, AllocsimApp>, text: &str) -> bool {
     h.query_all_by_label_contains(text).next().is_some()
         || h.query_all(by().predicate(|n| n.value().is_some_and(|v| v.contains(text))))
             .next()

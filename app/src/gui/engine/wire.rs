@@ -274,18 +274,23 @@ impl StackTable {
     #[must_use]
     pub fn format(&self, s: u32) -> Vec<String> {
         self.frames_of(s)
-            .map(|(n, f, l)| {
-                if l == allocsim_core::snapshot::Frame::LINE_UNKNOWN {
-                    format!("{n} ({f}:?)")
-                } else {
-                    format!("{n} ({f}:{l})")
-                }
-            })
+            .map(|(n, f, l)| format_frame(n, f, l))
             .collect()
     }
 
     fn str(&self, i: u32) -> &str {
         self.strings.get(i as usize).map_or("", String::as_str)
+    }
+}
+
+/// A frame as the tooltips and the stack panel print it: `name (file:line)`, `?` for a
+/// line the snapshot does not give as an `i64`.
+#[must_use]
+pub fn format_frame(name: &str, file: &str, line: i64) -> String {
+    if line == allocsim_core::snapshot::Frame::LINE_UNKNOWN {
+        format!("{name} ({file}:?)")
+    } else {
+        format!("{name} ({file}:{line})")
     }
 }
 
