@@ -31,7 +31,8 @@ fn harness(availability: Result<DeviceInfo, Unavailable>) -> Harness<'static, Al
     app.live = LivePanel::with_availability(availability);
     app.start(Startup::Example(&OOM_STORY));
     let mut h = Harness::builder()
-        .with_size([1400.0, 1600.0])
+        // Tall: the live section sits below the OOM panel in the side panel.
+        .with_size([1400.0, 3000.0])
         .with_max_steps(400)
         .build_ui_state(|ui, app: &mut AllocsimApp| app.ui(ui), app);
     for _ in 0..200 {

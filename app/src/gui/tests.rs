@@ -626,7 +626,7 @@ fn the_oom_explained_names_the_blockers_highlights_them_and_goes_to_their_alloca
     assert_eq!(h.state().cursor, op);
     let ev = want.holes[0].opened_at_event.expect("opened by a free");
     h.get_by_label(&format!("opened by the free at event {ev}"))
-        .click();
+        .click_accesskit();
     settle(&mut h);
     let app = h.state();
     let doc = app.document().expect("doc");
