@@ -31,12 +31,4 @@ fi
 step "fuzzing the snapshot decoder and trace builder (bounded)"
 bash scripts/fuzz-ci.sh
 step "browser"; bash scripts/test-browser.sh
-# The summary says which real traces were checked: a clone without ../shared beside it
-# checks only the repository's own (tests/traces), and must say so out loud.
-repo_traces=$(ls tests/traces/*.pickle.gz | wc -l)
-if [ -d ../shared/traces ]; then
-  shared=$(ls ../shared/traces/*.pickle.gz ../shared/traces/incoming/*.pickle.gz 2>/dev/null | wc -l)
-  step "done: real traces checked: $repo_traces of the repository and $shared of ../shared/traces"
-else
-  step "done — WARNING: ../shared/traces is missing: only the repository's $repo_traces real traces were checked; the shared corpus tests printed 'skipped'"
-fi
+step "done — $(bash scripts/corpus-summary.sh)"

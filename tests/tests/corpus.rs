@@ -279,3 +279,44 @@ fn layout_at_any_op_matches_a_straight_replay() {
         }
     }
 }
+
+/// The test run's last line says which real traces were checked, and warns out loud when
+/// the shared corpus is missing (its tests then only print `skipped:`).
+#[test]
+fn the_test_summary_names_the_traces_checked_and_warns_without_the_shared_corpus() {
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../scripts/corpus-summary.sh");
+    let run = |dir: &str| {
+        let out = std::process::Command::new("bash")
+            .args([script, dir])
+            .output()
+            .expect("bash");
+        assert!(out.status.success());
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let repo = repo_traces().len();
+    let missing = run("/nonexistent/shared/traces");
+    assert!(
+        missing.starts_with(&format!(
+            "WARNING: /nonexistent/shared/traces is missing: only the repository's {repo} real traces were checked"
+        )),
+        "{missing}"
+    );
+    let here = tempdir_with_traces(3);
+    let present = run(here.to_str().unwrap());
+    assert!(
+        present.starts_with(&format!(
+            "real traces checked: {repo} of the repository and 3 of "
+        )),
+        "{present}"
+    );
+}
+
+/// A folder with `n` (empty) trace files, for the summary to count.
+fn tempdir_with_traces(n: usize) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("allocsim-summary-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    for i in 0..n {
+        std::fs::write(dir.join(format!("t{i}.pickle.gz")), b"").unwrap();
+    }
+    dir
+}
