@@ -56,8 +56,9 @@ pub fn is_gzip(bytes: &[u8]) -> bool {
     bytes.starts_with(&[0x1f, 0x8b])
 }
 
-/// Inflates a gzip stream (several concatenated members allowed), refusing to produce
-/// more than `limit_bytes`.
+/// Inflates a gzip stream (several concatenated members allowed, and trailing zero
+/// padding after the last, as Python's `gzip` accepts), refusing to produce more than
+/// `limit_bytes`.
 pub fn gunzip(bytes: &[u8], limit_bytes: u64) -> Result<Vec<u8>, ImportError> {
     // Pre-size from the trailer's ISIZE, but never beyond what deflate can reach from
     // this many compressed bytes (≈1032:1) or the limit: the trailer is untrusted.
@@ -70,19 +71,35 @@ pub fn gunzip(bytes: &[u8], limit_bytes: u64) -> Result<Vec<u8>, ImportError> {
     let reachable = (bytes.len() as u64).saturating_mul(1032);
     let hint = isize_hint.min(reachable).min(limit_bytes).min(1 << 32);
     let mut out = Vec::with_capacity(usize::try_from(hint).unwrap_or(0));
-    let decoder = flate2::read::MultiGzDecoder::new(bytes);
-    // One byte past the limit tells "exactly at the limit" from "beyond it".
-    let mut limited = decoder.take(limit_bytes.saturating_add(1));
-    if let Err(e) = limited.read_to_end(&mut out) {
-        return Err(ImportError::Gzip {
-            message: e.to_string(),
-            decompressed_bytes: out.len() as u64,
-        });
+    let mut rest = bytes;
+    loop {
+        let mut member = flate2::bufread::GzDecoder::new(rest);
+        // One byte past the limit tells "exactly at the limit" from "beyond it".
+        let room = (limit_bytes + 1).saturating_sub(out.len() as u64);
+        if let Err(e) = (&mut member).take(room).read_to_end(&mut out) {
+            return Err(ImportError::Gzip {
+                message: e.to_string(),
+                decompressed_bytes: out.len() as u64,
+            });
+        }
+        if out.len() as u64 > limit_bytes {
+            return Err(ImportError::TooLarge { limit_bytes });
+        }
+        rest = member.into_inner();
+        if rest.iter().all(|&b| b == 0) {
+            return Ok(out);
+        }
+        if !is_gzip(rest) {
+            return Err(ImportError::Gzip {
+                message: format!(
+                    "{} bytes after the gzip stream at byte {} are neither another gzip member nor zero padding",
+                    rest.len(),
+                    bytes.len() - rest.len()
+                ),
+                decompressed_bytes: out.len() as u64,
+            });
+        }
     }
-    if out.len() as u64 > limit_bytes {
-        return Err(ImportError::TooLarge { limit_bytes });
-    }
-    Ok(out)
 }
 
 /// Decodes an uncompressed snapshot (pickle or JSON).
@@ -93,9 +110,17 @@ pub fn decode_plain(bytes: &[u8]) -> Result<RawSnapshot, ImportError> {
     if first == 0x80 {
         return pickle::decode_snapshot_pickle(bytes);
     }
+    if is_gzip(bytes) {
+        return Err(ImportError::Format(
+            "the decompressed file is gzip again (compressed twice): gunzip it once and open that"
+                .into(),
+        ));
+    }
+    // A UTF-8 byte-order mark before JSON is allowed (JSON's byte offsets then count
+    // from after it).
     let body = bytes.strip_prefix(b"\xef\xbb\xbf").unwrap_or(bytes);
     match body.iter().find(|b| !b.is_ascii_whitespace()) {
-        Some(b'{' | b'[') => json::decode_snapshot_json(bytes),
+        Some(b'{' | b'[') => json::decode_snapshot_json(body),
         // Protocol 0 and 1 pickles have no PROTO opcode; a snapshot would start with
         // MARK (`(dp0`) or EMPTY_DICT.
         _ if matches!(first, b'(' | b'}' | b']') => pickle::decode_snapshot_pickle(bytes),
@@ -114,4 +139,62 @@ fn hex_prefix(bytes: &[u8]) -> String {
         .map(|b| format!("{b:02x}"))
         .collect::<Vec<_>>()
         .join(" ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    fn gz(bytes: &[u8]) -> Vec<u8> {
+        let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+        e.write_all(bytes).unwrap();
+        e.finish().unwrap()
+    }
+
+    const SNAPSHOT: &[u8] = br#"{"segments": [], "device_traces": [[]]}"#;
+
+    #[test]
+    fn json_with_a_byte_order_mark_decodes() {
+        let mut bom = b"\xef\xbb\xbf".to_vec();
+        bom.extend_from_slice(SNAPSHOT);
+        assert!(decode_snapshot(&bom).is_ok());
+    }
+
+    #[test]
+    fn gzip_with_trailing_zero_padding_decodes_and_other_trailing_bytes_are_named() {
+        let mut padded = gz(SNAPSHOT);
+        padded.extend_from_slice(&[0; 512]);
+        assert!(decode_snapshot(&padded).is_ok());
+        let mut two = gz(&SNAPSHOT[..10]);
+        two.extend_from_slice(&gz(&SNAPSHOT[10..]));
+        assert!(decode_snapshot(&two).is_ok(), "concatenated members");
+        let mut junk = gz(SNAPSHOT);
+        let at = junk.len();
+        junk.extend_from_slice(b"junk");
+        let e = decode_snapshot(&junk).unwrap_err().to_string();
+        assert!(
+            e.contains(&format!("4 bytes after the gzip stream at byte {at}")),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn gzip_inside_gzip_says_so() {
+        let e = decode_snapshot(&gz(&gz(SNAPSHOT))).unwrap_err().to_string();
+        assert!(e.contains("compressed twice"), "{e}");
+    }
+
+    #[test]
+    fn the_decompression_limit_holds_across_members() {
+        let mut two = gz(&[b' '; 600]);
+        two.extend_from_slice(&gz(&[b' '; 600]));
+        let opts = DecodeOptions {
+            max_decompressed_bytes: 1000,
+        };
+        assert!(matches!(
+            decode_snapshot_with(&two, &opts),
+            Err(ImportError::TooLarge { limit_bytes: 1000 })
+        ));
+    }
 }
