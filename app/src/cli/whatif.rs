@@ -176,11 +176,7 @@ pub fn compare(a: &CompareArgs) -> Result<u8, Failure> {
         "segment ops"
     );
     for r in &results {
-        let oom = match &r.oom {
-            Some(o) if o.fatal => format!("at event {}", o.event_index),
-            Some(o) => format!("at event {} (as recorded)", o.event_index),
-            None => "never".to_string(),
-        };
+        let oom = oom_column(r);
         crate::say!(
             "{:width$}  {:>12}  {:>12}  {:>8.1}%  {:>11}  {oom}",
             label(r),
@@ -203,6 +199,16 @@ pub fn compare(a: &CompareArgs) -> Result<u8, Failure> {
         }
     }
     Ok(0)
+}
+
+/// The "out of memory" column of a replay: where, and whether the recording failed there
+/// too (`recorded` and `fatal` are each other's opposite).
+fn oom_column(r: &ReplayResult) -> String {
+    match &r.oom {
+        None => "never".to_string(),
+        Some(o) if o.recorded => format!("at event {} (as recorded)", o.event_index),
+        Some(o) => format!("at event {}", o.event_index),
+    }
 }
 
 fn capacity_text(c: Option<u64>) -> String {
@@ -420,11 +426,7 @@ fn print_tradeoffs(r: &whatif::Recommendation, capacity: Option<u64>) {
             || "-".to_string(),
             |c| format_size(c.saturating_sub(x.peak_reserved_bytes)),
         );
-        let oom = match &x.oom {
-            None => "never".to_string(),
-            Some(o) if o.recorded => format!("at event {} (as recorded)", o.event_index),
-            Some(o) => format!("at event {}", o.event_index),
-        };
+        let oom = oom_column(x);
         crate::say!(
             "  {n:width$}  {:>13}  {:>12}  {:>11}  {:>9}  {:>8.2} ms  {oom}",
             format_size(x.peak_reserved_bytes),
