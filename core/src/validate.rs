@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use crate::device::{Device, DeviceOom, SimulatedDevice};
 use crate::models::pytorch::{MIN_BLOCK_BYTES, PyTorchConfig, PyTorchModel};
-use crate::models::{AllocRequest, Allocator, LayoutBlockState, ModelEvent, PoolId};
+use crate::models::{AllocRequest, Allocator, ConfigError, LayoutBlockState, ModelEvent, PoolId};
 use crate::snapshot::{Action, BlockState, RawEvent, RawSnapshot, SegmentType};
 use crate::trace::{DeviceTrace, Inference, Op, OpKind, StartSegment, Trace, TraceError};
 
@@ -1101,8 +1101,7 @@ impl Validation {
 
 /// Builds the replayable trace of every device, validating each on the way.
 pub fn validate(snap: RawSnapshot, capacity: Option<u64>) -> Result<Validation, crate::Error> {
-    let cfg =
-        PyTorchConfig::from_settings(&snap.settings).map_err(|e| crate::Error::Config(e.0))?;
+    let cfg = PyTorchConfig::from_settings(&snap.settings).map_err(ConfigError::from)?;
     let mut devices = Vec::new();
     let mut reports = Vec::new();
     let n = snap.device_traces.len().max(

@@ -3,9 +3,9 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc;
 
-use allocsim_core::Error;
 use allocsim_core::replay::ReplayResult;
 use allocsim_core::whatif;
+use allocsim_core::{Error, QueryError};
 
 /// Runs jobs on up to `threads` threads (each takes the next job as it finishes one); the
 /// results come back in job order, `done` is called on the calling thread.
@@ -57,7 +57,7 @@ impl whatif::Runner for Threads {
             }
         });
         out.into_iter()
-            .map(|r| r.unwrap_or_else(|| Err(Error::Config("a replay thread stopped".into()))))
+            .map(|r| r.unwrap_or_else(|| Err(Error::Query(QueryError::ThreadStopped))))
             .collect()
     }
 }

@@ -32,6 +32,7 @@
 //! growth, 0.75 — JAX's `XLA_CLIENT_MEM_FRACTION` default — without),
 //! `garbage_collection` (False), `fragmentation_fraction` (0: the 128 MiB default).
 
+use super::AllocatorKind;
 use super::common::{self, Arena, FreeKey, State, device_bytes, round_down, round_up};
 use super::{AllocRequest, Allocator, Layout, ModelError, ModelEvent, ModelStats, OomInfo};
 use crate::device::Device;
@@ -66,7 +67,7 @@ impl BfcConfig {
 
     /// Parses `key:value,…` on top of the defaults.
     pub fn parse(conf: &str) -> Result<BfcConfig, common::ConfigError> {
-        let kv = common::parse_config("bfc", conf, &Self::KEYS)?;
+        let kv = common::parse_config(AllocatorKind::Bfc, conf, &Self::KEYS)?;
         let mut c = BfcConfig {
             allow_growth: true,
             memory_fraction: 0.0,
@@ -76,12 +77,24 @@ impl BfcConfig {
         let mut fraction = None;
         for (k, v) in kv {
             match k {
-                "allow_growth" => c.allow_growth = common::parse_bool("bfc", k, v)?,
+                "allow_growth" => c.allow_growth = common::parse_bool(AllocatorKind::Bfc, k, v)?,
                 "memory_fraction" => {
-                    fraction = Some(common::parse_f64("bfc", k, v, 0.0, 1.0, false)?);
+                    fraction = Some(common::parse_f64(
+                        AllocatorKind::Bfc,
+                        k,
+                        v,
+                        0.0,
+                        1.0,
+                        false,
+                    )?);
                 }
-                "garbage_collection" => c.garbage_collection = common::parse_bool("bfc", k, v)?,
-                _ => c.fragmentation_fraction = common::parse_f64("bfc", k, v, 0.0, 1.0, true)?,
+                "garbage_collection" => {
+                    c.garbage_collection = common::parse_bool(AllocatorKind::Bfc, k, v)?;
+                }
+                _ => {
+                    c.fragmentation_fraction =
+                        common::parse_f64(AllocatorKind::Bfc, k, v, 0.0, 1.0, true)?;
+                }
             }
         }
         c.memory_fraction = fraction.unwrap_or_else(|| c.default_fraction());
@@ -606,12 +619,10 @@ mod tests {
 
     #[test]
     fn config_errors_are_clear() {
-        assert!(
-            BfcConfig::parse("memory_fraction:1.5")
-                .unwrap_err()
-                .0
-                .contains("memory_fraction")
-        );
+        assert!(matches!(
+            BfcConfig::parse("memory_fraction:1.5").unwrap_err(),
+            common::ConfigError::OutOfRange { key, .. } if key == "memory_fraction"
+        ));
         assert!(BfcConfig::parse("allow_growth:maybe").is_err());
         assert_eq!(
             BfcConfig::parse("allow_growth:True").unwrap().canonical(),

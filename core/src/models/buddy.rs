@@ -17,6 +17,7 @@
 //! Config keys: `min_block` (bytes, a power of two from 256; default 512),
 //! `heap_size_mb` (a power of two ≥ 2; default 256).
 
+use super::AllocatorKind;
 use super::common::{self, Arena, FreeKey, State};
 use super::{AllocRequest, Allocator, Layout, ModelError, ModelEvent, ModelStats, OomInfo};
 use crate::device::Device;
@@ -38,30 +39,37 @@ impl BuddyConfig {
 
     /// Parses `key:value,…` on top of the defaults.
     pub fn parse(conf: &str) -> Result<BuddyConfig, common::ConfigError> {
-        let kv = common::parse_config("buddy", conf, &["min_block", "heap_size_mb"])?;
+        let kv = common::parse_config(AllocatorKind::Buddy, conf, &["min_block", "heap_size_mb"])?;
         let mut c = BuddyConfig::DEFAULT;
         for (k, v) in kv {
             if k == "min_block" {
-                c.min_block_bytes = common::parse_u64("buddy", k, v, 256, 1 << 30)?;
+                c.min_block_bytes = common::parse_u64(AllocatorKind::Buddy, k, v, 256, 1 << 30)?;
                 if !c.min_block_bytes.is_power_of_two() {
-                    return Err(common::ConfigError(format!(
-                        "buddy: min_block must be a power of two, got {v}"
-                    )));
+                    return Err(common::out_of_range(
+                        AllocatorKind::Buddy,
+                        k,
+                        "a power of two",
+                        &v,
+                    ));
                 }
             } else {
-                let mb = common::parse_u64("buddy", k, v, 2, 1 << 20)?;
+                let mb = common::parse_u64(AllocatorKind::Buddy, k, v, 2, 1 << 20)?;
                 if !mb.is_power_of_two() {
-                    return Err(common::ConfigError(format!(
-                        "buddy: heap_size_mb must be a power of two, got {v}"
-                    )));
+                    return Err(common::out_of_range(
+                        AllocatorKind::Buddy,
+                        k,
+                        "a power of two",
+                        &v,
+                    ));
                 }
                 c.heap_bytes = mb << 20;
             }
         }
         if c.min_block_bytes > c.heap_bytes {
-            return Err(common::ConfigError(
-                "buddy: min_block exceeds the heap size".to_string(),
-            ));
+            return Err(common::ConfigError::Inconsistent {
+                model: AllocatorKind::Buddy,
+                reason: "min_block exceeds the heap size",
+            });
         }
         Ok(c)
     }

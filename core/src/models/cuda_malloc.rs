@@ -21,6 +21,7 @@
 //!
 //! Config keys: none.
 
+use super::AllocatorKind;
 use super::common::{self, Arena, FreeKey, PAGE_BYTES, State, device_bytes, round_up};
 use super::{AllocRequest, Allocator, Layout, ModelError, ModelEvent, ModelStats, OomInfo};
 use crate::device::Device;
@@ -43,7 +44,7 @@ pub struct CudaMallocModel {
 impl CudaMallocModel {
     /// Parses the (empty) config.
     pub fn new(config: &str) -> Result<CudaMallocModel, common::ConfigError> {
-        common::parse_config("cuda-malloc", config, &[])?;
+        common::parse_config(AllocatorKind::CudaMalloc, config, &[])?;
         Ok(CudaMallocModel::default())
     }
 

@@ -28,6 +28,7 @@
 
 use std::collections::BTreeMap;
 
+use super::AllocatorKind;
 use super::common::{self, Arena, FreeKey, State, device_bytes, round_down, round_up};
 use super::{AllocRequest, Allocator, Layout, ModelError, ModelEvent, ModelStats, OomInfo};
 use crate::device::Device;
@@ -106,14 +107,15 @@ fn sorted_remove(v: &mut Vec<(u64, u32)>, base: u64) {
 impl RmmArenaModel {
     /// Parses `arena_size_mb`.
     pub fn new(conf: &str) -> Result<RmmArenaModel, common::ConfigError> {
-        let kv = common::parse_config("rmm-arena", conf, &["arena_size_mb"])?;
+        let kv = common::parse_config(AllocatorKind::RmmArena, conf, &["arena_size_mb"])?;
         let mut arena_bytes_cfg = None;
         for (k, v) in kv {
-            let b = common::parse_mib("rmm-arena", k, v)?;
+            let b = common::parse_mib(AllocatorKind::RmmArena, k, v)?;
             if b < SUPERBLOCK_MIN_BYTES {
-                return Err(common::ConfigError(
-                    "rmm-arena: Arena size smaller than minimum superblock size.".to_string(),
-                ));
+                return Err(common::ConfigError::Inconsistent {
+                    model: AllocatorKind::RmmArena,
+                    reason: "Arena size smaller than minimum superblock size.",
+                });
             }
             arena_bytes_cfg = Some(b);
         }

@@ -24,6 +24,7 @@
 //! Config keys: `min_size_exponent` (18), `max_size_exponent` (22),
 //! `blocks_to_preallocate` (128).
 
+use super::AllocatorKind;
 use super::common::{self, Arena, FreeKey, State, device_bytes};
 use super::{AllocRequest, Allocator, Layout, ModelError, ModelEvent, ModelStats, OomInfo};
 use crate::device::Device;
@@ -51,7 +52,7 @@ impl RmmBinningConfig {
     /// Parses `key:value,…` on top of the defaults.
     pub fn parse(conf: &str) -> Result<RmmBinningConfig, common::ConfigError> {
         let kv = common::parse_config(
-            "rmm-binning",
+            AllocatorKind::RmmBinning,
             conf,
             &[
                 "min_size_exponent",
@@ -63,19 +64,27 @@ impl RmmBinningConfig {
         for (k, v) in kv {
             match k {
                 "min_size_exponent" => {
-                    c.min_size_exponent = common::parse_u64("rmm-binning", k, v, 8, 40)? as u32;
+                    c.min_size_exponent =
+                        common::parse_u64(AllocatorKind::RmmBinning, k, v, 8, 40)? as u32;
                 }
                 "max_size_exponent" => {
-                    c.max_size_exponent = common::parse_u64("rmm-binning", k, v, 8, 40)? as u32;
+                    c.max_size_exponent =
+                        common::parse_u64(AllocatorKind::RmmBinning, k, v, 8, 40)? as u32;
                 }
-                _ => c.blocks_to_preallocate = common::parse_u64("rmm-binning", k, v, 1, 1 << 20)?,
+                _ => {
+                    c.blocks_to_preallocate =
+                        common::parse_u64(AllocatorKind::RmmBinning, k, v, 1, 1 << 20)?;
+                }
             }
         }
         if c.min_size_exponent > c.max_size_exponent {
-            return Err(common::ConfigError(format!(
-                "rmm-binning: min_size_exponent {} exceeds max_size_exponent {}",
-                c.min_size_exponent, c.max_size_exponent
-            )));
+            return Err(common::ConfigError::Exceeds {
+                model: AllocatorKind::RmmBinning,
+                low_key: "min_size_exponent",
+                low: u64::from(c.min_size_exponent),
+                high_key: "max_size_exponent",
+                high: u64::from(c.max_size_exponent),
+            });
         }
         Ok(c)
     }

@@ -29,6 +29,7 @@
 //!
 //! Config keys: `initial_pool_size_mb` (0), `maximum_pool_size_mb` (unset).
 
+use super::AllocatorKind;
 use super::common::{self, Arena, FreeKey, State, device_bytes, round_up};
 use super::{AllocRequest, Allocator, Layout, ModelError, ModelEvent, ModelStats, OomInfo};
 use crate::device::Device;
@@ -49,7 +50,7 @@ impl RmmPoolConfig {
     /// Parses `key:value,…` on top of the defaults.
     pub fn parse(conf: &str) -> Result<RmmPoolConfig, common::ConfigError> {
         let kv = common::parse_config(
-            "rmm-pool",
+            AllocatorKind::RmmPool,
             conf,
             &["initial_pool_size_mb", "maximum_pool_size_mb"],
         )?;
@@ -58,7 +59,7 @@ impl RmmPoolConfig {
             maximum_pool_bytes: None,
         };
         for (k, v) in kv {
-            let bytes = common::parse_mib("rmm-pool", k, v)?;
+            let bytes = common::parse_mib(AllocatorKind::RmmPool, k, v)?;
             if k == "initial_pool_size_mb" {
                 c.initial_pool_bytes = bytes;
             } else {
@@ -68,9 +69,10 @@ impl RmmPoolConfig {
         if let Some(m) = c.maximum_pool_bytes
             && c.initial_pool_bytes > m
         {
-            return Err(common::ConfigError(
-                "rmm-pool: Initial pool size exceeds the maximum pool size!".to_string(),
-            ));
+            return Err(common::ConfigError::Inconsistent {
+                model: AllocatorKind::RmmPool,
+                reason: "Initial pool size exceeds the maximum pool size!",
+            });
         }
         Ok(c)
     }
@@ -546,7 +548,7 @@ mod tests {
         assert!(
             RmmPoolConfig::parse("pool:1")
                 .unwrap_err()
-                .0
+                .to_string()
                 .contains("unknown config key")
         );
         assert_eq!(

@@ -26,6 +26,7 @@
 //! Config keys: `sli` (log2 of the second-level subdivisions, 1..=6; default 4),
 //! `pool_size_mb` (default 256).
 
+use super::AllocatorKind;
 use super::common::{self, Arena, FreeKey, PAGE_BYTES, State, round_up};
 use super::{AllocRequest, Allocator, Layout, ModelError, ModelEvent, ModelStats, OomInfo};
 use crate::device::Device;
@@ -50,13 +51,13 @@ impl TlsfConfig {
 
     /// Parses `key:value,…` on top of the defaults.
     pub fn parse(conf: &str) -> Result<TlsfConfig, common::ConfigError> {
-        let kv = common::parse_config("tlsf", conf, &["sli", "pool_size_mb"])?;
+        let kv = common::parse_config(AllocatorKind::Tlsf, conf, &["sli", "pool_size_mb"])?;
         let mut c = TlsfConfig::DEFAULT;
         for (k, v) in kv {
             if k == "sli" {
-                c.sli = common::parse_u64("tlsf", k, v, 1, 6)? as u32;
+                c.sli = common::parse_u64(AllocatorKind::Tlsf, k, v, 1, 6)? as u32;
             } else {
-                c.pool_bytes = common::parse_u64("tlsf", k, v, 2, 1 << 20)? << 20;
+                c.pool_bytes = common::parse_u64(AllocatorKind::Tlsf, k, v, 2, 1 << 20)? << 20;
             }
         }
         Ok(c)

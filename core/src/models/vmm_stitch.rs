@@ -35,6 +35,7 @@
 
 use std::collections::BTreeSet;
 
+use super::AllocatorKind;
 use super::common::{self, Arena, FreeKey, PAGE_BYTES, State, round_up};
 use super::{AllocRequest, Allocator, Layout, ModelError, ModelEvent, ModelStats, OomInfo};
 use crate::device::Device;
@@ -66,7 +67,7 @@ pub struct VmmStitchModel {
 impl VmmStitchModel {
     /// Parses the (empty) config.
     pub fn new(config: &str) -> Result<VmmStitchModel, common::ConfigError> {
-        common::parse_config("vmm-stitch", config, &[])?;
+        common::parse_config(AllocatorKind::VmmStitch, config, &[])?;
         Ok(VmmStitchModel::default())
     }
 

@@ -256,7 +256,12 @@ impl Engine {
         };
         let parsed = match ModelSpec::parse(spec) {
             Ok(s) => s,
-            Err(message) => return emit(Response::Failed { job, message }),
+            Err(e) => {
+                return emit(Response::Failed {
+                    job,
+                    message: e.to_string(),
+                });
+            }
         };
         emit(Response::Progress {
             job,
@@ -405,7 +410,8 @@ impl Engine {
         let specs: Vec<ModelSpec> = labels
             .iter()
             .map(|l| ModelSpec::parse(l))
-            .collect::<Result<_, _>>()?;
+            .collect::<Result<_, _>>()
+            .map_err(|e| e.to_string())?;
         let results = whatif::compare(trace, self.device, &specs, capacity, &mut |done, total| {
             emit(Response::Progress {
                 job,
@@ -479,7 +485,7 @@ fn min_capacity_of(
     emit: &mut dyn FnMut(Response),
 ) -> Result<u64, String> {
     let trace = trace.ok_or("no trace is loaded")?;
-    let parsed = ModelSpec::parse(spec)?;
+    let parsed = ModelSpec::parse(spec).map_err(|e| e.to_string())?;
     let m = whatif::min_capacity(trace, device, &parsed, &mut |done, total| {
         emit(Response::Progress {
             job,

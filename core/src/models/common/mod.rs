@@ -17,7 +17,9 @@ mod largest_free;
 pub mod rounding;
 
 pub use arena::{Arena, Block, NIL, Segment, State};
-pub use config::{ConfigError, fmt_mib, parse_bool, parse_config, parse_f64, parse_mib, parse_u64};
+pub use config::{
+    ConfigError, fmt_mib, out_of_range, parse_bool, parse_config, parse_f64, parse_mib, parse_u64,
+};
 pub use free_key::FreeKey;
 pub use hasher::AddrHasher;
 pub use rounding::{PAGE_BYTES, device_bytes, round_down, round_up};

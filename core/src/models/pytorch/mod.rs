@@ -21,7 +21,7 @@ use std::hash::BuildHasherDefault;
 
 use super::common::AddrHasher;
 
-pub use config::{ConfigError, PyTorchConfig};
+pub use config::{PyTorchConfig, PyTorchConfigError};
 
 use super::{
     AllocRequest, Allocator, Layout, LayoutBlock, LayoutBlockState, LayoutSegment, ModelError,
