@@ -19,9 +19,9 @@
 
 use super::AllocatorKind;
 use super::common::{self, Arena, FreeKey, State};
-use super::{AllocRequest, Allocator, Layout, ModelError, ModelEvent, ModelStats, OomInfo};
+use super::common::{ArenaPolicy, Block, Refusal};
+use super::{AllocRequest, ModelEvent};
 use crate::device::Device;
-use crate::snapshot::Action;
 use crate::units::format_size;
 
 /// The options a config string sets.
@@ -129,7 +129,7 @@ impl BuddyModel {
     }
 
     /// Frees block `i` (not indexed), merging it with its buddy while the buddy is free.
-    fn put_back(&mut self, i: u32) {
+    fn put_back_block(&mut self, i: u32) {
         let base = self.arena.seg(self.arena.b(i).seg).base;
         let mut cur = i;
         loop {
@@ -203,21 +203,27 @@ impl BuddyModel {
     }
 }
 
-impl Allocator for BuddyModel {
-    fn name(&self) -> &'static str {
-        "buddy"
+impl ArenaPolicy for BuddyModel {
+    const KIND: AllocatorKind = AllocatorKind::Buddy;
+
+    fn arena(&self) -> &Arena {
+        &self.arena
     }
 
-    fn config_string(&self) -> String {
+    fn arena_mut(&mut self) -> &mut Arena {
+        &mut self.arena
+    }
+
+    fn canonical_config(&self) -> String {
         self.cfg.canonical()
     }
 
-    fn malloc(
+    fn find(
         &mut self,
         dev: &mut dyn Device,
         req: &AllocRequest,
         out: &mut Vec<ModelEvent>,
-    ) -> Result<u64, OomInfo> {
+    ) -> Result<u32, Refusal> {
         let need = self.block_size(req.size_bytes);
         let stream = req.stream;
         let mut found = self.take(need);
@@ -227,77 +233,37 @@ impl Allocator for BuddyModel {
         {
             found = self.take(need);
         }
-        let Some(i) = found else {
-            out.push(ModelEvent {
-                action: Action::Oom,
-                addr: dev.free_bytes(),
-                size: need,
-                stream,
-            });
+        found.ok_or_else(|| {
             let heap = self.cfg.heap_bytes.max(need);
-            return Err(OomInfo {
-                rounded_bytes: need,
-                alloc_bytes: heap,
-                reserved_bytes: self.arena.reserved_bytes(),
-                allocated_bytes: self.arena.allocated_bytes(),
-                largest_free_bytes: self.arena.largest_free(),
-                free_holes: self.arena.free_count(),
-                pool_free_bytes: self.arena.free_bytes(),
-                reason: format!(
+            Refusal::new(
+                need,
+                heap,
+                format!(
                     "no free block of {} and the device refused a new {} heap ({} free)",
                     format_size(need),
                     format_size(heap),
                     format_size(dev.free_bytes())
                 ),
-            });
-        };
-        self.arena.allocate(i, req.size_bytes, stream, out);
-        Ok(self.arena.b(i).addr)
+            )
+        })
     }
 
-    fn free(
-        &mut self,
-        _dev: &mut dyn Device,
-        addr: u64,
-        deferred: bool,
-        out: &mut Vec<ModelEvent>,
-    ) -> Result<(), ModelError> {
-        if let Some(i) = self.arena.release(addr, deferred, out)? {
-            self.put_back(i);
-        }
-        Ok(())
+    fn put_back(&mut self, _dev: &mut dyn Device, i: u32, _out: &mut Vec<ModelEvent>) {
+        self.put_back_block(i);
     }
 
-    fn complete_free(
-        &mut self,
-        _dev: &mut dyn Device,
-        addr: u64,
-        out: &mut Vec<ModelEvent>,
-    ) -> Result<(), ModelError> {
-        let i = self.arena.complete(addr, out)?;
-        self.put_back(i);
-        Ok(())
-    }
-
-    fn empty_cache(&mut self, dev: &mut dyn Device, out: &mut Vec<ModelEvent>) {
+    fn release_cached(&mut self, dev: &mut dyn Device, out: &mut Vec<ModelEvent>) {
         self.release_free_heaps(dev, out);
     }
 
-    fn stats(&self) -> ModelStats {
-        self.arena.stats()
-    }
-
-    fn layout(&self) -> Layout {
-        self.arena.layout()
-    }
-
-    fn check_invariants(&self) -> Result<(), String> {
-        let arena = &self.arena;
+    fn adjacent_free_ok(&self, a: &Block, b: &Block) -> bool {
         // Two free neighbours are fine unless they are buddies (then they should be one).
-        arena.check(|a, b| {
-            let base = arena.seg(a.seg).base;
-            !(a.size == b.size && ((a.addr - base) ^ a.size) == b.addr - base)
-        })?;
+        let base = self.arena.seg(a.seg).base;
+        !(a.size == b.size && ((a.addr - base) ^ a.size) == b.addr - base)
+    }
+
+    fn check_policy(&self) -> Result<(), String> {
+        let arena = &self.arena;
         for (s, seg) in arena.segments() {
             if !seg.size.is_power_of_two() {
                 return Err(format!("heap {:#x} is not a power of two", seg.base));
@@ -318,16 +284,13 @@ impl Allocator for BuddyModel {
         }
         Ok(())
     }
-
-    fn clone_box(&self) -> Box<dyn Allocator> {
-        Box::new(self.clone())
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::device::SimulatedDevice;
+    use crate::models::{Allocator, OomInfo};
     use crate::models::{LayoutBlockState, PoolId};
 
     const MIB: u64 = 1 << 20;

@@ -165,7 +165,7 @@ pub trait Allocator: Send {
     /// Which of the models of [`AllocatorKind`] this is; `None` for an allocator that is
     /// not one of them (native-backend's raw pass-through).
     fn kind(&self) -> Option<AllocatorKind> {
-        self.name().parse().ok()
+        None
     }
     /// The effective configuration as a canonical `key:value,…` string.
     fn config_string(&self) -> String;

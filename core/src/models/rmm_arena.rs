@@ -30,9 +30,9 @@ use std::collections::BTreeMap;
 
 use super::AllocatorKind;
 use super::common::{self, Arena, FreeKey, State, device_bytes, round_down, round_up};
-use super::{AllocRequest, Allocator, Layout, ModelError, ModelEvent, ModelStats, OomInfo};
+use super::common::{ArenaPolicy, Block, Refusal};
+use super::{AllocRequest, ModelEvent};
 use crate::device::Device;
-use crate::snapshot::Action;
 use crate::units::format_size;
 
 /// `superblock::minimum_size`: 1 MiB.
@@ -455,7 +455,7 @@ impl RmmArenaModel {
 
     /// `superblock::coalesce` of freed block `i`, and `global_arena::coalesce` when that
     /// empties a global superblock (it merges with empty global neighbours).
-    fn put_back(&mut self, i: u32) {
+    fn put_back_block(&mut self, i: u32) {
         let sb = self.arena.b(i).owner as u32;
         let owner = u64::from(sb);
         let (size, before, after) = {
@@ -562,23 +562,29 @@ impl RmmArenaModel {
     }
 }
 
-impl Allocator for RmmArenaModel {
-    fn name(&self) -> &'static str {
-        "rmm-arena"
+impl ArenaPolicy for RmmArenaModel {
+    const KIND: AllocatorKind = AllocatorKind::RmmArena;
+
+    fn arena(&self) -> &Arena {
+        &self.arena
     }
 
-    fn config_string(&self) -> String {
+    fn arena_mut(&mut self) -> &mut Arena {
+        &mut self.arena
+    }
+
+    fn canonical_config(&self) -> String {
         self.arena_bytes_cfg
             .map(|b| format!("arena_size_mb:{}", common::fmt_mib(b)))
             .unwrap_or_default()
     }
 
-    fn malloc(
+    fn find(
         &mut self,
         dev: &mut dyn Device,
         req: &AllocRequest,
         out: &mut Vec<ModelEvent>,
-    ) -> Result<u64, OomInfo> {
+    ) -> Result<u32, Refusal> {
         let stream = req.stream;
         if !self.initialized {
             self.start(dev, stream, out);
@@ -592,13 +598,7 @@ impl Allocator for RmmArenaModel {
                 found = self.try_allocate(size, stream);
             }
         }
-        let Some(i) = found else {
-            out.push(ModelEvent {
-                action: Action::Oom,
-                addr: dev.free_bytes(),
-                size,
-                stream,
-            });
+        found.ok_or_else(|| {
             let reason = match &self.init_error {
                 Some(e) => e.clone(),
                 None => format!(
@@ -606,57 +606,19 @@ impl Allocator for RmmArenaModel {
                     format_size(size)
                 ),
             };
-            return Err(OomInfo {
-                rounded_bytes: size,
-                alloc_bytes: size,
-                reserved_bytes: self.arena.reserved_bytes(),
-                allocated_bytes: self.arena.allocated_bytes(),
-                largest_free_bytes: self.arena.largest_free(),
-                free_holes: self.arena.free_count(),
-                pool_free_bytes: self.arena.free_bytes(),
-                reason,
-            });
-        };
-        self.arena.allocate(i, req.size_bytes, stream, out);
-        Ok(self.arena.b(i).addr)
+            Refusal::new(size, size, reason)
+        })
     }
 
-    fn free(
-        &mut self,
-        _dev: &mut dyn Device,
-        addr: u64,
-        deferred: bool,
-        out: &mut Vec<ModelEvent>,
-    ) -> Result<(), ModelError> {
-        if let Some(i) = self.arena.release(addr, deferred, out)? {
-            self.put_back(i);
-        }
-        Ok(())
+    fn put_back(&mut self, _dev: &mut dyn Device, i: u32, _out: &mut Vec<ModelEvent>) {
+        self.put_back_block(i);
     }
 
-    fn complete_free(
-        &mut self,
-        _dev: &mut dyn Device,
-        addr: u64,
-        out: &mut Vec<ModelEvent>,
-    ) -> Result<(), ModelError> {
-        let i = self.arena.complete(addr, out)?;
-        self.put_back(i);
-        Ok(())
+    fn adjacent_free_ok(&self, a: &Block, b: &Block) -> bool {
+        a.owner != b.owner
     }
 
-    fn empty_cache(&mut self, _dev: &mut dyn Device, _out: &mut Vec<ModelEvent>) {}
-
-    fn stats(&self) -> ModelStats {
-        self.arena.stats()
-    }
-
-    fn layout(&self) -> Layout {
-        self.arena.layout()
-    }
-
-    fn check_invariants(&self) -> Result<(), String> {
-        self.arena.check(|a, b| a.owner != b.owner)?;
+    fn check_policy(&self) -> Result<(), String> {
         let Some((seg, segment)) = self.arena.segments().next() else {
             return if self.sbs.iter().any(|s| s.live) {
                 Err("superblocks without an arena".to_string())
@@ -799,10 +761,6 @@ impl Allocator for RmmArenaModel {
         }
         Ok(())
     }
-
-    fn clone_box(&self) -> Box<dyn Allocator> {
-        Box::new(self.clone())
-    }
 }
 
 #[cfg(test)]
@@ -810,6 +768,7 @@ mod tests {
     use super::*;
     use crate::device::SimulatedDevice;
     use crate::models::PoolId;
+    use crate::models::{Allocator, OomInfo};
 
     const MIB: u64 = 1 << 20;
 

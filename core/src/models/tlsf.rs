@@ -28,9 +28,9 @@
 
 use super::AllocatorKind;
 use super::common::{self, Arena, FreeKey, PAGE_BYTES, State, round_up};
-use super::{AllocRequest, Allocator, Layout, ModelError, ModelEvent, ModelStats, OomInfo};
+use super::common::{ArenaPolicy, Block, Refusal};
+use super::{AllocRequest, ModelEvent};
 use crate::device::Device;
-use crate::snapshot::Action;
 use crate::units::format_size;
 
 /// Size granularity.
@@ -159,7 +159,7 @@ impl TlsfModel {
         Some(i)
     }
 
-    fn put_back(&mut self, i: u32) {
+    fn put_back_block(&mut self, i: u32) {
         let m = self.arena.coalesce(i, |_| true);
         self.push(m);
     }
@@ -221,21 +221,27 @@ impl TlsfModel {
     }
 }
 
-impl Allocator for TlsfModel {
-    fn name(&self) -> &'static str {
-        "tlsf"
+impl ArenaPolicy for TlsfModel {
+    const KIND: AllocatorKind = AllocatorKind::Tlsf;
+
+    fn arena(&self) -> &Arena {
+        &self.arena
     }
 
-    fn config_string(&self) -> String {
+    fn arena_mut(&mut self) -> &mut Arena {
+        &mut self.arena
+    }
+
+    fn canonical_config(&self) -> String {
         self.cfg.canonical()
     }
 
-    fn malloc(
+    fn find(
         &mut self,
         dev: &mut dyn Device,
         req: &AllocRequest,
         out: &mut Vec<ModelEvent>,
-    ) -> Result<u64, OomInfo> {
+    ) -> Result<u32, Refusal> {
         let rounded = round_up(req.size_bytes.max(1), GRANULARITY_BYTES);
         let stream = req.stream;
         let mut found = self.take(rounded);
@@ -245,13 +251,7 @@ impl Allocator for TlsfModel {
         {
             found = self.take(rounded);
         }
-        let Some(i) = found else {
-            out.push(ModelEvent {
-                action: Action::Oom,
-                addr: dev.free_bytes(),
-                size: rounded,
-                stream,
-            });
+        found.ok_or_else(|| {
             let mut reason = format!(
                 "no list at or above the request's class has a block and the device refused a new pool ({} free)",
                 format_size(dev.free_bytes())
@@ -263,59 +263,23 @@ impl Allocator for TlsfModel {
                     " fits but sits in the request's own class, which good-fit search skips",
                 );
             }
-            return Err(OomInfo {
-                rounded_bytes: rounded,
-                alloc_bytes: self.cfg.pool_bytes.max(rounded),
-                reserved_bytes: self.arena.reserved_bytes(),
-                allocated_bytes: self.arena.allocated_bytes(),
-                largest_free_bytes: self.arena.largest_free(),
-                free_holes: self.arena.free_count(),
-                pool_free_bytes: self.arena.free_bytes(),
-                reason,
-            });
-        };
-        self.arena.allocate(i, req.size_bytes, stream, out);
-        Ok(self.arena.b(i).addr)
+            Refusal::new(rounded, self.cfg.pool_bytes.max(rounded), reason)
+        })
     }
 
-    fn free(
-        &mut self,
-        _dev: &mut dyn Device,
-        addr: u64,
-        deferred: bool,
-        out: &mut Vec<ModelEvent>,
-    ) -> Result<(), ModelError> {
-        if let Some(i) = self.arena.release(addr, deferred, out)? {
-            self.put_back(i);
-        }
-        Ok(())
+    fn put_back(&mut self, _dev: &mut dyn Device, i: u32, _out: &mut Vec<ModelEvent>) {
+        self.put_back_block(i);
     }
 
-    fn complete_free(
-        &mut self,
-        _dev: &mut dyn Device,
-        addr: u64,
-        out: &mut Vec<ModelEvent>,
-    ) -> Result<(), ModelError> {
-        let i = self.arena.complete(addr, out)?;
-        self.put_back(i);
-        Ok(())
-    }
-
-    fn empty_cache(&mut self, dev: &mut dyn Device, out: &mut Vec<ModelEvent>) {
+    fn release_cached(&mut self, dev: &mut dyn Device, out: &mut Vec<ModelEvent>) {
         self.release_free_pools(dev, out);
     }
 
-    fn stats(&self) -> ModelStats {
-        self.arena.stats()
+    fn adjacent_free_ok(&self, _: &Block, _: &Block) -> bool {
+        false
     }
 
-    fn layout(&self) -> Layout {
-        self.arena.layout()
-    }
-
-    fn check_invariants(&self) -> Result<(), String> {
-        self.arena.check(|_, _| false)?;
+    fn check_policy(&self) -> Result<(), String> {
         for (s, _) in self.arena.segments() {
             for b in self.arena.seg_blocks(s) {
                 let blk = self.arena.b(b);
@@ -337,16 +301,13 @@ impl Allocator for TlsfModel {
         }
         Ok(())
     }
-
-    fn clone_box(&self) -> Box<dyn Allocator> {
-        Box::new(self.clone())
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::device::SimulatedDevice;
+    use crate::models::Allocator;
     use crate::models::PoolId;
 
     const G: u64 = GRANULARITY_BYTES;

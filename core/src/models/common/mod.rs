@@ -3,7 +3,8 @@
 //! index's packed key), [`largest_free`] (the largest free block in O(1)), [`hasher`] (the
 //! address hasher), [`arena`] (segments and blocks with address-ordered neighbours, split
 //! and merge, the free index, the live map, the counters, the device calls, the layout and
-//! a generic invariant check) and [`config`] (the `key:value` config parser).
+//! a generic invariant check), [`config`] (the `key:value` config parser) and [`policy`]
+//! (the one `Allocator` implementation every arena model gets from its policy).
 //!
 //! A model decides *policy* (which free block, when to split, what may merge, when to ask
 //! the device); the [`Arena`] keeps the *structure* consistent. Nothing here iterates a
@@ -14,6 +15,7 @@ pub mod config;
 pub mod free_key;
 pub mod hasher;
 mod largest_free;
+pub mod policy;
 pub mod rounding;
 
 pub use arena::{Arena, Block, NIL, Segment, State};
@@ -22,4 +24,5 @@ pub use config::{
 };
 pub use free_key::FreeKey;
 pub use hasher::AddrHasher;
+pub use policy::{ArenaPolicy, Refusal};
 pub use rounding::{PAGE_BYTES, device_bytes, round_down, round_up};
