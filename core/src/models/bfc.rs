@@ -312,12 +312,6 @@ impl BfcModel {
         true
     }
 
-    fn put_back_block(&mut self, i: u32) {
-        let m = self.arena.coalesce(i, |_| true);
-        let k = self.key(m);
-        self.arena.insert_free(m, k);
-    }
-
     /// The memory limit in force (known after the first request).
     #[must_use]
     pub fn memory_limit(&self) -> Option<u64> {
@@ -340,6 +334,7 @@ impl ArenaPolicy for BfcModel {
         self.cfg.canonical()
     }
 
+    #[inline]
     fn find(
         &mut self,
         dev: &mut dyn Device,
@@ -378,7 +373,9 @@ impl ArenaPolicy for BfcModel {
     }
 
     fn put_back(&mut self, _dev: &mut dyn Device, i: u32, _out: &mut Vec<ModelEvent>) {
-        self.put_back_block(i);
+        let m = self.arena.coalesce(i, |_| true);
+        let k = self.key(m);
+        self.arena.insert_free(m, k);
     }
 
     fn adjacent_free_ok(&self, _: &Block, _: &Block) -> bool {

@@ -128,37 +128,6 @@ impl BuddyModel {
         Some(i)
     }
 
-    /// Frees block `i` (not indexed), merging it with its buddy while the buddy is free.
-    fn put_back_block(&mut self, i: u32) {
-        let base = self.arena.seg(self.arena.b(i).seg).base;
-        let mut cur = i;
-        loop {
-            let (addr, size) = (self.arena.b(cur).addr, self.arena.b(cur).size);
-            if size == self.arena.seg(self.arena.b(cur).seg).size {
-                break;
-            }
-            let off = addr - base;
-            if (off ^ size) > off {
-                let n = self.arena.b(cur).next;
-                if n == common::NIL || !self.arena.b(n).indexed || self.arena.b(n).size != size {
-                    break;
-                }
-                self.arena.remove_free(n);
-                self.arena.absorb_next(cur);
-            } else {
-                let p = self.arena.b(cur).prev;
-                if p == common::NIL || !self.arena.b(p).indexed || self.arena.b(p).size != size {
-                    break;
-                }
-                self.arena.remove_free(p);
-                self.arena.absorb_next(p);
-                cur = p;
-            }
-        }
-        let k = key(self.arena.b(cur));
-        self.arena.insert_free(cur, k);
-    }
-
     /// Returns every entirely free heap to the device.
     fn release_free_heaps(&mut self, dev: &mut dyn Device, out: &mut Vec<ModelEvent>) -> bool {
         let free: Vec<u32> = self
@@ -218,6 +187,7 @@ impl ArenaPolicy for BuddyModel {
         self.cfg.canonical()
     }
 
+    #[inline]
     fn find(
         &mut self,
         dev: &mut dyn Device,
@@ -248,8 +218,35 @@ impl ArenaPolicy for BuddyModel {
         })
     }
 
+    /// Frees block `i` (not indexed), merging it with its buddy while the buddy is free.
     fn put_back(&mut self, _dev: &mut dyn Device, i: u32, _out: &mut Vec<ModelEvent>) {
-        self.put_back_block(i);
+        let base = self.arena.seg(self.arena.b(i).seg).base;
+        let mut cur = i;
+        loop {
+            let (addr, size) = (self.arena.b(cur).addr, self.arena.b(cur).size);
+            if size == self.arena.seg(self.arena.b(cur).seg).size {
+                break;
+            }
+            let off = addr - base;
+            if (off ^ size) > off {
+                let n = self.arena.b(cur).next;
+                if n == common::NIL || !self.arena.b(n).indexed || self.arena.b(n).size != size {
+                    break;
+                }
+                self.arena.remove_free(n);
+                self.arena.absorb_next(cur);
+            } else {
+                let p = self.arena.b(cur).prev;
+                if p == common::NIL || !self.arena.b(p).indexed || self.arena.b(p).size != size {
+                    break;
+                }
+                self.arena.remove_free(p);
+                self.arena.absorb_next(p);
+                cur = p;
+            }
+        }
+        let k = key(self.arena.b(cur));
+        self.arena.insert_free(cur, k);
     }
 
     fn release_cached(&mut self, dev: &mut dyn Device, out: &mut Vec<ModelEvent>) {

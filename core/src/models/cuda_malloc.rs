@@ -52,21 +52,6 @@ impl CudaMallocModel {
         let b = self.arena.b(i);
         FreeKey::new(0, b.size, b.addr)
     }
-
-    /// Frees block `i` (released, not indexed): merges it inside its page and gives the page
-    /// back when it is empty.
-    fn put_back_block(&mut self, dev: &mut dyn Device, i: u32, out: &mut Vec<ModelEvent>) {
-        let m = self.arena.coalesce(i, |_| true);
-        let s = self.arena.b(m).seg;
-        if self.arena.b(m).size == self.arena.seg(s).size {
-            // The whole page (or large allocation) is free: cudaFree reaches the device.
-            let _ = self.arena.dev_free(dev, s, out);
-        } else {
-            self.arena.count_segment_op();
-            let k = self.key(m);
-            self.arena.insert_free(m, k);
-        }
-    }
 }
 
 impl ArenaPolicy for CudaMallocModel {
@@ -84,6 +69,7 @@ impl ArenaPolicy for CudaMallocModel {
         String::new()
     }
 
+    #[inline]
     fn find(
         &mut self,
         dev: &mut dyn Device,
@@ -141,8 +127,19 @@ impl ArenaPolicy for CudaMallocModel {
         Ok(i)
     }
 
+    /// Frees block `i` (released, not indexed): merges it inside its page and gives the page
+    /// back when it is empty.
     fn put_back(&mut self, dev: &mut dyn Device, i: u32, out: &mut Vec<ModelEvent>) {
-        self.put_back_block(dev, i, out);
+        let m = self.arena.coalesce(i, |_| true);
+        let s = self.arena.b(m).seg;
+        if self.arena.b(m).size == self.arena.seg(s).size {
+            // The whole page (or large allocation) is free: cudaFree reaches the device.
+            let _ = self.arena.dev_free(dev, s, out);
+        } else {
+            self.arena.count_segment_op();
+            let k = self.key(m);
+            self.arena.insert_free(m, k);
+        }
     }
 
     fn adjacent_free_ok(&self, _: &Block, _: &Block) -> bool {

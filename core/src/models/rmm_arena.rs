@@ -452,10 +452,60 @@ impl RmmArenaModel {
             }
         }
     }
+}
+
+impl ArenaPolicy for RmmArenaModel {
+    const KIND: AllocatorKind = AllocatorKind::RmmArena;
+
+    fn arena(&self) -> &Arena {
+        &self.arena
+    }
+
+    fn arena_mut(&mut self) -> &mut Arena {
+        &mut self.arena
+    }
+
+    fn canonical_config(&self) -> String {
+        self.arena_bytes_cfg
+            .map(|b| format!("arena_size_mb:{}", common::fmt_mib(b)))
+            .unwrap_or_default()
+    }
+
+    #[inline]
+    fn find(
+        &mut self,
+        dev: &mut dyn Device,
+        req: &AllocRequest,
+        out: &mut Vec<ModelEvent>,
+    ) -> Result<u32, Refusal> {
+        let stream = req.stream;
+        if !self.initialized {
+            self.start(dev, stream, out);
+        }
+        let size = round_up(req.size_bytes.max(1), ALIGNMENT_BYTES);
+        let mut found = None;
+        if self.init_error.is_none() {
+            found = self.try_allocate(size, stream);
+            if found.is_none() {
+                self.defragment();
+                found = self.try_allocate(size, stream);
+            }
+        }
+        found.ok_or_else(|| {
+            let reason = match &self.init_error {
+                Some(e) => e.clone(),
+                None => format!(
+                    "Maximum pool size exceeded (failed to allocate {}): No room in arena.",
+                    format_size(size)
+                ),
+            };
+            Refusal::new(size, size, reason)
+        })
+    }
 
     /// `superblock::coalesce` of freed block `i`, and `global_arena::coalesce` when that
     /// empties a global superblock (it merges with empty global neighbours).
-    fn put_back_block(&mut self, i: u32) {
+    fn put_back(&mut self, _dev: &mut dyn Device, i: u32, _out: &mut Vec<ModelEvent>) {
         let sb = self.arena.b(i).owner as u32;
         let owner = u64::from(sb);
         let (size, before, after) = {
@@ -559,59 +609,6 @@ impl RmmArenaModel {
         s.next = end;
         s.owner = None;
         s.listed = true;
-    }
-}
-
-impl ArenaPolicy for RmmArenaModel {
-    const KIND: AllocatorKind = AllocatorKind::RmmArena;
-
-    fn arena(&self) -> &Arena {
-        &self.arena
-    }
-
-    fn arena_mut(&mut self) -> &mut Arena {
-        &mut self.arena
-    }
-
-    fn canonical_config(&self) -> String {
-        self.arena_bytes_cfg
-            .map(|b| format!("arena_size_mb:{}", common::fmt_mib(b)))
-            .unwrap_or_default()
-    }
-
-    fn find(
-        &mut self,
-        dev: &mut dyn Device,
-        req: &AllocRequest,
-        out: &mut Vec<ModelEvent>,
-    ) -> Result<u32, Refusal> {
-        let stream = req.stream;
-        if !self.initialized {
-            self.start(dev, stream, out);
-        }
-        let size = round_up(req.size_bytes.max(1), ALIGNMENT_BYTES);
-        let mut found = None;
-        if self.init_error.is_none() {
-            found = self.try_allocate(size, stream);
-            if found.is_none() {
-                self.defragment();
-                found = self.try_allocate(size, stream);
-            }
-        }
-        found.ok_or_else(|| {
-            let reason = match &self.init_error {
-                Some(e) => e.clone(),
-                None => format!(
-                    "Maximum pool size exceeded (failed to allocate {}): No room in arena.",
-                    format_size(size)
-                ),
-            };
-            Refusal::new(size, size, reason)
-        })
-    }
-
-    fn put_back(&mut self, _dev: &mut dyn Device, i: u32, _out: &mut Vec<ModelEvent>) {
-        self.put_back_block(i);
     }
 
     fn adjacent_free_ok(&self, a: &Block, b: &Block) -> bool {

@@ -244,17 +244,6 @@ impl RmmBinningModel {
             }
         }
     }
-
-    fn put_back_block(&mut self, dev: &mut dyn Device, i: u32, out: &mut Vec<ModelEvent>) {
-        let seg = self.arena.b(i).seg;
-        let tag = self.arena.seg(seg).tag;
-        if tag == TAG_UPSTREAM {
-            let _ = self.arena.dev_free(dev, seg, out);
-        } else {
-            let stream = self.arena.b(i).stream;
-            self.push_back(i, tag, stream);
-        }
-    }
 }
 
 impl ArenaPolicy for RmmBinningModel {
@@ -272,6 +261,7 @@ impl ArenaPolicy for RmmBinningModel {
         self.cfg.canonical()
     }
 
+    #[inline]
     fn find(
         &mut self,
         dev: &mut dyn Device,
@@ -337,7 +327,14 @@ impl ArenaPolicy for RmmBinningModel {
     }
 
     fn put_back(&mut self, dev: &mut dyn Device, i: u32, out: &mut Vec<ModelEvent>) {
-        self.put_back_block(dev, i, out);
+        let seg = self.arena.b(i).seg;
+        let tag = self.arena.seg(seg).tag;
+        if tag == TAG_UPSTREAM {
+            let _ = self.arena.dev_free(dev, seg, out);
+        } else {
+            let stream = self.arena.b(i).stream;
+            self.push_back(i, tag, stream);
+        }
     }
 
     fn adjacent_free_ok(&self, _: &Block, _: &Block) -> bool {

@@ -282,12 +282,6 @@ impl RmmPoolModel {
         }
         Ok(b)
     }
-
-    fn put_back_block(&mut self, i: u32) {
-        let stream = self.arena.b(i).stream;
-        let list = self.list_of(stream);
-        self.insert_block(i, list);
-    }
 }
 
 impl ArenaPolicy for RmmPoolModel {
@@ -305,6 +299,7 @@ impl ArenaPolicy for RmmPoolModel {
         self.cfg.canonical()
     }
 
+    #[inline]
     fn find(
         &mut self,
         dev: &mut dyn Device,
@@ -342,7 +337,9 @@ impl ArenaPolicy for RmmPoolModel {
     }
 
     fn put_back(&mut self, _dev: &mut dyn Device, i: u32, _out: &mut Vec<ModelEvent>) {
-        self.put_back_block(i);
+        let stream = self.arena.b(i).stream;
+        let list = self.list_of(stream);
+        self.insert_block(i, list);
     }
 
     fn adjacent_free_ok(&self, a: &Block, b: &Block) -> bool {

@@ -159,11 +159,6 @@ impl TlsfModel {
         Some(i)
     }
 
-    fn put_back_block(&mut self, i: u32) {
-        let m = self.arena.coalesce(i, |_| true);
-        self.push(m);
-    }
-
     fn new_pool(
         &mut self,
         dev: &mut dyn Device,
@@ -236,6 +231,7 @@ impl ArenaPolicy for TlsfModel {
         self.cfg.canonical()
     }
 
+    #[inline]
     fn find(
         &mut self,
         dev: &mut dyn Device,
@@ -268,7 +264,8 @@ impl ArenaPolicy for TlsfModel {
     }
 
     fn put_back(&mut self, _dev: &mut dyn Device, i: u32, _out: &mut Vec<ModelEvent>) {
-        self.put_back_block(i);
+        let m = self.arena.coalesce(i, |_| true);
+        self.push(m);
     }
 
     fn release_cached(&mut self, dev: &mut dyn Device, out: &mut Vec<ModelEvent>) {

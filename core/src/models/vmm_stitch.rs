@@ -102,18 +102,6 @@ impl VmmStitchModel {
         Some(i)
     }
 
-    fn put_back_block(&mut self, i: u32) {
-        // The neighbours `coalesce` merges leave the index without going through `remove`.
-        let (p, n) = (self.arena.b(i).prev, self.arena.b(i).next);
-        for x in [p, n] {
-            if x != common::NIL && self.arena.b(x).indexed && self.arena.b(x).key.a() == LARGE {
-                self.free_large_bytes -= self.arena.b(x).size;
-            }
-        }
-        let m = self.arena.coalesce(i, |_| true);
-        self.insert(m);
-    }
-
     /// Unmaps free large block `i` (indexed): its range keeps the address space; a range
     /// with nothing mapped left goes to the virtual-range cache.
     fn unmap_block(&mut self, dev: &mut dyn Device, i: u32, out: &mut Vec<ModelEvent>) {
@@ -325,6 +313,7 @@ impl ArenaPolicy for VmmStitchModel {
         String::new()
     }
 
+    #[inline]
     fn find(
         &mut self,
         dev: &mut dyn Device,
@@ -371,7 +360,15 @@ impl ArenaPolicy for VmmStitchModel {
     }
 
     fn put_back(&mut self, _dev: &mut dyn Device, i: u32, _out: &mut Vec<ModelEvent>) {
-        self.put_back_block(i);
+        // The neighbours `coalesce` merges leave the index without going through `remove`.
+        let (p, n) = (self.arena.b(i).prev, self.arena.b(i).next);
+        for x in [p, n] {
+            if x != common::NIL && self.arena.b(x).indexed && self.arena.b(x).key.a() == LARGE {
+                self.free_large_bytes -= self.arena.b(x).size;
+            }
+        }
+        let m = self.arena.coalesce(i, |_| true);
+        self.insert(m);
     }
 
     fn release_cached(&mut self, dev: &mut dyn Device, out: &mut Vec<ModelEvent>) {
