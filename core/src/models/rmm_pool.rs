@@ -240,6 +240,7 @@ impl RmmPoolModel {
     }
 
     /// `get_block`.
+    #[inline]
     fn get_block(
         &mut self,
         dev: &mut dyn Device,

@@ -154,6 +154,7 @@ impl VmmStitchModel {
         self.release_small(dev, out);
     }
 
+    #[inline]
     fn small_malloc(
         &mut self,
         dev: &mut dyn Device,
@@ -284,6 +285,7 @@ impl VmmStitchModel {
         }
     }
 
+    #[inline]
     fn large_malloc(
         &mut self,
         dev: &mut dyn Device,
