@@ -24,14 +24,13 @@ fn main() {
     let dir = dir.canonicalize().unwrap_or(dir);
     for f in FILES {
         let path = dir.join(f);
-        if !path.is_file() {
-            panic!(
-                "the web-assets feature embeds the web site, but {} is missing: build the site first \
-                 (cargo run --release -p allocsim-web --bin build-web, which writes web/dist; or set \
-                 ALLOCSIM_SITE_DIR to a folder build-web wrote)",
-                path.display()
-            );
-        }
+        assert!(
+            path.is_file(),
+            "the web-assets feature embeds the web site, but {} is missing: build the site first \
+             (cargo run --release -p allocsim-web --bin build-web, which writes web/dist; or set \
+             ALLOCSIM_SITE_DIR to a folder build-web wrote)",
+            path.display()
+        );
         println!("cargo:rerun-if-changed={}", path.display());
     }
     println!("cargo:rustc-env=ALLOCSIM_SITE_DIR={}", dir.display());

@@ -98,6 +98,7 @@ fn read(py: Python<'_>, path: String) -> PyResult<Snapshot> {
 /// `--json` object as JSON text; with `snapshot`, FILE names it and it is not read.
 #[pyfunction]
 #[pyo3(signature = (args, snapshot=None))]
+#[allow(clippy::needless_pass_by_value)] // pyo3 hands over an owned list
 fn run_json(py: Python<'_>, args: Vec<String>, snapshot: Option<&Snapshot>) -> PyResult<String> {
     let memory = snapshot.map(|s| &s.memory);
     py.detach(|| {

@@ -37,13 +37,13 @@ pub const COMMANDS: [&str; 6] = [
 /// snapshot. Nothing is written to stdout.
 pub fn json<S: AsRef<str>>(args: &[S], memory: Option<&InMemory>) -> Result<Value, Failure> {
     // `--json` right after the command: FILE may follow a `--`.
-    let mut argv: Vec<OsString> = vec!["allocsim".into()];
+    let mut line: Vec<OsString> = vec!["allocsim".into()];
     if let Some((command, rest)) = args.split_first() {
-        argv.push(command.as_ref().into());
-        argv.push("--json".into());
-        argv.extend(rest.iter().map(|a| OsString::from(a.as_ref())));
+        line.push(command.as_ref().into());
+        line.push("--json".into());
+        line.extend(rest.iter().map(|a| OsString::from(a.as_ref())));
     }
-    let cli = Cli::try_parse_from_args(argv)?;
+    let cli = Cli::try_parse_from_args(line)?;
     let memory = memory.cloned();
     match cli.command {
         Some(Command::Validate(mut a)) => {

@@ -45,8 +45,7 @@ pub fn run(a: &Args) -> Result<u8, Failure> {
                 .map_err(|e| Failure::bad_input(format!("{}: {e}", path.display())))?;
             let name = path
                 .file_name()
-                .map(|n| url_safe(&n.to_string_lossy()))
-                .unwrap_or_else(|| "snapshot".into());
+                .map_or_else(|| "snapshot".into(), |n| url_safe(&n.to_string_lossy()));
             Some(Trace {
                 url: format!("/trace/{name}"),
                 bytes,
@@ -206,15 +205,18 @@ fn respond(
     body: &[u8],
     head: bool,
 ) -> std::io::Result<()> {
-    let mut text = format!("HTTP/1.1 {status}\r\n");
+    // The status line and headers in one write.
+    let mut text = Vec::new();
+    write!(text, "HTTP/1.1 {status}\r\n")?;
     for (k, v) in headers {
-        text.push_str(&format!("{k}: {v}\r\n"));
+        write!(text, "{k}: {v}\r\n")?;
     }
-    text.push_str(&format!(
+    write!(
+        text,
         "Content-Length: {}\r\nCache-Control: no-cache\r\n\r\n",
         body.len()
-    ));
-    out.write_all(text.as_bytes())?;
+    )?;
+    out.write_all(&text)?;
     if !head {
         out.write_all(body)?;
     }
