@@ -6,7 +6,10 @@ torch.cuda.OutOfMemoryError a workload raises or catches has its text (str(e)) s
 ("alloc_conf"), the fraction passed to set_per_process_memory_fraction ("memory_fraction", or
 null) and the device's "total_memory". New workloads: devfull_oom_expand,
 devfull_oom_empty_cache, compile_train_reduce_overhead, graph_freed_empty_cache,
-graph_freed_oom, and devfull_oom_msg / gpt2_big_batch_oom_msg (re-recordings with the texts).
+graph_freed_oom, and devfull_oom_msg / gpt2_big_batch_oom_msg (re-recordings with the texts);
+for `allocsim diff` diff_train_bs256 / diff_train_bs1024 / diff_train_bs256_expand (one script, two
+batch sizes, two settings) and for `allocsim ranks` ddp4 (four DDP ranks at once on one GPU, gloo,
+writing ddp4_rank0..3; rank 2 has 8x the batch).
 The traces it recorded are in ../tests/traces (README.md there).
 
 Runs where PyTorch and a CUDA GPU are (the GPU machine). Example:
@@ -59,9 +62,19 @@ WORKLOADS = {
     "compile_train_reduce_overhead": ("compile_train_reduce_overhead", "", True, None),
     "graph_freed_empty_cache": ("graph_freed:0", "", True, None),
     "graph_freed_oom":      ("graph_freed:1", "", True, 2.0),
+    # issue 18: one training script at two batch sizes and two settings (allocsim diff) ...
+    "diff_train_bs256":     ("diff_train:256", "", True, None),
+    "diff_train_bs1024":    ("diff_train:1024", "", True, None),
+    "diff_train_bs256_expand": ("diff_train:256", "expandable_segments:True", True, None),
+    # ... and a 4-rank DDP run on one GPU, gloo, rank 2 with 8x the batch (allocsim ranks):
+    # writes ddp4_rank0..3.pickle
+    "ddp4":                 ("ddp_train", "", True, None),
     # add your own workloads here: a function below and a line above
 }
 MAX_ENTRIES = {"wrapped_history_pub": 20000}
+# workloads run as WORLD_SIZE processes at once, each writing <name>_rank<r>.pickle
+RANKS = {"ddp4": 4}
+DDP_OUTLIER_RANK = 2
 PER_WORKLOAD_TIMEOUT_S = 300
 
 # The text of every torch.cuda.OutOfMemoryError raised or caught, in order (-> "oom_messages").
@@ -561,6 +574,48 @@ def graph_freed(torch, seed):
     return oom
 
 
+def diff_train(torch, batch):
+    """The same MLP training at another batch size: per step the input x is batch*4096*4 bytes,
+    and each of the 4 hidden Linear+GELU layers keeps batch*4096*4-byte activations for backward."""
+    torch.manual_seed(0)
+    d = 4096
+    model = torch.nn.Sequential(*[torch.nn.Sequential(torch.nn.Linear(d, d), torch.nn.GELU()) for _ in range(4)],
+                                torch.nn.Linear(d, 16)).cuda()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    for step in range(6):
+        x = torch.randn(batch, d, device="cuda")
+        y = torch.randint(0, 16, (batch,), device="cuda")
+        loss = torch.nn.functional.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    torch.cuda.synchronize()
+
+
+def ddp_train(torch):
+    """One rank of a DDP run (gloo) on one GPU; rank DDP_OUTLIER_RANK gets 8x the batch."""
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    torch.manual_seed(0)
+    d = 2048
+    model = torch.nn.Sequential(torch.nn.Linear(d, d), torch.nn.GELU(), torch.nn.Linear(d, d), torch.nn.GELU(),
+                                torch.nn.Linear(d, 16)).cuda()
+    ddp = DistributedDataParallel(model)
+    opt = torch.optim.SGD(ddp.parameters(), lr=1e-3)
+    batch = 2048 if rank == DDP_OUTLIER_RANK else 256
+    for step in range(8):
+        x = torch.randn(batch, d, device="cuda")
+        y = torch.randint(0, 16, (batch,), device="cuda")
+        loss = torch.nn.functional.cross_entropy(ddp(x), y)
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    torch.cuda.synchronize()
+    dist.destroy_process_group()
+
+
 def run_one(name, outdir):
     import torch
     fn, conf, stacks, cap = WORKLOADS[name]
@@ -583,6 +638,8 @@ def run_one(name, outdir):
     except torch.cuda.OutOfMemoryError as e:
         oom = _oom(e)
     elapsed = time.time() - t0
+    if name in RANKS:
+        name = f"{name}_rank{os.environ['RANK']}"
     torch.cuda.memory._dump_snapshot(os.path.join(outdir, name + ".pickle"))
     torch.cuda.memory._record_memory_history(enabled=None)
     stats = {k: v for k, v in torch.cuda.memory_stats().items()}
@@ -612,6 +669,15 @@ if __name__ == "__main__":
             else:
                 env.pop("PYTORCH_CUDA_ALLOC_CONF", None)
             env.pop("PYTORCH_ALLOC_CONF", None)
+            if name in RANKS:
+                world = RANKS[name]
+                env.update(WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1", MASTER_PORT="29517")
+                procs = [subprocess.Popen([sys.executable, __file__, "one", name, outdir], env=dict(env, RANK=str(r)))
+                         for r in range(world)]
+                codes = [p.wait(timeout=PER_WORKLOAD_TIMEOUT_S) for p in procs]
+                if any(codes):
+                    print(f"{name}: FAILED rc={codes}", flush=True)
+                continue
             try:
                 r = subprocess.run([sys.executable, __file__, "one", name, outdir], env=env, timeout=PER_WORKLOAD_TIMEOUT_S)
             except subprocess.TimeoutExpired:
