@@ -171,3 +171,9 @@ def test_the_wheel_installs_the_command_line():
         assert out.returncode == 2 and out.stderr.startswith("allocsim: /nonexistent.pickle: cannot read")
         out = subprocess.run([*argv, "--version"], capture_output=True, text=True)
         assert out.returncode == 0 and allocsim.__version__ in out.stdout
+
+
+def test_no_desktop_app_in_the_wheel_points_at_serve():
+    out = subprocess.run([wheel_cli()], capture_output=True, text=True)
+    assert out.returncode == 3 and out.stdout == ""
+    assert out.stderr.count("\n") == 1 and "allocsim serve FILE" in out.stderr

@@ -196,7 +196,7 @@ fn open_app(file: Option<PathBuf>) -> Result<u8, Failure> {
 fn open_app(file: Option<PathBuf>) -> Result<u8, Failure> {
     let _ = file;
     Err(Failure::unavailable(
-        "this build of allocsim has no GUI (build the allocsim-app crate with its `gui` feature)",
+        "this build of allocsim has no desktop app (the Python wheel has none): `allocsim serve FILE` opens the web viewer in a browser, or build the allocsim-app crate with its `gui` feature",
     ))
 }
 
