@@ -5,6 +5,8 @@ that opens it (the page itself is checked in headless Chromium: web/tests/serve.
 import re
 import socket
 import subprocess
+import sys
+import urllib.error
 import urllib.request
 
 import pytest
@@ -25,12 +27,14 @@ def test_bad_file_is_exit_2_before_serving(tmp_path):
         assert out.stdout == "" and out.stderr.count("\n") == 1 and str(f) in out.stderr
 
 
-def test_busy_port_is_exit_2_naming_it():
+@pytest.mark.parametrize("launcher", ["script", "module"])
+def test_busy_port_is_exit_2_naming_it(launcher):
+    argv = [wheel_cli()] if launcher == "script" else [sys.executable, "-m", "allocsim"]
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         s.listen()
         port = s.getsockname()[1]
-        out = subprocess.run([wheel_cli(), "serve", "--port", str(port)], capture_output=True, text=True, timeout=60)
+        out = subprocess.run([*argv, "serve", "--port", str(port)], capture_output=True, text=True, timeout=60)
     assert out.returncode == 2
     assert out.stderr.startswith(f"allocsim: port {port} on 127.0.0.1 is busy")
 
