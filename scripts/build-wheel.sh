@@ -27,5 +27,5 @@ cargo build --quiet --profile "$profile" -p allocsim-web --bin build-web
 mkdir -p "$out"
 rm -f "$out"/allocsim-*.whl
 (cd python && PATH="$tools/bin:$PATH" ALLOCSIM_SITE_DIR="$site" \
-  maturin build --quiet --profile "$profile" --zig --compatibility manylinux_2_28 -i "$tools/bin/python" -o "$out")
+  maturin build --quiet --profile "$profile" --zig --compatibility manylinux_2_28 --auditwheel check -i "$tools/bin/python" -o "$out")
 ls "$out"/allocsim-*.whl

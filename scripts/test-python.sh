@@ -50,7 +50,7 @@ cargo build --profile ci -p allocsim-app --bin allocsim
 t1=$(date +%s)
 rm -rf "$wheels"
 (cd python && PATH="$tools/bin:$PATH" ALLOCSIM_SITE_DIR="$site" \
-  maturin build --quiet --profile ci --zig --compatibility manylinux_2_28 -i "$tools/bin/python" -o "$wheels")
+  maturin build --quiet --profile ci --zig --compatibility manylinux_2_28 --auditwheel check -i "$tools/bin/python" -o "$wheels")
 wheel=$(ls "$wheels"/allocsim-*.whl)
 echo "wheel built in $(($(date +%s) - t1)) s: $(basename "$wheel") ($(du -k "$wheel" | cut -f1) KiB)"
 
