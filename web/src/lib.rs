@@ -8,7 +8,7 @@
 mod entry {
     use std::cell::RefCell;
 
-    use allocsim_app::gui::engine::{Engine, wire};
+    use allocsim_app::engine::{Engine, wire};
     use allocsim_app::gui::{AllocsimApp, Startup, examples};
     use wasm_bindgen::JsCast;
     use wasm_bindgen::prelude::*;

@@ -8,9 +8,9 @@ use egui_kittest::kittest::Queryable;
 use egui_kittest::kittest::{NodeT, by};
 
 use super::Startup;
-use super::engine::wire::block_state;
 use super::memory_map::MapGeometry;
 use super::tests::{harness, has_text, settle};
+use crate::engine::wire::block_state;
 
 /// The OOM story as a file (it records stack frames), from the repository's real traces.
 const OOM_STORY_FILE: &str = concat!(

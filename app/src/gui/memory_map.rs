@@ -7,10 +7,10 @@ use std::fmt::Write as _;
 
 use egui::{Align2, Color32, FontId, Rect, Sense, Stroke, pos2};
 
-use super::engine::wire::{BlockView, NO_OP, block_state};
 use super::render::{self, Transform};
 use super::state::{Document, LayoutView, MIB, Row};
 use super::theme;
+use crate::engine::wire::{BlockView, NO_OP, block_state};
 use allocsim_core::units::format_size;
 
 /// Fraction of a row's pitch a segment bar fills (the rest is the gap below it).

@@ -4,9 +4,8 @@
 //! happened. Slow work runs in the [`engine`] off the UI thread; the views draw plain data
 //! ([`state`]) with egui and, for the big ones, our own wgpu pipeline ([`render`]).
 
-pub mod engine;
 pub mod envelope;
-pub mod examples;
+
 pub mod io;
 #[cfg(feature = "cuda")]
 pub mod live;
@@ -20,10 +19,10 @@ pub mod timeline;
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
+use crate::engine::examples::{self, Example};
+use crate::engine::wire::{AddressHit, NO_OP, Request, Response, WhatIfData, WhatIfRow};
 use allocsim_core::capacity::{CapacityArg, CapacityChoice};
 use allocsim_core::explain::Explanation;
-use engine::wire::{AddressHit, NO_OP, Request, Response, WhatIfData, WhatIfRow};
-use examples::Example;
 use render::QuadSet;
 use state::{Document, LayoutView, ReplayView, Slot};
 
@@ -1008,7 +1007,7 @@ impl AllocsimApp {
         self.bands_highlight = if set.is_some() || sel.is_some() {
             let stacks = set.get_or_insert_with(BTreeSet::new);
             let ops = &trace.ops;
-            let pick = |p: &engine::wire::BandPiece| {
+            let pick = |p: &crate::engine::wire::BandPiece| {
                 Some(p.alloc) == sel
                     || ops
                         .stack
@@ -1366,10 +1365,10 @@ impl eframe::App for AllocsimApp {
 /// Whether layout block `b` is highlighted: its call site matches, it holds the searched
 /// address, or it is the selected allocation.
 fn highlighter<'a>(
-    trace: &'a engine::wire::TraceData,
+    trace: &'a crate::engine::wire::TraceData,
     search: &'a SearchState,
     selected: Option<u32>,
-) -> impl Fn(&engine::wire::LayoutData, usize) -> bool + 'a {
+) -> impl Fn(&crate::engine::wire::LayoutData, usize) -> bool + 'a {
     move |layout, b| {
         let Some(blk) = layout.blocks.get(b) else {
             return false;
@@ -1395,14 +1394,14 @@ fn highlighter<'a>(
 /// starts) at a blocker's address.
 fn blocker_picker(
     explained: Option<&Explained>,
-) -> impl Fn(&engine::wire::LayoutData, usize) -> bool + '_ {
+) -> impl Fn(&crate::engine::wire::LayoutData, usize) -> bool + '_ {
     let at = explained.and_then(Explained::explanation);
     move |layout, b| {
         let (Some(x), Some((op, e)), Some(blk)) = (explained, at, layout.blocks.get(b)) else {
             return false;
         };
-        if blk.state == engine::wire::block_state::FREE
-            || blk.state == engine::wire::block_state::UNMAPPED
+        if blk.state == crate::engine::wire::block_state::FREE
+            || blk.state == crate::engine::wire::block_state::UNMAPPED
         {
             return false;
         }
@@ -1414,7 +1413,7 @@ fn blocker_picker(
 /// The OOM of `ooms` the panel explains at the cursor: the last at or before it, else the
 /// first.
 #[must_use]
-pub fn oom_at(ooms: &[engine::wire::OomData], cursor: u32) -> usize {
+pub fn oom_at(ooms: &[crate::engine::wire::OomData], cursor: u32) -> usize {
     ooms.iter().rposition(|o| o.op_index <= cursor).unwrap_or(0)
 }
 

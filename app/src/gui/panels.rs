@@ -4,12 +4,12 @@
 
 use egui::{Color32, RichText, Ui};
 
-use super::engine::wire::{NO_OP, OomData, WhatIfData};
-use super::examples::EXAMPLES;
 use super::memory_map::memory_map_ui;
 use super::state::{self, Slot};
 use super::timeline::{Axis, Mode, format_seconds, timeline_ui};
 use super::{AllocsimApp, ConfigState, oom_at, theme};
+use crate::engine::examples::EXAMPLES;
+use crate::engine::wire::{NO_OP, OomData, WhatIfData};
 use allocsim_core::capacity::{BoundKind, CapacityArg, CapacityChoice};
 use allocsim_core::explain::{BlockerKind, Explanation};
 use allocsim_core::models::MODEL_NAMES;

@@ -375,7 +375,7 @@ pub fn timeline_ui(
             // Quads are built largest first over a few frames: draw those built so far.
             let drawn = bands
                 .pieces
-                .partition_point(|p| super::engine::bands::area(p) >= min_area)
+                .partition_point(|p| crate::engine::bands::area(p) >= min_area)
                 .min(doc.bands.len());
             st.bands_drawn = drawn;
             let t = Transform {
@@ -900,7 +900,7 @@ fn hover_tooltip(
                 theme::AXIS_TEXT,
             ));
             if let Some(&f) = ops.link.get(a)
-                && f != super::engine::wire::NO_OP
+                && f != crate::engine::wire::NO_OP
             {
                 lines.push((
                     format!(
