@@ -478,7 +478,7 @@ fn what_if_lists_pytorch_settings_only_with_their_cost() {
     assert!(has_text(&h, "as recorded (defaults)"));
     assert!(has_text(
         &h,
-        &super::panels::format_driver_time(best.driver_time_us)
+        &crate::gui::views::oom::would_fit::format_driver_time(best.driver_time_us)
     ));
     // Only PyTorch settings: the other runtimes are on the Compare tab.
     assert!(

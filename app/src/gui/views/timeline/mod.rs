@@ -5,9 +5,9 @@
 
 use egui::{Align2, Color32, FontId, Pos2, Rect, Sense, Shape, Stroke, pos2};
 
-use super::render::{self, Transform};
-use super::state::{Document, MIB};
-use super::theme;
+use crate::gui::render::{self, Transform};
+use crate::gui::state::{Document, MIB};
+use crate::gui::theme;
 use allocsim_core::units::format_size;
 
 /// What the timeline draws.
@@ -731,7 +731,7 @@ fn envelope_points(
     st: &TimelineState,
     doc: &Document,
     xm: &XMap,
-    env: &super::envelope::Envelope,
+    env: &crate::gui::envelope::Envelope,
     to_y: &dyn Fn(f32) -> f32,
 ) -> Vec<Pos2> {
     let w = xm.rect.width().max(1.0) as usize;
