@@ -15,7 +15,7 @@ pub mod state;
 pub mod theme;
 pub mod views;
 
-use crate::engine::examples::{self, Example};
+use crate::engine::examples::Example;
 use crate::engine::wire::Request;
 use crate::gui::render::QuadSet;
 use crate::gui::state::Document;
@@ -534,7 +534,7 @@ pub fn run_native(path: Option<std::path::PathBuf>) -> Result<(), String> {
         crate::gui::io::ensure_runtime_dir();
         let startup = match path {
             Some(p) => Startup::File(p),
-            None => Startup::Example(&examples::OOM_STORY),
+            None => Startup::Example(&crate::engine::examples::OOM_STORY),
         };
         let options = eframe::NativeOptions {
             renderer: eframe::Renderer::Wgpu,
