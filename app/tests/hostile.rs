@@ -8,6 +8,7 @@ mod hostile_gen;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use hostile_gen::{Case, Expect, cases};
@@ -42,10 +43,12 @@ fn run_limited(args: &[String]) -> Run {
     for i in 1..=args.len() {
         script.push_str(&format!(" \"${i}\""));
     }
+    static RUNS: AtomicU64 = AtomicU64::new(0);
+    let n = RUNS.fetch_add(1, Ordering::Relaxed);
     let dir = std::env::temp_dir();
     let (out_path, err_path) = (
-        dir.join(format!("allocsim-hostile-{}.out", std::process::id())),
-        dir.join(format!("allocsim-hostile-{}.err", std::process::id())),
+        dir.join(format!("allocsim-hostile-{}-{n}.out", std::process::id())),
+        dir.join(format!("allocsim-hostile-{}-{n}.err", std::process::id())),
     );
     let mut child = Command::new("sh")
         .arg("-c")
@@ -69,11 +72,14 @@ fn run_limited(args: &[String]) -> Run {
         }
         std::thread::sleep(Duration::from_millis(10));
     };
-    Run {
+    let run = Run {
         code: status.code(),
         stdout: std::fs::read_to_string(&out_path).unwrap_or_default(),
         stderr: std::fs::read_to_string(&err_path).unwrap_or_default(),
-    }
+    };
+    let _ = std::fs::remove_file(&out_path);
+    let _ = std::fs::remove_file(&err_path);
+    run
 }
 
 fn write(case: &Case) -> PathBuf {
@@ -228,4 +234,37 @@ fn every_hostile_input_is_refused_in_one_line_or_answered_consistently() {
         failures.len(),
         failures.join("\n")
     );
+}
+
+#[test]
+fn a_100_kb_config_is_refused_in_one_short_line() {
+    let case = cases()
+        .into_iter()
+        .find(|c| c.name == "valid_small")
+        .unwrap();
+    let file = write(&case);
+    let f = file.display().to_string();
+    let huge = "x".repeat(100_000);
+    for args in [
+        vec![
+            "replay",
+            &f,
+            "--config",
+            &format!("max_split_size_mb:{huge}"),
+        ],
+        vec!["replay", &f, "--config", &format!("{huge}:1")],
+        vec!["replay", &f, "--allocator", &format!("bfc@{huge}:1")],
+        vec!["replay", &f, "--allocator", &huge],
+    ] {
+        let args: Vec<String> = args.into_iter().map(String::from).collect();
+        let r = run_limited(&args);
+        assert_eq!(r.code, Some(2), "{}", first_line(&r.stderr));
+        assert_eq!(r.stderr.trim_end().lines().count(), 1, "{}", r.stderr.len());
+        assert!(r.stderr.len() < 1000, "echoed {} bytes", r.stderr.len());
+        assert!(
+            r.stderr.contains("bytes]"),
+            "says what it left out: {}",
+            r.stderr
+        );
+    }
 }

@@ -3,7 +3,7 @@
 //! decoded snapshot, before any model sees it, so every command refuses such a file with
 //! [`crate::Error::Impossible`] naming the segment or event (issue 19).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use crate::Error;
 use crate::models::common::rounding::MAX_REQUEST_BYTES;
@@ -66,6 +66,10 @@ pub fn check(snap: &RawSnapshot) -> Result<(), Error> {
         // event). A segment the trace frees without allocating it may predate the trace
         // (a wrapped history); one it allocated is known exactly.
         let mut live: BTreeMap<u64, (u64, usize)> = BTreeMap::new();
+        // Blocks `alloc`ed in the trace whose free has not completed: address → (size,
+        // event). PyTorch records a block's free with the size its alloc recorded
+        // (`requested_size`), so a free of another size cannot have been recorded.
+        let mut blocks: HashMap<u64, (u64, usize)> = HashMap::new();
         for (k, ev) in events.iter().enumerate() {
             let ranged = matches!(
                 ev.action,
@@ -103,6 +107,26 @@ pub fn check(snap: &RawSnapshot) -> Result<(), Error> {
                 .map(|(&a, &(s, at))| (a, s, at))
                 .filter(|&(a, s, _)| ev.addr < a + s);
             match ev.action {
+                Action::Alloc => {
+                    blocks.insert(ev.addr, (ev.size, k));
+                }
+                Action::FreeRequested | Action::FreeCompleted => {
+                    if let Some(&(size, at)) = blocks.get(&ev.addr)
+                        && size != ev.size
+                    {
+                        return impossible(format!(
+                            "device {d} event {k}: {} at {:#x} of {} bytes, but the alloc there \
+                             (event {at}) was of {size} bytes; PyTorch records a free with its \
+                             alloc's size",
+                            ev.action.as_str(),
+                            ev.addr,
+                            ev.size
+                        ));
+                    }
+                    if ev.action == Action::FreeCompleted {
+                        blocks.remove(&ev.addr);
+                    }
+                }
                 Action::SegmentAlloc => {
                     let next = live.range(ev.addr..).next().map(|(&a, &(_, at))| (a, at));
                     let clash = holder

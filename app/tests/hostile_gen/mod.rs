@@ -464,6 +464,59 @@ pub fn cases() -> Vec<Case> {
         Expect::Refused("segment"),
     ));
 
+    // A free whose size is not its alloc's: PyTorch cannot record it.
+    out.push(case(
+        "free_size_differs",
+        snapshot(
+            |_| {},
+            Some(&|p: &mut P| {
+                one_device(p, |p| {
+                    event(p, "segment_alloc", BASE, TWO_MIB);
+                    event(p, "alloc", BASE, 512);
+                    event(p, "free_requested", BASE, 1024);
+                    event(p, "free_completed", BASE, 1024);
+                })
+            }),
+        ),
+        Expect::Refused("alloc's size"),
+    ));
+
+    // 4 (JSON): the legacy list of segments, a duplicated `device_traces` key, a BOM.
+    let seg_json = format!(
+        r#"{{"device": 0, "address": {BASE}, "total_size": {TWO_MIB}, "allocated_size": 0, "active_size": 0, "requested_size": 0, "stream": 0, "segment_type": "small", "blocks": [{{"address": {BASE}, "size": {TWO_MIB}, "requested_size": 0, "state": "inactive"}}]}}"#
+    );
+    out.push(case(
+        "json_legacy_segment_list",
+        format!("[{seg_json}]").into_bytes(),
+        Expect::Valid { oom: false },
+    ));
+    out.push(case(
+        "json_duplicated_device_traces",
+        format!(r#"{{"segments": [{seg_json}], "device_traces": [[]], "device_traces": []}}"#)
+            .into_bytes(),
+        Expect::Valid { oom: false },
+    ));
+    out.push(case(
+        "json_bom",
+        format!("\u{feff}{{\"segments\": [{seg_json}]}}").into_bytes(),
+        Expect::Valid { oom: false },
+    ));
+
+    // 8. A gzip bomb: 300 MiB of zeros in ~300 kB, past the 256 MiB floor of the cap.
+    {
+        use std::io::Write;
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        let zeros = vec![0u8; 1 << 20];
+        for _ in 0..300 {
+            gz.write_all(&zeros).unwrap();
+        }
+        out.push(case(
+            "gzip_bomb",
+            gz.finish().unwrap(),
+            Expect::Refused("decompression bomb"),
+        ));
+    }
+
     // Valid controls: the contract holds on a small correct trace.
     out.push(case(
         "valid_small",

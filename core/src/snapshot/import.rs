@@ -43,11 +43,30 @@ pub fn decode_snapshot_with(
     options: &DecodeOptions,
 ) -> Result<RawSnapshot, ImportError> {
     if is_gzip(bytes) {
-        let plain = gunzip(bytes, options.max_decompressed_bytes)?;
+        let limit = options
+            .max_decompressed_bytes
+            .min(decompression_cap(bytes.len()));
+        let plain = gunzip(bytes, limit)?;
         decode_plain(&plain)
     } else {
         decode_plain(bytes)
     }
+}
+
+/// How many times its compressed size a gzip snapshot may inflate to, beyond
+/// [`DECOMPRESSED_FLOOR_BYTES`]: PyTorch's pickles compress 10–13:1 (the shared traces),
+/// their JSON a few times more; a gzip bomb reaches 1032:1.
+pub const DECOMPRESSION_RATIO: u64 = 128;
+/// What any gzip snapshot may inflate to, whatever its compressed size.
+pub const DECOMPRESSED_FLOOR_BYTES: u64 = 256 << 20;
+
+/// The decompressed size a gzip file of `compressed` bytes may reach: 128 times its size,
+/// at least 256 MiB (then [`DecodeOptions::max_decompressed_bytes`] bounds it).
+#[must_use]
+pub fn decompression_cap(compressed: usize) -> u64 {
+    (compressed as u64)
+        .saturating_mul(DECOMPRESSION_RATIO)
+        .max(DECOMPRESSED_FLOOR_BYTES)
 }
 
 /// Whether `bytes` start with the gzip magic number.

@@ -61,7 +61,7 @@ impl Default for PyTorchConfig {
 
 /// A config string PyTorch would reject, with PyTorch-like wording.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{0}")]
+#[error("{}", crate::models::common::config::elide_to(.0, 400))]
 pub struct PyTorchConfigError(pub String);
 
 fn tokens(s: &str) -> Vec<String> {

@@ -71,7 +71,7 @@ impl Vm<'_> {
                 format!(
                     "the pickle's shared references expand to more than {} snapshot elements \
                      (devices, trace entries, segments, blocks, frames), more than its {} bytes \
-                     can hold at {BYTES_PER_ELEMENT} bytes each (an object referenced over and over)",
+                     justify at {BYTES_PER_ELEMENT} bytes each: one object referenced over and over",
                     element_budget(self.data.len()),
                     self.data.len()
                 ),
