@@ -94,7 +94,9 @@ pub fn gunzip(bytes: &[u8], limit_bytes: u64) -> Result<Vec<u8>, ImportError> {
     loop {
         let mut member = flate2::bufread::GzDecoder::new(rest);
         // One byte past the limit tells "exactly at the limit" from "beyond it".
-        let room = (limit_bytes + 1).saturating_sub(out.len() as u64);
+        let room = limit_bytes
+            .saturating_add(1)
+            .saturating_sub(out.len() as u64);
         if let Err(e) = (&mut member).take(room).read_to_end(&mut out) {
             return Err(ImportError::Gzip {
                 message: e.to_string(),
