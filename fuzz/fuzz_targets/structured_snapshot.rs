@@ -14,9 +14,9 @@
 use allocsim_core::models::common::rounding::MAX_REQUEST_BYTES;
 use allocsim_core::models::{AllocatorKind, ModelSpec};
 use allocsim_core::replay::{Outcome, ReplayOptions};
+use allocsim_core::session;
 use allocsim_core::snapshot::{decode_snapshot, pickle};
 use allocsim_core::trace::OpKind;
-use allocsim_core::session;
 use libfuzzer_sys::arbitrary::{Result, Unstructured};
 use libfuzzer_sys::fuzz_target;
 
@@ -101,7 +101,11 @@ fn event(p: &mut P, u: &mut Unstructured) -> Result<()> {
     p.op(b'(');
     p.s("action");
     p.s(action);
-    p.s(if action == "oom" { "device_free" } else { "addr" });
+    p.s(if action == "oom" {
+        "device_free"
+    } else {
+        "addr"
+    });
     p.int(addr(u)?);
     p.s("size");
     p.int(size(u)?);
@@ -226,7 +230,11 @@ fuzz_target!(|data: &[u8]| {
         + snap.segments.len()
         + snap.segments.iter().map(|s| s.blocks.len()).sum::<usize>();
     let budget = bytes.len() as u64 / pickle::BYTES_PER_ELEMENT + pickle::ELEMENT_SLACK;
-    assert!(elements as u64 <= budget, "{elements} elements from {} bytes", bytes.len());
+    assert!(
+        elements as u64 <= budget,
+        "{elements} elements from {} bytes",
+        bytes.len()
+    );
     let capacity = if u.arbitrary::<bool>().unwrap_or(false) {
         Some(80 << 30)
     } else {
@@ -256,14 +264,27 @@ fuzz_target!(|data: &[u8]| {
                     continue;
                 }
             };
-            assert!(r.invariant_error.is_none(), "{kind:?}: {:?}", r.invariant_error);
+            assert!(
+                r.invariant_error.is_none(),
+                "{kind:?}: {:?}",
+                r.invariant_error
+            );
             assert!(r.peak_reserved_bytes >= r.final_reserved_bytes, "{kind:?}");
             assert!(r.peak_reserved_bytes >= r.peak_allocated_bytes, "{kind:?}");
             for (op, out) in dt.ops.iter().zip(&r.outcomes) {
-                if let (OpKind::Alloc { size_bytes, restored: false, .. }, Outcome::Served(_)) =
-                    (op.kind, out)
+                if let (
+                    OpKind::Alloc {
+                        size_bytes,
+                        restored: false,
+                        ..
+                    },
+                    Outcome::Served(_),
+                ) = (op.kind, out)
                 {
-                    assert!(size_bytes <= MAX_REQUEST_BYTES, "{kind:?} served {size_bytes}");
+                    assert!(
+                        size_bytes <= MAX_REQUEST_BYTES,
+                        "{kind:?} served {size_bytes}"
+                    );
                 }
             }
         }
