@@ -39,11 +39,13 @@ struct Run {
 
 /// Runs `allocsim ARGS` under the memory limit; panics past the time limit.
 fn run_limited(args: &[String]) -> Run {
+    static RUNS: AtomicU64 = AtomicU64::new(0);
     let mut script = format!("ulimit -v {MEMORY_LIMIT_KIB} && exec \"$0\"");
     for i in 1..=args.len() {
-        script.push_str(&format!(" \"${i}\""));
+        script.push_str(" \"$");
+        script.push_str(&i.to_string());
+        script.push('"');
     }
-    static RUNS: AtomicU64 = AtomicU64::new(0);
     let n = RUNS.fetch_add(1, Ordering::Relaxed);
     let dir = std::env::temp_dir();
     let (out_path, err_path) = (

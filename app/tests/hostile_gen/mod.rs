@@ -57,10 +57,6 @@ impl P {
         self.b.push(b'2');
         self
     }
-    pub fn none(&mut self) -> &mut Self {
-        self.b.push(b'N');
-        self
-    }
     pub fn stop(&mut self) -> Vec<u8> {
         self.b.push(b'.');
         std::mem::take(&mut self.b)
@@ -352,7 +348,7 @@ pub fn cases() -> Vec<Case> {
                 Some(&|p: &mut P| {
                     one_device(p, |p| {
                         event(p, "oom", 1 << 30, size);
-                    })
+                    });
                 }),
             ),
             Expect::Valid { oom: true },
@@ -403,7 +399,7 @@ pub fn cases() -> Vec<Case> {
                 one_device(p, |p| {
                     event(p, "segment_alloc", BASE, 2 * TWO_MIB);
                     event(p, "segment_free", BASE + TWO_MIB, TWO_MIB);
-                })
+                });
             }),
         ),
         Expect::Refused("segment"),
@@ -432,7 +428,7 @@ pub fn cases() -> Vec<Case> {
                 one_device(p, |p| {
                     event(p, "segment_alloc", BASE, TWO_MIB);
                     event(p, "segment_alloc", BASE, TWO_MIB);
-                })
+                });
             }),
         ),
         Expect::Refused("overlaps"),
@@ -446,7 +442,7 @@ pub fn cases() -> Vec<Case> {
             Some(&|p: &mut P| {
                 one_device(p, |p| {
                     event(p, "segment_free", BASE, TWO_MIB);
-                })
+                });
             }),
         ),
         Expect::Valid { oom: false },
@@ -458,7 +454,7 @@ pub fn cases() -> Vec<Case> {
             Some(&|p: &mut P| {
                 one_device(p, |p| {
                     event(p, "segment_alloc", u64max - 4095, TWO_MIB);
-                })
+                });
             }),
         ),
         Expect::Refused("segment"),
@@ -475,7 +471,7 @@ pub fn cases() -> Vec<Case> {
                     event(p, "alloc", BASE, 512);
                     event(p, "free_requested", BASE, 1024);
                     event(p, "free_completed", BASE, 1024);
-                })
+                });
             }),
         ),
         Expect::Refused("alloc's size"),

@@ -68,11 +68,13 @@ pub const ECHO_MAX_CHARS: usize = 120;
 
 /// `s` as an error echoes it: whole up to [`ECHO_MAX_CHARS`] characters, else its first
 /// 80 and last 30 characters around the number of bytes left out.
+#[must_use]
 pub fn elide(s: &str) -> std::borrow::Cow<'_, str> {
     elide_to(s, ECHO_MAX_CHARS)
 }
 
 /// `s` whole up to `max` characters (≥ 120), else elided in the middle.
+#[must_use]
 pub fn elide_to(s: &str, max: usize) -> std::borrow::Cow<'_, str> {
     let n = s.chars().count();
     if n <= max.max(ECHO_MAX_CHARS) {

@@ -206,6 +206,7 @@ impl<P: ArenaPolicy> Allocator for P {
 
 /// Why a request above [`MAX_REQUEST_BYTES`] is refused.
 #[cold]
+#[must_use]
 pub fn too_large(size: u64) -> String {
     format!(
         "no device can serve a request of {size} bytes (the largest any model serves is {})",
