@@ -7,13 +7,16 @@ use std::collections::{BTreeMap, HashMap};
 
 use crate::Error;
 use crate::models::common::rounding::MAX_REQUEST_BYTES;
-use crate::snapshot::{Action, RawSnapshot};
+use crate::snapshot::{Action, RawSnapshot, SegmentType};
 use crate::units::format_size;
 
-/// No CUDA virtual address reaches 2^57: the widest host address space CUDA runs under
-/// (x86-64 and arm64 with 5-level paging, 57 bits) bounds the unified address space, and
-/// the device's own is 49 bits on every GPU so far.
-pub const ADDRESS_LIMIT: u64 = 1 << 57;
+/// No CUDA virtual address reaches 2^56: a process's addresses lie below 2^56 even with
+/// 5-level paging (x86-64 LA57, the widest user address space CUDA runs under), and a
+/// GPU's own address space is 49 bits on every GPU so far.
+pub const ADDRESS_LIMIT: u64 = 1 << 56;
+
+/// A small-pool segment (`kSmallBuffer`).
+const SMALL_SEGMENT_BYTES: u64 = 2 << 20;
 
 fn end(addr: u64, size: u64) -> Option<u64> {
     addr.checked_add(size).filter(|&e| e <= ADDRESS_LIMIT)
@@ -32,9 +35,24 @@ pub fn check(snap: &RawSnapshot) -> Result<(), Error> {
                 s.total_size
             ));
         }
+        // PyTorch's small pool takes its memory in 2 MiB segments (`kSmallBuffer`), or in
+        // 2 MiB pages of an expandable segment.
+        let small_ok = if s.is_expandable {
+            s.total_size % SMALL_SEGMENT_BYTES == 0
+        } else {
+            s.total_size == SMALL_SEGMENT_BYTES
+        };
+        if s.segment_type == SegmentType::Small && !small_ok {
+            return impossible(format!(
+                "segments[{i}] at {:#x}: a small-pool segment of {} bytes (PyTorch's are 2 MiB{})",
+                s.address,
+                s.total_size,
+                if s.is_expandable { " pages" } else { "" }
+            ));
+        }
         let Some(e) = end(s.address, s.total_size) else {
             return impossible(format!(
-                "segments[{i}] at {:#x} of {} bytes ends past the address space (2^57)",
+                "segments[{i}] at {:#x} of {} bytes ends past the address space (2^56)",
                 s.address, s.total_size
             ));
         };

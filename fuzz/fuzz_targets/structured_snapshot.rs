@@ -1,6 +1,6 @@
 //! Structure-aware fuzzing (issue 19): the input drives a generator that writes a
 //! snapshot pickle from its schema — devices, segments with blocks, trace entries of every
-//! action, sizes and addresses near the limits (2^48, 2^57, 2^63, 2^64 − 1), huge device
+//! action, sizes and addresses near the limits (2^47, 2^56, 2^63, 2^64 − 1), huge device
 //! ids, shared references (one memoised entry or list referenced many times), a missing
 //! `device_traces` or the legacy list-of-segments form. Byte mutations rarely reach these;
 //! here every run is a well-formed snapshot.
@@ -66,7 +66,7 @@ fn size(u: &mut Unstructured) -> Result<u64> {
         3 => 20 * MIB,
         4 => MAX_REQUEST_BYTES,
         5 => MAX_REQUEST_BYTES + 1,
-        6 => 1 << 57,
+        6 => 1 << 56,
         7 => 1 << 63,
         8 => u64::MAX - 511,
         9 => u64::MAX,
@@ -78,7 +78,7 @@ fn size(u: &mut Unstructured) -> Result<u64> {
 fn addr(u: &mut Unstructured) -> Result<u64> {
     Ok(match u.int_in_range(0..=9)? {
         0 => u64::MAX - 4095,
-        1 => (1 << 57) - MIB,
+        1 => (1 << 56) - MIB,
         2 => u.arbitrary()?,
         _ => BASE + u64::from(u.int_in_range(0u32..=15)?) * 2 * MIB,
     })

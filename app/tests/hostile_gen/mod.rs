@@ -413,6 +413,14 @@ pub fn cases() -> Vec<Case> {
         Expect::Refused("segment"),
     ));
     out.push(case(
+        "small_segment_of_512_bytes",
+        snapshot(
+            |p| segment(p, 0, BASE, 512, "inactive"),
+            Some(&|p: &mut P| one_device(p, |_| {})),
+        ),
+        Expect::Refused("small-pool"),
+    ));
+    out.push(case(
         "segment_wraps",
         snapshot(
             |p| segment(p, 0, u64max - TWO_MIB + 4097, TWO_MIB, "inactive"),
