@@ -4,6 +4,7 @@
 # fuzz binaries are built here with
 #   cd fuzz && CARGO_TARGET_DIR=/tmp/allocsim-fuzz-target cargo +nightly fuzz build
 #   mkdir -p ../.carry/fuzz && cp /tmp/allocsim-fuzz-target/x86_64-unknown-linux-gnu/release/{decode_snapshot,structured_snapshot} ../.carry/fuzz/
+#   strip --strip-debug ../.carry/fuzz/*    # 38 MB → 11 MB each (symbols kept): the carry limit is 64 MiB
 # and carried in .carry/fuzz/. Writes each target's log, final stats and any crashing
 # input to $OUT/<target>/; exits non-zero if either target found a crash.
 set -uo pipefail
