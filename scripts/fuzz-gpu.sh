@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Long fuzzing on the GPU machine's 16 cores (issue 19): both targets with -fork=16 for
-# ALLOCSIM_FUZZ_SECONDS each (default 270: both within ~9 minutes). Builds nothing: the
+# ALLOCSIM_FUZZ_SECONDS each (default 260: both within ~9 minutes). Builds nothing: the
 # fuzz binaries are built here with
 #   cd fuzz && CARGO_TARGET_DIR=/tmp/allocsim-fuzz-target cargo +nightly fuzz build
 #   mkdir -p ../.carry/fuzz && cp /tmp/allocsim-fuzz-target/x86_64-unknown-linux-gnu/release/{decode_snapshot,structured_snapshot} ../.carry/fuzz/
@@ -9,7 +9,7 @@
 # input to $OUT/<target>/; exits non-zero if either target found a crash.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-secs="${ALLOCSIM_FUZZ_SECONDS:-270}"
+secs="${ALLOCSIM_FUZZ_SECONDS:-260}"
 out="${OUT:-/tmp/allocsim-fuzz-out}"
 bins=.carry/fuzz
 status=0
