@@ -57,7 +57,7 @@ pub enum ConfigError {
         high: u64,
     },
     /// PyTorch's parser refused it, in PyTorch's words (`PyTorchConfigError`'s).
-    #[error("{0}")]
+    #[error("{}", elide_to(.0, 400))]
     PyTorch(String),
 }
 
