@@ -417,7 +417,7 @@ fn target(
     let k = reserved.iter().position(|&r| r == peak).unwrap_or(0);
     let j = (0..=k.min(dt.ops.len().saturating_sub(1)))
         .rev()
-        .find(|&j| dt.ops[j].is_alloc())
+        .find(|&j| dt.ops.get(j).is_some_and(super::trace::Op::is_alloc))
         .or_else(|| first_alloc_from(k))
         .ok_or(Error::Query(QueryError::NoAllocation))?;
     Ok((j, Moment::Peak))

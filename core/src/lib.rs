@@ -6,6 +6,7 @@ pub mod capacity;
 pub mod cost;
 pub mod device;
 pub mod explain;
+pub mod impossible;
 pub mod models;
 pub mod offline;
 pub mod snapshot;

@@ -1119,6 +1119,7 @@ pub fn validate(snap: RawSnapshot, capacity: Option<u64>) -> Result<Validation, 
             snap.device_traces.len()
         )));
     }
+    crate::impossible::check(&snap)?;
     let mut devices = Vec::new();
     let mut reports = Vec::new();
     let n = snap.device_traces.len().max(

@@ -373,3 +373,33 @@ fn layout_at_equals_a_straight_replay_on_every_repo_trace() {
         assert!(compared >= 3, "{}: {compared} layouts compared", t.name);
     }
 }
+
+/// Real pickles spend far more than [`pickle::BYTES_PER_ELEMENT`] bytes per snapshot
+/// element (device, trace entry, segment, block), so the budget that bounds what shared
+/// references can expand to never refuses one.
+#[test]
+fn pickles_stay_far_within_the_element_budget() {
+    use allocsim_core::snapshot::import::{gunzip, is_gzip};
+    use allocsim_core::snapshot::{decode_snapshot, pickle};
+    let mut traces = corpus();
+    traces.extend(repo_traces());
+    for t in traces {
+        let bytes = std::fs::read(&t.path).unwrap();
+        let plain = if is_gzip(&bytes) {
+            gunzip(&bytes, u64::MAX).unwrap()
+        } else {
+            bytes
+        };
+        let snap = decode_snapshot(&plain).unwrap();
+        let elements = snap.device_traces.len()
+            + snap.device_traces.iter().map(Vec::len).sum::<usize>()
+            + snap.segments.len()
+            + snap.segments.iter().map(|s| s.blocks.len()).sum::<usize>();
+        let per_element = plain.len() as u64 / elements.max(1) as u64;
+        assert!(
+            per_element >= 2 * pickle::BYTES_PER_ELEMENT,
+            "{}: {per_element} bytes per element ({elements} elements)",
+            t.name
+        );
+    }
+}

@@ -16,7 +16,7 @@ pub enum ImportError {
     },
     /// The decompressed stream is larger than [`super::import::DecodeOptions::max_decompressed_bytes`].
     #[error(
-        "decompressed snapshot exceeds the limit of {limit_bytes} bytes (a decompression bomb?)"
+        "decompressed snapshot exceeds the limit of {limit_bytes} bytes (a gzip file may inflate to 128 times its size, at least 256 MiB: a decompression bomb?)"
     )]
     TooLarge { limit_bytes: u64 },
     /// An opcode that would make the unpickler import or call code; never executed.

@@ -43,11 +43,30 @@ pub fn decode_snapshot_with(
     options: &DecodeOptions,
 ) -> Result<RawSnapshot, ImportError> {
     if is_gzip(bytes) {
-        let plain = gunzip(bytes, options.max_decompressed_bytes)?;
+        let limit = options
+            .max_decompressed_bytes
+            .min(decompression_cap(bytes.len()));
+        let plain = gunzip(bytes, limit)?;
         decode_plain(&plain)
     } else {
         decode_plain(bytes)
     }
+}
+
+/// How many times its compressed size a gzip snapshot may inflate to, beyond
+/// [`DECOMPRESSED_FLOOR_BYTES`]: PyTorch's pickles compress 10–13:1 (the shared traces),
+/// their JSON a few times more; a gzip bomb reaches 1032:1.
+pub const DECOMPRESSION_RATIO: u64 = 128;
+/// What any gzip snapshot may inflate to, whatever its compressed size.
+pub const DECOMPRESSED_FLOOR_BYTES: u64 = 256 << 20;
+
+/// The decompressed size a gzip file of `compressed` bytes may reach: 128 times its size,
+/// at least 256 MiB (then [`DecodeOptions::max_decompressed_bytes`] bounds it).
+#[must_use]
+pub fn decompression_cap(compressed: usize) -> u64 {
+    (compressed as u64)
+        .saturating_mul(DECOMPRESSION_RATIO)
+        .max(DECOMPRESSED_FLOOR_BYTES)
 }
 
 /// Whether `bytes` start with the gzip magic number.
@@ -75,7 +94,9 @@ pub fn gunzip(bytes: &[u8], limit_bytes: u64) -> Result<Vec<u8>, ImportError> {
     loop {
         let mut member = flate2::bufread::GzDecoder::new(rest);
         // One byte past the limit tells "exactly at the limit" from "beyond it".
-        let room = (limit_bytes + 1).saturating_sub(out.len() as u64);
+        let room = limit_bytes
+            .saturating_add(1)
+            .saturating_sub(out.len() as u64);
         if let Err(e) = (&mut member).take(room).read_to_end(&mut out) {
             return Err(ImportError::Gzip {
                 message: e.to_string(),

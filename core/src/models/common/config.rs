@@ -8,20 +8,24 @@ use crate::models::AllocatorKind;
 /// know, a value it cannot take, or a `PYTORCH_CUDA_ALLOC_CONF` PyTorch would reject.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ConfigError {
-    #[error("unknown allocator '{name}' (known: {})", AllocatorKind::names().join(", "))]
+    #[error("unknown allocator '{}' (known: {})", elide(name), AllocatorKind::names().join(", "))]
     UnknownAllocator { name: String },
-    #[error("{model}: expected key:value in config, got '{part}'")]
+    #[error("{model}: expected key:value in config, got '{}'", elide(part))]
     NotKeyValue { model: AllocatorKind, part: String },
-    #[error("{model}: unknown config key '{key}' (known: {})", known_list(known))]
+    #[error(
+        "{model}: unknown config key '{}' (known: {})",
+        elide(key),
+        known_list(known)
+    )]
     UnknownKey {
         model: AllocatorKind,
         key: String,
         known: Vec<&'static str>,
     },
-    #[error("{model}: config key '{key}' has no value")]
+    #[error("{model}: config key '{}' has no value", elide(key))]
     NoValue { model: AllocatorKind, key: String },
     /// A value of the wrong type (`expected`: `True or False`, `a number`, …).
-    #[error("{model}: {key} expects {expected}, got '{value}'")]
+    #[error("{model}: {} expects {expected}, got '{}'", elide(key), elide(value))]
     WrongType {
         model: AllocatorKind,
         key: String,
@@ -30,7 +34,7 @@ pub enum ConfigError {
     },
     /// A value outside what the model accepts (`range`: `between 1 and 6`, `in (0, 1]`, `a
     /// power of two`).
-    #[error("{model}: {key} must be {range}, got {value}")]
+    #[error("{model}: {} must be {range}, got {}", elide(key), elide(value))]
     OutOfRange {
         model: AllocatorKind,
         key: String,
@@ -53,8 +57,32 @@ pub enum ConfigError {
         high: u64,
     },
     /// PyTorch's parser refused it, in PyTorch's words (`PyTorchConfigError`'s).
-    #[error("{0}")]
+    #[error("{}", elide_to(.0, 400))]
     PyTorch(String),
+}
+
+/// Longest text a config error echoes whole: a longer config value is elided in the
+/// middle, so a 100 KB `--config` makes a one-line error, not a 100 KB one.
+pub const ECHO_MAX_CHARS: usize = 120;
+
+/// `s` as an error echoes it: whole up to [`ECHO_MAX_CHARS`] characters, else its first
+/// 80 and last 30 characters around the number of bytes left out.
+#[must_use]
+pub fn elide(s: &str) -> std::borrow::Cow<'_, str> {
+    elide_to(s, ECHO_MAX_CHARS)
+}
+
+/// `s` whole up to `max` characters (≥ 120), else elided in the middle.
+#[must_use]
+pub fn elide_to(s: &str, max: usize) -> std::borrow::Cow<'_, str> {
+    let n = s.chars().count();
+    if n <= max.max(ECHO_MAX_CHARS) {
+        return s.into();
+    }
+    let head: String = s.chars().take(80).collect();
+    let tail: String = s.chars().skip(n - 30).collect();
+    let left_out = s.len() - head.len() - tail.len();
+    format!("{head}…[{left_out} bytes]…{tail}").into()
 }
 
 fn known_list(known: &[&str]) -> String {

@@ -7,6 +7,7 @@
 //! the `oom` event with its [`OomInfo`], built here and nowhere else.
 
 use super::arena::{Arena, Block};
+use super::rounding::MAX_REQUEST_BYTES;
 use crate::device::Device;
 use crate::models::{
     AllocRequest, Allocator, AllocatorKind, Layout, ModelError, ModelEvent, ModelStats, OomInfo,
@@ -150,7 +151,18 @@ impl<P: ArenaPolicy> Allocator for P {
         req: &AllocRequest,
         out: &mut Vec<ModelEvent>,
     ) -> Result<u64, OomInfo> {
-        match self.find(dev, req, out) {
+        let found = if req.size_bytes > MAX_REQUEST_BYTES {
+            Err(Refusal {
+                rounded_bytes: req.size_bytes,
+                event_bytes: req.size_bytes,
+                alloc_bytes: req.size_bytes,
+                free_blocks_usable: false,
+                reason: too_large(req.size_bytes),
+            })
+        } else {
+            self.find(dev, req, out)
+        };
+        match found {
             Ok(i) => {
                 let arena = self.arena_mut();
                 arena.allocate(i, req.size_bytes, req.stream, out);
@@ -212,6 +224,16 @@ impl<P: ArenaPolicy> Allocator for P {
     fn clone_box(&self) -> Box<dyn Allocator> {
         Box::new(self.clone())
     }
+}
+
+/// Why a request above [`MAX_REQUEST_BYTES`] is refused.
+#[cold]
+#[must_use]
+pub fn too_large(size: u64) -> String {
+    format!(
+        "no device can serve a request of {size} bytes (the largest any model serves is {})",
+        crate::units::format_size(MAX_REQUEST_BYTES)
+    )
 }
 
 /// The one place an arena model's [`OomInfo`] is built: the refusal plus the totals.

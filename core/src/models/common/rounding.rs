@@ -4,6 +4,12 @@
 /// (peers.md §B.5, §B.6), and the simulated device counts memory in these pages.
 pub const PAGE_BYTES: u64 = 2 << 20;
 
+/// The largest request any model serves, 2^47 bytes (128 TiB): past the memory of every
+/// GPU (and of every host CUDA can map), and with any rounding (at most to the next power
+/// of two) below 2^48, the width the models' free-set keys give sizes. A larger request is an out-of-memory on every device, unlimited capacity
+/// included, so no rounding of it can wrap past 2^64.
+pub const MAX_REQUEST_BYTES: u64 = 1 << 47;
+
 /// `n` rounded up to a multiple of `align` (a power of two or any positive step).
 #[must_use]
 pub fn round_up(n: u64, align: u64) -> u64 {

@@ -62,7 +62,7 @@ impl Default for PyTorchConfig {
 
 /// A config string PyTorch would reject, with PyTorch-like wording.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{0}")]
+#[error("{}", crate::models::common::config::elide_to(.0, 400))]
 pub struct PyTorchConfigError(pub String);
 
 impl From<PyTorchConfigError> for ConfigError {

@@ -20,6 +20,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::hash::BuildHasherDefault;
 
 use super::common::AddrHasher;
+use super::common::rounding::MAX_REQUEST_BYTES;
 
 pub use config::{PyTorchConfig, PyTorchConfigError};
 
@@ -214,7 +215,37 @@ impl PyTorchModel {
         if divisions > 1 && size > MIN_BLOCK_BYTES * divisions {
             return roundup_power2_next_division(size, divisions);
         }
-        size.div_ceil(MIN_BLOCK_BYTES) * MIN_BLOCK_BYTES
+        size.div_ceil(MIN_BLOCK_BYTES)
+            .saturating_mul(MIN_BLOCK_BYTES)
+    }
+
+    /// A request above [`MAX_REQUEST_BYTES`]: an `oom` entry of the request, as no
+    /// device could have served it, without rounding it.
+    #[cold]
+    fn too_large(
+        &mut self,
+        dev: &mut dyn Device,
+        size: u64,
+        stream: u64,
+        out: &mut Vec<ModelEvent>,
+    ) -> OomInfo {
+        self.num_ooms += 1;
+        out.push(ModelEvent {
+            action: Action::Oom,
+            addr: dev.free_bytes(),
+            size,
+            stream,
+        });
+        OomInfo {
+            rounded_bytes: size,
+            alloc_bytes: size,
+            reserved_bytes: self.reserved_bytes,
+            allocated_bytes: self.allocated_bytes,
+            largest_free_bytes: 0,
+            free_holes: 0,
+            pool_free_bytes: 0,
+            reason: crate::models::common::policy::too_large(size),
+        }
     }
 
     fn divisions_for(&self, size: u64) -> u32 {
@@ -231,7 +262,9 @@ impl PyTorchModel {
         } else if rounded < MIN_LARGE_ALLOC_BYTES {
             self.cfg.large_segment_size_bytes
         } else {
-            rounded.div_ceil(ROUND_LARGE_BYTES) * ROUND_LARGE_BYTES
+            rounded
+                .div_ceil(ROUND_LARGE_BYTES)
+                .saturating_mul(ROUND_LARGE_BYTES)
         }
     }
 
@@ -1271,10 +1304,14 @@ fn roundup_power2_next_division(size: u64, divisions: u64) -> u64 {
     let floor2 = 1u64 << size.ilog2();
     let step = floor2 >> divisions.ilog2();
     if step == 0 {
-        return floor2 << 1;
+        return floor2.saturating_mul(2);
     }
     let r = size & !(step - 1);
-    if r == size { size } else { r + step }
+    if r == size {
+        size
+    } else {
+        r.saturating_add(step)
+    }
 }
 
 impl Allocator for PyTorchModel {
@@ -1307,6 +1344,9 @@ impl Allocator for PyTorchModel {
     ) -> Result<u64, OomInfo> {
         let orig = req.size_bytes;
         let stream = req.stream;
+        if orig > MAX_REQUEST_BYTES {
+            return Err(self.too_large(dev, orig, stream, out));
+        }
         let size = self.round_size(orig);
         let small = size <= SMALL_SIZE_BYTES;
         let pool = self.pool_index(req.pool, small);

@@ -63,6 +63,9 @@ pub(super) struct Vm<'a> {
     pub(super) stack_cache: HashMap<u64, StackId, BuildHasherDefault<PreHashed>>,
     /// Snapshot mode: convert frames, stacks and trace entries as they are consumed.
     pub(super) eager: bool,
+    /// Snapshot elements the schema pass may still produce (see
+    /// [`super::mapping::element_budget`]).
+    pub(super) elements_left: u64,
 }
 
 /// Errors are boxed inside the machine: a `Result` of one pointer keeps the hot paths'
@@ -129,6 +132,7 @@ impl<'a> Vm<'a> {
             frame_buf: Vec::new(),
             stack_cache: HashMap::default(),
             eager,
+            elements_left: super::mapping::element_budget(data.len()),
         }
     }
 

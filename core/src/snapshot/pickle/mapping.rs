@@ -22,6 +22,25 @@ fn err(offset: u64, loc: impl Display, problem: impl Display) -> Box<ImportError
     schema_err(offset, loc.to_string(), problem.to_string())
 }
 
+/// Input bytes each snapshot element (device, trace entry, segment, block, frame of a
+/// stack read from a list) must be backed by, on average, beyond [`ELEMENT_SLACK`].
+///
+/// A pickle can reference one memoised object many times for a byte or two each (`GET`,
+/// `DUP`): a list of 4,000 entries shared by 200,000 devices is 0.5 MB of pickle but
+/// 800 M entries. Every element the schema pass produces is counted against the input's
+/// size, so what the decoder builds stays proportional to the input however it shares.
+/// `pickle.dump` writes every element as its own object of tens of bytes (a trace entry
+/// is a dict of five or more keys); the corpus test `pickles_stay_far_within_the_element_budget` checks that
+/// every real snapshot spends at least twice this per element — so they never come near it.
+pub const BYTES_PER_ELEMENT: u64 = 8;
+/// Elements any input may have, whatever its size (small hand-built files).
+pub const ELEMENT_SLACK: u64 = 4096;
+
+/// The most snapshot elements an input of `len` bytes may decode to.
+pub(super) fn element_budget(len: usize) -> u64 {
+    (len as u64 / BYTES_PER_ELEMENT).saturating_add(ELEMENT_SLACK)
+}
+
 /// A sequence as the schema pass reads it.
 enum Seq {
     Items(u32, usize),
@@ -36,6 +55,28 @@ impl Vm<'_> {
 
     fn scalar(&self, v: Value) -> Scalar<'_> {
         scalar(&self.text(), &self.heap, v)
+    }
+
+    /// Counts `n` elements produced at `loc` (object at `offset`) against the input's
+    /// budget; an error once the input cannot justify them.
+    fn spend(&mut self, n: usize, offset: u64, loc: Loc) -> Res<()> {
+        match self.elements_left.checked_sub(n as u64) {
+            Some(left) => {
+                self.elements_left = left;
+                Ok(())
+            }
+            None => Err(err(
+                offset,
+                loc,
+                format!(
+                    "the pickle's shared references expand to more than {} snapshot elements \
+                     (devices, trace entries, segments, blocks, frames), more than its {} bytes \
+                     justify at {BYTES_PER_ELEMENT} bytes each: one object referenced over and over",
+                    element_budget(self.data.len()),
+                    self.data.len()
+                ),
+            )),
+        }
     }
 
     fn container(&self, v: Value) -> Option<&Container> {
@@ -118,6 +159,7 @@ impl Vm<'_> {
             }
         };
         let list_offset = self.offset_of(v, offset);
+        self.spend(n, list_offset, loc)?;
         let mut ids = Vec::with_capacity(n);
         for k in 0..n {
             let item = self.item(id, k);
@@ -182,12 +224,16 @@ impl Vm<'_> {
             }
         };
         let outer_offset = self.offset_of(v, fallback);
+        self.spend(n, outer_offset, Loc::DeviceTraces)?;
         let mut out = Vec::with_capacity(n);
         for d in 0..n {
             let inner = self.item(id, d);
             let mut events = match self.seq(inner) {
                 Some(Seq::Events(k)) => {
                     let shared = self.container(inner).is_some_and(|c| c.shared);
+                    let len = self.event_lists.get(k).map_or(0, Vec::len);
+                    let inner_off = self.offset_of(inner, outer_offset);
+                    self.spend(len, inner_off, Loc::Trace(d))?;
                     match self.event_lists.get_mut(k) {
                         Some(list) if shared => list.clone(),
                         Some(list) => std::mem::take(list),
@@ -197,6 +243,7 @@ impl Vm<'_> {
                 Some(Seq::Stack(StackId::EMPTY)) => Vec::new(),
                 Some(Seq::Items(inner_id, m)) => {
                     let inner_off = self.offset_of(inner, outer_offset);
+                    self.spend(m, inner_off, Loc::Trace(d))?;
                     let mut events = Vec::with_capacity(m);
                     for i in 0..m {
                         let item = self.item(inner_id, i);
@@ -266,6 +313,7 @@ impl Vm<'_> {
             }
         };
         let list_offset = self.offset_of(v, seg_offset);
+        self.spend(n, list_offset, Loc::Segment(seg))?;
         let mut blocks = Vec::with_capacity(n);
         let mut next_address = Some(seg_address);
         for i in 0..n {
@@ -372,7 +420,7 @@ impl Vm<'_> {
 
     /// `host_traces`: one list of entries or one list per device, concatenated; entries
     /// that do not read as trace entries are skipped and counted.
-    fn host_traces(&mut self, v: Value) -> (Vec<RawEvent>, u64) {
+    fn host_traces(&mut self, v: Value) -> Res<(Vec<RawEvent>, u64)> {
         let mut out = Vec::new();
         let mut skipped = 0;
         let mut lists = vec![v];
@@ -383,6 +431,8 @@ impl Vm<'_> {
                 match self.seq(l) {
                     Some(Seq::Events(k)) => {
                         let shared = self.container(l).is_some_and(|c| c.shared);
+                        let len = self.event_lists.get(k).map_or(0, Vec::len);
+                        self.spend(len, self.offset_of(l, 0), Loc::HostTraces)?;
                         match self.event_lists.get_mut(k) {
                             Some(list) if shared => out.extend_from_slice(list),
                             Some(list) => out.append(list),
@@ -390,6 +440,7 @@ impl Vm<'_> {
                         }
                     }
                     Some(Seq::Items(id, n)) => {
+                        self.spend(n, self.offset_of(l, 0), Loc::HostTraces)?;
                         for i in 0..n {
                             let item = self.item(id, i);
                             if matches!(self.seq(item), Some(Seq::Items(..) | Seq::Events(_))) {
@@ -409,7 +460,7 @@ impl Vm<'_> {
             depth += 1;
         }
         skipped += lists.len() as u64;
-        (out, skipped)
+        Ok((out, skipped))
     }
 
     pub(super) fn snapshot(mut self, root: Value, stop_at: usize) -> Res<RawSnapshot> {
@@ -449,6 +500,7 @@ impl Vm<'_> {
             }
         };
         let seg_offset = self.offset_of(segments_value, root_offset);
+        self.spend(n, seg_offset, Loc::Segments)?;
         let mut parts = Parts {
             segments: Vec::with_capacity(n),
             ..Parts::default()
@@ -466,7 +518,10 @@ impl Vm<'_> {
             Some(s) => self.settings(s, root_offset)?,
         };
         let (segs, seg_skipped) = host_segments.map_or((Vec::new(), 0), |v| self.host_segments(v));
-        let (trace, trace_skipped) = host_traces.map_or((Vec::new(), 0), |v| self.host_traces(v));
+        let (trace, trace_skipped) = match host_traces {
+            Some(v) => self.host_traces(v)?,
+            None => (Vec::new(), 0),
+        };
         parts.host_segments = segs;
         parts.host_traces = trace;
         parts.host_items_skipped = seg_skipped + trace_skipped;

@@ -37,6 +37,7 @@ mod text;
 mod tree;
 mod value;
 
+pub use mapping::{BYTES_PER_ELEMENT, ELEMENT_SLACK};
 pub use tree::{MAX_VALUE_DEPTH, PyValue, decode_value};
 
 use super::RawSnapshot;
