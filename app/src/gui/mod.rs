@@ -13,6 +13,7 @@ pub mod live;
 pub mod memory_map;
 mod panels;
 pub mod render;
+pub mod stack_lod;
 pub mod state;
 pub mod theme;
 pub mod timeline;
