@@ -1,7 +1,6 @@
 //! `allocsim replay FILE [--allocator NAME] [--config STR] [--capacity SIZE] [--trace-device D] [--json]`.
 
 use allocsim_core::capacity::{CapacityArg, CapacityChoice};
-use allocsim_core::models::ModelSpec;
 use allocsim_core::replay::{ReplayOptions, ReplayResult};
 use allocsim_core::units::format_size;
 use serde_json::{Value, json};
@@ -12,7 +11,7 @@ use super::{Failure, parse_capacity_arg, pick_device, print_json};
 #[derive(clap::Args, Debug)]
 pub struct Args {
     #[command(flatten)]
-    input: Source,
+    pub(super) input: Source,
     /// The allocator model
     #[arg(long, default_value = "pytorch")]
     allocator: String,
@@ -140,11 +139,26 @@ pub fn print_replay_text(label: &str, r: &ReplayResult, capacity: &CapacityChoic
     }
 }
 
-pub fn run(a: &Args) -> Result<u8, Failure> {
-    let mut spec = ModelSpec::parse(&a.allocator).map_err(Failure::bad_input)?;
-    if spec.config.is_none() {
-        spec.config.clone_from(&a.config);
+/// A replay `a` asks for, and what its output shows.
+pub struct Outcome {
+    name: String,
+    device: usize,
+    events: usize,
+    capacity: CapacityChoice,
+    result: ReplayResult,
+}
+
+impl Outcome {
+    /// The `--json` object.
+    #[must_use]
+    pub fn json(&self) -> Value {
+        replay_json(&self.result, self.events, &self.capacity)
     }
+}
+
+/// Runs the replay `a` asks for.
+pub fn outcome(a: &Args) -> Result<Outcome, Failure> {
+    let spec = super::model_spec(&a.allocator, a.config.as_deref())?;
     let arg = a.capacity.unwrap_or_default();
     let v = load_source(&a.input, arg.given_bytes())?;
     let d = pick_device(&v.trace, a.trace_device)?;
@@ -156,13 +170,24 @@ pub fn run(a: &Args) -> Result<u8, Failure> {
     };
     let r = allocsim_core::session::replay_device(&v.trace, d, &spec, capacity.bytes, opts)
         .map_err(|e| Failure::bad_input(format!("{}: {e}", v.name)))?;
+    Ok(Outcome {
+        name: v.name,
+        device: d,
+        events: v.trace.devices[d].events,
+        capacity,
+        result: r,
+    })
+}
+
+pub fn run(a: &Args) -> Result<u8, Failure> {
+    let o = outcome(a)?;
     if a.json {
-        print_json(&replay_json(&r, v.trace.devices[d].events, &capacity));
+        print_json(&o.json());
     } else {
         print_replay_text(
-            &format!("{} — {} on device {d}", v.name, r.allocator),
-            &r,
-            &capacity,
+            &format!("{} — {} on device {}", o.name, o.result.allocator, o.device),
+            &o.result,
+            &o.capacity,
         );
     }
     Ok(0)
