@@ -30,7 +30,9 @@ fn main() -> anyhow::Result<()> {
     println!(
         "machine: {} cores, load average {}",
         std::thread::available_parallelism().map_or(0, usize::from),
-        std::fs::read_to_string("/proc/loadavg").unwrap_or_default().trim()
+        std::fs::read_to_string("/proc/loadavg")
+            .unwrap_or_default()
+            .trim()
     );
     for f in &files {
         let size = std::fs::metadata(f)
