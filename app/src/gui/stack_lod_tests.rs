@@ -272,3 +272,39 @@ fn a_one_op_spike_left_out_by_the_level_of_detail_still_reaches_its_height() {
     );
     assert_eq!(folded_at(&t, &doc.trace.bands.pieces, spike as u32), (0, 0));
 }
+
+#[test]
+fn hovering_the_folded_band_says_how_many_allocations_and_bytes_it_holds() {
+    use crate::gui::Startup;
+    use crate::gui::tests::{harness, has_text, settle};
+    use egui_kittest::kittest::Queryable;
+    let mut h = harness(Startup::Empty);
+    h.state_mut()
+        .open_workload("churn:events=20000,live=300", None);
+    settle(&mut h);
+    h.get_by_label("Allocations").click();
+    settle(&mut h);
+    let plot = h.state().timeline.last_plot.expect("drawn");
+    let doc = h.state().document().expect("generated");
+    let all = doc.trace.bands.pieces.len();
+    assert!(
+        h.state().timeline.bands_drawn < all,
+        "zoomed out, the small pieces are folded"
+    );
+    // Up the middle column from the bottom: some point is in the folded band.
+    let x = plot.center().x;
+    let mut y = plot.bottom() - 2.0;
+    let mut found = false;
+    while y > plot.top() && !found {
+        h.hover_at(egui::pos2(x, y));
+        h.step();
+        h.step();
+        found = has_text(&h, "folded: ");
+        y -= 3.0;
+    }
+    assert!(
+        found,
+        "no folded allocation under the mouse up the middle column"
+    );
+    assert!(has_text(&h, "allocations") && has_text(&h, "live in all"));
+}
