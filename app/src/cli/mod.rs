@@ -11,6 +11,7 @@ mod progress;
 mod replay;
 mod serve;
 mod site;
+pub mod source;
 mod validate;
 mod whatif;
 
@@ -181,10 +182,10 @@ pub fn print_json(v: &serde_json::Value) {
     }
 }
 
-fn run(cli: Cli) -> Result<u8, Failure> {
+fn run(cli: Cli, desktop: Option<Desktop>) -> Result<u8, Failure> {
     match cli.command {
-        None => open_app(None),
-        Some(Command::Open { file }) => open_app(Some(file)),
+        None => open_app(None, desktop),
+        Some(Command::Open { file }) => open_app(Some(file), desktop),
         Some(Command::Validate(a)) => validate::run(&a),
         Some(Command::Replay(a)) => replay::run(&a),
         Some(Command::CudaReplay(a)) => cuda_replay::run(&a),
@@ -197,36 +198,44 @@ fn run(cli: Cli) -> Result<u8, Failure> {
     }
 }
 
-#[cfg(feature = "gui")]
-fn open_app(file: Option<PathBuf>) -> Result<u8, Failure> {
+/// The desktop app, when the binary has one: `allocsim` with no subcommand or `open FILE`
+/// runs it. The binary passes `gui::run_native`; the command line itself never names the
+/// GUI (the layers in ARCHITECTURE.md), and the Python package passes none.
+pub type Desktop = fn(Option<PathBuf>) -> Result<(), String>;
+
+fn open_app(file: Option<PathBuf>, desktop: Option<Desktop>) -> Result<u8, Failure> {
+    let Some(run_desktop) = desktop else {
+        return Err(Failure::unavailable(
+            "this build of allocsim has no desktop app (the Python wheel has none): `allocsim serve FILE` opens the web viewer in a browser, or build the allocsim-app crate with its `gui` feature",
+        ));
+    };
     if let Some(f) = &file {
         // A file that cannot be read is bad input, before any window opens.
         std::fs::metadata(f)
             .map_err(|e| Failure::bad_input(format!("{}: cannot read: {e}", f.display())))?;
     }
-    crate::gui::run_native(file)
-        .map(|()| 0)
-        .map_err(Failure::unavailable)
+    run_desktop(file).map(|()| 0).map_err(Failure::unavailable)
 }
 
-#[cfg(not(feature = "gui"))]
-#[allow(clippy::needless_pass_by_value)] // same signature as the GUI build's
-fn open_app(file: Option<PathBuf>) -> Result<u8, Failure> {
-    let _ = file;
-    Err(Failure::unavailable(
-        "this build of allocsim has no desktop app (the Python wheel has none): `allocsim serve FILE` opens the web viewer in a browser, or build the allocsim-app crate with its `gui` feature",
-    ))
-}
-
-/// Entry point of the binary.
+/// Entry point of the binary: the command line on the process's arguments, `desktop` for
+/// the commands that open the app.
 #[must_use]
-pub fn main() -> ExitCode {
-    ExitCode::from(main_from(std::env::args_os()))
+pub fn main(desktop: Option<Desktop>) -> ExitCode {
+    ExitCode::from(main_with(std::env::args_os(), desktop))
 }
 
-/// The command line run on `args` (the program's name first), in this process: what the
-/// binary does, returning its exit code (the Python package's `allocsim` command).
+/// The command line run on `args` (the program's name first), in this process, without a
+/// desktop app, returning its exit code (the Python package's `allocsim` command).
 pub fn main_from<I, T>(args: I) -> u8
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
+    main_with(args, None)
+}
+
+/// [`main_from`] with the desktop app `desktop` for `open`.
+pub fn main_with<I, T>(args: I, desktop: Option<Desktop>) -> u8
 where
     I: IntoIterator<Item = T>,
     T: Into<std::ffi::OsString> + Clone,
@@ -247,7 +256,7 @@ where
             return EXIT_BAD_INPUT;
         }
     };
-    let code = match run(cli) {
+    let code = match run(cli, desktop) {
         Ok(code) => code,
         Err(f) => {
             eprintln!("allocsim: {}", f.message);

@@ -7,10 +7,10 @@ use std::sync::Arc;
 
 use allocsim_core::metrics::Timeline;
 
-use super::engine::wire::{LayoutData, NO_OP, ReplayData, TraceData, block_state, format_frame};
 use super::envelope::Envelope;
 use super::render::{Quad, QuadSet};
 use super::theme;
+use crate::engine::wire::{LayoutData, NO_OP, ReplayData, TraceData, block_state, format_frame};
 
 /// Bytes per data unit on the byte axes of the GPU views (f32 keeps 24 bits: MiB units
 /// keep a 512-byte block distinct up to 8 TiB).
@@ -33,7 +33,7 @@ pub struct Document {
     /// The quads converted so far (`bands` is republished from it as it grows).
     bands_building: Vec<Quad>,
     /// The stack's top (live requested MiB) per op: the folded band of the stacked view
-    /// ([`super::stack_lod`]), so a level of detail never loses bytes.
+    /// ([`super::views::timeline::stack_lod`]), so a level of detail never loses bytes.
     pub stack_top: Envelope,
     pub slots: Vec<Slot>,
     /// The best any allocator could do on this device (live-bytes peak, offline
@@ -55,7 +55,7 @@ impl Document {
     #[must_use]
     pub fn new(trace: Arc<TraceData>) -> Document {
         let seconds = seconds_of(&trace);
-        let stack_top = super::stack_lod::stack_top(&trace.ops);
+        let stack_top = super::views::timeline::stack_lod::stack_top(&trace.ops);
         Document {
             trace,
             seconds,
@@ -370,7 +370,7 @@ impl LayoutView {
 pub fn band_quads(
     trace: &TraceData,
     seconds: &[f64],
-    pick: &dyn Fn(&super::engine::wire::BandPiece) -> bool,
+    pick: &dyn Fn(&crate::engine::wire::BandPiece) -> bool,
     color: Option<egui::Color32>,
 ) -> Vec<Quad> {
     trace
@@ -387,7 +387,7 @@ pub fn band_quads(
 pub fn band_quad(
     trace: &TraceData,
     seconds: &[f64],
-    p: &super::engine::wire::BandPiece,
+    p: &crate::engine::wire::BandPiece,
     color: Option<egui::Color32>,
 ) -> Quad {
     let t = |x: u32| -> f32 {

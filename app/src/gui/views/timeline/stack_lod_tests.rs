@@ -6,11 +6,11 @@
 use std::sync::Arc;
 
 use super::*;
-use crate::gui::engine::Engine;
-use crate::gui::engine::wire::{ReplayData, Request, Response, TraceData, op_kind};
+use crate::engine::Engine;
+use crate::engine::wire::{ReplayData, Request, Response, TraceData, op_kind};
 use crate::gui::state::Document;
 use crate::gui::theme;
-use crate::gui::timeline::{Axis, TimelineState};
+use crate::gui::views::timeline::{Axis, TimelineState};
 
 fn answer(engine: &mut Engine, req: Request) -> Response {
     let mut out = Vec::new();
@@ -71,8 +71,10 @@ fn check_conservation(doc: &Document, requested: &[u64]) -> usize {
         }
         for &(w_px, h_px) in &[(1200usize, 400f32), (333, 150.0)] {
             for width in [n, n / 16.0, n / 1000.0, 40.0] {
-                let mut st = TimelineState::default();
-                st.axis = axis;
+                let mut st = TimelineState {
+                    axis,
+                    ..TimelineState::default()
+                };
                 let a = (peak_op - width / 2.0).clamp(0.0, n - width);
                 st.view = match axis {
                     Axis::Events => Some((a, a + width)),
@@ -229,7 +231,7 @@ fn a_one_op_spike_left_out_by_the_level_of_detail_still_reaches_its_height() {
     script.push(('f', spike as u64));
     script.extend((0..500).map(|_| ('a', 0)));
     let t = ops(&script);
-    let bands = crate::gui::engine::bands::build(&t);
+    let bands = crate::engine::bands::build(&t);
     let mut doc = Document::new(Arc::new(TraceData {
         ops: t.clone(),
         bands,

@@ -3,12 +3,13 @@
 //! cap; or every live allocation stacked as a band. Click or drag moves the cursor; the
 //! wheel zooms, shift+wheel or a right-drag pans, a double-click shows everything.
 
+pub mod stack_lod;
+
 use egui::{Align2, Color32, FontId, Pos2, Rect, Sense, Shape, Stroke, pos2};
 
-use super::render::{self, Transform};
-use super::stack_lod;
-use super::state::{Document, MIB};
-use super::theme;
+use crate::gui::render::{self, Transform};
+use crate::gui::state::{Document, MIB};
+use crate::gui::theme;
 use allocsim_core::units::format_size;
 
 /// What the timeline draws.
@@ -762,7 +763,7 @@ fn envelope_points(
     st: &TimelineState,
     doc: &Document,
     xm: &XMap,
-    env: &super::envelope::Envelope,
+    env: &crate::gui::envelope::Envelope,
     to_y: &dyn Fn(f32) -> f32,
 ) -> Vec<Pos2> {
     let w = xm.rect.width().max(1.0) as usize;
@@ -948,7 +949,7 @@ fn hover_tooltip(
                 theme::AXIS_TEXT,
             ));
             if let Some(&f) = ops.link.get(a)
-                && f != super::engine::wire::NO_OP
+                && f != crate::engine::wire::NO_OP
             {
                 lines.push((
                     format!(

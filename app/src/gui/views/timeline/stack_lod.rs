@@ -6,10 +6,10 @@
 //! column is its peak at every zoom, and a left-out piece shows as the folded colour,
 //! which the hover explains (how many allocations, how many bytes).
 
-use super::engine::wire::{BandPiece, Bands, NO_OP, OpsTable};
-use super::envelope::Envelope;
-use super::render::Quad;
-use super::state::MIB;
+use crate::engine::wire::{BandPiece, Bands, NO_OP, OpsTable};
+use crate::gui::envelope::Envelope;
+use crate::gui::render::Quad;
+use crate::gui::state::MIB;
 
 /// Live requested bytes after each op: the top of the stack of live allocations (an
 /// allocation is live from its alloc op up to, not including, its end op).
@@ -73,7 +73,7 @@ pub fn drawn_prefix(
     let min_area = 0.33 / f64::from(ppp * ppp) * ops_per_pt * bytes_per_pt;
     bands
         .pieces
-        .partition_point(|p| super::engine::bands::area(p) >= min_area)
+        .partition_point(|p| crate::engine::bands::area(p) >= min_area)
         .min(built)
 }
 
@@ -182,8 +182,8 @@ pub fn folded_at(ops: &OpsTable, drawn: &[BandPiece], k: u32) -> (usize, u64) {
 /// The `n` pixel columns of the visible range of `st` over `doc`.
 #[must_use]
 pub fn columns(
-    st: &super::timeline::TimelineState,
-    doc: &super::state::Document,
+    st: &super::TimelineState,
+    doc: &crate::gui::state::Document,
     n: usize,
 ) -> Vec<Column> {
     let (lo, hi) = st.visible(doc);
