@@ -1,6 +1,8 @@
 //! Shared helpers of allocsim's corpus tests: where the real traces are (the shared corpus
 //! and the repository's own `tests/traces`) and what their `.stats.json` files say.
 
+pub mod generate;
+
 use std::path::{Path, PathBuf};
 
 /// `../shared/traces` beside the checkout (or `$ALLOCSIM_TRACES`), if present.

@@ -124,7 +124,7 @@ pub fn parse_capacity_arg(s: &str) -> Result<allocsim_core::capacity::CapacityAr
 pub fn load_file(path: &Path, capacity: Option<u64>) -> Result<Validation, Failure> {
     let bytes = std::fs::read(path)
         .map_err(|e| Failure::bad_input(format!("{}: cannot read: {e}", path.display())))?;
-    allocsim_core::session::load(&bytes, capacity)
+    allocsim_core::session::load_owned(bytes, capacity)
         .map_err(|e| Failure::bad_input(format!("{}: {e}", path.display())))
 }
 

@@ -259,7 +259,7 @@ pub(crate) fn status_bar_ui(ui: &mut Ui, app: &mut AllocsimApp) {
             ui.separator();
             ui.weak(format!("drawn with {}", app.renderer));
             if app.timeline.mode == Mode::Bands {
-                ui.weak(format!("· {} of {} bands drawn", app.timeline.bands_drawn, doc.trace.bands.pieces.len()));
+                ui.weak(format!("· {} of {} bands drawn, the rest folded (grey)", app.timeline.bands_drawn, doc.trace.bands.pieces.len()));
             }
             if let Some(ms) = app.last_load_ms {
                 ui.weak(format!("· opened in {ms:.0} ms"));

@@ -32,6 +32,9 @@ pub struct Document {
     pub bands: QuadSet,
     /// The quads converted so far (`bands` is republished from it as it grows).
     bands_building: Vec<Quad>,
+    /// The stack's top (live requested MiB) per op: the folded band of the stacked view
+    /// ([`super::views::timeline::stack_lod`]), so a level of detail never loses bytes.
+    pub stack_top: Envelope,
     pub slots: Vec<Slot>,
     /// The best any allocator could do on this device (live-bytes peak, offline
     /// placement's peak), once the engine has computed them.
@@ -52,9 +55,11 @@ impl Document {
     #[must_use]
     pub fn new(trace: Arc<TraceData>) -> Document {
         let seconds = seconds_of(&trace);
+        let stack_top = super::views::timeline::stack_lod::stack_top(&trace.ops);
         Document {
             trace,
             seconds,
+            stack_top,
             bands: QuadSet::default(),
             bands_building: Vec::new(),
             slots: Vec::new(),

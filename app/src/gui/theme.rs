@@ -20,6 +20,9 @@ pub const BLOCKER: Color32 = Color32::from_rgb(236, 72, 200);
 pub const LIVE_PEAK: Color32 = Color32::from_rgb(120, 220, 160);
 pub const OFFLINE_PEAK: Color32 = Color32::from_rgb(250, 200, 90);
 /// The block or band under the mouse.
+/// The stacked view's folded band: allocations too small to draw at this zoom.
+pub const FOLDED: Color32 = Color32::from_rgb(92, 98, 112);
+
 pub const HOVER_OUTLINE: Color32 = Color32::WHITE;
 /// The cursor line.
 pub const CURSOR: Color32 = Color32::from_rgb(255, 80, 80);

@@ -11,6 +11,7 @@ pub mod import;
 pub mod json;
 pub mod pickle;
 mod schema;
+pub mod write;
 
 pub use error::ImportError;
 pub use frames::{Frame, FrameId, FrameTable, FxInfo, StackId, StrId};

@@ -3,6 +3,8 @@
 //! cap; or every live allocation stacked as a band. Click or drag moves the cursor; the
 //! wheel zooms, shift+wheel or a right-drag pans, a double-click shows everything.
 
+pub mod stack_lod;
+
 use egui::{Align2, Color32, FontId, Pos2, Rect, Sense, Shape, Stroke, pos2};
 
 use crate::gui::render::{self, Transform};
@@ -60,6 +62,9 @@ pub struct TimelineState {
     /// (`benches/frame.rs`). Kept as an egui shape and, for the wgpu pipeline, as a mesh
     /// uploaded once (egui would upload and shade it anew every frame).
     cache: Option<(CacheKey, Shape, render::MeshSet)>,
+    /// The folded band of the last stacked view (per pixel column, the highest stack:
+    /// [`stack_lod`]) and the view and column count it was built for.
+    folded: Option<((CacheKey, usize), render::QuadSet)>,
 }
 
 impl Default for TimelineState {
@@ -76,6 +81,7 @@ impl Default for TimelineState {
             overlays: Vec::new(),
             last_references: Vec::new(),
             cache: None,
+            folded: None,
         }
     }
 }
@@ -176,7 +182,8 @@ impl TimelineState {
     }
 
     /// Ops `lo..hi` drawn in the x range `a..b`.
-    fn ops_in(&self, doc: &Document, a: f64, b: f64) -> (usize, usize) {
+    #[must_use]
+    pub fn ops_in(&self, doc: &Document, a: f64, b: f64) -> (usize, usize) {
         let n = doc.trace.ops.len();
         match self.axis {
             Axis::Time if !doc.seconds.is_empty() => {
@@ -327,7 +334,7 @@ pub fn timeline_ui(
             Mode::Bands => reserved_shapes(st, doc, &xm, ymax),
         };
         let (shape, mesh) = tessellated(ui.ctx(), shapes);
-        st.cache = Some((key, shape, mesh));
+        st.cache = Some((key.clone(), shape, mesh));
     }
 
     match st.mode {
@@ -366,18 +373,26 @@ pub fn timeline_ui(
             let bands = &doc.trace.bands;
             let ppp = ui.ctx().pixels_per_point();
             let sx = f64::from(plot.width()) / (hi - lo).max(1e-12);
-            // Ops per point, for the area threshold on the time axis too.
             let (olo, ohi) = st.ops_in(doc, lo, hi);
-            let ops_per_pt = (ohi - olo).max(1) as f64 / f64::from(plot.width());
-            let bytes_per_pt = ymax / f64::from(plot.height());
-            // Pieces smaller than a third of a pixel are left to the level of detail.
-            let min_area = 0.33 / f64::from(ppp * ppp) * ops_per_pt * bytes_per_pt;
-            // Quads are built largest first over a few frames: draw those built so far.
-            let drawn = bands
-                .pieces
-                .partition_point(|p| crate::engine::bands::area(p) >= min_area)
-                .min(doc.bands.len());
+            // Pieces smaller than a third of a pixel are left to the folded band; quads are
+            // built largest first over a few frames: draw those built so far.
+            let drawn = stack_lod::drawn_prefix(
+                bands,
+                doc.bands.len(),
+                ohi - olo,
+                plot.width(),
+                plot.height(),
+                ymax,
+                ppp,
+            );
             st.bands_drawn = drawn;
+            let columns_px = (plot.width() * ppp).ceil().max(1.0) as usize;
+            let folded_key = (key.clone(), columns_px);
+            if st.folded.as_ref().is_none_or(|(k, _)| *k != folded_key) {
+                let columns = stack_lod::columns(st, doc, columns_px);
+                let quads = stack_lod::folded_quads(&doc.stack_top, &columns, lo, theme::FOLDED);
+                st.folded = Some((folded_key, render::QuadSet::new(quads)));
+            }
             let t = Transform {
                 origin: [lo as f32, (ymax / MIB) as f32],
                 scale: [
@@ -396,6 +411,22 @@ pub fn timeline_ui(
                 pad: 0.0,
             };
             let clip = ui.painter_at(plot);
+            if let Some((_, folded)) = &st.folded {
+                // x relative to the view (`stack_lod::folded_quads`).
+                let mut tf = t;
+                tf.origin[0] = 0.0;
+                tf.use_alt_x = 0.0;
+                render::paint_quads_with(
+                    &clip,
+                    plot,
+                    wgpu,
+                    LAYER_BANDS_FOLDED,
+                    folded,
+                    0..folded.len() as u32,
+                    tf,
+                    true,
+                );
+            }
             // Cached: scrubbing only moves the cursor over the same bands.
             render::paint_quads_with(
                 &clip,
@@ -548,6 +579,7 @@ pub fn timeline_ui(
 const LAYER_BANDS: u64 = 1;
 const LAYER_BANDS_HIGHLIGHT: u64 = 2;
 const LAYER_LINES: u64 = 3;
+const LAYER_BANDS_FOLDED: u64 = 4;
 
 /// The reserved line of each configuration, drawn over the bands.
 /// The best any allocator could do, as two dashed lines labelled at the left: the
@@ -879,12 +911,29 @@ fn hover_tooltip(
     if st.mode == Mode::Bands && plot.contains(hover) {
         let bytes = (f64::from(plot.bottom() - hover.y) / f64::from(plot.height()) * ymax) as u64;
         let x = op;
-        if let Some(p) = doc.trace.bands.pieces[..st.bands_drawn.min(doc.trace.bands.pieces.len())]
-            .iter()
-            .find(|p| {
-                p.x0 <= x && x < p.x1 && p.y0_bytes <= bytes && bytes < p.y0_bytes + p.height_bytes
-            })
-        {
+        let drawn = &doc.trace.bands.pieces[..st.bands_drawn.min(doc.trace.bands.pieces.len())];
+        let hit = drawn.iter().find(|p| {
+            p.x0 <= x && x < p.x1 && p.y0_bytes <= bytes && bytes < p.y0_bytes + p.height_bytes
+        });
+        let top = doc
+            .stack_top
+            .get(op as usize)
+            .map_or(0.0, |t| f64::from(t) * MIB);
+        if hit.is_none() && (bytes as f64) < top {
+            let (count, folded) = stack_lod::folded_at(&doc.trace.ops, drawn, op);
+            lines.push((
+                format!(
+                    "folded: {count} allocations, {} requested, too small to draw apart at this zoom",
+                    format_size(folded)
+                ),
+                Color32::WHITE,
+            ));
+            lines.push((
+                format!("{} live in all", format_size(top as u64)),
+                theme::AXIS_TEXT,
+            ));
+        }
+        if let Some(p) = hit {
             picked = Some(p.alloc);
             let ops = &doc.trace.ops;
             let a = p.alloc as usize;
