@@ -5,9 +5,11 @@
 pub mod capacity;
 pub mod cost;
 pub mod device;
+pub mod diff;
 pub mod explain;
 pub mod models;
 pub mod offline;
+pub mod ranks;
 pub mod snapshot;
 pub mod start;
 pub mod trace;

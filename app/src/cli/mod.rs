@@ -4,9 +4,11 @@
 
 mod cuda_cost;
 mod cuda_replay;
+mod diff;
 mod explain;
 pub mod output;
 mod progress;
+mod ranks;
 mod replay;
 mod validate;
 mod whatif;
@@ -81,6 +83,10 @@ enum Command {
     Recommend(whatif::RecommendArgs),
     /// Why a request did not fit: the holes, the blocks that pin them, what would have fit
     Explain(explain::Args),
+    /// Two runs on a common axis: the peaks, what changed at the peak by allocation site, the settings that differ
+    Diff(diff::Args),
+    /// One snapshot per rank: a row each, the outlier, a what-if setting on every rank
+    Ranks(ranks::Args),
 }
 
 /// The arguments every trace-reading command shares.
@@ -140,6 +146,8 @@ fn run(cli: Cli) -> Result<u8, Failure> {
         Some(Command::MinCapacity(a)) => whatif::min_capacity(&a),
         Some(Command::Recommend(a)) => whatif::recommend(&a),
         Some(Command::Explain(a)) => explain::run(&a),
+        Some(Command::Diff(a)) => diff::run(&a),
+        Some(Command::Ranks(a)) => ranks::run(&a),
     }
 }
 
