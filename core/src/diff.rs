@@ -8,7 +8,8 @@
 //!   allocations from `torch/optim/` frames), positions between two starts interpolated by
 //!   event index.
 //! - **The peak** is the op that first brought reserved memory to its maximum. What was
-//!   live there is grouped by allocation site ([`crate::explain::site_of`]: the top user
+//!   allocated there (blocks waiting for other streams after their free count as free, as
+//!   in PyTorch's `allocated_bytes`) is grouped by allocation site ([`crate::explain::site_of`]: the top user
 //!   frame, a size class without frames) and summed in block bytes, so that per run the
 //!   sites add up to the allocated bytes at the peak and reserved = sites + reserved but
 //!   unallocated. The sentence splits the change of peak reserved memory exactly so.
@@ -142,6 +143,18 @@ pub struct Diff {
     pub summary: String,
 }
 
+/// Why a run cannot be measured.
+#[derive(Debug, thiserror::Error)]
+pub enum DiffError {
+    #[error(transparent)]
+    Core(#[from] Error),
+    /// `--align steps` on a run with neither markers nor optimizer calls.
+    #[error(
+        "no steps to align on: no repeated annotate or user_metadata markers, and fewer than two optimizer calls (allocations from torch/optim/ frames); use --align time or events"
+    )]
+    NoSteps,
+}
+
 /// Replays device `device` of `trace` (from `file`) through `spec` under `capacity` and
 /// measures what [`diff`] compares, on the axis `align`.
 pub fn run(
@@ -151,7 +164,7 @@ pub fn run(
     spec: &ModelSpec,
     capacity: Option<u64>,
     align: Align,
-) -> Result<DiffRun, Error> {
+) -> Result<DiffRun, DiffError> {
     let dt = trace
         .devices
         .get(device)
@@ -222,10 +235,9 @@ fn sites_at(
     let frames = &trace.snapshot.frames;
     for seg in &layout.segments {
         for b in &seg.blocks {
-            if !matches!(
-                b.state,
-                LayoutBlockState::Allocated | LayoutBlockState::PendingFree
-            ) {
+            // A block freed while other streams use it (`record_stream`) no longer counts
+            // as allocated, in PyTorch's stats as in the model's: it is reserved-but-free.
+            if b.state != LayoutBlockState::Allocated {
                 continue;
             }
             let site = match op_at.get(&b.addr).map(|&k| &dt.ops[k]) {
@@ -249,7 +261,7 @@ fn axis(
     trace: &Trace,
     device: usize,
     align: Align,
-) -> Result<(Vec<f64>, Option<StepSource>), Error> {
+) -> Result<(Vec<f64>, Option<StepSource>), DiffError> {
     let dt = &trace.devices[device];
     Ok(match align {
         Align::Time => {
@@ -279,7 +291,7 @@ fn axis(
 
 /// The event indices at which steps start: the most frequent marker text's entries (at
 /// least two), else the first allocation of each run of optimizer allocations.
-pub fn step_starts(trace: &Trace, device: usize) -> Result<(Vec<u64>, StepSource), Error> {
+pub fn step_starts(trace: &Trace, device: usize) -> Result<(Vec<u64>, StepSource), DiffError> {
     let snap = &trace.snapshot;
     let events = snap
         .device_traces
@@ -325,9 +337,7 @@ pub fn step_starts(trace: &Trace, device: usize) -> Result<(Vec<u64>, StepSource
         inside = now;
     }
     if starts.len() < 2 {
-        return Err(Error::Config(
-            "no steps to align on: no repeated annotate or user_metadata markers, and fewer than two optimizer calls (allocations from torch/optim/ frames); use --align time or events".into(),
-        ));
+        return Err(DiffError::NoSteps);
     }
     Ok((starts, StepSource::Optimizer))
 }

@@ -122,6 +122,23 @@ pub struct RanksReport {
     pub summary: String,
 }
 
+/// Why the rows do not make one set of ranks.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RanksError {
+    #[error("no snapshots to compare")]
+    Empty,
+    /// Not one job's ranks: the processes saw different numbers of GPUs.
+    #[error(
+        "snapshots of different devices: {first} has {first_devices} device(s), {other} has {other_devices} (ranks compares the ranks of one job)"
+    )]
+    DifferentDevices {
+        first: String,
+        first_devices: usize,
+        other: String,
+        other_devices: usize,
+    },
+}
+
 /// The rank a file name states: `rank3` (any case, digits right after) or `_3.` (the
 /// last such); None when it states none.
 #[must_use]
@@ -244,16 +261,18 @@ fn row(
 /// The rows of every rank together (sorted by rank): the median, the outlier and the
 /// what-if over all. Errors: no rows; snapshots of different devices (a different number
 /// of `device_traces`: not one job's ranks).
-pub fn summarize(mut rows: Vec<RankRow>, opts: &RankOptions) -> Result<RanksReport, Error> {
+pub fn summarize(mut rows: Vec<RankRow>, opts: &RankOptions) -> Result<RanksReport, RanksError> {
     rows.sort_by(|a, b| a.rank.cmp(&b.rank).then_with(|| a.file.cmp(&b.file)));
     let Some(first) = rows.first() else {
-        return Err(Error::Config("no snapshots to compare".into()));
+        return Err(RanksError::Empty);
     };
     if let Some(other) = rows.iter().find(|r| r.devices != first.devices) {
-        return Err(Error::Config(format!(
-            "snapshots of different devices: {} has {} device(s), {} has {} (ranks compares the ranks of one job)",
-            first.file, first.devices, other.file, other.devices
-        )));
+        return Err(RanksError::DifferentDevices {
+            first: first.file.clone(),
+            first_devices: first.devices,
+            other: other.file.clone(),
+            other_devices: other.devices,
+        });
     }
     let mut peaks: Vec<u64> = rows.iter().map(|r| r.peak_reserved_bytes).collect();
     peaks.sort_unstable();
