@@ -173,7 +173,7 @@ pub fn run(
         keep_timeline: true,
         ..ReplayOptions::default()
     };
-    let r = session::replay_device(trace, device, spec, capacity, opts)?;
+    let mut r = session::replay_device(trace, device, spec, capacity, opts)?;
     let (x, steps) = axis(trace, device, align)?;
     // The op that first brought reserved memory to its peak; none if the state before the
     // first op was the peak.
@@ -190,10 +190,12 @@ pub fn run(
         Some(k) => x.get(k).copied().unwrap_or(0.0),
         None => x.first().copied().unwrap_or(0.0),
     };
+    let mut x = x;
+    x.truncate(r.timeline.len());
     let curve = Curve {
-        reserved_bytes: r.timeline.reserved_bytes.clone(),
-        allocated_bytes: r.timeline.allocated_bytes.clone(),
-        x: x[..r.timeline.len()].to_vec(),
+        reserved_bytes: std::mem::take(&mut r.timeline.reserved_bytes),
+        allocated_bytes: std::mem::take(&mut r.timeline.allocated_bytes),
+        x,
     };
     Ok(DiffRun {
         file: file.to_string(),

@@ -2,11 +2,12 @@
 //! two runs on a common axis and what changed at the peak (`allocsim_core::diff`). The two
 //! runs decode and replay in parallel.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use allocsim_core::capacity::CapacityArg;
 use allocsim_core::diff::{self, Align, Diff, DiffRun};
 use allocsim_core::models::ModelSpec;
+use allocsim_core::trace::Trace;
 use allocsim_core::units::format_size;
 use serde_json::{Value, json};
 
@@ -39,26 +40,43 @@ pub struct Args {
     json: bool,
 }
 
-/// Loads and measures one side (its errors name its file).
-fn side(path: &std::path::Path, config: Option<&String>, a: &Args) -> Result<DiffRun, Failure> {
-    let arg = a.capacity.unwrap_or_default();
-    let v = load_file(path, arg.given_bytes())?;
+/// Measures one side of a loaded trace (its errors name its file).
+fn measure(
+    path: &Path,
+    trace: &Trace,
+    config: Option<&String>,
+    a: &Args,
+) -> Result<DiffRun, Failure> {
     let name = path.display().to_string();
-    let d = v.trace.busiest_device();
-    let capacity = allocsim_core::session::capacity(&v.trace, d, arg);
+    let d = trace.busiest_device();
+    let capacity = allocsim_core::session::capacity(trace, d, a.capacity.unwrap_or_default());
     let spec = ModelSpec {
         name: "pytorch".into(),
         config: config.cloned(),
     };
-    diff::run(&name, &v.trace, d, &spec, capacity.bytes, a.align)
+    diff::run(&name, trace, d, &spec, capacity.bytes, a.align)
         .map_err(|e| Failure::bad_input(format!("{name}: {e}")))
 }
 
 pub fn run(a: &Args) -> Result<u8, Failure> {
+    let given = a.capacity.unwrap_or_default().given_bytes();
     let sides = [(&a.a, a.config_a.as_ref()), (&a.b, a.config_b.as_ref())];
-    let mut runs = Threads::all_cores()
-        .map(2, &|i| side(sides[i].0, sides[i].1, a))
-        .into_iter();
+    let same = match (a.a.canonicalize(), a.b.canonicalize()) {
+        (Ok(x), Ok(y)) => x == y,
+        _ => false,
+    };
+    let threads = Threads::all_cores();
+    // One file under two settings is decoded once; two files each on its own thread.
+    let runs = if same {
+        let v = load_file(&a.a, given)?;
+        threads.map(2, &|i| measure(sides[i].0, &v.trace, sides[i].1, a))
+    } else {
+        threads.map(2, &|i| {
+            let v = load_file(sides[i].0, given)?;
+            measure(sides[i].0, &v.trace, sides[i].1, a)
+        })
+    };
+    let mut runs = runs.into_iter();
     let (Some(ra), Some(rb)) = (runs.next(), runs.next()) else {
         return Err(Failure::bad_input("diff: a run did not come back"));
     };
