@@ -110,6 +110,16 @@ pub fn local() -> Box<dyn whatif::Runner + Sync> {
     }
 }
 
+/// `job(i)` for every `i` in `0..n`, on every core natively, one after the other in wasm
+/// (as [`local`]); the results in index order.
+pub fn map_local<T: Send>(n: usize, job: &(dyn Fn(usize) -> T + Sync)) -> Vec<T> {
+    if cfg!(target_arch = "wasm32") {
+        (0..n).map(job).collect()
+    } else {
+        Threads::all_cores().map(n, job)
+    }
+}
+
 /// What a replay that was not run because of [`Cancellable`]'s flag returns.
 pub const CANCELLED: &str = "cancelled";
 

@@ -163,7 +163,7 @@ fn expandable_segments_is_the_setting_that_differs_and_steps_come_from_the_optim
     );
     assert_eq!(v["b"]["config"], "expandable_segments:True");
     assert_eq!(v["align"], "steps");
-    assert_eq!(v["a"]["steps"]["kind"], "optimizer");
+    assert_eq!(v["a"]["steps"], "optimizer");
     // The same program: the same allocated peak, in the same step.
     assert_eq!(i(&v["peak_allocated_delta_bytes"]), 0);
     assert_eq!(

@@ -62,8 +62,8 @@ impl Align {
 }
 
 /// Where a run's steps came from (`--align steps`).
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "snake_case", tag = "kind")]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum StepSource {
     /// Repeated marker entries with this text.
     Markers { text: String },
@@ -72,7 +72,7 @@ pub enum StepSource {
 }
 
 /// One run of a diff: its replay's summary, where it peaked, and its curve on the axis.
-#[derive(Debug, Clone, serde::Serialize)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct DiffRun {
     pub file: String,
     pub peak_reserved_bytes: u64,
@@ -83,14 +83,13 @@ pub struct DiffRun {
     pub fragmentation_at_peak: f64,
     /// The effective PyTorch (or other model's) configuration, canonical.
     pub config: String,
-    pub allocator: &'static str,
+    pub allocator: String,
     pub capacity_bytes: Option<u64>,
     /// Allocated bytes at the reserved peak (the sum of the sites).
     pub allocated_at_peak_bytes: u64,
     /// The peak's position on the common axis.
     pub peak_at: f64,
-    /// Where the steps came from (`--align steps` only).
-    #[serde(skip_serializing_if = "Option::is_none")]
+    /// Where the steps came from (`--align steps` only; else None).
     pub steps: Option<StepSource>,
     /// The first request the run could not serve (a simulated OOM), as an event index.
     pub oom_event: Option<u64>,
@@ -111,7 +110,7 @@ pub struct Curve {
 }
 
 /// One allocation site's live bytes at each run's peak.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct SiteDelta {
     pub site: String,
     pub a_bytes: u64,
@@ -120,7 +119,7 @@ pub struct SiteDelta {
 }
 
 /// A setting whose value differs (`None`: PyTorch's default, the key not set).
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct SettingDiff {
     pub setting: String,
     pub a: Option<String>,
@@ -128,7 +127,7 @@ pub struct SettingDiff {
 }
 
 /// The diff of two runs: the JSON of `allocsim diff` after `"schema"`.
-#[derive(Debug, Clone, serde::Serialize)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct Diff {
     pub a: DiffRun,
     pub b: DiffRun,
@@ -204,7 +203,7 @@ pub fn run(
         peak_event: peak_op.map(|k| u64::from(dt.ops[k].event_index)),
         fragmentation_at_peak: r.fragmentation_at_peak,
         config: r.config.clone(),
-        allocator: r.allocator,
+        allocator: r.allocator.to_string(),
         capacity_bytes: r.capacity_bytes,
         allocated_at_peak_bytes,
         peak_at,

@@ -39,7 +39,7 @@ impl Default for RankOptions {
 }
 
 /// A simulated OOM of a rank.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct RankOom {
     pub event_index: u64,
     pub requested_bytes: u64,
@@ -48,7 +48,7 @@ pub struct RankOom {
 }
 
 /// One rank under the what-if setting.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct RankWhatIf {
     pub peak_reserved_bytes: u64,
     /// Every request served, even where the recording failed.
@@ -56,7 +56,7 @@ pub struct RankWhatIf {
 }
 
 /// One row: a rank replayed under its own settings and capacity.
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct RankRow {
     pub file: String,
     pub rank: u32,
@@ -64,7 +64,7 @@ pub struct RankRow {
     pub device: usize,
     pub events: usize,
     pub requests: usize,
-    pub allocator: &'static str,
+    pub allocator: String,
     pub config: String,
     pub capacity_bytes: Option<u64>,
     pub capacity_source: CapacitySource,
@@ -84,7 +84,7 @@ pub struct RankRow {
 }
 
 /// A rank that could not be read: the others are still shown.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct RankFailure {
     pub file: String,
     pub rank: u32,
@@ -92,7 +92,7 @@ pub struct RankFailure {
 }
 
 /// The outlier: furthest above the median peak reserved, by more than 10 %.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Outlier {
     pub file: String,
     pub rank: u32,
@@ -100,7 +100,7 @@ pub struct Outlier {
 }
 
 /// The what-if applied to every rank.
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct WhatIfAll {
     pub config: String,
     /// Ranks where it served every request, of `ranks`.
@@ -113,7 +113,7 @@ pub struct WhatIfAll {
 }
 
 /// The rows together: the JSON of `allocsim ranks` after `"schema"`.
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct RanksReport {
     pub ranks: Vec<RankRow>,
     pub median_peak_reserved_bytes: u64,
@@ -236,7 +236,7 @@ fn row(
         device: d,
         events: trace.devices[d].events,
         requests: r.requests,
-        allocator: r.allocator,
+        allocator: r.allocator.to_string(),
         config: r.config.clone(),
         capacity_bytes: r.capacity_bytes,
         capacity_source: capacity.source,
@@ -386,7 +386,7 @@ mod tests {
             device: 0,
             events: 0,
             requests: 0,
-            allocator: "pytorch",
+            allocator: "pytorch".into(),
             config: String::new(),
             capacity_bytes: None,
             capacity_source: CapacitySource::Unlimited,

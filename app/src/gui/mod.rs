@@ -16,6 +16,7 @@ pub mod render;
 pub mod state;
 pub mod theme;
 pub mod timeline;
+pub mod views;
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -253,6 +254,8 @@ pub struct PathPrompt {
 
 /// The app.
 pub struct AllocsimApp {
+    /// The Diff and Ranks views' snapshots and answers.
+    pub multi: views::MultiState,
     engine: io::EngineHandle,
     inbox: io::Inbox,
     next_job: u64,
@@ -384,6 +387,7 @@ impl AllocsimApp {
             timing: LoadTiming::default(),
             last_load_ms: None,
             marked_layout: None,
+            multi: views::MultiState::default(),
             #[cfg(feature = "cuda")]
             live: live::LivePanel::default(),
         }
@@ -474,6 +478,8 @@ impl AllocsimApp {
     pub fn busy(&self) -> bool {
         self.load_job.is_some()
             || self.engine.has_queued()
+            || self.multi.diff_job.is_some()
+            || self.multi.ranks_job.is_some()
             || self.doc.as_ref().is_some_and(|d| {
                 d.slots
                     .iter()
@@ -694,8 +700,15 @@ impl AllocsimApp {
         }
         let dropped = ctx.input(|i| i.raw.dropped_files.clone());
         for f in dropped {
-            io::read_dropped(ctx, &self.inbox, f);
+            // Dropped on the Diff or Ranks view: one more snapshot of it.
+            let inbox = if self.multi.view.is_some() {
+                &self.multi.inbox
+            } else {
+                &self.inbox
+            };
+            io::read_dropped(ctx, inbox, f);
         }
+        views::pump(self);
         for r in self.engine.poll() {
             self.on_response(r);
         }
@@ -711,6 +724,9 @@ impl AllocsimApp {
         {
             self.progress = None;
         }
+        let Some(r) = views::on_response(self, r) else {
+            return;
+        };
         match r {
             Response::Progress {
                 job,
@@ -884,6 +900,8 @@ impl AllocsimApp {
                     doc.bounds = Some(bounds);
                 }
             }
+            // Taken by the Diff and Ranks views above.
+            Response::Diffed { .. } | Response::Ranked { .. } => {}
             Response::Failed { job, message } => {
                 if self.load_job == Some(job) {
                     self.load_job = None;

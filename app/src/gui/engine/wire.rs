@@ -68,6 +68,28 @@ pub enum Request {
     Workload { job: u64, spec: String },
     /// The smallest capacity (2 MiB grid) on which `spec` runs the trace.
     MinCapacity { job: u64, slot: u32, spec: String },
+    /// Two snapshots compared (`allocsim diff`): B under `config_b` when given (PyTorch's
+    /// defaults plus it), else its own settings. Independent of the loaded trace.
+    Diff {
+        job: u64,
+        a: NamedBytes,
+        b: NamedBytes,
+        align: allocsim_core::diff::Align,
+        config_b: Option<String>,
+    },
+    /// One snapshot per rank (`allocsim ranks`), the what-if `what_if` on every rank.
+    Ranks {
+        job: u64,
+        files: Vec<NamedBytes>,
+        what_if: String,
+    },
+}
+
+/// A file's name and bytes.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct NamedBytes {
+    pub name: String,
+    pub bytes: Vec<u8>,
 }
 
 impl Request {
@@ -85,7 +107,9 @@ impl Request {
             | Request::Explain { job, .. }
             | Request::Bounds { job }
             | Request::Workload { job, .. }
-            | Request::MinCapacity { job, .. } => *job,
+            | Request::MinCapacity { job, .. }
+            | Request::Diff { job, .. }
+            | Request::Ranks { job, .. } => *job,
             Request::DropSlot { .. } | Request::Cancel { .. } => 0,
         }
     }
@@ -144,6 +168,14 @@ pub enum Response {
         slot: u32,
         bytes: u64,
     },
+    Diffed {
+        job: u64,
+        data: Box<super::multi::DiffData>,
+    },
+    Ranked {
+        job: u64,
+        data: Box<super::multi::RanksData>,
+    },
     /// The job failed; `message` is shown in the app as it is.
     Failed {
         job: u64,
@@ -166,6 +198,8 @@ impl Response {
             | Response::Explained { job, .. }
             | Response::Bounds { job, .. }
             | Response::MinCapacity { job, .. }
+            | Response::Diffed { job, .. }
+            | Response::Ranked { job, .. }
             | Response::Failed { job, .. } => *job,
         }
     }
