@@ -180,8 +180,7 @@ pub fn run(
         .timeline
         .reserved_bytes
         .iter()
-        .position(|&b| b == r.peak_reserved_bytes)
-        .filter(|_| r.timeline.reserved_bytes.first().is_some());
+        .position(|&b| b == r.peak_reserved_bytes);
     let ops_done = peak_op.map_or(0, |k| k + 1);
     let by_site = sites_at(trace, dt, &r, ops_done);
     let allocated_at_peak_bytes = by_site.values().sum();
@@ -464,7 +463,7 @@ fn config_map(s: &str) -> BTreeMap<String, String> {
 }
 
 /// "B peaks 152.00 MiB higher (1.36 GiB → 1.50 GiB reserved): +12.00 MiB at
-/// capture.py:586 diff_train, +140.00 MiB more reserved-but-free": the change of peak
+/// `capture.py:586 diff_train`, +140.00 MiB more reserved-but-free": the change of peak
 /// reserved memory split exactly into the sites that changed most, the rest of the sites,
 /// and reserved-but-unallocated bytes.
 fn summary(

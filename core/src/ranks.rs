@@ -214,7 +214,7 @@ pub fn rank(file: &str, rank: u32, bytes: &[u8], opts: &RankOptions) -> Result<R
         d,
         &r,
         &w,
-        capacity,
+        &capacity,
         min_capacity_bytes,
     ))
 }
@@ -227,7 +227,7 @@ fn row(
     d: usize,
     r: &ReplayResult,
     w: &ReplayResult,
-    capacity: crate::capacity::CapacityChoice,
+    capacity: &crate::capacity::CapacityChoice,
     min_capacity_bytes: Option<u64>,
 ) -> RankRow {
     RankRow {
@@ -280,8 +280,7 @@ pub fn summarize(mut rows: Vec<RankRow>, opts: &RankOptions) -> Result<RanksRepo
     let median = if n % 2 == 1 {
         peaks[n / 2]
     } else {
-        // No overflow: each half first.
-        peaks[n / 2 - 1] / 2 + peaks[n / 2] / 2 + (peaks[n / 2 - 1] % 2 + peaks[n / 2] % 2) / 2
+        u64::midpoint(peaks[n / 2 - 1], peaks[n / 2])
     };
     // Furthest above the median; among equals the lowest rank. More than 10 %: exactly,
     // peak × 10 > median × 11.

@@ -23,7 +23,7 @@ pub struct Args {
     a: PathBuf,
     /// The second snapshot (the "after")
     b: PathBuf,
-    /// The common axis: time since each run's first event, the event index, or steps (annotate/user_metadata markers, else the optimizer's calls)
+    /// The common axis: time since each run's first event, the event index, or steps (`annotate` or `user_metadata` markers, else the optimizer's calls)
     #[arg(long, default_value = "time", value_parser = Align::parse, value_name = "time|events|steps")]
     align: Align,
     /// A's PyTorch settings in key:value,… syntax (PyTorch's defaults plus STR; without it A's own settings)

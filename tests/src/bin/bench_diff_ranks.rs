@@ -6,7 +6,7 @@
 //! own wall times (a fresh process each) are in the README beside these.
 //!
 //! `cargo run --release -p allocsim-tests --bin bench_diff_ranks [-- FILE.pickle.gz]`
-//! (default: ../shared/traces/big_gpt_long_stacks_s9.pickle.gz). Targets: diff ≤ 2 × one
+//! (default: `../shared/traces/big_gpt_long_stacks_s9.pickle.gz`). Targets: diff ≤ 2 × one
 //! replay; 8 ranks ≤ 5 × one rank on a 2-core machine.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -89,17 +89,17 @@ fn main() -> anyhow::Result<()> {
     let specs = [&own, &alt];
     // As `allocsim diff F F --config-b …`: one file decoded once, its two runs in parallel.
     let (diff_best, diff_med) = time(5, || {
-        let v = session::load(&bytes, None)?;
-        let d = v.trace.busiest_device();
+        let loaded = session::load(&bytes, None)?;
+        let device = loaded.trace.busiest_device();
         let runs = par_map(2, &|i| {
-            diff::run("f", &v.trace, d, specs[i], None, Align::Time)
+            diff::run("f", &loaded.trace, device, specs[i], None, Align::Time)
         });
         let mut it = runs.into_iter();
-        let (Some(a), Some(b)) = (it.next(), it.next()) else {
+        let (Some(before), Some(after)) = (it.next(), it.next()) else {
             anyhow::bail!("a run did not come back");
         };
-        let x = diff::diff(a?, b?, Align::Time);
-        assert!(!x.summary.is_empty());
+        let report = diff::diff(before?, after?, Align::Time);
+        assert!(!report.summary.is_empty());
         Ok(())
     })?;
     println!(

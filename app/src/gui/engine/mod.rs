@@ -452,7 +452,7 @@ impl Engine {
         match req {
             req @ (Request::Diff { .. } | Request::Ranks { .. }) => {
                 Ok(Box::new(move |emit: &mut dyn FnMut(Response)| {
-                    multi::handle(req, emit)
+                    multi::handle(req, emit);
                 }))
             }
             Request::MinCapacity { job, slot, spec } => {

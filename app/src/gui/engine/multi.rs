@@ -49,11 +49,11 @@ pub fn handle(req: Request, emit: &mut dyn FnMut(Response)) {
     match req {
         Request::Diff {
             job,
-            a,
-            b,
+            files,
             align,
             config_b,
         } => {
+            let [a, b] = *files;
             emit(Response::Progress {
                 job,
                 stage: format!("diff of {} and {}", a.name, b.name),
@@ -89,23 +89,30 @@ pub fn handle(req: Request, emit: &mut dyn FnMut(Response)) {
 
 /// Decodes and measures both runs, in parallel.
 pub fn diff_of(
-    a: &NamedBytes,
-    b: &NamedBytes,
+    before: &NamedBytes,
+    after: &NamedBytes,
     align: Align,
     config_b: Option<String>,
 ) -> Result<DiffData, String> {
-    let sides = [(a, None), (b, config_b)];
+    let sides = [(before, None), (after, config_b)];
     let runs = parallel::map_local(2, &|i| -> Result<DiffRun, String> {
-        let (f, config) = &sides[i];
-        let v = session::load(&f.bytes, None).map_err(|e| format!("{}: {e}", f.name))?;
-        let d = v.trace.busiest_device();
-        let capacity = session::capacity(&v.trace, d, CapacityArg::AsRecorded);
+        let (file, config) = &sides[i];
+        let loaded = session::load(&file.bytes, None).map_err(|e| format!("{}: {e}", file.name))?;
+        let device = loaded.trace.busiest_device();
+        let capacity = session::capacity(&loaded.trace, device, CapacityArg::AsRecorded);
         let spec = ModelSpec {
             name: "pytorch".into(),
             config: config.clone(),
         };
-        diff::run(&f.name, &v.trace, d, &spec, capacity.bytes, align)
-            .map_err(|e| format!("{}: {e}", f.name))
+        diff::run(
+            &file.name,
+            &loaded.trace,
+            device,
+            &spec,
+            capacity.bytes,
+            align,
+        )
+        .map_err(|e| format!("{}: {e}", file.name))
     });
     let mut it = runs.into_iter();
     let (Some(ra), Some(rb)) = (it.next(), it.next()) else {
@@ -120,6 +127,7 @@ pub fn diff_of(
 }
 
 /// Every rank in parallel; the unreadable ones apart.
+#[must_use]
 pub fn ranks_of(files: &[NamedBytes], what_if: String) -> RanksData {
     let names: Vec<String> = files.iter().map(|f| f.name.clone()).collect();
     let rank_of = ranks::assign_ranks(&names);

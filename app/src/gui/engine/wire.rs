@@ -72,8 +72,8 @@ pub enum Request {
     /// defaults plus it), else its own settings. Independent of the loaded trace.
     Diff {
         job: u64,
-        a: NamedBytes,
-        b: NamedBytes,
+        /// A and B.
+        files: Box<[NamedBytes; 2]>,
         align: allocsim_core::diff::Align,
         config_b: Option<String>,
     },

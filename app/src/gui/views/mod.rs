@@ -122,8 +122,7 @@ fn request_diff(app: &mut AllocsimApp) {
     let config_b = (!key.3.is_empty()).then(|| key.3.clone());
     let req = Request::Diff {
         job,
-        a: named(&m.files[m.a]),
-        b: named(&m.files[m.b]),
+        files: Box::new([named(&m.files[m.a]), named(&m.files[m.b])]),
         align: m.align,
         config_b,
     };

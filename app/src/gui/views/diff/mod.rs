@@ -126,12 +126,12 @@ pub fn points_from_curve(
 ) -> Vec<Pos2> {
     let w = f64::from(rect.width());
     let h = f64::from(rect.height());
-    let ymax = y_max.max(1) as f64;
+    let top = y_max.max(1) as f64;
     x.iter()
         .zip(values)
         .map(|(&xv, &v)| {
             let px = rect.left() + ((xv - x0) / (x1 - x0) * w) as f32;
-            let py = rect.bottom() - (v as f64 / ymax * h) as f32;
+            let py = rect.bottom() - (v as f64 / top * h) as f32;
             Pos2::new(px, py)
         })
         .collect()
