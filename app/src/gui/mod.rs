@@ -699,8 +699,12 @@ impl AllocsimApp {
             self.dialog_unavailable = Some(reason);
         }
         let dropped = ctx.input(|i| i.raw.dropped_files.clone());
+        // Several files at once start a Diff (two) or Ranks (more); one file dropped on
+        // either view is one more snapshot of it.
+        if dropped.len() >= 2 {
+            views::start(self, dropped.len());
+        }
         for f in dropped {
-            // Dropped on the Diff or Ranks view: one more snapshot of it.
             let inbox = if self.multi.view.is_some() {
                 &self.multi.inbox
             } else {

@@ -1,8 +1,9 @@
 //! Views of several snapshots at once, apart from the loaded trace: the **Diff** of two
-//! runs and a set of **Ranks**. The snapshots are added by File > Diff two snapshots… or
-//! Ranks…, by a file dialog that picks several, or by dropping files while one of these
-//! views is shown; the engine decodes and replays them in parallel
-//! ([`super::engine::multi`]).
+//! runs and a set of **Ranks**. Dropping several files at once starts one (two files: a
+//! Diff, more: Ranks); File > Diff two snapshots… and Ranks… open a dialog that picks
+//! several; a file dropped while one of these views is shown, or a path typed in, adds to
+//! it. The engine decodes and replays them in parallel ([`super::engine::multi`]). When an
+//! answer is shown the page is marked (`diff:…`, `ranks:…`: the browser test waits for it).
 
 pub mod diff;
 pub mod ranks;
@@ -78,6 +79,16 @@ impl MultiState {
             ..MultiState::default()
         };
     }
+}
+
+/// A fresh set of `n` snapshots dropped at once: a Diff for two, Ranks for more.
+pub fn start(app: &mut AllocsimApp, n: usize) {
+    app.multi.clear();
+    app.multi.view = Some(if n == 2 {
+        MultiView::Diff
+    } else {
+        MultiView::Ranks
+    });
 }
 
 /// Picks up files that arrived, and asks the engine for what the view shown needs.
@@ -163,11 +174,25 @@ pub fn on_response(app: &mut AllocsimApp, r: Response) -> Option<Response> {
     match r {
         Response::Diffed { job, data } if m.diff_job == Some(job) => {
             m.diff_job = None;
+            io::mark_frame(&format!(
+                "diff:{}:{}",
+                data.diff.peak_reserved_delta_bytes,
+                data.diff.by_site.first().map_or(0, |s| s.delta_bytes)
+            ));
             m.diff = Some(Ok(*data));
             None
         }
         Response::Ranked { job, data } if m.ranks_job == Some(job) => {
             m.ranks_job = None;
+            let report = data.report.as_ref();
+            io::mark_frame(&format!(
+                "ranks:{}:outlier={}:failed={}",
+                report.map_or(0, |r| r.ranks.len()),
+                report
+                    .and_then(|r| r.outlier.as_ref())
+                    .map_or_else(|| "none".to_string(), |o| o.rank.to_string()),
+                data.failed.len()
+            ));
             m.ranks = Some(*data);
             None
         }
