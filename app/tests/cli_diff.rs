@@ -276,3 +276,55 @@ fn bad_inputs_are_one_line_errors() {
     );
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// A snapshot with a `train_step` marker before each of three steps, one 512·k-byte
+/// allocation per step (as PyTorch ≥ 2.8 writes `user_defined` entries).
+fn marked_snapshot() -> Value {
+    let addr: u64 = 0x7f00_0000_0000;
+    let mut ev = Vec::new();
+    let mut t = 2;
+    let mut push = |v: Value| {
+        ev.push(v);
+    };
+    for step in 0..3u64 {
+        let size = 512 * (step + 1);
+        let e = |action: &str, a: u64, s: u64, t: u64| {
+            serde_json::json!({"action": action, "addr": a, "size": s, "stream": 0, "time_us": t, "frames": []})
+        };
+        let mut marker = e("user_defined", 0, 0, t);
+        marker["user_metadata"] = "train_step".into();
+        push(marker);
+        t += 1;
+        if step == 0 {
+            push(e("segment_alloc", addr, 2 << 20, t));
+            t += 1;
+        }
+        for action in ["alloc", "free_requested", "free_completed"] {
+            push(e(action, addr, size, t));
+            t += 1;
+        }
+    }
+    serde_json::json!({
+        "segments": [{"device": 0, "address": addr, "total_size": 2 << 20, "allocated_size": 0,
+            "active_size": 0, "requested_size": 0, "stream": 0, "segment_type": "small",
+            "segment_pool_id": [0, 0], "is_expandable": false, "frames": [],
+            "blocks": [{"address": addr, "size": 2 << 20, "requested_size": 0, "state": "inactive", "frames": []}]}],
+        "device_traces": [ev],
+    })
+}
+
+#[test]
+fn steps_come_from_repeated_markers_where_the_snapshot_has_them() {
+    let dir = std::env::temp_dir().join(format!("allocsim-diff-markers-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let f = dir.join("marked.json");
+    std::fs::write(&f, marked_snapshot().to_string()).unwrap();
+    let f = f.to_str().unwrap();
+    let v = json_of(&run(&["diff", f, f, "--align", "steps", "--json"]));
+    assert_eq!(v["a"]["steps"], serde_json::json!({"markers": {"text": "train_step"}}));
+    // Markers at events 0, 5 and 9; the peak (the segment's first allocation) at event 2:
+    // 2/5 of the way through step 0.
+    assert_eq!(i(&v["a"]["peak_event"]), 2);
+    assert_eq!((v["a"]["peak_at"].as_f64().unwrap() * 10.0).round() as i64, 4);
+    std::fs::remove_dir_all(&dir).ok();
+}

@@ -65,8 +65,11 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
-    /// Open the desktop app on FILE
-    Open { file: PathBuf },
+    /// Open the desktop app on FILE (two files: their Diff; more: one per rank, the Ranks view)
+    Open {
+        #[arg(required = true, value_name = "FILE")]
+        files: Vec<PathBuf>,
+    },
     /// Replay a snapshot through the PyTorch model on the recorded device and compare every event
     Validate(validate::Args),
     /// Replay the requests of FILE through a model on the simulated device
@@ -136,8 +139,8 @@ pub fn print_json(v: &serde_json::Value) {
 
 fn run(cli: Cli) -> Result<u8, Failure> {
     match cli.command {
-        None => open_app(None),
-        Some(Command::Open { file }) => open_app(Some(file)),
+        None => open_app(Vec::new()),
+        Some(Command::Open { files }) => open_app(files),
         Some(Command::Validate(a)) => validate::run(&a),
         Some(Command::Replay(a)) => replay::run(&a),
         Some(Command::CudaReplay(a)) => cuda_replay::run(&a),
@@ -152,21 +155,21 @@ fn run(cli: Cli) -> Result<u8, Failure> {
 }
 
 #[cfg(feature = "gui")]
-fn open_app(file: Option<PathBuf>) -> Result<u8, Failure> {
-    if let Some(f) = &file {
+fn open_app(files: Vec<PathBuf>) -> Result<u8, Failure> {
+    for f in &files {
         // A file that cannot be read is bad input, before any window opens.
         std::fs::metadata(f)
             .map_err(|e| Failure::bad_input(format!("{}: cannot read: {e}", f.display())))?;
     }
-    crate::gui::run_native(file)
+    crate::gui::run_native(files)
         .map(|()| 0)
         .map_err(Failure::unavailable)
 }
 
 #[cfg(not(feature = "gui"))]
 #[allow(clippy::needless_pass_by_value)] // same signature as the GUI build's
-fn open_app(file: Option<PathBuf>) -> Result<u8, Failure> {
-    let _ = file;
+fn open_app(files: Vec<PathBuf>) -> Result<u8, Failure> {
+    let _ = files;
     Err(Failure::unavailable(
         "this build of allocsim has no GUI (build the allocsim-app crate with its `gui` feature)",
     ))

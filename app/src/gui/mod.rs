@@ -46,6 +46,8 @@ pub enum Startup {
     File(std::path::PathBuf),
     /// Bytes already in memory.
     Bytes { name: String, bytes: Vec<u8> },
+    /// Several files from disk (desktop): two open the Diff view, more the Ranks view.
+    Files(Vec<std::path::PathBuf>),
     /// Nothing (tests).
     Empty,
 }
@@ -413,6 +415,15 @@ impl AllocsimApp {
             },
             Startup::Bytes { name, bytes } => {
                 self.open_bytes(name, bytes, CapacityArg::AsRecorded, &[]);
+            }
+            Startup::Files(paths) => {
+                views::start(self, paths.len());
+                for p in paths {
+                    match io::read_path(&p.to_string_lossy()) {
+                        Ok(f) => self.multi.add(f),
+                        Err(e) => self.multi.errors.push(e),
+                    }
+                }
             }
             Startup::Empty => {}
         }
@@ -1476,7 +1487,7 @@ fn sanitize(s: &str) -> String {
 
 /// Opens the desktop app on the built-in example, or on `path`. Returns an error (e.g.
 /// "no display") instead of panicking; the CLI maps it to exit code 3.
-pub fn run_native(path: Option<std::path::PathBuf>) -> Result<(), String> {
+pub fn run_native(mut paths: Vec<std::path::PathBuf>) -> Result<(), String> {
     #[cfg(not(target_arch = "wasm32"))]
     {
         io::DesktopLogger::new(std::env::var("RUST_LOG").ok().as_deref()).install();
@@ -1490,9 +1501,10 @@ pub fn run_native(path: Option<std::path::PathBuf>) -> Result<(), String> {
         // (whose libraries read it).
         #[cfg(target_os = "linux")]
         io::ensure_runtime_dir();
-        let startup = match path {
-            Some(p) => Startup::File(p),
-            None => Startup::Example(&examples::OOM_STORY),
+        let startup = match paths.len() {
+            0 => Startup::Example(&examples::OOM_STORY),
+            1 => Startup::File(paths.remove(0)),
+            _ => Startup::Files(paths),
         };
         let options = eframe::NativeOptions {
             renderer: eframe::Renderer::Wgpu,
@@ -1511,7 +1523,7 @@ pub fn run_native(path: Option<std::path::PathBuf>) -> Result<(), String> {
     }
     #[cfg(target_arch = "wasm32")]
     {
-        let _ = path;
+        let _ = paths;
         Err("the desktop app is not available in the browser".into())
     }
 }

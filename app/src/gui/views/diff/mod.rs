@@ -165,9 +165,15 @@ fn curves_ui(ui: &mut Ui, d: &Diff, curves: &[CurveData; 2]) {
             y_max,
         )[0];
         painter.circle_filled(peak, 4.0, colour);
+        // Beside the peak, on the side with room.
+        let (dx, align) = if peak.x > plot.right() - 160.0 {
+            (-6.0, egui::Align2::RIGHT_BOTTOM)
+        } else {
+            (6.0, egui::Align2::LEFT_BOTTOM)
+        };
         painter.text(
-            peak + egui::vec2(6.0, if i == 0 { -2.0 } else { 12.0 }),
-            egui::Align2::LEFT_BOTTOM,
+            peak + egui::vec2(dx, if i == 0 { -2.0 } else { 12.0 }),
+            align,
             format!(
                 "{} peak {}",
                 ["A", "B"][i],
