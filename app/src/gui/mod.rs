@@ -1487,7 +1487,7 @@ fn sanitize(s: &str) -> String {
 
 /// Opens the desktop app on the built-in example, or on `path`. Returns an error (e.g.
 /// "no display") instead of panicking; the CLI maps it to exit code 3.
-pub fn run_native(mut paths: Vec<std::path::PathBuf>) -> Result<(), String> {
+pub fn run_native(paths: Vec<std::path::PathBuf>) -> Result<(), String> {
     #[cfg(not(target_arch = "wasm32"))]
     {
         io::DesktopLogger::new(std::env::var("RUST_LOG").ok().as_deref()).install();
@@ -1501,10 +1501,10 @@ pub fn run_native(mut paths: Vec<std::path::PathBuf>) -> Result<(), String> {
         // (whose libraries read it).
         #[cfg(target_os = "linux")]
         io::ensure_runtime_dir();
-        let startup = match paths.len() {
-            0 => Startup::Example(&examples::OOM_STORY),
-            1 => Startup::File(paths.remove(0)),
-            _ => Startup::Files(paths),
+        let startup = match <[_; 1]>::try_from(paths) {
+            Ok([one]) => Startup::File(one),
+            Err(paths) if paths.is_empty() => Startup::Example(&examples::OOM_STORY),
+            Err(paths) => Startup::Files(paths),
         };
         let options = eframe::NativeOptions {
             renderer: eframe::Renderer::Wgpu,
