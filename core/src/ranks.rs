@@ -343,7 +343,7 @@ fn what_if_all(rows: &[RankRow], opts: &RankOptions) -> WhatIfAll {
         _ => "at each rank's recorded capacity".to_string(),
     };
     let sentence = format!(
-        "{} fits on {fits}/{} {at} (peak reserved at most {}, against {} under the recorded settings)",
+        "{} fits on {fits}/{} {at}: peak reserved at most {}, against {} under the recorded settings",
         opts.what_if,
         rows.len(),
         format_size(max_peak),

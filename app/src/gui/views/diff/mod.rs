@@ -165,19 +165,17 @@ fn curves_ui(ui: &mut Ui, d: &Diff, curves: &[CurveData; 2]) {
             y_max,
         )[0];
         painter.circle_filled(peak, 4.0, colour);
-        // Beside the peak, on the side with room.
-        let (dx, align) = if peak.x > plot.right() - 160.0 {
-            (-6.0, egui::Align2::RIGHT_BOTTOM)
-        } else {
-            (6.0, egui::Align2::LEFT_BOTTOM)
-        };
+        // The peaks named in a legend at the top left (two labels at nearby peaks would
+        // overlap).
         painter.text(
-            peak + egui::vec2(dx, if i == 0 { -2.0 } else { 12.0 }),
-            align,
+            rect.left_top() + egui::vec2(12.0, 4.0 + 14.0 * i as f32),
+            egui::Align2::LEFT_TOP,
             format!(
-                "{} peak {}",
+                "{} peak {} at {:.2} {}",
                 ["A", "B"][i],
-                format_size(run.peak_reserved_bytes)
+                format_size(run.peak_reserved_bytes),
+                run.peak_at,
+                d.align.unit()
             ),
             egui::FontId::proportional(12.0),
             colour,
