@@ -5,9 +5,9 @@
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc;
 
-use allocsim_core::Error;
 use allocsim_core::replay::ReplayResult;
 use allocsim_core::whatif;
+use allocsim_core::{Error, QueryError};
 
 /// Runs jobs on up to `threads` threads (each takes the next job as it finishes one); the
 /// results come back in job order, `done` is called on the calling thread.
@@ -59,7 +59,7 @@ impl whatif::Runner for Threads {
             }
         });
         out.into_iter()
-            .map(|r| r.unwrap_or_else(|| Err(Error::Config("a replay thread stopped".into()))))
+            .map(|r| r.unwrap_or_else(|| Err(Error::Query(QueryError::ThreadStopped))))
             .collect()
     }
 }
@@ -120,7 +120,8 @@ pub fn map_local<T: Send>(n: usize, job: &(dyn Fn(usize) -> T + Sync)) -> Vec<T>
     }
 }
 
-/// What a replay that was not run because of [`Cancellable`]'s flag returns.
+/// The message of what a replay that was not run because of [`Cancellable`]'s flag
+/// returns ([`QueryError::Cancelled`]).
 pub const CANCELLED: &str = "cancelled";
 
 /// A runner that looks at `cancel` before each replay: once it is set, the replays not
@@ -141,7 +142,7 @@ impl whatif::Runner for Cancellable<'_> {
         let cancel = self.cancel;
         let checked = |i: usize| {
             if cancel.load(Ordering::Relaxed) {
-                Err(Error::Config(CANCELLED.into()))
+                Err(Error::Query(QueryError::Cancelled))
             } else {
                 job(i)
             }

@@ -179,6 +179,38 @@ fn usage_errors_exit_2() {
     assert_eq!(out.status.code(), Some(2));
     let out = run(&["frobnicate"]);
     assert_eq!(out.status.code(), Some(2));
+    // A config given both in --allocator NAME@CONF and in --config: a usage error, one
+    // line, before the file is read (every command that takes both).
+    for cmd in ["replay", "min-capacity", "explain"] {
+        let out = run(&[
+            cmd,
+            "no-such-file",
+            "--allocator",
+            "pytorch@max_split_size_mb:64",
+            "--config",
+            "expandable_segments:True",
+        ]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{cmd}: {err}");
+        assert!(out.stdout.is_empty());
+        assert_eq!(err.trim_end().lines().count(), 1, "{cmd}: {err}");
+        assert!(err.contains("both give a config"), "{cmd}: {err}");
+    }
+    // Config errors are labelled as such; a question the trace cannot answer is not.
+    let out = run(&["replay", f.to_str().unwrap(), "--allocator", "bfc@nope:1"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        err.contains("bad allocator config: bfc: unknown config key 'nope'"),
+        "{err}"
+    );
+    let out = run(&["explain", f.to_str().unwrap(), "--at", "999999999"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        err.contains("--at 999999999") && !err.contains("config"),
+        "{err}"
+    );
 }
 
 #[test]

@@ -288,9 +288,7 @@ fn marked_snapshot() -> Value {
     };
     for step in 0..3u64 {
         let size = 512 * (step + 1);
-        let e = |action: &str, a: u64, s: u64, t: u64| {
-            serde_json::json!({"action": action, "addr": a, "size": s, "stream": 0, "time_us": t, "frames": []})
-        };
+        let e = |action: &str, a: u64, s: u64, t: u64| serde_json::json!({"action": action, "addr": a, "size": s, "stream": 0, "time_us": t, "frames": []});
         let mut marker = e("user_defined", 0, 0, t);
         marker["user_metadata"] = "train_step".into();
         push(marker);
@@ -321,10 +319,16 @@ fn steps_come_from_repeated_markers_where_the_snapshot_has_them() {
     std::fs::write(&f, marked_snapshot().to_string()).unwrap();
     let f = f.to_str().unwrap();
     let v = json_of(&run(&["diff", f, f, "--align", "steps", "--json"]));
-    assert_eq!(v["a"]["steps"], serde_json::json!({"markers": {"text": "train_step"}}));
+    assert_eq!(
+        v["a"]["steps"],
+        serde_json::json!({"markers": {"text": "train_step"}})
+    );
     // Markers at events 0, 5 and 9; the peak (the segment's first allocation) at event 2:
     // 2/5 of the way through step 0.
     assert_eq!(i(&v["a"]["peak_event"]), 2);
-    assert_eq!((v["a"]["peak_at"].as_f64().unwrap() * 10.0).round() as i64, 4);
+    assert_eq!(
+        (v["a"]["peak_at"].as_f64().unwrap() * 10.0).round() as i64,
+        4
+    );
     std::fs::remove_dir_all(&dir).ok();
 }

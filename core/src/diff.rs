@@ -167,7 +167,8 @@ pub fn run(
     let dt = trace
         .devices
         .get(device)
-        .ok_or_else(|| Error::Config(format!("the trace has no device {device}")))?;
+        .ok_or(crate::QueryError::NoDevice { device })
+        .map_err(Error::from)?;
     let opts = ReplayOptions {
         keep_timeline: true,
         ..ReplayOptions::default()

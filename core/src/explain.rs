@@ -24,16 +24,16 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use crate::Error;
 use crate::models::pytorch::{PyTorchModel, SMALL_SIZE_BYTES};
 use crate::models::{
-    Layout, LayoutBlock, LayoutBlockState, LayoutSegment, ModelSpec, PoolId, kind,
+    Layout, LayoutBlock, LayoutBlockState, LayoutSegment, ModelSpec, PoolId, ResolvedModel,
 };
 use crate::offline::{self, BestPossible};
 use crate::replay::{OomReport, OpStepper, ReplayOptions, Step};
 use crate::snapshot::{Action, FrameTable, StackId};
 use crate::trace::{DeviceTrace, OpKind, Trace};
 use crate::units::format_size;
+use crate::{Error, QueryError};
 use crate::{session, whatif};
 
 /// At most this many frames of a stack are reported (innermost first).
@@ -218,7 +218,7 @@ pub fn explain(
     let dt = trace
         .devices
         .get(device)
-        .ok_or_else(|| Error::Config(format!("the trace has no device {device}")))?;
+        .ok_or(Error::Query(QueryError::NoDevice { device }))?;
     let replay_opts = ReplayOptions {
         checkpoint_every: 0,
         keep_timeline: true,
@@ -254,13 +254,12 @@ pub fn explain(
         ..
     } = op.kind
     else {
-        return Err(Error::Config(format!("op {op_index} is not an allocation")));
+        return Err(Error::Query(QueryError::NotAnAllocation { op: op_index }));
     };
-    let pytorch = (spec.name == "pytorch")
-        .then(|| kind::pytorch_config(spec, &trace.snapshot.settings))
-        .transpose()
-        .map_err(Error::Config)?
-        .map(|cfg| PyTorchModel::new(cfg, capacity));
+    let pytorch = match spec.resolve(&trace.snapshot.settings)? {
+        ResolvedModel::Pytorch(cfg) => Some(PyTorchModel::new(cfg, capacity)),
+        _ => None,
+    };
     let (rounded, segment_bytes) = match (&state.oom, &pytorch) {
         (Some(info), _) => (info.rounded_bytes, info.alloc_bytes),
         (None, Some(m)) => {
@@ -398,18 +397,17 @@ fn target(
     let first_alloc_from = |k: usize| (k..dt.ops.len()).find(|&j| dt.ops[j].is_alloc());
     if let Some(at) = at_event {
         if at >= dt.events as u64 {
-            return Err(Error::Config(format!(
-                "--at {at}: device {} has {} events",
-                dt.device, dt.events
-            )));
+            return Err(Error::Query(QueryError::EventOutOfRange {
+                at,
+                device: dt.device,
+                events: dt.events,
+            }));
         }
         let k = dt
             .ops
             .partition_point(|o| u64::from(o.event_index) <= at)
             .saturating_sub(1);
-        let j = first_alloc_from(k).ok_or_else(|| {
-            Error::Config(format!("--at {at}: no allocation at or after event {at}"))
-        })?;
+        let j = first_alloc_from(k).ok_or(Error::Query(QueryError::NoAllocationFrom { at }))?;
         return Ok((j, Moment::Event));
     }
     if let Some(o) = oom {
@@ -421,7 +419,7 @@ fn target(
         .rev()
         .find(|&j| dt.ops[j].is_alloc())
         .or_else(|| first_alloc_from(k))
-        .ok_or_else(|| Error::Config("the trace has no allocation".to_string()))?;
+        .ok_or(Error::Query(QueryError::NoAllocation))?;
     Ok((j, Moment::Peak))
 }
 

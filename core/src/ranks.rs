@@ -9,7 +9,7 @@
 //! mean of the middle two, rounded down.
 
 use crate::capacity::{CapacityArg, CapacitySource};
-use crate::models::ModelSpec;
+use crate::models::{AllocatorKind, ModelSpec};
 use crate::replay::ReplayResult;
 use crate::units::format_size;
 use crate::{Error, session, whatif};
@@ -190,10 +190,7 @@ pub fn rank(file: &str, rank: u32, bytes: &[u8], opts: &RankOptions) -> Result<R
     let trace = v.trace;
     let d = trace.busiest_device();
     let capacity = session::capacity(&trace, d, opts.capacity);
-    let own = ModelSpec {
-        name: "pytorch".into(),
-        config: None,
-    };
+    let own = ModelSpec::new(AllocatorKind::Pytorch);
     let r = session::replay_device(&trace, d, &own, capacity.bytes, whatif::summary_options())?;
     let min_capacity_bytes = if opts.min_capacity {
         whatif::min_capacity(&trace, d, &own, &mut |_, _| {})
@@ -202,10 +199,7 @@ pub fn rank(file: &str, rank: u32, bytes: &[u8], opts: &RankOptions) -> Result<R
     } else {
         None
     };
-    let alt = ModelSpec {
-        name: "pytorch".into(),
-        config: Some(opts.what_if.clone()),
-    };
+    let alt = ModelSpec::with_config(AllocatorKind::Pytorch, opts.what_if.clone());
     let w = session::replay_device(&trace, d, &alt, capacity.bytes, whatif::summary_options())?;
     Ok(row(
         file,

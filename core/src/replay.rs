@@ -7,7 +7,7 @@ use std::fmt::Write as _;
 use crate::cost::{self, DriverCost};
 use crate::device::{Device, RecordedSegmentOp, SimulatedDevice};
 use crate::metrics::{self, Timeline};
-use crate::models::{AllocRequest, Allocator, Layout, ModelEvent, OomInfo};
+use crate::models::{AllocRequest, Allocator, AllocatorKind, Layout, ModelEvent, OomInfo};
 use crate::snapshot::{Action, RawEvent};
 use crate::trace::{DeviceTrace, OpKind};
 use crate::units::format_size;
@@ -416,7 +416,7 @@ fn replay_in<M: Allocator + ?Sized>(
                     _ => 0,
                 };
                 let st = model.stats();
-                let pytorch = model.name() == "pytorch";
+                let pytorch = model.kind() == Some(AllocatorKind::Pytorch);
                 let report = OomReport {
                     event_index: u64::from(op.event_index),
                     op_index: k,

@@ -1,13 +1,14 @@
 //! Loading and replaying in one place: a snapshot file's bytes to a [`Trace`], and a
 //! trace's device through any model on a simulated device that follows the recording.
 
+use crate::QueryError;
 use crate::capacity::{CapacityArg, CapacityChoice};
 use crate::device::SimulatedDevice;
-use crate::models::pytorch::PyTorchModel;
 use crate::models::pytorch::config::H200_TOTAL_BYTES;
-use crate::models::{Allocator, ModelSpec, kind};
+use crate::models::pytorch::{PyTorchConfig, PyTorchModel};
+use crate::models::{Allocator, ConfigError, ModelSpec, ResolvedModel};
 use crate::replay::{self, ReplayOptions, ReplayResult};
-use crate::trace::Trace;
+use crate::trace::{DeviceTrace, Trace};
 use crate::validate::{self, Validation};
 
 /// Decodes a snapshot and builds its replayable trace (validating it on the way;
@@ -29,6 +30,14 @@ pub fn capacity(trace: &Trace, device: usize, arg: CapacityArg) -> CapacityChoic
     CapacityChoice::choose(arg, &evidence)
 }
 
+/// Device `device` of `trace`, or the error that names it.
+fn device_trace(trace: &Trace, device: usize) -> Result<&DeviceTrace, crate::Error> {
+    trace
+        .devices
+        .get(device)
+        .ok_or(crate::Error::Query(QueryError::NoDevice { device }))
+}
+
 /// Replays device `device` of `trace` through the model `spec` names, under `capacity`.
 pub fn replay_device(
     trace: &Trace,
@@ -37,15 +46,12 @@ pub fn replay_device(
     capacity: Option<u64>,
     mut opts: ReplayOptions,
 ) -> Result<ReplayResult, crate::Error> {
-    let dt = trace
-        .devices
-        .get(device)
-        .ok_or_else(|| crate::Error::Config(format!("the trace has no device {device}")))?;
-    let settings = &trace.snapshot.settings;
-    let mut dev = simulated_device(trace, device, spec, H200_TOTAL_BYTES, capacity);
-    if spec.name == "pytorch" {
+    let dt = device_trace(trace, device)?;
+    // The config is parsed once: the model and the device's page size both come from it.
+    let resolved = spec.resolve(&trace.snapshot.settings)?;
+    let mut dev = simulated_device_for(trace, device, &resolved, H200_TOTAL_BYTES, capacity);
+    if let ResolvedModel::Pytorch(cfg) = resolved {
         // Its own type, not a trait object: the per-op calls are direct.
-        let cfg = kind::pytorch_config(spec, settings).map_err(crate::Error::Config)?;
         let mut m = PyTorchModel::new(cfg, capacity);
         if !dt.start.is_empty() {
             m.load_start(&dt.start);
@@ -54,8 +60,13 @@ pub fn replay_device(
         }
         return Ok(replay::replay_model(dt, m, dev, capacity, opts));
     }
-    let model = kind::build(spec, settings, capacity).map_err(crate::Error::Config)?;
-    Ok(replay::replay(dt, model, dev, capacity, opts))
+    Ok(replay::replay(
+        dt,
+        resolved.build(capacity),
+        dev,
+        capacity,
+        opts,
+    ))
 }
 
 /// The model `spec` names and its simulated device, before the first op of device
@@ -69,21 +80,18 @@ pub fn start_model(
     spec: &ModelSpec,
     capacity: Option<u64>,
 ) -> Result<(Box<dyn Allocator>, SimulatedDevice, bool), crate::Error> {
-    let dt = trace
-        .devices
-        .get(device)
-        .ok_or_else(|| crate::Error::Config(format!("the trace has no device {device}")))?;
-    let settings = &trace.snapshot.settings;
-    let mut dev = simulated_device(trace, device, spec, H200_TOTAL_BYTES, capacity);
-    if spec.name == "pytorch" && !dt.start.is_empty() {
-        let cfg = kind::pytorch_config(spec, settings).map_err(crate::Error::Config)?;
-        let mut m = PyTorchModel::new(cfg, capacity);
+    let dt = device_trace(trace, device)?;
+    let resolved = spec.resolve(&trace.snapshot.settings)?;
+    let mut dev = simulated_device_for(trace, device, &resolved, H200_TOTAL_BYTES, capacity);
+    if let ResolvedModel::Pytorch(cfg) = &resolved
+        && !dt.start.is_empty()
+    {
+        let mut m = PyTorchModel::new(cfg.clone(), capacity);
         m.load_start(&dt.start);
         dev.preload(dt.start.iter().map(|s| s.size_bytes).sum());
         return Ok((Box::new(m), dev, true));
     }
-    let model = kind::build(spec, settings, capacity).map_err(crate::Error::Config)?;
-    Ok((model, dev, false))
+    Ok((resolved.build(capacity), dev, false))
 }
 
 /// The simulated device a replay of `trace`'s device `device` through `spec` runs on:
@@ -91,19 +99,41 @@ pub fn start_model(
 /// addresses while the model asks for exactly what was recorded. (`replay_device` uses it;
 /// so does the CUDA replay for the simulation it compares the GPU with, e.g. with the free
 /// memory a balloon left.)
-#[must_use]
 pub fn simulated_device(
     trace: &Trace,
     device: usize,
     spec: &ModelSpec,
     total_bytes: u64,
     capacity: Option<u64>,
+) -> Result<SimulatedDevice, ConfigError> {
+    let resolved = spec.resolve(&trace.snapshot.settings)?;
+    Ok(simulated_device_for(
+        trace,
+        device,
+        &resolved,
+        total_bytes,
+        capacity,
+    ))
+}
+
+/// [`simulated_device`] for a spec already resolved.
+#[must_use]
+pub fn simulated_device_for(
+    trace: &Trace,
+    device: usize,
+    model: &ResolvedModel,
+    total_bytes: u64,
+    capacity: Option<u64>,
 ) -> SimulatedDevice {
     // Expandable reservations are sized from the recording GPU's total (the model's
     // `device_total_bytes`), whatever device the replay runs on.
     let total = H200_TOTAL_BYTES;
-    let large_page = kind::pytorch_config(spec, &trace.snapshot.settings)
-        .map_or(20 << 20, |c| c.large_segment_size_bytes);
+    // The PyTorch model's large page; for the other models the recording's own.
+    let large_page = match model.pytorch_config() {
+        Some(c) => c.large_segment_size_bytes,
+        None => PyTorchConfig::from_settings(&trace.snapshot.settings)
+            .map_or(20 << 20, |c| c.large_segment_size_bytes),
+    };
     // A recorded map's page size: large-pool maps are whole large pages, small-pool maps
     // single 2 MiB pages; the reservation is 9/8 of the device rounded to the page.
     let reservation = move |map_size: u64| {

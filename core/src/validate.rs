@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use crate::device::{Device, DeviceOom, SimulatedDevice};
 use crate::models::pytorch::{MIN_BLOCK_BYTES, PyTorchConfig, PyTorchModel};
-use crate::models::{AllocRequest, Allocator, LayoutBlockState, ModelEvent, PoolId};
+use crate::models::{AllocRequest, Allocator, ConfigError, LayoutBlockState, ModelEvent, PoolId};
 use crate::snapshot::{Action, BlockState, RawEvent, RawSnapshot, SegmentType};
 use crate::trace::{DeviceTrace, Inference, Op, OpKind, StartSegment, Trace, TraceError};
 
@@ -1104,8 +1104,7 @@ pub const MAX_DEVICE: u32 = 127;
 
 /// Builds the replayable trace of every device, validating each on the way.
 pub fn validate(snap: RawSnapshot, capacity: Option<u64>) -> Result<Validation, crate::Error> {
-    let cfg =
-        PyTorchConfig::from_settings(&snap.settings).map_err(|e| crate::Error::Config(e.0))?;
+    let cfg = PyTorchConfig::from_settings(&snap.settings).map_err(ConfigError::from)?;
     // PyTorch's device index is an `int8_t` (`c10::DeviceIndex`): no recording has a
     // device above 127, and one claiming it would make every device up to it a trace.
     if let Some(s) = snap.segments.iter().find(|s| s.device > MAX_DEVICE) {

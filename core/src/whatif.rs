@@ -6,13 +6,12 @@
 //! Every function reports progress through a callback `(done, total)`, so a front end can
 //! draw a bar; core itself has no threads and no terminal.
 
-use crate::Error;
-use crate::models::ModelSpec;
 use crate::models::pytorch::{PyTorchConfig, PyTorchModel};
+use crate::models::{AllocatorKind, ModelSpec};
 use crate::replay::{ReplayOptions, ReplayResult};
 use crate::session;
 use crate::trace::Trace;
-use crate::units::format_size;
+use crate::{Error, QueryError};
 
 /// The capacity grid of `min_capacity`: 2 MiB.
 pub const GRID_BYTES: u64 = 2 << 20;
@@ -141,11 +140,10 @@ pub fn min_capacity(
     let peak = unlimited.peak_reserved_bytes;
     let (allocator, config) = (unlimited.allocator, unlimited.config.clone());
     if !served_all(&unlimited) {
-        return Err(Error::Config(format!(
-            "{} runs out of memory even without a capacity ({})",
-            label(&unlimited),
-            unlimited.oom.map(|o| o.explanation).unwrap_or_default()
-        )));
+        return Err(Error::Query(QueryError::OomWithoutCapacity {
+            label: label(&unlimited),
+            explanation: unlimited.oom.map(|o| o.explanation).unwrap_or_default(),
+        }));
     }
     let mut replays = 1;
     let mut hi = peak.div_ceil(GRID_BYTES).max(1);
@@ -160,11 +158,10 @@ pub fn min_capacity(
     // fraction) may need more: double until it fits, up to 2^40 grid points.
     while !fits_at(hi, &mut replays)? {
         if hi >= 1 << 40 {
-            return Err(Error::Config(format!(
-                "{} fits at no capacity up to {}",
-                spec.label(),
-                format_size(hi * GRID_BYTES)
-            )));
+            return Err(Error::Query(QueryError::FitsNowhere {
+                label: spec.label(),
+                limit_bytes: hi * GRID_BYTES,
+            }));
         }
         hi *= 2;
     }
@@ -408,7 +405,7 @@ pub fn recommend_with(
     let dt = trace
         .devices
         .get(device)
-        .ok_or_else(|| Error::Config(format!("the trace has no device {device}")))?;
+        .ok_or(Error::Query(QueryError::NoDevice { device }))?;
     let sizes = block_sizes(dt);
     // Every valid candidate with its effect; the first of each effect is replayed.
     let mut configs: Vec<String> = Vec::new();
@@ -435,10 +432,7 @@ pub fn recommend_with(
         effect_of.push(k);
         configs.push(conf);
     }
-    let spec_of = |conf: &str| ModelSpec {
-        name: "pytorch".into(),
-        config: Some(conf.to_string()),
-    };
+    let spec_of = |conf: &str| ModelSpec::with_config(AllocatorKind::Pytorch, conf);
     // GC candidates after their twins: a twin that never reserves above threshold × C
     // makes the GC run a no-op.
     let is_gc = |k: usize| effects[k].gc.is_some();
@@ -449,10 +443,7 @@ pub fn recommend_with(
     let default = session::replay_device(
         trace,
         device,
-        &ModelSpec {
-            name: "pytorch".into(),
-            config: None,
-        },
+        &ModelSpec::new(AllocatorKind::Pytorch),
         capacity,
         summary_options(),
     )?;
@@ -535,7 +526,7 @@ pub fn recommend_with(
         order
             .first()
             .map(|o| o.0)
-            .ok_or_else(|| Error::Config("no candidate config could be built".to_string()))?,
+            .ok_or(Error::Query(QueryError::NoCandidate))?,
     )?;
     let mut default = default;
     if served_all(&best) {
@@ -713,10 +704,7 @@ mod tests {
                 format!("{plain},garbage_collection_threshold:{gc}")
             };
             let run = |conf: &str| {
-                let spec = ModelSpec {
-                    name: "pytorch".into(),
-                    config: Some(conf.to_string()),
-                };
+                let spec = ModelSpec::with_config(AllocatorKind::Pytorch, conf);
                 session::replay_device(&t, 0, &spec, Some(CAP), summary_options()).unwrap()
             };
             let twin = run(&twin_conf);

@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 
 use allocsim_core::device::{Device, SimulatedDevice};
-use allocsim_core::models::{AllocRequest, Allocator, LayoutBlockState, ModelSpec, PoolId, kind};
+use allocsim_core::models::{AllocRequest, Allocator, LayoutBlockState, ModelSpec, PoolId};
 use allocsim_core::snapshot::RawSettings;
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
@@ -102,9 +102,10 @@ fn device_used(dev: &SimulatedDevice, cap: Option<u64>) -> u64 {
 
 /// Runs `steps` through the model `spec` names, checking every property after every step.
 fn run(spec: &str, steps: &[Step], cap: Option<u64>) -> Result<Outcome, TestCaseError> {
-    let spec = ModelSpec::parse(spec).map_err(TestCaseError::fail)?;
-    let mut model: Box<dyn Allocator> =
-        kind::build(&spec, &RawSettings::default(), cap).map_err(TestCaseError::fail)?;
+    let spec = ModelSpec::parse(spec).map_err(|e| TestCaseError::fail(e.to_string()))?;
+    let mut model: Box<dyn Allocator> = spec
+        .build(&RawSettings::default(), cap)
+        .map_err(|e| TestCaseError::fail(e.to_string()))?;
     let mut dev = SimulatedDevice::new(TOTAL_BYTES, cap);
     let mut out = Vec::new();
     let mut live: BTreeMap<u64, Live> = BTreeMap::new();

@@ -44,10 +44,13 @@ pub struct Unavailable {
 pub enum NativeError {
     #[error(transparent)]
     Unavailable(#[from] Unavailable),
-    /// Bad options for this trace or device (an unknown model, a balloon larger than the
-    /// free memory, a missing trace device).
+    /// Bad options for this trace or device (a balloon larger than the free memory, a
+    /// missing trace device).
     #[error("{0}")]
     Config(String),
+    /// The model or its config cannot be built.
+    #[error(transparent)]
+    Model(#[from] allocsim_core::models::ConfigError),
     /// A driver call failed (other than refusing memory) at op `op`; everything held was
     /// given back.
     #[error("op {op} (event {event_index}): {error}")]

@@ -9,7 +9,7 @@
 use std::collections::BTreeMap;
 
 use allocsim_core::device::{Device, DeviceOom};
-use allocsim_core::models::{Allocator, ModelEvent, ModelSpec, kind};
+use allocsim_core::models::{Allocator, ModelEvent, ModelSpec};
 use allocsim_core::replay::{OpStepper, Step};
 use allocsim_core::session;
 use allocsim_core::snapshot::Action;
@@ -426,24 +426,20 @@ pub fn cuda_replay<G: Gpu>(
     })?;
     let settings = &trace.snapshot.settings;
     let mut notes = Vec::new();
-    let (mut real_model, sim_model): (Box<dyn Allocator>, Option<Box<dyn Allocator>>) =
-        match opts.mode {
-            Mode::Model => {
-                let m = kind::build(&opts.spec, settings, opts.capacity_bytes)
-                    .map_err(NativeError::Config)?;
-                (m.clone_box(), Some(m))
-            }
-            Mode::Raw => {
-                let sim = match kind::build(&opts.spec, settings, opts.capacity_bytes) {
-                    Ok(m) => Some(m),
-                    Err(e) => {
-                        notes.push(format!("no prediction: {e}"));
-                        None
-                    }
-                };
-                (Box::new(RawPassthrough::new()), sim)
-            }
-        };
+    // The spec's config is parsed once: the models and the simulated device come from it.
+    let resolved = match (opts.mode, opts.spec.resolve(settings)) {
+        (_, Ok(r)) => Some(r),
+        (Mode::Model, Err(e)) => return Err(e.into()),
+        (Mode::Raw, Err(e)) => {
+            notes.push(format!("no prediction: {e}"));
+            None
+        }
+    };
+    let sim_model = resolved.clone().map(|r| r.build(opts.capacity_bytes));
+    let mut real_model: Box<dyn Allocator> = match (opts.mode, &sim_model) {
+        (Mode::Model, Some(m)) => m.clone_box(),
+        _ => Box::new(RawPassthrough::new()),
+    };
     if dt.initial_ops > 0 {
         notes.push(format!("the trace starts mid-program: its {} initial blocks are allocated first, on the GPU and in the simulation alike", dt.initial_ops));
     }
@@ -477,13 +473,13 @@ pub fn cuda_replay<G: Gpu>(
         driver_usable_bytes(baseline_free, granularity)
     };
     let sim_limit = opts.capacity_bytes.map_or(usable, |c| c.min(usable));
-    let mut sim = sim_model.map(|model| SimRun {
+    let mut sim = sim_model.zip(resolved).map(|(model, resolved)| SimRun {
         model,
         device: Counting {
-            inner: session::simulated_device(
+            inner: session::simulated_device_for(
                 trace,
                 d,
-                &opts.spec,
+                &resolved,
                 info.total_bytes,
                 Some(sim_limit),
             ),
@@ -679,7 +675,7 @@ pub fn cuda_replay<G: Gpu>(
         (Mode::Model, _) => (real_model.name().to_string(), real_model.config_string()),
         (Mode::Raw, Some(s)) => (s.model.name().to_string(), s.model.config_string()),
         (Mode::Raw, None) => (
-            opts.spec.name.clone(),
+            opts.spec.kind.name().to_string(),
             opts.spec.config.clone().unwrap_or_default(),
         ),
     };

@@ -25,7 +25,7 @@ mod common;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use allocsim_core::device::Device;
-use allocsim_core::models::ModelSpec;
+use allocsim_core::models::{AllocatorKind, ModelSpec};
 use allocsim_native::device::CudaDevice;
 use allocsim_native::gpu::Gpu;
 use allocsim_native::replay::{NoObserver, Observer, Sample};
@@ -68,10 +68,7 @@ fn plain() -> ModelSpec {
 }
 
 fn expandable() -> ModelSpec {
-    ModelSpec {
-        name: "pytorch".into(),
-        config: Some("expandable_segments:True".into()),
-    }
+    ModelSpec::with_config(AllocatorKind::Pytorch, "expandable_segments:True")
 }
 
 #[test]

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use allocsim_core::device::Device;
-use allocsim_core::models::ModelSpec;
+use allocsim_core::models::{AllocatorKind, ModelSpec};
 use allocsim_native::device::CudaDevice;
 use allocsim_native::replay::{NoObserver, Observer, Sample};
 use allocsim_native::{
@@ -30,10 +30,7 @@ fn opts(mode: Mode, spec: &str) -> CudaReplayOptions {
 }
 
 fn expandable() -> ModelSpec {
-    ModelSpec {
-        name: "pytorch".into(),
-        config: Some("expandable_segments:True".into()),
-    }
+    ModelSpec::with_config(AllocatorKind::Pytorch, "expandable_segments:True")
 }
 
 #[test]
@@ -317,10 +314,7 @@ fn raw_mode_sends_every_request_to_the_driver_and_checks_the_prediction() {
 fn raw_mode_without_the_predicting_model_says_so() {
     let trace = small_training_trace();
     let o = CudaReplayOptions {
-        spec: ModelSpec {
-            name: "no-such-model".into(),
-            config: None,
-        },
+        spec: ModelSpec::with_config(AllocatorKind::Bfc, "no_such_key:1"),
         ..opts(Mode::Raw, "pytorch")
     };
     let r = cuda_replay(FakeGpu::new(4 * GIB), &trace, &o, &mut NoObserver).unwrap();

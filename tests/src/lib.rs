@@ -42,11 +42,26 @@ pub fn incoming() -> Vec<CorpusTrace> {
     traces_dir().map_or_else(Vec::new, |dir| traces_in(&dir.join("incoming")))
 }
 
-/// The real snapshots recorded for this repository (`tests/traces`), sorted by name: always
-/// there, so the checks on them run without the shared corpus too.
+/// The real snapshots recorded for this repository (`tests/traces` and its subfolders, as
+/// `diff/` and `ranks/`), sorted by folder then name: always there, so the checks on them run
+/// without the shared corpus too.
 #[must_use]
 pub fn repo_traces() -> Vec<CorpusTrace> {
-    traces_in(&Path::new(env!("CARGO_MANIFEST_DIR")).join("traces"))
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("traces");
+    let mut out = traces_in(&root);
+    let mut subdirs: Vec<PathBuf> = std::fs::read_dir(&root)
+        .map(|rd| {
+            rd.filter_map(Result::ok)
+                .map(|e| e.path())
+                .filter(|p| p.is_dir())
+                .collect()
+        })
+        .unwrap_or_default();
+    subdirs.sort();
+    for dir in subdirs {
+        out.extend(traces_in(&dir));
+    }
+    out
 }
 
 /// The traces of one folder, each with its `.stats.json`, sorted by name.

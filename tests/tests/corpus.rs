@@ -92,8 +92,8 @@ fn not_exact(t: &CorpusTrace, cap: Option<u64>) -> Vec<String> {
 fn validate_is_exact_on_every_repo_trace() {
     let traces = repo_traces();
     assert!(
-        traces.len() >= 11,
-        "expected the 11 traces of tests/traces, found {}",
+        traces.len() >= 18,
+        "expected the 18 traces of tests/traces, found {}",
         traces.len()
     );
     let mut failures = Vec::new();

@@ -51,26 +51,8 @@ fn check(name: &str, trace: &Trace, failures: &mut Vec<String>) {
 #[test]
 fn sites_at_the_peak_add_up_to_the_allocated_bytes_on_real_traces() {
     let mut failures = Vec::new();
-    let mut repo = allocsim_tests::repo_traces();
-    for sub in ["diff", "ranks"] {
-        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("traces")
-            .join(sub);
-        for e in std::fs::read_dir(dir).unwrap().filter_map(Result::ok) {
-            let p = e.path();
-            if p.to_string_lossy().ends_with(".pickle.gz") {
-                let name = p.file_name().unwrap().to_string_lossy().to_string();
-                repo.push(allocsim_tests::CorpusTrace {
-                    name,
-                    path: p,
-                    cap_bytes: None,
-                    stats_peak_reserved: 0,
-                    oom_raised: false,
-                    bytes_on_disk: 0,
-                });
-            }
-        }
-    }
+    // tests/traces and its diff/ and ranks/ subfolders.
+    let repo = allocsim_tests::repo_traces();
     assert!(repo.len() >= 18, "{}", repo.len());
     let shared = allocsim_tests::corpus();
     if shared.is_empty() {

@@ -62,23 +62,17 @@ struct Request {
 }
 
 fn check(a: &Args) -> Result<Request, Failure> {
-    use allocsim_core::models::ModelSpec;
+    use allocsim_core::models::{AllocatorKind, ModelSpec};
     let spec = match (&a.allocator, a.mode) {
-        (Some(name), _) => {
-            let mut s = ModelSpec::parse(name).map_err(Failure::bad_input)?;
-            if s.config.is_none() {
-                s.config.clone_from(&a.config);
-            }
-            s
-        }
+        (Some(name), _) => super::model_spec(name, a.config.as_deref())?,
         (None, ModeArg::Model) => ModelSpec {
-            name: "pytorch".into(),
+            kind: AllocatorKind::Pytorch,
             config: a.config.clone(),
         },
         // Raw mode checks the cuda-malloc model's prediction (the report says so if this
         // build has no such model).
         (None, ModeArg::Raw) => ModelSpec {
-            name: "cuda-malloc".into(),
+            kind: AllocatorKind::CudaMalloc,
             config: a.config.clone(),
         },
     };
@@ -130,6 +124,7 @@ pub fn run(a: &Args) -> Result<u8, Failure> {
             NativeError::Config(m) => {
                 Failure::bad_input(format!("{}: {m}", a.input.file.display()))
             }
+            NativeError::Model(m) => Failure::bad_input(format!("{}: {m}", a.input.file.display())),
             NativeError::Driver { .. } => Failure::unavailable(format!(
                 "{}: CUDA driver failure at {e} (all device memory was given back)",
                 a.input.file.display()

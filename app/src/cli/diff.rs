@@ -51,7 +51,7 @@ fn measure(
     let d = trace.busiest_device();
     let capacity = allocsim_core::session::capacity(trace, d, a.capacity.unwrap_or_default());
     let spec = ModelSpec {
-        name: "pytorch".into(),
+        kind: allocsim_core::models::AllocatorKind::Pytorch,
         config: config.cloned(),
     };
     diff::run(&name, trace, d, &spec, capacity.bytes, a.align)

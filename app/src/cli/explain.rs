@@ -3,7 +3,6 @@
 
 use allocsim_core::capacity::CapacityArg;
 use allocsim_core::explain::{self, BlockerKind, ExplainOptions, Explanation, Moment};
-use allocsim_core::models::ModelSpec;
 use allocsim_core::units::format_size;
 use serde_json::{Value, json};
 
@@ -37,10 +36,7 @@ pub struct Args {
 }
 
 pub fn run(a: &Args) -> Result<u8, Failure> {
-    let mut spec = ModelSpec::parse(&a.allocator).map_err(Failure::bad_input)?;
-    if spec.config.is_none() {
-        spec.config.clone_from(&a.config);
-    }
+    let spec = super::model_spec(&a.allocator, a.config.as_deref())?;
     let arg = a.capacity.unwrap_or_default();
     let src = load_source(&a.input, arg.given_bytes())?;
     let d = pick_device(&src.trace, a.trace_device)?;
@@ -66,7 +62,7 @@ pub fn run(a: &Args) -> Result<u8, Failure> {
         if let (Value::Object(m), Ok(Value::Object(body))) = (&mut v, serde_json::to_value(&e)) {
             m.extend(body);
             m.insert("device".into(), json!(d));
-            m.insert("allocator".into(), json!(spec.name));
+            m.insert("allocator".into(), json!(spec.kind));
             m.insert("config".into(), json!(spec.config));
             m.insert("capacity_source".into(), json!(capacity.source));
             m.insert("capacity_inferred".into(), json!(capacity.inferred));

@@ -16,6 +16,7 @@ mod whatif;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
+use allocsim_core::models::ModelSpec;
 use allocsim_core::trace::Trace;
 use allocsim_core::validate::Validation;
 use clap::{Parser, Subcommand};
@@ -115,6 +116,23 @@ pub fn load_file(path: &Path, capacity: Option<u64>) -> Result<Validation, Failu
         .map_err(|e| Failure::bad_input(format!("{}: cannot read: {e}", path.display())))?;
     allocsim_core::session::load(&bytes, capacity)
         .map_err(|e| Failure::bad_input(format!("{}: {e}", path.display())))
+}
+
+/// The model `--allocator NAME[@CONF]` and `--config CONF` name together. A config given
+/// both ways is a usage error rather than a merge: neither obviously wins, and PyTorch's
+/// own parser resets some keys on every parse, so a combination would not mean what it
+/// reads as.
+pub fn model_spec(allocator: &str, config: Option<&str>) -> Result<ModelSpec, Failure> {
+    let mut spec = ModelSpec::parse(allocator).map_err(|e| Failure::bad_input(e.to_string()))?;
+    if let Some(c) = config {
+        if spec.config.is_some() {
+            return Err(Failure::bad_input(format!(
+                "--allocator {allocator} and --config {c} both give a config: give it once"
+            )));
+        }
+        spec.config = Some(c.to_string());
+    }
+    Ok(spec)
 }
 
 /// Which device of `trace` to replay: `--trace-device D` or the busiest one.

@@ -1,7 +1,6 @@
 //! `allocsim replay FILE [--allocator NAME] [--config STR] [--capacity SIZE] [--trace-device D] [--json]`.
 
 use allocsim_core::capacity::{CapacityArg, CapacityChoice};
-use allocsim_core::models::ModelSpec;
 use allocsim_core::replay::{ReplayOptions, ReplayResult};
 use allocsim_core::units::format_size;
 use serde_json::{Value, json};
@@ -141,10 +140,7 @@ pub fn print_replay_text(label: &str, r: &ReplayResult, capacity: &CapacityChoic
 }
 
 pub fn run(a: &Args) -> Result<u8, Failure> {
-    let mut spec = ModelSpec::parse(&a.allocator).map_err(Failure::bad_input)?;
-    if spec.config.is_none() {
-        spec.config.clone_from(&a.config);
-    }
+    let spec = super::model_spec(&a.allocator, a.config.as_deref())?;
     let arg = a.capacity.unwrap_or_default();
     let v = load_source(&a.input, arg.given_bytes())?;
     let d = pick_device(&v.trace, a.trace_device)?;

@@ -125,7 +125,7 @@ pub fn compare(a: &CompareArgs) -> Result<u8, Failure> {
             .iter()
             .map(|s| ModelSpec::parse(s))
             .collect::<Result<_, _>>()
-            .map_err(Failure::bad_input)?,
+            .map_err(|e| Failure::bad_input(e.to_string()))?,
     };
     let (src, d, capacity) = load_with_capacity(&a.source, a.capacity, a.trace_device)?;
     let mut bar = Progress::new("compare");
@@ -237,10 +237,7 @@ pub struct MinCapacityArgs {
 
 /// `allocsim min-capacity`.
 pub fn min_capacity(a: &MinCapacityArgs) -> Result<u8, Failure> {
-    let mut spec = ModelSpec::parse(&a.allocator).map_err(Failure::bad_input)?;
-    if spec.config.is_none() {
-        spec.config.clone_from(&a.config);
-    }
+    let spec = super::model_spec(&a.allocator, a.config.as_deref())?;
     let src = load_source(&a.source, None)?;
     let d = pick_device(&src.trace, a.trace_device)?;
     let mut bar = Progress::new("min-capacity");

@@ -461,7 +461,7 @@ fn config_ui(ui: &mut Ui, app: &mut AllocsimApp) {
                     app.config.add_text.clear();
                     changed = true;
                 }
-                Err(e) => app.errors.push(e),
+                Err(e) => app.errors.push(e.to_string()),
             }
         }
     });

@@ -32,10 +32,11 @@
 //! growth, 0.75 — JAX's `XLA_CLIENT_MEM_FRACTION` default — without),
 //! `garbage_collection` (False), `fragmentation_fraction` (0: the 128 MiB default).
 
+use super::AllocatorKind;
 use super::common::{self, Arena, FreeKey, State, device_bytes, round_down, round_up};
-use super::{AllocRequest, Allocator, Layout, ModelError, ModelEvent, ModelStats, OomInfo};
+use super::common::{ArenaPolicy, Block, Refusal};
+use super::{AllocRequest, ModelEvent};
 use crate::device::Device;
-use crate::snapshot::Action;
 use crate::units::format_size;
 
 /// `kMinAllocationSize`.
@@ -66,7 +67,7 @@ impl BfcConfig {
 
     /// Parses `key:value,…` on top of the defaults.
     pub fn parse(conf: &str) -> Result<BfcConfig, common::ConfigError> {
-        let kv = common::parse_config("bfc", conf, &Self::KEYS)?;
+        let kv = common::parse_config(AllocatorKind::Bfc, conf, &Self::KEYS)?;
         let mut c = BfcConfig {
             allow_growth: true,
             memory_fraction: 0.0,
@@ -76,12 +77,24 @@ impl BfcConfig {
         let mut fraction = None;
         for (k, v) in kv {
             match k {
-                "allow_growth" => c.allow_growth = common::parse_bool("bfc", k, v)?,
+                "allow_growth" => c.allow_growth = common::parse_bool(AllocatorKind::Bfc, k, v)?,
                 "memory_fraction" => {
-                    fraction = Some(common::parse_f64("bfc", k, v, 0.0, 1.0, false)?);
+                    fraction = Some(common::parse_f64(
+                        AllocatorKind::Bfc,
+                        k,
+                        v,
+                        0.0,
+                        1.0,
+                        false,
+                    )?);
                 }
-                "garbage_collection" => c.garbage_collection = common::parse_bool("bfc", k, v)?,
-                _ => c.fragmentation_fraction = common::parse_f64("bfc", k, v, 0.0, 1.0, true)?,
+                "garbage_collection" => {
+                    c.garbage_collection = common::parse_bool(AllocatorKind::Bfc, k, v)?;
+                }
+                _ => {
+                    c.fragmentation_fraction =
+                        common::parse_f64(AllocatorKind::Bfc, k, v, 0.0, 1.0, true)?;
+                }
             }
         }
         c.memory_fraction = fraction.unwrap_or_else(|| c.default_fraction());
@@ -299,12 +312,6 @@ impl BfcModel {
         true
     }
 
-    fn put_back(&mut self, i: u32) {
-        let m = self.arena.coalesce(i, |_| true);
-        let k = self.key(m);
-        self.arena.insert_free(m, k);
-    }
-
     /// The memory limit in force (known after the first request).
     #[must_use]
     pub fn memory_limit(&self) -> Option<u64> {
@@ -312,21 +319,28 @@ impl BfcModel {
     }
 }
 
-impl Allocator for BfcModel {
-    fn name(&self) -> &'static str {
-        "bfc"
+impl ArenaPolicy for BfcModel {
+    const KIND: AllocatorKind = AllocatorKind::Bfc;
+
+    fn arena(&self) -> &Arena {
+        &self.arena
     }
 
-    fn config_string(&self) -> String {
+    fn arena_mut(&mut self) -> &mut Arena {
+        &mut self.arena
+    }
+
+    fn canonical_config(&self) -> String {
         self.cfg.canonical()
     }
 
-    fn malloc(
+    #[inline]
+    fn find(
         &mut self,
         dev: &mut dyn Device,
         req: &AllocRequest,
         out: &mut Vec<ModelEvent>,
-    ) -> Result<u64, OomInfo> {
+    ) -> Result<u32, Refusal> {
         let lim = self.limits(dev);
         let rounded = rounded_bytes(req.size_bytes.max(1));
         let stream = req.stream;
@@ -340,13 +354,7 @@ impl Allocator for BfcModel {
         {
             found = self.find_chunk(rounded, lim);
         }
-        let Some(i) = found else {
-            out.push(ModelEvent {
-                action: Action::Oom,
-                addr: dev.free_bytes(),
-                size: rounded,
-                stream,
-            });
+        found.ok_or_else(|| {
             let left = lim.memory_limit.saturating_sub(self.pool_bytes);
             let reason = if rounded > round_down(left, MIN_ALLOCATION_BYTES) {
                 format!(
@@ -360,57 +368,21 @@ impl Allocator for BfcModel {
                     format_size(dev.free_bytes())
                 )
             };
-            return Err(OomInfo {
-                rounded_bytes: rounded,
-                alloc_bytes: self.curr_region_bytes.max(rounded),
-                reserved_bytes: self.arena.reserved_bytes(),
-                allocated_bytes: self.arena.allocated_bytes(),
-                largest_free_bytes: self.arena.largest_free(),
-                free_holes: self.arena.free_count(),
-                pool_free_bytes: self.arena.free_bytes(),
-                reason,
-            });
-        };
-        self.arena.allocate(i, req.size_bytes, stream, out);
-        Ok(self.arena.b(i).addr)
+            Refusal::new(rounded, self.curr_region_bytes.max(rounded), reason)
+        })
     }
 
-    fn free(
-        &mut self,
-        _dev: &mut dyn Device,
-        addr: u64,
-        deferred: bool,
-        out: &mut Vec<ModelEvent>,
-    ) -> Result<(), ModelError> {
-        if let Some(i) = self.arena.release(addr, deferred, out)? {
-            self.put_back(i);
-        }
-        Ok(())
+    fn put_back(&mut self, _dev: &mut dyn Device, i: u32, _out: &mut Vec<ModelEvent>) {
+        let m = self.arena.coalesce(i, |_| true);
+        let k = self.key(m);
+        self.arena.insert_free(m, k);
     }
 
-    fn complete_free(
-        &mut self,
-        _dev: &mut dyn Device,
-        addr: u64,
-        out: &mut Vec<ModelEvent>,
-    ) -> Result<(), ModelError> {
-        let i = self.arena.complete(addr, out)?;
-        self.put_back(i);
-        Ok(())
+    fn adjacent_free_ok(&self, _: &Block, _: &Block) -> bool {
+        false
     }
 
-    fn empty_cache(&mut self, _dev: &mut dyn Device, _out: &mut Vec<ModelEvent>) {}
-
-    fn stats(&self) -> ModelStats {
-        self.arena.stats()
-    }
-
-    fn layout(&self) -> Layout {
-        self.arena.layout()
-    }
-
-    fn check_invariants(&self) -> Result<(), String> {
-        self.arena.check(|_, _| false)?;
+    fn check_policy(&self) -> Result<(), String> {
         let mut regions = 0u64;
         for (s, seg) in self.arena.segments() {
             regions += seg.size;
@@ -448,16 +420,13 @@ impl Allocator for BfcModel {
         }
         Ok(())
     }
-
-    fn clone_box(&self) -> Box<dyn Allocator> {
-        Box::new(self.clone())
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::device::SimulatedDevice;
+    use crate::models::{Allocator, OomInfo};
     use crate::models::{LayoutBlockState, PoolId};
 
     const MIB: u64 = 1 << 20;
@@ -606,12 +575,10 @@ mod tests {
 
     #[test]
     fn config_errors_are_clear() {
-        assert!(
-            BfcConfig::parse("memory_fraction:1.5")
-                .unwrap_err()
-                .0
-                .contains("memory_fraction")
-        );
+        assert!(matches!(
+            BfcConfig::parse("memory_fraction:1.5").unwrap_err(),
+            common::ConfigError::OutOfRange { key, .. } if key == "memory_fraction"
+        ));
         assert!(BfcConfig::parse("allow_growth:maybe").is_err());
         assert_eq!(
             BfcConfig::parse("allow_growth:True").unwrap().canonical(),

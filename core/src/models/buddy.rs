@@ -17,10 +17,11 @@
 //! Config keys: `min_block` (bytes, a power of two from 256; default 512),
 //! `heap_size_mb` (a power of two ≥ 2; default 256).
 
+use super::AllocatorKind;
 use super::common::{self, Arena, FreeKey, State};
-use super::{AllocRequest, Allocator, Layout, ModelError, ModelEvent, ModelStats, OomInfo};
+use super::common::{ArenaPolicy, Block, Refusal};
+use super::{AllocRequest, ModelEvent};
 use crate::device::Device;
-use crate::snapshot::Action;
 use crate::units::format_size;
 
 /// The options a config string sets.
@@ -38,30 +39,37 @@ impl BuddyConfig {
 
     /// Parses `key:value,…` on top of the defaults.
     pub fn parse(conf: &str) -> Result<BuddyConfig, common::ConfigError> {
-        let kv = common::parse_config("buddy", conf, &["min_block", "heap_size_mb"])?;
+        let kv = common::parse_config(AllocatorKind::Buddy, conf, &["min_block", "heap_size_mb"])?;
         let mut c = BuddyConfig::DEFAULT;
         for (k, v) in kv {
             if k == "min_block" {
-                c.min_block_bytes = common::parse_u64("buddy", k, v, 256, 1 << 30)?;
+                c.min_block_bytes = common::parse_u64(AllocatorKind::Buddy, k, v, 256, 1 << 30)?;
                 if !c.min_block_bytes.is_power_of_two() {
-                    return Err(common::ConfigError(format!(
-                        "buddy: min_block must be a power of two, got {v}"
-                    )));
+                    return Err(common::out_of_range(
+                        AllocatorKind::Buddy,
+                        k,
+                        "a power of two",
+                        &v,
+                    ));
                 }
             } else {
-                let mb = common::parse_u64("buddy", k, v, 2, 1 << 20)?;
+                let mb = common::parse_u64(AllocatorKind::Buddy, k, v, 2, 1 << 20)?;
                 if !mb.is_power_of_two() {
-                    return Err(common::ConfigError(format!(
-                        "buddy: heap_size_mb must be a power of two, got {v}"
-                    )));
+                    return Err(common::out_of_range(
+                        AllocatorKind::Buddy,
+                        k,
+                        "a power of two",
+                        &v,
+                    ));
                 }
                 c.heap_bytes = mb << 20;
             }
         }
         if c.min_block_bytes > c.heap_bytes {
-            return Err(common::ConfigError(
-                "buddy: min_block exceeds the heap size".to_string(),
-            ));
+            return Err(common::ConfigError::Inconsistent {
+                model: AllocatorKind::Buddy,
+                reason: "min_block exceeds the heap size",
+            });
         }
         Ok(c)
     }
@@ -120,37 +128,6 @@ impl BuddyModel {
         Some(i)
     }
 
-    /// Frees block `i` (not indexed), merging it with its buddy while the buddy is free.
-    fn put_back(&mut self, i: u32) {
-        let base = self.arena.seg(self.arena.b(i).seg).base;
-        let mut cur = i;
-        loop {
-            let (addr, size) = (self.arena.b(cur).addr, self.arena.b(cur).size);
-            if size == self.arena.seg(self.arena.b(cur).seg).size {
-                break;
-            }
-            let off = addr - base;
-            if (off ^ size) > off {
-                let n = self.arena.b(cur).next;
-                if n == common::NIL || !self.arena.b(n).indexed || self.arena.b(n).size != size {
-                    break;
-                }
-                self.arena.remove_free(n);
-                self.arena.absorb_next(cur);
-            } else {
-                let p = self.arena.b(cur).prev;
-                if p == common::NIL || !self.arena.b(p).indexed || self.arena.b(p).size != size {
-                    break;
-                }
-                self.arena.remove_free(p);
-                self.arena.absorb_next(p);
-                cur = p;
-            }
-        }
-        let k = key(self.arena.b(cur));
-        self.arena.insert_free(cur, k);
-    }
-
     /// Returns every entirely free heap to the device.
     fn release_free_heaps(&mut self, dev: &mut dyn Device, out: &mut Vec<ModelEvent>) -> bool {
         let free: Vec<u32> = self
@@ -195,21 +172,28 @@ impl BuddyModel {
     }
 }
 
-impl Allocator for BuddyModel {
-    fn name(&self) -> &'static str {
-        "buddy"
+impl ArenaPolicy for BuddyModel {
+    const KIND: AllocatorKind = AllocatorKind::Buddy;
+
+    fn arena(&self) -> &Arena {
+        &self.arena
     }
 
-    fn config_string(&self) -> String {
+    fn arena_mut(&mut self) -> &mut Arena {
+        &mut self.arena
+    }
+
+    fn canonical_config(&self) -> String {
         self.cfg.canonical()
     }
 
-    fn malloc(
+    #[inline]
+    fn find(
         &mut self,
         dev: &mut dyn Device,
         req: &AllocRequest,
         out: &mut Vec<ModelEvent>,
-    ) -> Result<u64, OomInfo> {
+    ) -> Result<u32, Refusal> {
         let need = self.block_size(req.size_bytes);
         let stream = req.stream;
         let mut found = self.take(need);
@@ -219,77 +203,64 @@ impl Allocator for BuddyModel {
         {
             found = self.take(need);
         }
-        let Some(i) = found else {
-            out.push(ModelEvent {
-                action: Action::Oom,
-                addr: dev.free_bytes(),
-                size: need,
-                stream,
-            });
+        found.ok_or_else(|| {
             let heap = self.cfg.heap_bytes.max(need);
-            return Err(OomInfo {
-                rounded_bytes: need,
-                alloc_bytes: heap,
-                reserved_bytes: self.arena.reserved_bytes(),
-                allocated_bytes: self.arena.allocated_bytes(),
-                largest_free_bytes: self.arena.largest_free(),
-                free_holes: self.arena.free_count(),
-                pool_free_bytes: self.arena.free_bytes(),
-                reason: format!(
+            Refusal::new(
+                need,
+                heap,
+                format!(
                     "no free block of {} and the device refused a new {} heap ({} free)",
                     format_size(need),
                     format_size(heap),
                     format_size(dev.free_bytes())
                 ),
-            });
-        };
-        self.arena.allocate(i, req.size_bytes, stream, out);
-        Ok(self.arena.b(i).addr)
+            )
+        })
     }
 
-    fn free(
-        &mut self,
-        _dev: &mut dyn Device,
-        addr: u64,
-        deferred: bool,
-        out: &mut Vec<ModelEvent>,
-    ) -> Result<(), ModelError> {
-        if let Some(i) = self.arena.release(addr, deferred, out)? {
-            self.put_back(i);
+    /// Frees block `i` (not indexed), merging it with its buddy while the buddy is free.
+    fn put_back(&mut self, _dev: &mut dyn Device, i: u32, _out: &mut Vec<ModelEvent>) {
+        let base = self.arena.seg(self.arena.b(i).seg).base;
+        let mut cur = i;
+        loop {
+            let (addr, size) = (self.arena.b(cur).addr, self.arena.b(cur).size);
+            if size == self.arena.seg(self.arena.b(cur).seg).size {
+                break;
+            }
+            let off = addr - base;
+            if (off ^ size) > off {
+                let n = self.arena.b(cur).next;
+                if n == common::NIL || !self.arena.b(n).indexed || self.arena.b(n).size != size {
+                    break;
+                }
+                self.arena.remove_free(n);
+                self.arena.absorb_next(cur);
+            } else {
+                let p = self.arena.b(cur).prev;
+                if p == common::NIL || !self.arena.b(p).indexed || self.arena.b(p).size != size {
+                    break;
+                }
+                self.arena.remove_free(p);
+                self.arena.absorb_next(p);
+                cur = p;
+            }
         }
-        Ok(())
+        let k = key(self.arena.b(cur));
+        self.arena.insert_free(cur, k);
     }
 
-    fn complete_free(
-        &mut self,
-        _dev: &mut dyn Device,
-        addr: u64,
-        out: &mut Vec<ModelEvent>,
-    ) -> Result<(), ModelError> {
-        let i = self.arena.complete(addr, out)?;
-        self.put_back(i);
-        Ok(())
-    }
-
-    fn empty_cache(&mut self, dev: &mut dyn Device, out: &mut Vec<ModelEvent>) {
+    fn release_cached(&mut self, dev: &mut dyn Device, out: &mut Vec<ModelEvent>) {
         self.release_free_heaps(dev, out);
     }
 
-    fn stats(&self) -> ModelStats {
-        self.arena.stats()
-    }
-
-    fn layout(&self) -> Layout {
-        self.arena.layout()
-    }
-
-    fn check_invariants(&self) -> Result<(), String> {
-        let arena = &self.arena;
+    fn adjacent_free_ok(&self, a: &Block, b: &Block) -> bool {
         // Two free neighbours are fine unless they are buddies (then they should be one).
-        arena.check(|a, b| {
-            let base = arena.seg(a.seg).base;
-            !(a.size == b.size && ((a.addr - base) ^ a.size) == b.addr - base)
-        })?;
+        let base = self.arena.seg(a.seg).base;
+        !(a.size == b.size && ((a.addr - base) ^ a.size) == b.addr - base)
+    }
+
+    fn check_policy(&self) -> Result<(), String> {
+        let arena = &self.arena;
         for (s, seg) in arena.segments() {
             if !seg.size.is_power_of_two() {
                 return Err(format!("heap {:#x} is not a power of two", seg.base));
@@ -310,16 +281,13 @@ impl Allocator for BuddyModel {
         }
         Ok(())
     }
-
-    fn clone_box(&self) -> Box<dyn Allocator> {
-        Box::new(self.clone())
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::device::SimulatedDevice;
+    use crate::models::{Allocator, OomInfo};
     use crate::models::{LayoutBlockState, PoolId};
 
     const MIB: u64 = 1 << 20;

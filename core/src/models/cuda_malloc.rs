@@ -21,10 +21,11 @@
 //!
 //! Config keys: none.
 
+use super::AllocatorKind;
 use super::common::{self, Arena, FreeKey, PAGE_BYTES, State, device_bytes, round_up};
-use super::{AllocRequest, Allocator, Layout, ModelError, ModelEvent, ModelStats, OomInfo};
+use super::common::{ArenaPolicy, Block, Refusal};
+use super::{AllocRequest, ModelEvent};
 use crate::device::Device;
-use crate::snapshot::Action;
 use crate::units::format_size;
 
 /// The packing step inside a page (and the rounding of every request).
@@ -43,7 +44,7 @@ pub struct CudaMallocModel {
 impl CudaMallocModel {
     /// Parses the (empty) config.
     pub fn new(config: &str) -> Result<CudaMallocModel, common::ConfigError> {
-        common::parse_config("cuda-malloc", config, &[])?;
+        common::parse_config(AllocatorKind::CudaMalloc, config, &[])?;
         Ok(CudaMallocModel::default())
     }
 
@@ -51,38 +52,30 @@ impl CudaMallocModel {
         let b = self.arena.b(i);
         FreeKey::new(0, b.size, b.addr)
     }
-
-    /// Frees block `i` (released, not indexed): merges it inside its page and gives the page
-    /// back when it is empty.
-    fn put_back(&mut self, dev: &mut dyn Device, i: u32, out: &mut Vec<ModelEvent>) {
-        let m = self.arena.coalesce(i, |_| true);
-        let s = self.arena.b(m).seg;
-        if self.arena.b(m).size == self.arena.seg(s).size {
-            // The whole page (or large allocation) is free: cudaFree reaches the device.
-            let _ = self.arena.dev_free(dev, s, out);
-        } else {
-            self.arena.count_segment_op();
-            let k = self.key(m);
-            self.arena.insert_free(m, k);
-        }
-    }
 }
 
-impl Allocator for CudaMallocModel {
-    fn name(&self) -> &'static str {
-        "cuda-malloc"
+impl ArenaPolicy for CudaMallocModel {
+    const KIND: AllocatorKind = AllocatorKind::CudaMalloc;
+
+    fn arena(&self) -> &Arena {
+        &self.arena
     }
 
-    fn config_string(&self) -> String {
+    fn arena_mut(&mut self) -> &mut Arena {
+        &mut self.arena
+    }
+
+    fn canonical_config(&self) -> String {
         String::new()
     }
 
-    fn malloc(
+    #[inline]
+    fn find(
         &mut self,
         dev: &mut dyn Device,
         req: &AllocRequest,
         out: &mut Vec<ModelEvent>,
-    ) -> Result<u64, OomInfo> {
+    ) -> Result<u32, Refusal> {
         let rounded = round_up(req.size_bytes.max(1), STEP_BYTES);
         let stream = req.stream;
         let i = if rounded < PAGE_BYTES {
@@ -94,7 +87,7 @@ impl Allocator for CudaMallocModel {
                 let addr = self
                     .arena
                     .dev_malloc(dev, PAGE_BYTES, stream, out)
-                    .map_err(|_| self.oom(dev, rounded, PAGE_BYTES, stream, out))?;
+                    .map_err(|_| refusal(dev, rounded, PAGE_BYTES))?;
                 self.arena
                     .add_segment(
                         addr,
@@ -112,7 +105,7 @@ impl Allocator for CudaMallocModel {
             let addr = self
                 .arena
                 .dev_malloc(dev, rounded, stream, out)
-                .map_err(|_| self.oom(dev, rounded, rounded, stream, out))?;
+                .map_err(|_| refusal(dev, rounded, rounded))?;
             self.arena
                 .add_segment(
                     addr,
@@ -131,46 +124,29 @@ impl Allocator for CudaMallocModel {
             let k = self.key(t);
             self.arena.insert_free(t, k);
         }
-        self.arena.allocate(i, req.size_bytes, stream, out);
-        Ok(self.arena.b(i).addr)
+        Ok(i)
     }
 
-    fn free(
-        &mut self,
-        dev: &mut dyn Device,
-        addr: u64,
-        deferred: bool,
-        out: &mut Vec<ModelEvent>,
-    ) -> Result<(), ModelError> {
-        if let Some(i) = self.arena.release(addr, deferred, out)? {
-            self.put_back(dev, i, out);
+    /// Frees block `i` (released, not indexed): merges it inside its page and gives the page
+    /// back when it is empty.
+    fn put_back(&mut self, dev: &mut dyn Device, i: u32, out: &mut Vec<ModelEvent>) {
+        let m = self.arena.coalesce(i, |_| true);
+        let s = self.arena.b(m).seg;
+        if self.arena.b(m).size == self.arena.seg(s).size {
+            // The whole page (or large allocation) is free: cudaFree reaches the device.
+            let _ = self.arena.dev_free(dev, s, out);
+        } else {
+            self.arena.count_segment_op();
+            let k = self.key(m);
+            self.arena.insert_free(m, k);
         }
-        Ok(())
     }
 
-    fn complete_free(
-        &mut self,
-        dev: &mut dyn Device,
-        addr: u64,
-        out: &mut Vec<ModelEvent>,
-    ) -> Result<(), ModelError> {
-        let i = self.arena.complete(addr, out)?;
-        self.put_back(dev, i, out);
-        Ok(())
+    fn adjacent_free_ok(&self, _: &Block, _: &Block) -> bool {
+        false
     }
 
-    fn empty_cache(&mut self, _dev: &mut dyn Device, _out: &mut Vec<ModelEvent>) {}
-
-    fn stats(&self) -> ModelStats {
-        self.arena.stats()
-    }
-
-    fn layout(&self) -> Layout {
-        self.arena.layout()
-    }
-
-    fn check_invariants(&self) -> Result<(), String> {
-        self.arena.check(|_, _| false)?;
+    fn check_policy(&self) -> Result<(), String> {
         for (s, seg) in self.arena.segments() {
             if seg.tag == TAG_PAGE && seg.size != PAGE_BYTES {
                 return Err(format!(
@@ -194,42 +170,24 @@ impl Allocator for CudaMallocModel {
         }
         Ok(())
     }
-
-    fn clone_box(&self) -> Box<dyn Allocator> {
-        Box::new(self.clone())
-    }
 }
 
-impl CudaMallocModel {
-    fn oom(
-        &self,
-        dev: &dyn Device,
-        rounded: u64,
-        alloc: u64,
-        stream: u64,
-        out: &mut Vec<ModelEvent>,
-    ) -> OomInfo {
-        out.push(ModelEvent {
-            action: Action::Oom,
-            addr: dev.free_bytes(),
-            size: rounded,
-            stream,
-        });
-        let usable = rounded < PAGE_BYTES;
-        OomInfo {
-            rounded_bytes: rounded,
-            alloc_bytes: alloc,
-            reserved_bytes: self.arena.reserved_bytes(),
-            allocated_bytes: self.arena.allocated_bytes(),
-            largest_free_bytes: if usable { self.arena.largest_free() } else { 0 },
-            free_holes: if usable { self.arena.free_count() } else { 0 },
-            pool_free_bytes: if usable { self.arena.free_bytes() } else { 0 },
-            reason: format!(
-                "cudaMalloc of {} failed: the device has {} free",
-                format_size(alloc),
-                format_size(dev.free_bytes())
-            ),
-        }
+/// The device refused a `cudaMalloc` of `alloc` bytes for a request rounded to `rounded`;
+/// only a request packed into a page could have used a free gap.
+fn refusal(dev: &dyn Device, rounded: u64, alloc: u64) -> Refusal {
+    let r = Refusal::new(
+        rounded,
+        alloc,
+        format!(
+            "cudaMalloc of {} failed: the device has {} free",
+            format_size(alloc),
+            format_size(dev.free_bytes())
+        ),
+    );
+    if rounded < PAGE_BYTES {
+        r
+    } else {
+        r.without_usable_free_blocks()
     }
 }
 
@@ -237,6 +195,7 @@ impl CudaMallocModel {
 mod tests {
     use super::*;
     use crate::device::SimulatedDevice;
+    use crate::models::Allocator;
     use crate::models::PoolId;
 
     fn req(size: u64) -> AllocRequest {

@@ -1,8 +1,15 @@
-//! Building any model at run time from its name and a config string.
+//! The typed contract for choosing a model: [`AllocatorKind`] names every model (serde and
+//! the CLI spell it alike), [`ModelSpec`] is a kind and its config, and
+//! [`ModelSpec::resolve`] parses the config once into a [`ResolvedModel`] that builds the
+//! model (the PyTorch config it holds is the one the replay's device is sized from too).
+
+use std::fmt;
+use std::str::FromStr;
 
 use super::Allocator;
 use super::bfc::{BfcConfig, BfcModel};
 use super::buddy::{BuddyConfig, BuddyModel};
+use super::common::ConfigError;
 use super::cuda_malloc::CudaMallocModel;
 use super::pytorch::{PyTorchConfig, PyTorchModel};
 use super::rmm_arena::RmmArenaModel;
@@ -12,17 +19,101 @@ use super::tlsf::{TlsfConfig, TlsfModel};
 use super::vmm_stitch::VmmStitchModel;
 use crate::snapshot::RawSettings;
 
-/// The models the CLI and the app know, by the names the CLI uses.
+/// Every allocator model, by the name the CLI, the JSON and serde use (`pytorch`,
+/// `cuda-malloc`, …).
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
+)]
+#[serde(rename_all = "kebab-case")]
+pub enum AllocatorKind {
+    /// PyTorch's CUDA caching allocator (`models::pytorch`).
+    Pytorch,
+    /// No caching: a `cudaMalloc` per request (`models::cuda_malloc`).
+    CudaMalloc,
+    /// TensorFlow's best-fit with coalescing (`models::bfc`).
+    Bfc,
+    /// RMM's `pool_memory_resource` (`models::rmm_pool`).
+    RmmPool,
+    /// RMM's `arena_memory_resource` (`models::rmm_arena`).
+    RmmArena,
+    /// RMM's `binning_memory_resource` (`models::rmm_binning`).
+    RmmBinning,
+    /// A binary buddy allocator (`models::buddy`).
+    Buddy,
+    /// Two-level segregated fit (`models::tlsf`).
+    Tlsf,
+    /// VMM page stitching (`models::vmm_stitch`).
+    VmmStitch,
+}
+
+impl AllocatorKind {
+    /// Every model, in the order the CLI and the app list them.
+    pub const ALL: [AllocatorKind; 9] = [
+        AllocatorKind::Pytorch,
+        AllocatorKind::CudaMalloc,
+        AllocatorKind::Bfc,
+        AllocatorKind::RmmPool,
+        AllocatorKind::RmmArena,
+        AllocatorKind::RmmBinning,
+        AllocatorKind::Buddy,
+        AllocatorKind::Tlsf,
+        AllocatorKind::VmmStitch,
+    ];
+
+    /// The name as the CLI spells it.
+    #[must_use]
+    pub const fn name(self) -> &'static str {
+        match self {
+            AllocatorKind::Pytorch => "pytorch",
+            AllocatorKind::CudaMalloc => "cuda-malloc",
+            AllocatorKind::Bfc => "bfc",
+            AllocatorKind::RmmPool => "rmm-pool",
+            AllocatorKind::RmmArena => "rmm-arena",
+            AllocatorKind::RmmBinning => "rmm-binning",
+            AllocatorKind::Buddy => "buddy",
+            AllocatorKind::Tlsf => "tlsf",
+            AllocatorKind::VmmStitch => "vmm-stitch",
+        }
+    }
+
+    /// Every model's name, in [`AllocatorKind::ALL`]'s order.
+    #[must_use]
+    pub fn names() -> Vec<&'static str> {
+        AllocatorKind::ALL.iter().map(|k| k.name()).collect()
+    }
+}
+
+impl fmt::Display for AllocatorKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for AllocatorKind {
+    type Err = ConfigError;
+
+    fn from_str(s: &str) -> Result<AllocatorKind, ConfigError> {
+        AllocatorKind::ALL
+            .into_iter()
+            .find(|k| k.name() == s)
+            .ok_or_else(|| ConfigError::UnknownAllocator {
+                name: s.to_string(),
+            })
+    }
+}
+
+/// The models the CLI and the app know, by the names the CLI uses ([`AllocatorKind::ALL`]'s
+/// names).
 pub const MODEL_NAMES: &[&str] = &[
-    "pytorch",
-    "cuda-malloc",
-    "bfc",
-    "rmm-pool",
-    "rmm-arena",
-    "rmm-binning",
-    "buddy",
-    "tlsf",
-    "vmm-stitch",
+    AllocatorKind::Pytorch.name(),
+    AllocatorKind::CudaMalloc.name(),
+    AllocatorKind::Bfc.name(),
+    AllocatorKind::RmmPool.name(),
+    AllocatorKind::RmmArena.name(),
+    AllocatorKind::RmmBinning.name(),
+    AllocatorKind::Buddy.name(),
+    AllocatorKind::Tlsf.name(),
+    AllocatorKind::VmmStitch.name(),
 ];
 
 /// What `compare` runs without `--allocators`: every model with its defaults, plus
@@ -40,29 +131,39 @@ pub const DEFAULT_COMPARE: &[&str] = &[
     "vmm-stitch",
 ];
 
-/// A model and its configuration (`NAME` or `NAME@CONFIG` in `compare` lists).
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// A model and its configuration (`NAME` or `NAME@CONFIG` in `compare` lists); serialises
+/// as `{"kind": "bfc", "config": "allow_growth:False"}`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub struct ModelSpec {
-    pub name: String,
+    pub kind: AllocatorKind,
     /// `None`: the model's defaults (for `pytorch`: the snapshot's own settings).
     pub config: Option<String>,
 }
 
 impl ModelSpec {
-    /// Parses `NAME` or `NAME@CONFIG`.
-    pub fn parse(s: &str) -> Result<ModelSpec, String> {
+    /// `kind` with its defaults.
+    #[must_use]
+    pub fn new(kind: AllocatorKind) -> ModelSpec {
+        ModelSpec { kind, config: None }
+    }
+
+    /// `kind` with `config` (PyTorch's `key:value,…` syntax).
+    #[must_use]
+    pub fn with_config(kind: AllocatorKind, config: impl Into<String>) -> ModelSpec {
+        ModelSpec {
+            kind,
+            config: Some(config.into()),
+        }
+    }
+
+    /// Parses `NAME` or `NAME@CONFIG` (the config is checked when the model is built).
+    pub fn parse(s: &str) -> Result<ModelSpec, ConfigError> {
         let (name, config) = match s.split_once('@') {
             Some((n, c)) => (n.trim(), Some(c.trim().to_string())),
             None => (s.trim(), None),
         };
-        if !MODEL_NAMES.contains(&name) {
-            return Err(format!(
-                "unknown allocator '{name}' (known: {})",
-                MODEL_NAMES.join(", ")
-            ));
-        }
         Ok(ModelSpec {
-            name: name.to_string(),
+            kind: name.parse()?,
             config,
         })
     }
@@ -71,48 +172,96 @@ impl ModelSpec {
     #[must_use]
     pub fn label(&self) -> String {
         match &self.config {
-            Some(c) => format!("{}@{c}", self.name),
-            None => self.name.clone(),
+            Some(c) => format!("{}@{c}", self.kind),
+            None => self.kind.name().to_string(),
         }
+    }
+
+    /// Parses the config once, for a snapshot with `settings` (the PyTorch model's default
+    /// is the snapshot's own settings).
+    pub fn resolve(&self, settings: &RawSettings) -> Result<ResolvedModel, ConfigError> {
+        let conf = self.config.as_deref().unwrap_or("");
+        Ok(match self.kind {
+            AllocatorKind::Pytorch => ResolvedModel::Pytorch(match &self.config {
+                None => PyTorchConfig::from_settings(settings)?,
+                Some(c) => PyTorchConfig::parse(c)?,
+            }),
+            AllocatorKind::CudaMalloc => ResolvedModel::CudaMalloc(CudaMallocModel::new(conf)?),
+            AllocatorKind::Bfc => ResolvedModel::Bfc(BfcConfig::parse(conf)?),
+            AllocatorKind::RmmPool => ResolvedModel::RmmPool(RmmPoolConfig::parse(conf)?),
+            AllocatorKind::RmmArena => ResolvedModel::RmmArena(RmmArenaModel::new(conf)?),
+            AllocatorKind::RmmBinning => ResolvedModel::RmmBinning(RmmBinningConfig::parse(conf)?),
+            AllocatorKind::Buddy => ResolvedModel::Buddy(BuddyConfig::parse(conf)?),
+            AllocatorKind::Tlsf => ResolvedModel::Tlsf(TlsfConfig::parse(conf)?),
+            AllocatorKind::VmmStitch => ResolvedModel::VmmStitch(VmmStitchModel::new(conf)?),
+        })
+    }
+
+    /// Builds the model, with an optional memory capacity in bytes (the PyTorch model's
+    /// per-process limit; the other models find the capacity through the device).
+    pub fn build(
+        &self,
+        settings: &RawSettings,
+        capacity: Option<u64>,
+    ) -> Result<Box<dyn Allocator>, ConfigError> {
+        Ok(self.resolve(settings)?.build(capacity))
     }
 }
 
-/// The PyTorch configuration a spec means for a snapshot with `settings`.
-pub fn pytorch_config(spec: &ModelSpec, settings: &RawSettings) -> Result<PyTorchConfig, String> {
-    match &spec.config {
-        None => PyTorchConfig::from_settings(settings).map_err(|e| e.0),
-        Some(c) => PyTorchConfig::parse(c).map_err(|e| e.0),
+impl fmt::Display for ModelSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.label())
     }
 }
 
-/// Builds the model `spec` names, with an optional memory capacity in bytes (the PyTorch
-/// model's per-process limit; the other models find the capacity through the device).
-pub fn build(
-    spec: &ModelSpec,
-    settings: &RawSettings,
-    capacity: Option<u64>,
-) -> Result<Box<dyn Allocator>, String> {
-    let conf = spec.config.as_deref().unwrap_or("");
-    let err = |e: super::common::ConfigError| e.0;
-    Ok(match spec.name.as_str() {
-        "pytorch" => Box::new(PyTorchModel::new(pytorch_config(spec, settings)?, capacity)),
-        "cuda-malloc" => Box::new(CudaMallocModel::new(conf).map_err(err)?),
-        "bfc" => Box::new(BfcModel::new(BfcConfig::parse(conf).map_err(err)?)),
-        "rmm-pool" => Box::new(RmmPoolModel::new(RmmPoolConfig::parse(conf).map_err(err)?)),
-        "rmm-arena" => Box::new(RmmArenaModel::new(conf).map_err(err)?),
-        "rmm-binning" => Box::new(RmmBinningModel::new(
-            RmmBinningConfig::parse(conf).map_err(err)?,
-        )),
-        "buddy" => Box::new(BuddyModel::new(BuddyConfig::parse(conf).map_err(err)?)),
-        "tlsf" => Box::new(TlsfModel::new(TlsfConfig::parse(conf).map_err(err)?)),
-        "vmm-stitch" => Box::new(VmmStitchModel::new(conf).map_err(err)?),
-        other => {
-            return Err(format!(
-                "unknown allocator '{other}' (known: {})",
-                MODEL_NAMES.join(", ")
-            ));
+impl FromStr for ModelSpec {
+    type Err = ConfigError;
+
+    fn from_str(s: &str) -> Result<ModelSpec, ConfigError> {
+        ModelSpec::parse(s)
+    }
+}
+
+/// A spec whose config has been parsed: each model's parsed config (or, for the models
+/// without options, the empty model itself).
+#[derive(Debug, Clone)]
+pub enum ResolvedModel {
+    Pytorch(PyTorchConfig),
+    CudaMalloc(CudaMallocModel),
+    Bfc(BfcConfig),
+    RmmPool(RmmPoolConfig),
+    RmmArena(RmmArenaModel),
+    RmmBinning(RmmBinningConfig),
+    Buddy(BuddyConfig),
+    Tlsf(TlsfConfig),
+    VmmStitch(VmmStitchModel),
+}
+
+impl ResolvedModel {
+    /// The PyTorch config, for the PyTorch model.
+    #[must_use]
+    pub fn pytorch_config(&self) -> Option<&PyTorchConfig> {
+        match self {
+            ResolvedModel::Pytorch(c) => Some(c),
+            _ => None,
         }
-    })
+    }
+
+    /// The model, empty (see [`ModelSpec::build`] for `capacity`).
+    #[must_use]
+    pub fn build(self, capacity: Option<u64>) -> Box<dyn Allocator> {
+        match self {
+            ResolvedModel::Pytorch(c) => Box::new(PyTorchModel::new(c, capacity)),
+            ResolvedModel::CudaMalloc(m) => Box::new(m),
+            ResolvedModel::Bfc(c) => Box::new(BfcModel::new(c)),
+            ResolvedModel::RmmPool(c) => Box::new(RmmPoolModel::new(c)),
+            ResolvedModel::RmmArena(m) => Box::new(m),
+            ResolvedModel::RmmBinning(c) => Box::new(RmmBinningModel::new(c)),
+            ResolvedModel::Buddy(c) => Box::new(BuddyModel::new(c)),
+            ResolvedModel::Tlsf(c) => Box::new(TlsfModel::new(c)),
+            ResolvedModel::VmmStitch(m) => Box::new(m),
+        }
+    }
 }
 
 /// Parses a `compare` list: `;`-separated `NAME` or `NAME@CONFIG` entries.
@@ -122,7 +271,8 @@ pub fn parse_list(list: &str) -> Result<Vec<ModelSpec>, String> {
         .map(str::trim)
         .filter(|s| !s.is_empty())
         .map(ModelSpec::parse)
-        .collect::<Result<_, _>>()?;
+        .collect::<Result<_, _>>()
+        .map_err(|e| e.to_string())?;
     if specs.is_empty() {
         return Err("the allocator list is empty".to_string());
     }
@@ -135,21 +285,41 @@ mod tests {
 
     #[test]
     fn every_model_builds_with_its_defaults_and_rejects_unknown_keys() {
-        for name in MODEL_NAMES {
-            let spec = ModelSpec::parse(name).unwrap();
-            let m = build(&spec, &RawSettings::default(), None).unwrap();
-            assert_eq!(m.name(), *name);
+        for kind in AllocatorKind::ALL {
+            let spec = ModelSpec::parse(kind.name()).unwrap();
+            assert_eq!(spec, ModelSpec::new(kind));
+            let m = spec.build(&RawSettings::default(), None).unwrap();
+            assert_eq!(m.name(), kind.name());
             assert_eq!(m.config_string(), "");
-            let bad = ModelSpec::parse(&format!("{name}@no_such_key:1")).unwrap();
-            let e = build(&bad, &RawSettings::default(), None).err().unwrap();
-            assert!(e.contains("no_such_key"), "{name}: {e}");
+            let bad = ModelSpec::parse(&format!("{kind}@no_such_key:1")).unwrap();
+            let e = bad.build(&RawSettings::default(), None).err().unwrap();
+            assert!(e.to_string().contains("no_such_key"), "{kind}: {e}");
         }
-        assert!(ModelSpec::parse("jemalloc").is_err());
+        assert_eq!(MODEL_NAMES, AllocatorKind::names());
+        assert!(matches!(
+            ModelSpec::parse("jemalloc"),
+            Err(ConfigError::UnknownAllocator { name }) if name == "jemalloc"
+        ));
         let l = parse_list("pytorch; bfc@allow_growth:False ;").unwrap();
         assert_eq!(l[1].label(), "bfc@allow_growth:False");
         assert!(parse_list(" ; ").is_err());
         for spec in DEFAULT_COMPARE {
             ModelSpec::parse(spec).unwrap();
+        }
+    }
+
+    #[test]
+    fn specs_serialise_with_the_cli_names() {
+        let spec = ModelSpec::with_config(AllocatorKind::RmmPool, "initial_pool_size_mb:2");
+        let json = serde_json::to_string(&spec).unwrap();
+        assert_eq!(
+            json,
+            r#"{"kind":"rmm-pool","config":"initial_pool_size_mb:2"}"#
+        );
+        assert_eq!(serde_json::from_str::<ModelSpec>(&json).unwrap(), spec);
+        for kind in AllocatorKind::ALL {
+            let s = serde_json::to_string(&kind).unwrap();
+            assert_eq!(s, format!("\"{kind}\""));
         }
     }
 }

@@ -14,7 +14,8 @@ pub mod sorted_index;
 pub mod tlsf;
 pub mod vmm_stitch;
 
-pub use kind::{MODEL_NAMES, ModelSpec};
+pub use common::ConfigError;
+pub use kind::{AllocatorKind, MODEL_NAMES, ModelSpec, ResolvedModel};
 
 use crate::device::Device;
 use crate::snapshot::Action;
@@ -161,6 +162,11 @@ pub struct Layout {
 pub trait Allocator: Send {
     /// The model's name as the CLI spells it (`pytorch`, `bfc`, …).
     fn name(&self) -> &'static str;
+    /// Which of the models of [`AllocatorKind`] this is; `None` for an allocator that is
+    /// not one of them (native-backend's raw pass-through).
+    fn kind(&self) -> Option<AllocatorKind> {
+        None
+    }
     /// The effective configuration as a canonical `key:value,…` string.
     fn config_string(&self) -> String;
     /// Serves a request: emits `segment_*` events, then `alloc` (returning the address) or

@@ -28,10 +28,11 @@
 
 use std::collections::BTreeMap;
 
+use super::AllocatorKind;
 use super::common::{self, Arena, FreeKey, State, device_bytes, round_down, round_up};
-use super::{AllocRequest, Allocator, Layout, ModelError, ModelEvent, ModelStats, OomInfo};
+use super::common::{ArenaPolicy, Block, Refusal};
+use super::{AllocRequest, ModelEvent};
 use crate::device::Device;
-use crate::snapshot::Action;
 use crate::units::format_size;
 
 /// `superblock::minimum_size`: 1 MiB.
@@ -106,14 +107,15 @@ fn sorted_remove(v: &mut Vec<(u64, u32)>, base: u64) {
 impl RmmArenaModel {
     /// Parses `arena_size_mb`.
     pub fn new(conf: &str) -> Result<RmmArenaModel, common::ConfigError> {
-        let kv = common::parse_config("rmm-arena", conf, &["arena_size_mb"])?;
+        let kv = common::parse_config(AllocatorKind::RmmArena, conf, &["arena_size_mb"])?;
         let mut arena_bytes_cfg = None;
         for (k, v) in kv {
-            let b = common::parse_mib("rmm-arena", k, v)?;
+            let b = common::parse_mib(AllocatorKind::RmmArena, k, v)?;
             if b < SUPERBLOCK_MIN_BYTES {
-                return Err(common::ConfigError(
-                    "rmm-arena: Arena size smaller than minimum superblock size.".to_string(),
-                ));
+                return Err(common::ConfigError::Inconsistent {
+                    model: AllocatorKind::RmmArena,
+                    reason: "Arena size smaller than minimum superblock size.",
+                });
             }
             arena_bytes_cfg = Some(b);
         }
@@ -450,10 +452,60 @@ impl RmmArenaModel {
             }
         }
     }
+}
+
+impl ArenaPolicy for RmmArenaModel {
+    const KIND: AllocatorKind = AllocatorKind::RmmArena;
+
+    fn arena(&self) -> &Arena {
+        &self.arena
+    }
+
+    fn arena_mut(&mut self) -> &mut Arena {
+        &mut self.arena
+    }
+
+    fn canonical_config(&self) -> String {
+        self.arena_bytes_cfg
+            .map(|b| format!("arena_size_mb:{}", common::fmt_mib(b)))
+            .unwrap_or_default()
+    }
+
+    #[inline]
+    fn find(
+        &mut self,
+        dev: &mut dyn Device,
+        req: &AllocRequest,
+        out: &mut Vec<ModelEvent>,
+    ) -> Result<u32, Refusal> {
+        let stream = req.stream;
+        if !self.initialized {
+            self.start(dev, stream, out);
+        }
+        let size = round_up(req.size_bytes.max(1), ALIGNMENT_BYTES);
+        let mut found = None;
+        if self.init_error.is_none() {
+            found = self.try_allocate(size, stream);
+            if found.is_none() {
+                self.defragment();
+                found = self.try_allocate(size, stream);
+            }
+        }
+        found.ok_or_else(|| {
+            let reason = match &self.init_error {
+                Some(e) => e.clone(),
+                None => format!(
+                    "Maximum pool size exceeded (failed to allocate {}): No room in arena.",
+                    format_size(size)
+                ),
+            };
+            Refusal::new(size, size, reason)
+        })
+    }
 
     /// `superblock::coalesce` of freed block `i`, and `global_arena::coalesce` when that
     /// empties a global superblock (it merges with empty global neighbours).
-    fn put_back(&mut self, i: u32) {
+    fn put_back(&mut self, _dev: &mut dyn Device, i: u32, _out: &mut Vec<ModelEvent>) {
         let sb = self.arena.b(i).owner as u32;
         let owner = u64::from(sb);
         let (size, before, after) = {
@@ -558,103 +610,12 @@ impl RmmArenaModel {
         s.owner = None;
         s.listed = true;
     }
-}
 
-impl Allocator for RmmArenaModel {
-    fn name(&self) -> &'static str {
-        "rmm-arena"
+    fn adjacent_free_ok(&self, a: &Block, b: &Block) -> bool {
+        a.owner != b.owner
     }
 
-    fn config_string(&self) -> String {
-        self.arena_bytes_cfg
-            .map(|b| format!("arena_size_mb:{}", common::fmt_mib(b)))
-            .unwrap_or_default()
-    }
-
-    fn malloc(
-        &mut self,
-        dev: &mut dyn Device,
-        req: &AllocRequest,
-        out: &mut Vec<ModelEvent>,
-    ) -> Result<u64, OomInfo> {
-        let stream = req.stream;
-        if !self.initialized {
-            self.start(dev, stream, out);
-        }
-        let size = round_up(req.size_bytes.max(1), ALIGNMENT_BYTES);
-        let mut found = None;
-        if self.init_error.is_none() {
-            found = self.try_allocate(size, stream);
-            if found.is_none() {
-                self.defragment();
-                found = self.try_allocate(size, stream);
-            }
-        }
-        let Some(i) = found else {
-            out.push(ModelEvent {
-                action: Action::Oom,
-                addr: dev.free_bytes(),
-                size,
-                stream,
-            });
-            let reason = match &self.init_error {
-                Some(e) => e.clone(),
-                None => format!(
-                    "Maximum pool size exceeded (failed to allocate {}): No room in arena.",
-                    format_size(size)
-                ),
-            };
-            return Err(OomInfo {
-                rounded_bytes: size,
-                alloc_bytes: size,
-                reserved_bytes: self.arena.reserved_bytes(),
-                allocated_bytes: self.arena.allocated_bytes(),
-                largest_free_bytes: self.arena.largest_free(),
-                free_holes: self.arena.free_count(),
-                pool_free_bytes: self.arena.free_bytes(),
-                reason,
-            });
-        };
-        self.arena.allocate(i, req.size_bytes, stream, out);
-        Ok(self.arena.b(i).addr)
-    }
-
-    fn free(
-        &mut self,
-        _dev: &mut dyn Device,
-        addr: u64,
-        deferred: bool,
-        out: &mut Vec<ModelEvent>,
-    ) -> Result<(), ModelError> {
-        if let Some(i) = self.arena.release(addr, deferred, out)? {
-            self.put_back(i);
-        }
-        Ok(())
-    }
-
-    fn complete_free(
-        &mut self,
-        _dev: &mut dyn Device,
-        addr: u64,
-        out: &mut Vec<ModelEvent>,
-    ) -> Result<(), ModelError> {
-        let i = self.arena.complete(addr, out)?;
-        self.put_back(i);
-        Ok(())
-    }
-
-    fn empty_cache(&mut self, _dev: &mut dyn Device, _out: &mut Vec<ModelEvent>) {}
-
-    fn stats(&self) -> ModelStats {
-        self.arena.stats()
-    }
-
-    fn layout(&self) -> Layout {
-        self.arena.layout()
-    }
-
-    fn check_invariants(&self) -> Result<(), String> {
-        self.arena.check(|a, b| a.owner != b.owner)?;
+    fn check_policy(&self) -> Result<(), String> {
         let Some((seg, segment)) = self.arena.segments().next() else {
             return if self.sbs.iter().any(|s| s.live) {
                 Err("superblocks without an arena".to_string())
@@ -797,10 +758,6 @@ impl Allocator for RmmArenaModel {
         }
         Ok(())
     }
-
-    fn clone_box(&self) -> Box<dyn Allocator> {
-        Box::new(self.clone())
-    }
 }
 
 #[cfg(test)]
@@ -808,6 +765,7 @@ mod tests {
     use super::*;
     use crate::device::SimulatedDevice;
     use crate::models::PoolId;
+    use crate::models::{Allocator, OomInfo};
 
     const MIB: u64 = 1 << 20;
 

@@ -24,10 +24,11 @@
 //! Config keys: `min_size_exponent` (18), `max_size_exponent` (22),
 //! `blocks_to_preallocate` (128).
 
+use super::AllocatorKind;
 use super::common::{self, Arena, FreeKey, State, device_bytes};
-use super::{AllocRequest, Allocator, Layout, ModelError, ModelEvent, ModelStats, OomInfo};
+use super::common::{ArenaPolicy, Block, Refusal};
+use super::{AllocRequest, ModelEvent};
 use crate::device::Device;
-use crate::snapshot::Action;
 use crate::units::format_size;
 
 /// Segment tag of an upstream (over-the-largest-bin) allocation.
@@ -51,7 +52,7 @@ impl RmmBinningConfig {
     /// Parses `key:value,…` on top of the defaults.
     pub fn parse(conf: &str) -> Result<RmmBinningConfig, common::ConfigError> {
         let kv = common::parse_config(
-            "rmm-binning",
+            AllocatorKind::RmmBinning,
             conf,
             &[
                 "min_size_exponent",
@@ -63,19 +64,27 @@ impl RmmBinningConfig {
         for (k, v) in kv {
             match k {
                 "min_size_exponent" => {
-                    c.min_size_exponent = common::parse_u64("rmm-binning", k, v, 8, 40)? as u32;
+                    c.min_size_exponent =
+                        common::parse_u64(AllocatorKind::RmmBinning, k, v, 8, 40)? as u32;
                 }
                 "max_size_exponent" => {
-                    c.max_size_exponent = common::parse_u64("rmm-binning", k, v, 8, 40)? as u32;
+                    c.max_size_exponent =
+                        common::parse_u64(AllocatorKind::RmmBinning, k, v, 8, 40)? as u32;
                 }
-                _ => c.blocks_to_preallocate = common::parse_u64("rmm-binning", k, v, 1, 1 << 20)?,
+                _ => {
+                    c.blocks_to_preallocate =
+                        common::parse_u64(AllocatorKind::RmmBinning, k, v, 1, 1 << 20)?;
+                }
             }
         }
         if c.min_size_exponent > c.max_size_exponent {
-            return Err(common::ConfigError(format!(
-                "rmm-binning: min_size_exponent {} exceeds max_size_exponent {}",
-                c.min_size_exponent, c.max_size_exponent
-            )));
+            return Err(common::ConfigError::Exceeds {
+                model: AllocatorKind::RmmBinning,
+                low_key: "min_size_exponent",
+                low: u64::from(c.min_size_exponent),
+                high_key: "max_size_exponent",
+                high: u64::from(c.max_size_exponent),
+            });
         }
         Ok(c)
     }
@@ -235,63 +244,50 @@ impl RmmBinningModel {
             }
         }
     }
-
-    fn oom(&self, dev: &dyn Device, size: u64, alloc: u64, reason: &str) -> OomInfo {
-        OomInfo {
-            rounded_bytes: size,
-            alloc_bytes: alloc,
-            reserved_bytes: self.arena.reserved_bytes(),
-            allocated_bytes: self.arena.allocated_bytes(),
-            largest_free_bytes: 0,
-            free_holes: 0,
-            pool_free_bytes: 0,
-            reason: format!(
-                "{reason} ({} free on the device)",
-                format_size(dev.free_bytes())
-            ),
-        }
-    }
-
-    fn put_back(&mut self, dev: &mut dyn Device, i: u32, out: &mut Vec<ModelEvent>) {
-        let seg = self.arena.b(i).seg;
-        let tag = self.arena.seg(seg).tag;
-        if tag == TAG_UPSTREAM {
-            let _ = self.arena.dev_free(dev, seg, out);
-        } else {
-            let stream = self.arena.b(i).stream;
-            self.push_back(i, tag, stream);
-        }
-    }
 }
 
-impl Allocator for RmmBinningModel {
-    fn name(&self) -> &'static str {
-        "rmm-binning"
+impl ArenaPolicy for RmmBinningModel {
+    const KIND: AllocatorKind = AllocatorKind::RmmBinning;
+
+    fn arena(&self) -> &Arena {
+        &self.arena
     }
 
-    fn config_string(&self) -> String {
+    fn arena_mut(&mut self) -> &mut Arena {
+        &mut self.arena
+    }
+
+    fn canonical_config(&self) -> String {
         self.cfg.canonical()
     }
 
-    fn malloc(
+    #[inline]
+    fn find(
         &mut self,
         dev: &mut dyn Device,
         req: &AllocRequest,
         out: &mut Vec<ModelEvent>,
-    ) -> Result<u64, OomInfo> {
+    ) -> Result<u32, Refusal> {
         if !self.initialized {
             self.start(dev, out);
         }
         let stream = req.stream;
         let size = req.size_bytes;
+        // The oom event records the request as asked; no free block serves another bin.
+        let refusal = |rounded: u64, alloc: u64, reason: &str, dev: &dyn Device| {
+            Refusal::new(
+                rounded,
+                alloc,
+                format!(
+                    "{reason} ({} free on the device)",
+                    format_size(dev.free_bytes())
+                ),
+            )
+            .with_event_bytes(size)
+            .without_usable_free_blocks()
+        };
         if let Some(e) = &self.init_error {
-            out.push(ModelEvent {
-                action: Action::Oom,
-                addr: dev.free_bytes(),
-                size,
-                stream,
-            });
-            return Err(self.oom(dev, size, 0, e));
+            return Err(refusal(size, 0, e, dev));
         }
         let i = if let Some(bin) = self.cfg.bin_for(size) {
             let mut found = self.front(bin, stream);
@@ -300,31 +296,19 @@ impl Allocator for RmmBinningModel {
             }
             let Some(i) = found else {
                 let chunk = self.cfg.bin_bytes(bin) * self.cfg.blocks_to_preallocate;
-                out.push(ModelEvent {
-                    action: Action::Oom,
-                    addr: dev.free_bytes(),
-                    size,
-                    stream,
-                });
                 let reason = format!(
                     "the {} bin is empty and the device refused a new {} chunk",
                     format_size(self.cfg.bin_bytes(bin)),
                     format_size(chunk)
                 );
-                return Err(self.oom(dev, self.cfg.bin_bytes(bin), chunk, &reason));
+                return Err(refusal(self.cfg.bin_bytes(bin), chunk, &reason, dev));
             };
             self.arena.remove_free(i);
             i
         } else {
             let Ok(addr) = self.arena.dev_malloc(dev, size, stream, out) else {
-                out.push(ModelEvent {
-                    action: Action::Oom,
-                    addr: dev.free_bytes(),
-                    size,
-                    stream,
-                });
                 let reason = format!("the upstream cudaMalloc of {} failed", format_size(size));
-                return Err(self.oom(dev, size, size, &reason));
+                return Err(refusal(size, size, &reason, dev));
             };
             self.arena
                 .add_segment(
@@ -339,47 +323,26 @@ impl Allocator for RmmBinningModel {
                 )
                 .1
         };
-        self.arena.allocate(i, size, stream, out);
-        Ok(self.arena.b(i).addr)
+        Ok(i)
     }
 
-    fn free(
-        &mut self,
-        dev: &mut dyn Device,
-        addr: u64,
-        deferred: bool,
-        out: &mut Vec<ModelEvent>,
-    ) -> Result<(), ModelError> {
-        if let Some(i) = self.arena.release(addr, deferred, out)? {
-            self.put_back(dev, i, out);
+    fn put_back(&mut self, dev: &mut dyn Device, i: u32, out: &mut Vec<ModelEvent>) {
+        let seg = self.arena.b(i).seg;
+        let tag = self.arena.seg(seg).tag;
+        if tag == TAG_UPSTREAM {
+            let _ = self.arena.dev_free(dev, seg, out);
+        } else {
+            let stream = self.arena.b(i).stream;
+            self.push_back(i, tag, stream);
         }
-        Ok(())
     }
 
-    fn complete_free(
-        &mut self,
-        dev: &mut dyn Device,
-        addr: u64,
-        out: &mut Vec<ModelEvent>,
-    ) -> Result<(), ModelError> {
-        let i = self.arena.complete(addr, out)?;
-        self.put_back(dev, i, out);
-        Ok(())
-    }
-
-    fn empty_cache(&mut self, _dev: &mut dyn Device, _out: &mut Vec<ModelEvent>) {}
-
-    fn stats(&self) -> ModelStats {
-        self.arena.stats()
-    }
-
-    fn layout(&self) -> Layout {
-        self.arena.layout()
-    }
-
-    fn check_invariants(&self) -> Result<(), String> {
+    fn adjacent_free_ok(&self, _: &Block, _: &Block) -> bool {
         // Fixed-size blocks never merge.
-        self.arena.check(|_, _| true)?;
+        true
+    }
+
+    fn check_policy(&self) -> Result<(), String> {
         for (s, seg) in self.arena.segments() {
             if seg.tag == TAG_UPSTREAM {
                 if self.arena.seg_blocks(s).count() != 1
@@ -415,16 +378,13 @@ impl Allocator for RmmBinningModel {
         }
         Ok(())
     }
-
-    fn clone_box(&self) -> Box<dyn Allocator> {
-        Box::new(self.clone())
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::device::SimulatedDevice;
+    use crate::models::Allocator;
     use crate::models::PoolId;
 
     const KIB: u64 = 1 << 10;

@@ -29,10 +29,11 @@
 //!
 //! Config keys: `initial_pool_size_mb` (0), `maximum_pool_size_mb` (unset).
 
+use super::AllocatorKind;
 use super::common::{self, Arena, FreeKey, State, device_bytes, round_up};
-use super::{AllocRequest, Allocator, Layout, ModelError, ModelEvent, ModelStats, OomInfo};
+use super::common::{ArenaPolicy, Block, Refusal};
+use super::{AllocRequest, ModelEvent};
 use crate::device::Device;
-use crate::snapshot::Action;
 use crate::units::format_size;
 
 /// `CUDA_ALLOCATION_ALIGNMENT`.
@@ -49,7 +50,7 @@ impl RmmPoolConfig {
     /// Parses `key:value,…` on top of the defaults.
     pub fn parse(conf: &str) -> Result<RmmPoolConfig, common::ConfigError> {
         let kv = common::parse_config(
-            "rmm-pool",
+            AllocatorKind::RmmPool,
             conf,
             &["initial_pool_size_mb", "maximum_pool_size_mb"],
         )?;
@@ -58,7 +59,7 @@ impl RmmPoolConfig {
             maximum_pool_bytes: None,
         };
         for (k, v) in kv {
-            let bytes = common::parse_mib("rmm-pool", k, v)?;
+            let bytes = common::parse_mib(AllocatorKind::RmmPool, k, v)?;
             if k == "initial_pool_size_mb" {
                 c.initial_pool_bytes = bytes;
             } else {
@@ -68,9 +69,10 @@ impl RmmPoolConfig {
         if let Some(m) = c.maximum_pool_bytes
             && c.initial_pool_bytes > m
         {
-            return Err(common::ConfigError(
-                "rmm-pool: Initial pool size exceeds the maximum pool size!".to_string(),
-            ));
+            return Err(common::ConfigError::Inconsistent {
+                model: AllocatorKind::RmmPool,
+                reason: "Initial pool size exceeds the maximum pool size!",
+            });
         }
         Ok(c)
     }
@@ -238,6 +240,7 @@ impl RmmPoolModel {
     }
 
     /// `get_block`.
+    #[inline]
     fn get_block(
         &mut self,
         dev: &mut dyn Device,
@@ -280,29 +283,30 @@ impl RmmPoolModel {
         }
         Ok(b)
     }
-
-    fn put_back(&mut self, i: u32) {
-        let stream = self.arena.b(i).stream;
-        let list = self.list_of(stream);
-        self.insert_block(i, list);
-    }
 }
 
-impl Allocator for RmmPoolModel {
-    fn name(&self) -> &'static str {
-        "rmm-pool"
+impl ArenaPolicy for RmmPoolModel {
+    const KIND: AllocatorKind = AllocatorKind::RmmPool;
+
+    fn arena(&self) -> &Arena {
+        &self.arena
     }
 
-    fn config_string(&self) -> String {
+    fn arena_mut(&mut self) -> &mut Arena {
+        &mut self.arena
+    }
+
+    fn canonical_config(&self) -> String {
         self.cfg.canonical()
     }
 
-    fn malloc(
+    #[inline]
+    fn find(
         &mut self,
         dev: &mut dyn Device,
         req: &AllocRequest,
         out: &mut Vec<ModelEvent>,
-    ) -> Result<u64, OomInfo> {
+    ) -> Result<u32, Refusal> {
         let size = round_up(req.size_bytes.max(1), ALIGNMENT_BYTES);
         let stream = req.stream;
         let mut result = Ok(());
@@ -319,73 +323,32 @@ impl Allocator for RmmPoolModel {
                 }
             }
         }
-        let got = result.and_then(|()| self.get_block(dev, size, stream, out));
-        match got {
-            Ok(i) => {
-                self.arena.allocate(i, req.size_bytes, stream, out);
-                Ok(self.arena.b(i).addr)
-            }
-            Err(reason) => {
-                out.push(ModelEvent {
-                    action: Action::Oom,
-                    addr: dev.free_bytes(),
+        result
+            .and_then(|()| self.get_block(dev, size, stream, out))
+            .map_err(|reason| {
+                Refusal::new(
                     size,
-                    stream,
-                });
-                Err(OomInfo {
-                    rounded_bytes: size,
-                    alloc_bytes: self.size_to_grow(size).max(size),
-                    reserved_bytes: self.arena.reserved_bytes(),
-                    allocated_bytes: self.arena.allocated_bytes(),
-                    largest_free_bytes: self.arena.largest_free(),
-                    free_holes: self.arena.free_count(),
-                    pool_free_bytes: self.arena.free_bytes(),
-                    reason: format!(
+                    self.size_to_grow(size).max(size),
+                    format!(
                         "Maximum pool size exceeded (failed to allocate {}): {reason}",
                         format_size(size)
                     ),
-                })
-            }
-        }
+                )
+            })
     }
 
-    fn free(
-        &mut self,
-        _dev: &mut dyn Device,
-        addr: u64,
-        deferred: bool,
-        out: &mut Vec<ModelEvent>,
-    ) -> Result<(), ModelError> {
-        if let Some(i) = self.arena.release(addr, deferred, out)? {
-            self.put_back(i);
-        }
-        Ok(())
+    fn put_back(&mut self, _dev: &mut dyn Device, i: u32, _out: &mut Vec<ModelEvent>) {
+        let stream = self.arena.b(i).stream;
+        let list = self.list_of(stream);
+        self.insert_block(i, list);
     }
 
-    fn complete_free(
-        &mut self,
-        _dev: &mut dyn Device,
-        addr: u64,
-        out: &mut Vec<ModelEvent>,
-    ) -> Result<(), ModelError> {
-        let i = self.arena.complete(addr, out)?;
-        self.put_back(i);
-        Ok(())
-    }
-
-    fn empty_cache(&mut self, _dev: &mut dyn Device, _out: &mut Vec<ModelEvent>) {}
-
-    fn stats(&self) -> ModelStats {
-        self.arena.stats()
-    }
-
-    fn layout(&self) -> Layout {
-        self.arena.layout()
-    }
-
-    fn check_invariants(&self) -> Result<(), String> {
+    fn adjacent_free_ok(&self, a: &Block, b: &Block) -> bool {
         // Free neighbours may stay apart only when they sit in different stream lists.
-        self.arena.check(|a, b| a.owner != b.owner)?;
+        a.owner != b.owner
+    }
+
+    fn check_policy(&self) -> Result<(), String> {
         let total: u64 = self.arena.segments().map(|(_, s)| s.size).sum();
         if total != self.pool_bytes {
             return Err(format!(
@@ -418,10 +381,6 @@ impl Allocator for RmmPoolModel {
         }
         Ok(())
     }
-
-    fn clone_box(&self) -> Box<dyn Allocator> {
-        Box::new(self.clone())
-    }
 }
 
 #[cfg(test)]
@@ -429,6 +388,7 @@ mod tests {
     use super::*;
     use crate::device::SimulatedDevice;
     use crate::models::PoolId;
+    use crate::models::{Allocator, OomInfo};
 
     const MIB: u64 = 1 << 20;
 
@@ -546,7 +506,7 @@ mod tests {
         assert!(
             RmmPoolConfig::parse("pool:1")
                 .unwrap_err()
-                .0
+                .to_string()
                 .contains("unknown config key")
         );
         assert_eq!(

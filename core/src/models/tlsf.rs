@@ -26,10 +26,11 @@
 //! Config keys: `sli` (log2 of the second-level subdivisions, 1..=6; default 4),
 //! `pool_size_mb` (default 256).
 
+use super::AllocatorKind;
 use super::common::{self, Arena, FreeKey, PAGE_BYTES, State, round_up};
-use super::{AllocRequest, Allocator, Layout, ModelError, ModelEvent, ModelStats, OomInfo};
+use super::common::{ArenaPolicy, Block, Refusal};
+use super::{AllocRequest, ModelEvent};
 use crate::device::Device;
-use crate::snapshot::Action;
 use crate::units::format_size;
 
 /// Size granularity.
@@ -50,13 +51,13 @@ impl TlsfConfig {
 
     /// Parses `key:value,…` on top of the defaults.
     pub fn parse(conf: &str) -> Result<TlsfConfig, common::ConfigError> {
-        let kv = common::parse_config("tlsf", conf, &["sli", "pool_size_mb"])?;
+        let kv = common::parse_config(AllocatorKind::Tlsf, conf, &["sli", "pool_size_mb"])?;
         let mut c = TlsfConfig::DEFAULT;
         for (k, v) in kv {
             if k == "sli" {
-                c.sli = common::parse_u64("tlsf", k, v, 1, 6)? as u32;
+                c.sli = common::parse_u64(AllocatorKind::Tlsf, k, v, 1, 6)? as u32;
             } else {
-                c.pool_bytes = common::parse_u64("tlsf", k, v, 2, 1 << 20)? << 20;
+                c.pool_bytes = common::parse_u64(AllocatorKind::Tlsf, k, v, 2, 1 << 20)? << 20;
             }
         }
         Ok(c)
@@ -158,11 +159,6 @@ impl TlsfModel {
         Some(i)
     }
 
-    fn put_back(&mut self, i: u32) {
-        let m = self.arena.coalesce(i, |_| true);
-        self.push(m);
-    }
-
     fn new_pool(
         &mut self,
         dev: &mut dyn Device,
@@ -220,21 +216,28 @@ impl TlsfModel {
     }
 }
 
-impl Allocator for TlsfModel {
-    fn name(&self) -> &'static str {
-        "tlsf"
+impl ArenaPolicy for TlsfModel {
+    const KIND: AllocatorKind = AllocatorKind::Tlsf;
+
+    fn arena(&self) -> &Arena {
+        &self.arena
     }
 
-    fn config_string(&self) -> String {
+    fn arena_mut(&mut self) -> &mut Arena {
+        &mut self.arena
+    }
+
+    fn canonical_config(&self) -> String {
         self.cfg.canonical()
     }
 
-    fn malloc(
+    #[inline]
+    fn find(
         &mut self,
         dev: &mut dyn Device,
         req: &AllocRequest,
         out: &mut Vec<ModelEvent>,
-    ) -> Result<u64, OomInfo> {
+    ) -> Result<u32, Refusal> {
         let rounded = round_up(req.size_bytes.max(1), GRANULARITY_BYTES);
         let stream = req.stream;
         let mut found = self.take(rounded);
@@ -244,13 +247,7 @@ impl Allocator for TlsfModel {
         {
             found = self.take(rounded);
         }
-        let Some(i) = found else {
-            out.push(ModelEvent {
-                action: Action::Oom,
-                addr: dev.free_bytes(),
-                size: rounded,
-                stream,
-            });
+        found.ok_or_else(|| {
             let mut reason = format!(
                 "no list at or above the request's class has a block and the device refused a new pool ({} free)",
                 format_size(dev.free_bytes())
@@ -262,59 +259,24 @@ impl Allocator for TlsfModel {
                     " fits but sits in the request's own class, which good-fit search skips",
                 );
             }
-            return Err(OomInfo {
-                rounded_bytes: rounded,
-                alloc_bytes: self.cfg.pool_bytes.max(rounded),
-                reserved_bytes: self.arena.reserved_bytes(),
-                allocated_bytes: self.arena.allocated_bytes(),
-                largest_free_bytes: self.arena.largest_free(),
-                free_holes: self.arena.free_count(),
-                pool_free_bytes: self.arena.free_bytes(),
-                reason,
-            });
-        };
-        self.arena.allocate(i, req.size_bytes, stream, out);
-        Ok(self.arena.b(i).addr)
+            Refusal::new(rounded, self.cfg.pool_bytes.max(rounded), reason)
+        })
     }
 
-    fn free(
-        &mut self,
-        _dev: &mut dyn Device,
-        addr: u64,
-        deferred: bool,
-        out: &mut Vec<ModelEvent>,
-    ) -> Result<(), ModelError> {
-        if let Some(i) = self.arena.release(addr, deferred, out)? {
-            self.put_back(i);
-        }
-        Ok(())
+    fn put_back(&mut self, _dev: &mut dyn Device, i: u32, _out: &mut Vec<ModelEvent>) {
+        let m = self.arena.coalesce(i, |_| true);
+        self.push(m);
     }
 
-    fn complete_free(
-        &mut self,
-        _dev: &mut dyn Device,
-        addr: u64,
-        out: &mut Vec<ModelEvent>,
-    ) -> Result<(), ModelError> {
-        let i = self.arena.complete(addr, out)?;
-        self.put_back(i);
-        Ok(())
-    }
-
-    fn empty_cache(&mut self, dev: &mut dyn Device, out: &mut Vec<ModelEvent>) {
+    fn release_cached(&mut self, dev: &mut dyn Device, out: &mut Vec<ModelEvent>) {
         self.release_free_pools(dev, out);
     }
 
-    fn stats(&self) -> ModelStats {
-        self.arena.stats()
+    fn adjacent_free_ok(&self, _: &Block, _: &Block) -> bool {
+        false
     }
 
-    fn layout(&self) -> Layout {
-        self.arena.layout()
-    }
-
-    fn check_invariants(&self) -> Result<(), String> {
-        self.arena.check(|_, _| false)?;
+    fn check_policy(&self) -> Result<(), String> {
         for (s, _) in self.arena.segments() {
             for b in self.arena.seg_blocks(s) {
                 let blk = self.arena.b(b);
@@ -336,16 +298,13 @@ impl Allocator for TlsfModel {
         }
         Ok(())
     }
-
-    fn clone_box(&self) -> Box<dyn Allocator> {
-        Box::new(self.clone())
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::device::SimulatedDevice;
+    use crate::models::Allocator;
     use crate::models::PoolId;
 
     const G: u64 = GRANULARITY_BYTES;

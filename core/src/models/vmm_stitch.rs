@@ -35,10 +35,11 @@
 
 use std::collections::BTreeSet;
 
+use super::AllocatorKind;
 use super::common::{self, Arena, FreeKey, PAGE_BYTES, State, round_up};
-use super::{AllocRequest, Allocator, Layout, ModelError, ModelEvent, ModelStats, OomInfo};
+use super::common::{ArenaPolicy, Block, Refusal};
+use super::{AllocRequest, ModelEvent, ModelStats};
 use crate::device::Device;
-use crate::snapshot::Action;
 use crate::units::format_size;
 
 /// Small requests round to this.
@@ -66,7 +67,7 @@ pub struct VmmStitchModel {
 impl VmmStitchModel {
     /// Parses the (empty) config.
     pub fn new(config: &str) -> Result<VmmStitchModel, common::ConfigError> {
-        common::parse_config("vmm-stitch", config, &[])?;
+        common::parse_config(AllocatorKind::VmmStitch, config, &[])?;
         Ok(VmmStitchModel::default())
     }
 
@@ -99,18 +100,6 @@ impl VmmStitchModel {
             self.insert(t);
         }
         Some(i)
-    }
-
-    fn put_back(&mut self, i: u32) {
-        // The neighbours `coalesce` merges leave the index without going through `remove`.
-        let (p, n) = (self.arena.b(i).prev, self.arena.b(i).next);
-        for x in [p, n] {
-            if x != common::NIL && self.arena.b(x).indexed && self.arena.b(x).key.a() == LARGE {
-                self.free_large_bytes -= self.arena.b(x).size;
-            }
-        }
-        let m = self.arena.coalesce(i, |_| true);
-        self.insert(m);
     }
 
     /// Unmaps free large block `i` (indexed): its range keeps the address space; a range
@@ -153,7 +142,7 @@ impl VmmStitchModel {
     }
 
     /// Unmaps every free large block and returns free small segments.
-    fn release_cached(&mut self, dev: &mut dyn Device, out: &mut Vec<ModelEvent>) {
+    fn release_all_cached(&mut self, dev: &mut dyn Device, out: &mut Vec<ModelEvent>) {
         let large: Vec<u32> = self
             .arena
             .free_range(FreeKey::new(LARGE, 0, 0), FreeKey::new(LARGE + 1, 0, 0))
@@ -165,6 +154,7 @@ impl VmmStitchModel {
         self.release_small(dev, out);
     }
 
+    #[inline]
     fn small_malloc(
         &mut self,
         dev: &mut dyn Device,
@@ -178,7 +168,7 @@ impl VmmStitchModel {
         let addr = if let Ok(a) = self.arena.dev_malloc(dev, SMALL_SEGMENT_BYTES, stream, out) {
             a
         } else {
-            self.release_cached(dev, out);
+            self.release_all_cached(dev, out);
             self.arena
                 .dev_malloc(dev, SMALL_SEGMENT_BYTES, stream, out)
                 .ok()?
@@ -295,6 +285,7 @@ impl VmmStitchModel {
         }
     }
 
+    #[inline]
     fn large_malloc(
         &mut self,
         dev: &mut dyn Device,
@@ -309,21 +300,28 @@ impl VmmStitchModel {
     }
 }
 
-impl Allocator for VmmStitchModel {
-    fn name(&self) -> &'static str {
-        "vmm-stitch"
+impl ArenaPolicy for VmmStitchModel {
+    const KIND: AllocatorKind = AllocatorKind::VmmStitch;
+
+    fn arena(&self) -> &Arena {
+        &self.arena
     }
 
-    fn config_string(&self) -> String {
+    fn arena_mut(&mut self) -> &mut Arena {
+        &mut self.arena
+    }
+
+    fn canonical_config(&self) -> String {
         String::new()
     }
 
-    fn malloc(
+    #[inline]
+    fn find(
         &mut self,
         dev: &mut dyn Device,
         req: &AllocRequest,
         out: &mut Vec<ModelEvent>,
-    ) -> Result<u64, OomInfo> {
+    ) -> Result<u32, Refusal> {
         let rounded = round_up(req.size_bytes.max(1), SMALL_ROUND_BYTES);
         let stream = req.stream;
         let small = rounded <= SMALL_MAX_BYTES;
@@ -338,89 +336,52 @@ impl Allocator for VmmStitchModel {
             self.large_malloc(dev, size, stream, out)
         };
         let Some(i) = found else {
-            out.push(ModelEvent {
-                action: Action::Oom,
-                addr: dev.free_bytes(),
-                size,
-                stream,
-            });
-            let st = self.stats();
             let what = if small {
                 "a new 2 MiB small segment"
             } else {
                 "fresh pages for the stitched range"
             };
-            return Err(OomInfo {
-                rounded_bytes: size,
-                alloc_bytes: if small {
+            return Err(Refusal::new(
+                size,
+                if small {
                     SMALL_SEGMENT_BYTES
                 } else {
                     size - size.min(self.free_large_bytes)
                 },
-                reserved_bytes: st.reserved_bytes,
-                allocated_bytes: st.allocated_bytes,
-                largest_free_bytes: st.largest_free_bytes,
-                free_holes: st.free_holes,
-                pool_free_bytes: self.arena.free_bytes(),
-                reason: format!(
+                format!(
                     "the device refused {what} ({} free, {} free in cached pages)",
                     format_size(dev.free_bytes()),
                     format_size(self.free_large_bytes)
                 ),
-            });
+            ));
         };
         if self.arena.b(i).indexed {
             self.remove(i);
         }
-        self.arena.allocate(i, req.size_bytes, stream, out);
-        Ok(self.arena.b(i).addr)
+        Ok(i)
     }
 
-    fn free(
-        &mut self,
-        _dev: &mut dyn Device,
-        addr: u64,
-        deferred: bool,
-        out: &mut Vec<ModelEvent>,
-    ) -> Result<(), ModelError> {
-        if let Some(i) = self.arena.release(addr, deferred, out)? {
-            self.put_back(i);
+    fn put_back(&mut self, _dev: &mut dyn Device, i: u32, _out: &mut Vec<ModelEvent>) {
+        // The neighbours `coalesce` merges leave the index without going through `remove`.
+        let (p, n) = (self.arena.b(i).prev, self.arena.b(i).next);
+        for x in [p, n] {
+            if x != common::NIL && self.arena.b(x).indexed && self.arena.b(x).key.a() == LARGE {
+                self.free_large_bytes -= self.arena.b(x).size;
+            }
         }
-        Ok(())
+        let m = self.arena.coalesce(i, |_| true);
+        self.insert(m);
     }
 
-    fn complete_free(
-        &mut self,
-        _dev: &mut dyn Device,
-        addr: u64,
-        out: &mut Vec<ModelEvent>,
-    ) -> Result<(), ModelError> {
-        let i = self.arena.complete(addr, out)?;
-        self.put_back(i);
-        Ok(())
+    fn release_cached(&mut self, dev: &mut dyn Device, out: &mut Vec<ModelEvent>) {
+        self.release_all_cached(dev, out);
     }
 
-    fn empty_cache(&mut self, dev: &mut dyn Device, out: &mut Vec<ModelEvent>) {
-        self.release_cached(dev, out);
+    fn adjacent_free_ok(&self, _: &Block, _: &Block) -> bool {
+        false
     }
 
-    fn stats(&self) -> ModelStats {
-        // Small free blocks are at most 2 MiB and large ones at least 2 MiB, so the largest
-        // free block of all, capped at 2 MiB, stands for the largest small one wherever it
-        // matters (a large free block makes the stitchable bytes at least 2 MiB).
-        let small_largest = self.arena.largest_free().min(SMALL_SEGMENT_BYTES);
-        self.arena.stats_with(
-            self.free_large_bytes.max(small_largest),
-            self.arena.free_count(),
-        )
-    }
-
-    fn layout(&self) -> Layout {
-        self.arena.layout()
-    }
-
-    fn check_invariants(&self) -> Result<(), String> {
-        self.arena.check(|_, _| false)?;
+    fn check_policy(&self) -> Result<(), String> {
         let mut free_large = 0;
         for (s, seg) in self.arena.segments() {
             let mut mapped = 0;
@@ -473,7 +434,7 @@ impl Allocator for VmmStitchModel {
             .arena
             .last_free_below(FreeKey::new(LARGE, 0, 0))
             .map_or(0, |(k, _)| k.b());
-        if self.stats().largest_free_bytes != free_large.max(small_largest) {
+        if self.totals().largest_free_bytes != free_large.max(small_largest) {
             return Err("the largest free block is misreported".to_string());
         }
         if free_large != self.free_large_bytes {
@@ -485,8 +446,15 @@ impl Allocator for VmmStitchModel {
         Ok(())
     }
 
-    fn clone_box(&self) -> Box<dyn Allocator> {
-        Box::new(self.clone())
+    fn totals(&self) -> ModelStats {
+        // Small free blocks are at most 2 MiB and large ones at least 2 MiB, so the largest
+        // free block of all, capped at 2 MiB, stands for the largest small one wherever it
+        // matters (a large free block makes the stitchable bytes at least 2 MiB).
+        let small_largest = self.arena.largest_free().min(SMALL_SEGMENT_BYTES);
+        self.arena.stats_with(
+            self.free_large_bytes.max(small_largest),
+            self.arena.free_count(),
+        )
     }
 }
 
@@ -494,6 +462,7 @@ impl Allocator for VmmStitchModel {
 mod tests {
     use super::*;
     use crate::device::SimulatedDevice;
+    use crate::models::{Allocator, OomInfo};
     use crate::models::{LayoutBlockState, PoolId};
 
     const MIB: u64 = 1 << 20;

@@ -310,7 +310,12 @@ impl Engine {
         };
         let parsed = match ModelSpec::parse(spec) {
             Ok(s) => s,
-            Err(message) => return emit(Response::Failed { job, message }),
+            Err(e) => {
+                return emit(Response::Failed {
+                    job,
+                    message: e.to_string(),
+                });
+            }
         };
         emit(Response::Progress {
             job,
@@ -627,7 +632,8 @@ fn runtimes(
     let specs: Vec<ModelSpec> = labels
         .iter()
         .map(|l| ModelSpec::parse(l))
-        .collect::<Result<_, _>>()?;
+        .collect::<Result<_, _>>()
+        .map_err(|e| e.to_string())?;
     let local = parallel::local();
     let results = whatif::compare_with(
         trace,
@@ -659,7 +665,7 @@ fn explain_at(
     (spec, capacity, at_event): &ExplainKey,
 ) -> Result<(u32, Explanation), String> {
     let trace = trace.ok_or("no trace is loaded")?;
-    let parsed = ModelSpec::parse(spec)?;
+    let parsed = ModelSpec::parse(spec).map_err(|e| e.to_string())?;
     let opts = ExplainOptions {
         at_event: Some(*at_event),
         what_if: false,
@@ -702,7 +708,7 @@ fn min_capacity_of(
     emit: &mut dyn FnMut(Response),
 ) -> Result<u64, String> {
     let trace = trace.ok_or("no trace is loaded")?;
-    let parsed = ModelSpec::parse(spec)?;
+    let parsed = ModelSpec::parse(spec).map_err(|e| e.to_string())?;
     let m = whatif::min_capacity(trace, device, &parsed, &mut |done, total| {
         emit(Response::Progress {
             job,

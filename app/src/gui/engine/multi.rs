@@ -101,7 +101,7 @@ pub fn diff_of(
         let device = loaded.trace.busiest_device();
         let capacity = session::capacity(&loaded.trace, device, CapacityArg::AsRecorded);
         let spec = ModelSpec {
-            name: "pytorch".into(),
+            kind: allocsim_core::models::AllocatorKind::Pytorch,
             config: config.clone(),
         };
         diff::run(

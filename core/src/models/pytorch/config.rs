@@ -62,7 +62,7 @@ impl Default for PyTorchConfig {
 /// A config string PyTorch would reject, with PyTorch-like wording.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{0}")]
-pub struct ConfigError(pub String);
+pub struct PyTorchConfigError(pub String);
 
 fn tokens(s: &str) -> Vec<String> {
     let mut out = Vec::new();
@@ -85,19 +85,19 @@ fn tokens(s: &str) -> Vec<String> {
     out
 }
 
-fn parse_bool(key: &str, v: &str) -> Result<bool, ConfigError> {
+fn parse_bool(key: &str, v: &str) -> Result<bool, PyTorchConfigError> {
     match v {
         "True" => Ok(true),
         "False" => Ok(false),
-        _ => Err(ConfigError(format!(
+        _ => Err(PyTorchConfigError(format!(
             "Expected a single True/False argument for {key}"
         ))),
     }
 }
 
-fn parse_u64(key: &str, v: &str) -> Result<u64, ConfigError> {
+fn parse_u64(key: &str, v: &str) -> Result<u64, PyTorchConfigError> {
     v.parse::<u64>().map_err(|_| {
-        ConfigError(format!(
+        PyTorchConfigError(format!(
             "Expected a non-negative integer value for {key}, got '{v}'"
         ))
     })
@@ -109,7 +109,7 @@ fn log2_floor(v: u64) -> u32 {
 
 impl PyTorchConfig {
     /// Parses a `PYTORCH_CUDA_ALLOC_CONF` string on top of PyTorch's defaults.
-    pub fn parse(conf: &str) -> Result<PyTorchConfig, ConfigError> {
+    pub fn parse(conf: &str) -> Result<PyTorchConfig, PyTorchConfigError> {
         let mut c = PyTorchConfig::default();
         c.apply(conf)?;
         Ok(c)
@@ -118,13 +118,13 @@ impl PyTorchConfig {
     /// Applies a config string the way `parseArgs` does: `max_split_size`,
     /// `roundup_power2_divisions`, `garbage_collection_threshold` and
     /// `max_non_split_rounding` are reset first, other options keep their values.
-    pub fn apply(&mut self, conf: &str) -> Result<(), ConfigError> {
+    pub fn apply(&mut self, conf: &str) -> Result<(), PyTorchConfigError> {
         self.apply_keys(conf, false)
     }
 
     /// [`PyTorchConfig::apply`]; with `keep_unknown`, an unknown key is skipped and listed
     /// in [`PyTorchConfig::unknown_keys`] instead of refused.
-    fn apply_keys(&mut self, conf: &str, keep_unknown: bool) -> Result<(), ConfigError> {
+    fn apply_keys(&mut self, conf: &str, keep_unknown: bool) -> Result<(), PyTorchConfigError> {
         let toks = tokens(conf);
         // large_segment_size_mb is parsed before the other keys (2.11).
         let mut i = 0;
@@ -136,12 +136,12 @@ impl PyTorchConfig {
                 continue;
             }
             if matches!(key.as_str(), ":" | "[" | "]") {
-                return Err(ConfigError(format!(
+                return Err(PyTorchConfigError(format!(
                     "Expected a key in allocator config, got '{key}'"
                 )));
             }
             if toks.get(i + 1).map(String::as_str) != Some(":") {
-                return Err(ConfigError(format!(
+                return Err(PyTorchConfigError(format!(
                     "Error parsing allocator config: expected ':' after '{key}'"
                 )));
             }
@@ -163,18 +163,18 @@ impl PyTorchConfig {
                     }
                 }
                 if depth != 0 {
-                    return Err(ConfigError(format!(
+                    return Err(PyTorchConfigError(format!(
                         "Expected closing ']' in the value of {key}"
                     )));
                 }
             } else if let Some(t) = toks.get(i) {
                 if matches!(t.as_str(), "," | ":" | "]") {
-                    return Err(ConfigError(format!("Expected a value for {key}")));
+                    return Err(PyTorchConfigError(format!("Expected a value for {key}")));
                 }
                 value.push(t.clone());
                 i += 1;
             } else {
-                return Err(ConfigError(format!("Expected a value for {key}")));
+                return Err(PyTorchConfigError(format!("Expected a value for {key}")));
             }
             pairs.push((key, value));
         }
@@ -194,7 +194,7 @@ impl PyTorchConfig {
             if k == "large_segment_size_mb" {
                 let mb = parse_u64(k, &v[0])?;
                 if mb <= 10 {
-                    return Err(ConfigError(format!(
+                    return Err(PyTorchConfigError(format!(
                         "large_segment_size_mb must be > 10, got {mb}"
                     )));
                 }
@@ -205,11 +205,13 @@ impl PyTorchConfig {
         self.max_non_split_rounding_bytes = self.large_segment_size_bytes;
         let large_mb = self.large_segment_size_bytes / MIB;
         for (k, v) in &pairs {
-            let single = || -> Result<&str, ConfigError> {
+            let single = || -> Result<&str, PyTorchConfigError> {
                 if v.len() == 1 {
                     Ok(v[0].as_str())
                 } else {
-                    Err(ConfigError(format!("Expected a single value for {k}")))
+                    Err(PyTorchConfigError(format!(
+                        "Expected a single value for {k}"
+                    )))
                 }
             };
             match k.as_str() {
@@ -217,7 +219,7 @@ impl PyTorchConfig {
                 "max_split_size_mb" => {
                     let mb = parse_u64(k, single()?)?;
                     if mb < large_mb {
-                        return Err(ConfigError(format!(
+                        return Err(PyTorchConfigError(format!(
                             "CachingAllocator option max_split_size_mb too small, must be >= {large_mb}"
                         )));
                     }
@@ -227,7 +229,7 @@ impl PyTorchConfig {
                 "max_non_split_rounding_mb" => {
                     let mb = parse_u64(k, single()?)?;
                     if mb < large_mb {
-                        return Err(ConfigError(format!(
+                        return Err(PyTorchConfigError(format!(
                             "CachingAllocator option max_non_split_rounding_mb too small, must be >= {large_mb}"
                         )));
                     }
@@ -235,11 +237,11 @@ impl PyTorchConfig {
                     self.mark("max_non_split_rounding_mb");
                 }
                 "garbage_collection_threshold" => {
-                    let t: f64 = single()?
-                        .parse()
-                        .map_err(|_| ConfigError(format!("Expected a float value for {k}")))?;
+                    let t: f64 = single()?.parse().map_err(|_| {
+                        PyTorchConfigError(format!("Expected a float value for {k}"))
+                    })?;
                     if !(t > 0.0 && t < 1.0) {
-                        return Err(ConfigError(
+                        return Err(PyTorchConfigError(
                             "garbage_collect_threshold is invalid, set it in (0.0, 1.0)".into(),
                         ));
                     }
@@ -255,11 +257,11 @@ impl PyTorchConfig {
                     self.mark("roundup_power2_divisions");
                 }
                 "per_process_memory_fraction" => {
-                    let f: f64 = single()?
-                        .parse()
-                        .map_err(|_| ConfigError(format!("Expected a float value for {k}")))?;
+                    let f: f64 = single()?.parse().map_err(|_| {
+                        PyTorchConfigError(format!("Expected a float value for {k}"))
+                    })?;
                     if !(0.0..=1.0).contains(&f) {
-                        return Err(ConfigError(format!(
+                        return Err(PyTorchConfigError(format!(
                             "per_process_memory_fraction is invalid, set it in [0.0, 1.0], got {f}"
                         )));
                     }
@@ -283,7 +285,7 @@ impl PyTorchConfig {
                 }
                 "pinned_reserve_segment_size_mb" => {
                     if parse_u64(k, single()?)? == 0 {
-                        return Err(ConfigError(
+                        return Err(PyTorchConfigError(
                             "Pinned reserve segment size has to be greater than 0".into(),
                         ));
                     }
@@ -302,7 +304,7 @@ impl PyTorchConfig {
                 }
                 "expandable_segments_reserve_by_class" => {
                     if v.first().map(String::as_str) != Some("[") {
-                        return Err(ConfigError(format!(
+                        return Err(PyTorchConfigError(format!(
                             "Expected '[' after {k}: (a list of class:reserve pairs)"
                         )));
                     }
@@ -310,7 +312,7 @@ impl PyTorchConfig {
                 "backend" => {
                     let b = single()?;
                     if b != "native" {
-                        return Err(ConfigError(format!(
+                        return Err(PyTorchConfigError(format!(
                             "backend:{b} has no caching allocator to simulate (only backend:native)"
                         )));
                     }
@@ -321,7 +323,7 @@ impl PyTorchConfig {
                     }
                 }
                 _ => {
-                    return Err(ConfigError(format!(
+                    return Err(PyTorchConfigError(format!(
                         "Unrecognized key '{k}' in Accelerator allocator config."
                     )));
                 }
@@ -336,10 +338,10 @@ impl PyTorchConfig {
         }
     }
 
-    fn parse_divisions(&mut self, v: &[String]) -> Result<(), ConfigError> {
-        let check_pow2 = |n: u64| -> Result<u32, ConfigError> {
+    fn parse_divisions(&mut self, v: &[String]) -> Result<(), PyTorchConfigError> {
+        let check_pow2 = |n: u64| -> Result<u32, PyTorchConfigError> {
             if n != 0 && !n.is_power_of_two() {
-                return Err(ConfigError(format!(
+                return Err(PyTorchConfigError(format!(
                     "For roundups, the divisions has to be power of 2 or 0 to disable roundup, got {n}"
                 )));
             }
@@ -362,7 +364,7 @@ impl PyTorchConfig {
             }
             let key = &inner[i];
             if inner.get(i + 1).map(String::as_str) != Some(":") || i + 2 >= inner.len() {
-                return Err(ConfigError(
+                return Err(PyTorchConfigError(
                     "Expected key:value pairs in roundup_power2_divisions".into(),
                 ));
             }
@@ -375,7 +377,7 @@ impl PyTorchConfig {
             } else {
                 let k = parse_u64("roundup_power2_divisions", key)?;
                 if k == 0 || !k.is_power_of_two() {
-                    return Err(ConfigError(format!(
+                    return Err(PyTorchConfigError(format!(
                         "For roundups, the intervals have to be power of 2, got {k}"
                     )));
                 }
@@ -397,7 +399,7 @@ impl PyTorchConfig {
     /// with the effective `max_split_size` and divisions table taken from the settings.
     /// A key the recording PyTorch knew and this parser does not is skipped and listed in
     /// [`PyTorchConfig::unknown_keys`], never a refusal.
-    pub fn from_settings(s: &RawSettings) -> Result<PyTorchConfig, ConfigError> {
+    pub fn from_settings(s: &RawSettings) -> Result<PyTorchConfig, PyTorchConfigError> {
         let mut c = PyTorchConfig::default();
         c.apply_keys(&s.conf, true)?;
         if s.present {

@@ -21,11 +21,11 @@ use std::hash::BuildHasherDefault;
 
 use super::common::AddrHasher;
 
-pub use config::{ConfigError, PyTorchConfig};
+pub use config::{PyTorchConfig, PyTorchConfigError};
 
 use super::{
-    AllocRequest, Allocator, Layout, LayoutBlock, LayoutBlockState, LayoutSegment, ModelError,
-    ModelEvent, ModelStats, OomInfo, PoolId,
+    AllocRequest, Allocator, AllocatorKind, Layout, LayoutBlock, LayoutBlockState, LayoutSegment,
+    ModelError, ModelEvent, ModelStats, OomInfo, PoolId,
 };
 use crate::device::Device;
 use crate::snapshot::Action;
@@ -1279,7 +1279,11 @@ fn roundup_power2_next_division(size: u64, divisions: u64) -> u64 {
 
 impl Allocator for PyTorchModel {
     fn name(&self) -> &'static str {
-        "pytorch"
+        AllocatorKind::Pytorch.name()
+    }
+
+    fn kind(&self) -> Option<AllocatorKind> {
+        Some(AllocatorKind::Pytorch)
     }
 
     fn private_pool_free_bytes(&self) -> u64 {
