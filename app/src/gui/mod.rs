@@ -1485,8 +1485,11 @@ fn sanitize(s: &str) -> String {
         .collect()
 }
 
-/// Opens the desktop app on the built-in example, or on `path`. Returns an error (e.g.
-/// "no display") instead of panicking; the CLI maps it to exit code 3.
+/// Opens the desktop app on the built-in example, on one file, or on several (two: their
+/// Diff; more: Ranks). Returns an error (e.g. "no display") instead of panicking; the CLI
+/// maps it to exit code 3.
+// In the browser the paths are only dropped.
+#[cfg_attr(target_arch = "wasm32", allow(clippy::needless_pass_by_value))]
 pub fn run_native(paths: Vec<std::path::PathBuf>) -> Result<(), String> {
     #[cfg(not(target_arch = "wasm32"))]
     {
