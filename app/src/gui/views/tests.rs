@@ -114,3 +114,37 @@ fn curves_map_onto_the_plot_with_the_highest_peak_at_the_top() {
     assert_eq!(p[1], egui::pos2(410.0, 20.0));
     assert_eq!(p[0], egui::pos2(110.0, 110.0));
 }
+
+#[test]
+fn opening_several_files_starts_a_diff_for_two_and_ranks_for_more() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/traces");
+    let h = harness(Startup::Files(vec![
+        dir.join("diff/diff_train_bs256.pickle.gz"),
+        dir.join("diff/diff_train_bs256_expand.pickle.gz"),
+    ]));
+    let m = &h.state().multi;
+    assert_eq!(m.view, Some(MultiView::Diff));
+    let Some(Ok(d)) = &m.diff else {
+        panic!("no diff: {:?}", m.diff.as_ref().map(|d| d.as_ref().err()));
+    };
+    assert_eq!(d.diff.settings_differ.len(), 1);
+    assert!(has_text(
+        &h,
+        "settings differ: expandable_segments default -> True"
+    ));
+    let h = harness(Startup::Files(
+        (0..3)
+            .map(|r| dir.join(format!("ranks/ddp4_rank{r}.pickle.gz")))
+            .collect(),
+    ));
+    let m = &h.state().multi;
+    assert_eq!(m.view, Some(MultiView::Ranks));
+    let report = m
+        .ranks
+        .as_ref()
+        .and_then(|r| r.report.as_ref())
+        .expect("ranks");
+    assert_eq!(report.ranks.len(), 3);
+    // Of 184, 184 and 292 MiB the median is 184 MiB: rank 2 is 59 % above it.
+    assert_eq!(report.outlier.as_ref().map(|o| o.rank), Some(2));
+}
