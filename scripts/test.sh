@@ -31,4 +31,5 @@ fi
 step "fuzzing the snapshot decoder and trace builder (bounded)"
 bash scripts/fuzz-ci.sh
 step "browser"; bash scripts/test-browser.sh
+step "python: the wheel in a fresh venv, pytest, the served viewer"; bash scripts/test-python.sh
 step "done — $(bash scripts/corpus-summary.sh)"

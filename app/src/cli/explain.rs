@@ -1,7 +1,7 @@
 //! `allocsim explain FILE [--allocator NAME] [--config STR] [--capacity SIZE|none] [--at EVENT] [--trace-device D] [--json]`:
 //! why a request did not fit (`allocsim_core::explain`), with what would have.
 
-use allocsim_core::capacity::CapacityArg;
+use allocsim_core::capacity::{CapacityArg, CapacityChoice};
 use allocsim_core::explain::{self, BlockerKind, ExplainOptions, Explanation, Moment};
 use allocsim_core::units::format_size;
 use serde_json::{Value, json};
@@ -14,7 +14,7 @@ use super::{Failure, parse_capacity_arg, pick_device, print_json};
 #[derive(clap::Args, Debug)]
 pub struct Args {
     #[command(flatten)]
-    input: Source,
+    pub(super) input: Source,
     /// The allocator model
     #[arg(long, default_value = "pytorch")]
     allocator: String,
@@ -35,7 +35,38 @@ pub struct Args {
     json: bool,
 }
 
-pub fn run(a: &Args) -> Result<u8, Failure> {
+/// An explanation `a` asks for, and what its output shows.
+pub struct Outcome {
+    name: String,
+    device: usize,
+    allocator: String,
+    config: Option<String>,
+    capacity: CapacityChoice,
+    explanation: Explanation,
+}
+
+impl Outcome {
+    /// The `--json` object.
+    #[must_use]
+    pub fn json(&self) -> Value {
+        let mut v = json!({"schema": 1});
+        if let (Value::Object(m), Ok(Value::Object(body))) =
+            (&mut v, serde_json::to_value(&self.explanation))
+        {
+            m.extend(body);
+            m.insert("device".into(), json!(self.device));
+            m.insert("allocator".into(), json!(self.allocator));
+            m.insert("config".into(), json!(self.config));
+            m.insert("capacity_source".into(), json!(self.capacity.source));
+            m.insert("capacity_inferred".into(), json!(self.capacity.inferred));
+            m.insert("capacity_note".into(), json!(self.capacity.note));
+        }
+        v
+    }
+}
+
+/// Runs the search `a` asks for.
+pub fn outcome(a: &Args) -> Result<Outcome, Failure> {
     let spec = super::model_spec(&a.allocator, a.config.as_deref())?;
     let arg = a.capacity.unwrap_or_default();
     let src = load_source(&a.input, arg.given_bytes())?;
@@ -57,21 +88,23 @@ pub fn run(a: &Args) -> Result<u8, Failure> {
     )
     .map_err(|e| Failure::bad_input(format!("{}: {e}", src.name)))?;
     drop(bar);
+    Ok(Outcome {
+        name: src.name,
+        device: d,
+        allocator: spec.kind.name().to_string(),
+        config: spec.config,
+        capacity,
+        explanation: e,
+    })
+}
+
+pub fn run(a: &Args) -> Result<u8, Failure> {
+    let o = outcome(a)?;
     if a.json {
-        let mut v = json!({"schema": 1});
-        if let (Value::Object(m), Ok(Value::Object(body))) = (&mut v, serde_json::to_value(&e)) {
-            m.extend(body);
-            m.insert("device".into(), json!(d));
-            m.insert("allocator".into(), json!(spec.kind));
-            m.insert("config".into(), json!(spec.config));
-            m.insert("capacity_source".into(), json!(capacity.source));
-            m.insert("capacity_inferred".into(), json!(capacity.inferred));
-            m.insert("capacity_note".into(), json!(capacity.note));
-        }
-        print_json(&v);
+        print_json(&o.json());
     } else {
-        print_text(&src.name, d, &e);
-        print_capacity_note(&capacity);
+        print_text(&o.name, o.device, &o.explanation);
+        print_capacity_note(&o.capacity);
     }
     Ok(0)
 }

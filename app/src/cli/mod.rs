@@ -2,6 +2,7 @@
 //! and parse its JSON. `--json` prints one object with `"schema": 1` first and nothing
 //! else on stdout.
 
+pub mod api;
 mod cuda_cost;
 mod cuda_replay;
 mod diff;
@@ -10,11 +11,14 @@ pub mod output;
 mod progress;
 mod ranks;
 mod replay;
+mod serve;
+mod site;
 mod validate;
 mod whatif;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::Arc;
 
 use allocsim_core::models::ModelSpec;
 use allocsim_core::trace::Trace;
@@ -91,6 +95,8 @@ enum Command {
     Diff(diff::Args),
     /// One snapshot per rank: a row each, the outlier, a what-if setting on every rank
     Ranks(ranks::Args),
+    /// Serve the web viewer on 127.0.0.1 with FILE open (for a remote machine: ssh -L)
+    Serve(serve::Args),
 }
 
 /// The arguments every trace-reading command shares.
@@ -98,6 +104,18 @@ enum Command {
 pub struct Input {
     /// A PyTorch snapshot (.pickle, .pickle.gz, .json, .json.gz; detected by content)
     pub file: PathBuf,
+    /// The snapshot already in memory (the Python package): FILE is then only its name.
+    #[arg(skip)]
+    pub memory: Option<InMemory>,
+}
+
+/// A snapshot held in memory rather than read from FILE (`allocsim.load` in Python), and
+/// its trace once decoded as recorded (no `--capacity` given), so that several commands
+/// on one loaded snapshot decode it once.
+#[derive(Debug, Clone)]
+pub struct InMemory {
+    pub bytes: Arc<[u8]>,
+    pub decoded: Option<Arc<Validation>>,
 }
 
 /// Parses a `SIZE` argument.
@@ -135,6 +153,23 @@ pub fn model_spec(allocator: &str, config: Option<&str>) -> Result<ModelSpec, Fa
     Ok(spec)
 }
 
+/// FILE's trace, or that of the snapshot in memory named FILE (decoded once when no
+/// capacity is given); errors name it.
+pub fn load_input(
+    path: &Path,
+    memory: Option<&InMemory>,
+    capacity: Option<u64>,
+) -> Result<Validation, Failure> {
+    match memory {
+        None => load_file(path, capacity),
+        Some(InMemory {
+            decoded: Some(v), ..
+        }) if capacity.is_none() => Ok(Validation::clone(v)),
+        Some(m) => allocsim_core::session::load(&m.bytes, capacity)
+            .map_err(|e| Failure::bad_input(format!("{}: {e}", path.display()))),
+    }
+}
+
 /// Which device of `trace` to replay: `--trace-device D` or the busiest one.
 pub fn pick_device(trace: &Trace, requested: Option<usize>) -> Result<usize, Failure> {
     match requested {
@@ -169,6 +204,7 @@ fn run(cli: Cli) -> Result<u8, Failure> {
         Some(Command::Explain(a)) => explain::run(&a),
         Some(Command::Diff(a)) => diff::run(&a),
         Some(Command::Ranks(a)) => ranks::run(&a),
+        Some(Command::Serve(a)) => serve::run(&a),
     }
 }
 
@@ -189,14 +225,24 @@ fn open_app(files: Vec<PathBuf>) -> Result<u8, Failure> {
 fn open_app(files: Vec<PathBuf>) -> Result<u8, Failure> {
     let _ = files;
     Err(Failure::unavailable(
-        "this build of allocsim has no GUI (build the allocsim-app crate with its `gui` feature)",
+        "this build of allocsim has no desktop app (the Python wheel has none): `allocsim serve FILE` opens the web viewer in a browser, or build the allocsim-app crate with its `gui` feature",
     ))
 }
 
 /// Entry point of the binary.
 #[must_use]
 pub fn main() -> ExitCode {
-    let cli = match Cli::try_parse() {
+    ExitCode::from(main_from(std::env::args_os()))
+}
+
+/// The command line run on `args` (the program's name first), in this process: what the
+/// binary does, returning its exit code (the Python package's `allocsim` command).
+pub fn main_from<I, T>(args: I) -> u8
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
+    let cli = match Cli::try_parse_from(args) {
         Ok(c) => c,
         Err(e) => {
             if matches!(
@@ -206,19 +252,10 @@ pub fn main() -> ExitCode {
                     | clap::error::ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
             ) {
                 let _ = e.print();
-                return ExitCode::from(if e.use_stderr() { EXIT_BAD_INPUT } else { 0 });
+                return if e.use_stderr() { EXIT_BAD_INPUT } else { 0 };
             }
-            // A usage error is one line, like every other error (`--help` has the rest).
-            let text = e.render().to_string();
-            let message: Vec<&str> = text
-                .lines()
-                .map(str::trim)
-                .take_while(|l| !l.is_empty() && !l.starts_with("Usage:"))
-                .collect();
-            let message = message.join(" ");
-            let message = message.strip_prefix("error: ").unwrap_or(&message);
-            eprintln!("allocsim: {message} (see --help)");
-            return ExitCode::from(EXIT_BAD_INPUT);
+            eprintln!("allocsim: {}", usage_line(&e));
+            return EXIT_BAD_INPUT;
         }
     };
     let code = match run(cli) {
@@ -229,10 +266,23 @@ pub fn main() -> ExitCode {
         }
     };
     match output::finish() {
-        None => ExitCode::from(code),
+        None => code,
         Some(why) => {
             eprintln!("allocsim: {why}");
-            ExitCode::from(EXIT_BAD_INPUT)
+            EXIT_BAD_INPUT
         }
     }
+}
+
+/// A usage error in one line, like every other error (`--help` has the rest).
+fn usage_line(e: &clap::Error) -> String {
+    let text = e.render().to_string();
+    let message: Vec<&str> = text
+        .lines()
+        .map(str::trim)
+        .take_while(|l| !l.is_empty() && !l.starts_with("Usage:"))
+        .collect();
+    let message = message.join(" ");
+    let message = message.strip_prefix("error: ").unwrap_or(&message);
+    format!("{message} (see --help)")
 }

@@ -11,7 +11,7 @@ use super::{Failure, parse_capacity_arg, pick_device, print_json};
 #[derive(clap::Args, Debug)]
 pub struct Args {
     #[command(flatten)]
-    input: Source,
+    pub(super) input: Source,
     /// The allocator model
     #[arg(long, default_value = "pytorch")]
     allocator: String,
@@ -139,7 +139,25 @@ pub fn print_replay_text(label: &str, r: &ReplayResult, capacity: &CapacityChoic
     }
 }
 
-pub fn run(a: &Args) -> Result<u8, Failure> {
+/// A replay `a` asks for, and what its output shows.
+pub struct Outcome {
+    name: String,
+    device: usize,
+    events: usize,
+    capacity: CapacityChoice,
+    result: ReplayResult,
+}
+
+impl Outcome {
+    /// The `--json` object.
+    #[must_use]
+    pub fn json(&self) -> Value {
+        replay_json(&self.result, self.events, &self.capacity)
+    }
+}
+
+/// Runs the replay `a` asks for.
+pub fn outcome(a: &Args) -> Result<Outcome, Failure> {
     let spec = super::model_spec(&a.allocator, a.config.as_deref())?;
     let arg = a.capacity.unwrap_or_default();
     let v = load_source(&a.input, arg.given_bytes())?;
@@ -152,13 +170,24 @@ pub fn run(a: &Args) -> Result<u8, Failure> {
     };
     let r = allocsim_core::session::replay_device(&v.trace, d, &spec, capacity.bytes, opts)
         .map_err(|e| Failure::bad_input(format!("{}: {e}", v.name)))?;
+    Ok(Outcome {
+        name: v.name,
+        device: d,
+        events: v.trace.devices[d].events,
+        capacity,
+        result: r,
+    })
+}
+
+pub fn run(a: &Args) -> Result<u8, Failure> {
+    let o = outcome(a)?;
     if a.json {
-        print_json(&replay_json(&r, v.trace.devices[d].events, &capacity));
+        print_json(&o.json());
     } else {
         print_replay_text(
-            &format!("{} — {} on device {d}", v.name, r.allocator),
-            &r,
-            &capacity,
+            &format!("{} — {} on device {}", o.name, o.result.allocator, o.device),
+            &o.result,
+            &o.capacity,
         );
     }
     Ok(0)

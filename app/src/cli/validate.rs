@@ -3,15 +3,15 @@
 use allocsim_core::models::pytorch::PyTorchConfig;
 use allocsim_core::snapshot::RawSnapshot;
 use allocsim_core::units::format_size;
-use allocsim_core::validate::{DeviceReport, Divergence};
+use allocsim_core::validate::{DeviceReport, Divergence, Validation};
 use serde_json::{Value, json};
 
-use super::{EXIT_DIVERGED, Failure, Input, load_file, parse_size_arg, print_json};
+use super::{EXIT_DIVERGED, Failure, Input, load_input, parse_size_arg, print_json};
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
     #[command(flatten)]
-    input: Input,
+    pub(super) input: Input,
     /// The per-process memory cap the program ran under (`set_per_process_memory_fraction`), e.g. 2.2GiB
     #[arg(long, value_parser = parse_size_arg, allow_hyphen_values = true)]
     capacity: Option<u64>,
@@ -54,9 +54,9 @@ fn snapshot_json(s: &RawSnapshot) -> Value {
     v
 }
 
-pub fn run(a: &Args) -> Result<u8, Failure> {
-    let v = load_file(&a.input.file, a.capacity)?;
-    let exact = v.exact();
+/// The `--json` object of a validation of `file`.
+#[must_use]
+pub fn json_of(file: &str, v: &Validation) -> Value {
     let compared: u64 = v.devices.iter().map(|d| d.events_compared).sum();
     let matched: u64 = v.devices.iter().map(|d| d.events_matched).sum();
     let end_ok = v.devices.iter().all(|d| d.end_state_matches);
@@ -86,20 +86,32 @@ pub fn run(a: &Args) -> Result<u8, Failure> {
             }
         }
     }
+    json!({
+        "schema": 1,
+        "file": file,
+        "exact": v.exact(),
+        "events_compared": compared,
+        "events_matched": matched,
+        "end_state_matches": end_ok,
+        "first_divergence": first.map(divergence_json),
+        "peak_reserved_bytes": {"recorded": peak_rec, "simulated": peak_sim},
+        "devices": v.devices.iter().map(device_json).collect::<Vec<_>>(),
+        "inferred": inferred,
+        "snapshot": snapshot_json(&v.trace.snapshot),
+    })
+}
+
+/// The validation `a` asks for.
+pub fn outcome(a: &Args) -> Result<Validation, Failure> {
+    load_input(&a.input.file, a.input.memory.as_ref(), a.capacity)
+}
+
+pub fn run(a: &Args) -> Result<u8, Failure> {
+    let v = outcome(a)?;
+    let exact = v.exact();
+    let first = v.devices.iter().find_map(|d| d.first_divergence.as_ref());
     if a.json {
-        print_json(&json!({
-            "schema": 1,
-            "file": a.input.file.display().to_string(),
-            "exact": exact,
-            "events_compared": compared,
-            "events_matched": matched,
-            "end_state_matches": end_ok,
-            "first_divergence": first.map(divergence_json),
-            "peak_reserved_bytes": {"recorded": peak_rec, "simulated": peak_sim},
-            "devices": v.devices.iter().map(device_json).collect::<Vec<_>>(),
-            "inferred": inferred,
-            "snapshot": snapshot_json(&v.trace.snapshot),
-        }));
+        print_json(&json_of(&a.input.file.display().to_string(), &v));
     } else {
         crate::say!(
             "{}: {}",

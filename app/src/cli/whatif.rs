@@ -21,7 +21,7 @@ use serde_json::json;
 
 use super::progress::Progress;
 use super::replay::{print_capacity_note, replay_json};
-use super::{Failure, load_file, parse_capacity_arg, pick_device, print_json};
+use super::{Failure, load_input, parse_capacity_arg, pick_device, print_json};
 use crate::parallel::Threads;
 
 /// FILE, or a synthetic workload in its place.
@@ -34,6 +34,9 @@ pub struct Source {
     /// `kvcache:tokens=2000`, `oom-story`, `churn:events=1000000`
     #[arg(long, value_name = "SPEC")]
     pub workload: Option<String>,
+    /// The snapshot already in memory (the Python package): FILE is then only its name.
+    #[arg(skip)]
+    pub memory: Option<super::InMemory>,
 }
 
 /// A trace to run, and what to call it in messages.
@@ -54,7 +57,7 @@ pub fn load_source(src: &Source, capacity: Option<u64>) -> Result<Loaded, Failur
             })
         }
         (Some(path), None) => {
-            let v = load_file(path, capacity)?;
+            let v = load_input(path, src.memory.as_ref(), capacity)?;
             Ok(Loaded {
                 trace: v.trace,
                 name: path.display().to_string(),
@@ -71,7 +74,7 @@ fn core_failure(name: &str, e: &allocsim_core::Error) -> Failure {
 #[derive(clap::Args, Debug)]
 pub struct CompareArgs {
     #[command(flatten)]
-    source: Source,
+    pub(super) source: Source,
     #[arg(
         long,
         help = "';'-separated NAME or NAME@CONFIG entries (default: every model with its defaults plus pytorch@expandable_segments:True)"
@@ -115,8 +118,36 @@ fn label(r: &ReplayResult) -> String {
 const LIVE_ROW: &str = "live bytes (lower bound)";
 const OFFLINE_ROW: &str = "offline placement (best possible)";
 
-/// `allocsim compare`.
-pub fn compare(a: &CompareArgs) -> Result<u8, Failure> {
+/// A comparison `a` asks for, and what its output shows.
+pub struct CompareOutcome {
+    name: String,
+    device: usize,
+    events: usize,
+    capacity: CapacityChoice,
+    best: offline::BestPossible,
+    results: Vec<ReplayResult>,
+}
+
+impl CompareOutcome {
+    /// The `--json` object.
+    #[must_use]
+    pub fn json(&self) -> serde_json::Value {
+        let capacity = &self.capacity;
+        json!({
+            "schema": 1,
+            "capacity_bytes": capacity.bytes,
+            "capacity_source": capacity.source,
+            "capacity_inferred": capacity.inferred,
+            "capacity_note": capacity.note,
+            "live_peak_bytes": self.best.live_peak_bytes,
+            "offline_peak_bytes": self.best.offline_peak_bytes,
+            "results": self.results.iter().map(|r| replay_json(r, self.events, capacity)).collect::<Vec<_>>(),
+        })
+    }
+}
+
+/// Runs the replays `compare` asks for.
+pub fn compare_outcome(a: &CompareArgs) -> Result<CompareOutcome, Failure> {
     let specs = match &a.allocators {
         Some(list) => {
             kind::parse_list(list).map_err(|e| Failure::bad_input(format!("--allocators: {e}")))?
@@ -139,24 +170,33 @@ pub fn compare(a: &CompareArgs) -> Result<u8, Failure> {
     )
     .map_err(|e| core_failure(&src.name, &e))?;
     drop(bar);
-    let events = src.trace.devices[d].events;
-    let best = offline::best_possible(&src.trace.devices[d]);
+    Ok(CompareOutcome {
+        events: src.trace.devices[d].events,
+        best: offline::best_possible(&src.trace.devices[d]),
+        name: src.name,
+        device: d,
+        capacity,
+        results,
+    })
+}
+
+/// `allocsim compare`.
+pub fn compare(a: &CompareArgs) -> Result<u8, Failure> {
+    let o = compare_outcome(a)?;
     if a.json {
-        print_json(&json!({
-            "schema": 1,
-            "capacity_bytes": capacity.bytes,
-            "capacity_source": capacity.source,
-            "capacity_inferred": capacity.inferred,
-            "capacity_note": capacity.note,
-            "live_peak_bytes": best.live_peak_bytes,
-            "offline_peak_bytes": best.offline_peak_bytes,
-            "results": results.iter().map(|r| replay_json(r, events, &capacity)).collect::<Vec<_>>(),
-        }));
+        print_json(&o.json());
         return Ok(0);
     }
+    let CompareOutcome {
+        name,
+        device: d,
+        events,
+        capacity,
+        best,
+        results,
+    } = o;
     crate::say!(
-        "{} — device {d}, {events} events, capacity {}",
-        src.name,
+        "{name} — device {d}, {events} events, capacity {}",
         capacity_text(capacity.bytes)
     );
     print_capacity_note(&capacity);
@@ -218,7 +258,7 @@ fn capacity_text(c: Option<u64>) -> String {
 #[derive(clap::Args, Debug)]
 pub struct MinCapacityArgs {
     #[command(flatten)]
-    source: Source,
+    pub(super) source: Source,
     /// The allocator model
     #[arg(long, default_value = "pytorch")]
     allocator: String,
@@ -235,8 +275,30 @@ pub struct MinCapacityArgs {
     json: bool,
 }
 
-/// `allocsim min-capacity`.
-pub fn min_capacity(a: &MinCapacityArgs) -> Result<u8, Failure> {
+/// The search `min-capacity` asks for, and what its output shows.
+pub struct MinCapacityOutcome {
+    name: String,
+    device: usize,
+    result: whatif::MinCapacity,
+}
+
+impl MinCapacityOutcome {
+    /// The `--json` object.
+    #[must_use]
+    pub fn json(&self) -> serde_json::Value {
+        let m = &self.result;
+        json!({
+            "schema": 1,
+            "allocator": m.allocator,
+            "config": m.config,
+            "min_capacity_bytes": m.min_capacity_bytes,
+            "unlimited_peak_reserved_bytes": m.unlimited_peak_reserved_bytes,
+        })
+    }
+}
+
+/// Runs the search `min-capacity` asks for.
+pub fn min_capacity_outcome(a: &MinCapacityArgs) -> Result<MinCapacityOutcome, Failure> {
     let spec = super::model_spec(&a.allocator, a.config.as_deref())?;
     let src = load_source(&a.source, None)?;
     let d = pick_device(&src.trace, a.trace_device)?;
@@ -246,26 +308,31 @@ pub fn min_capacity(a: &MinCapacityArgs) -> Result<u8, Failure> {
     })
     .map_err(|e| core_failure(&src.name, &e))?;
     drop(bar);
+    Ok(MinCapacityOutcome {
+        name: src.name,
+        device: d,
+        result: m,
+    })
+}
+
+/// `allocsim min-capacity`.
+pub fn min_capacity(a: &MinCapacityArgs) -> Result<u8, Failure> {
+    let o = min_capacity_outcome(a)?;
     if a.json {
-        print_json(&json!({
-            "schema": 1,
-            "allocator": m.allocator,
-            "config": m.config,
-            "min_capacity_bytes": m.min_capacity_bytes,
-            "unlimited_peak_reserved_bytes": m.unlimited_peak_reserved_bytes,
-        }));
+        print_json(&o.json());
         return Ok(0);
     }
+    let MinCapacityOutcome {
+        name,
+        device: d,
+        result: m,
+    } = o;
     let conf = if m.config.is_empty() {
         "defaults".to_string()
     } else {
         m.config.clone()
     };
-    crate::say!(
-        "{} — device {d}, {} (config: {conf})",
-        src.name,
-        m.allocator
-    );
+    crate::say!("{name} — device {d}, {} (config: {conf})", m.allocator);
     let mib = |b: u64| b >> 20;
     crate::say!(
         "  min capacity        {} ({} MiB = {} bytes; {} MiB runs out of memory)",
@@ -285,7 +352,7 @@ pub fn min_capacity(a: &MinCapacityArgs) -> Result<u8, Failure> {
 #[derive(clap::Args, Debug)]
 pub struct RecommendArgs {
     #[command(flatten)]
-    source: Source,
+    pub(super) source: Source,
     /// The memory the allocator may hold, e.g. 2.2GiB, or `none` (default: as recorded — inferred where the recording ran out of memory, else unlimited)
     #[arg(long, value_parser = parse_capacity_arg, value_name = "SIZE|none", allow_hyphen_values = true)]
     capacity: Option<CapacityArg>,
@@ -299,8 +366,38 @@ pub struct RecommendArgs {
     json: bool,
 }
 
-/// `allocsim recommend`.
-pub fn recommend(a: &RecommendArgs) -> Result<u8, Failure> {
+/// The sweep `recommend` asks for, and what its output shows.
+pub struct RecommendOutcome {
+    name: String,
+    device: usize,
+    events: usize,
+    capacity: CapacityChoice,
+    result: whatif::Recommendation,
+}
+
+impl RecommendOutcome {
+    /// The `--json` object.
+    #[must_use]
+    pub fn json(&self) -> serde_json::Value {
+        let (r, events, capacity) = (&self.result, self.events, &self.capacity);
+        json!({
+            "schema": 1,
+            "capacity_bytes": capacity.bytes,
+            "capacity_source": capacity.source,
+            "capacity_inferred": capacity.inferred,
+            "capacity_note": capacity.note,
+            "default": replay_json(&r.default, events, capacity),
+            "best": replay_json(&r.best, events, capacity),
+            "candidates_tried": r.candidates_tried,
+            "candidates_replayed": r.candidates_replayed,
+            "candidates_fitting": r.candidates_fitting,
+            "tradeoffs": r.tradeoffs.iter().map(|t| replay_json(t, events, capacity)).collect::<Vec<_>>(),
+        })
+    }
+}
+
+/// Runs the sweep `recommend` asks for.
+pub fn recommend_outcome(a: &RecommendArgs) -> Result<RecommendOutcome, Failure> {
     let (src, d, capacity) = load_with_capacity(&a.source, a.capacity, a.trace_device)?;
     let mut bar = Progress::new("recommend");
     let r = whatif::recommend_with(
@@ -312,26 +409,31 @@ pub fn recommend(a: &RecommendArgs) -> Result<u8, Failure> {
     )
     .map_err(|e| core_failure(&src.name, &e))?;
     drop(bar);
-    let events = src.trace.devices[d].events;
+    Ok(RecommendOutcome {
+        events: src.trace.devices[d].events,
+        name: src.name,
+        device: d,
+        capacity,
+        result: r,
+    })
+}
+
+/// `allocsim recommend`.
+pub fn recommend(a: &RecommendArgs) -> Result<u8, Failure> {
+    let o = recommend_outcome(a)?;
     if a.json {
-        print_json(&json!({
-            "schema": 1,
-            "capacity_bytes": capacity.bytes,
-            "capacity_source": capacity.source,
-            "capacity_inferred": capacity.inferred,
-            "capacity_note": capacity.note,
-            "default": replay_json(&r.default, events, &capacity),
-            "best": replay_json(&r.best, events, &capacity),
-            "candidates_tried": r.candidates_tried,
-            "candidates_replayed": r.candidates_replayed,
-            "candidates_fitting": r.candidates_fitting,
-            "tradeoffs": r.tradeoffs.iter().map(|t| replay_json(t, events, &capacity)).collect::<Vec<_>>(),
-        }));
+        print_json(&o.json());
         return Ok(0);
     }
+    let RecommendOutcome {
+        name,
+        device: d,
+        capacity,
+        result: r,
+        ..
+    } = o;
     crate::say!(
-        "{} — device {d}, capacity {}",
-        src.name,
+        "{name} — device {d}, capacity {}",
         capacity_text(capacity.bytes)
     );
     print_capacity_note(&capacity);
