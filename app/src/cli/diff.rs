@@ -58,7 +58,8 @@ fn measure(
         .map_err(|e| Failure::bad_input(format!("{name}: {e}")))
 }
 
-pub fn run(a: &Args) -> Result<u8, Failure> {
+/// Both runs measured and compared: what `--json` prints and the text reads.
+pub fn outcome(a: &Args) -> Result<Diff, Failure> {
     let given = a.capacity.unwrap_or_default().given_bytes();
     let sides = [(&a.a, a.config_a.as_ref()), (&a.b, a.config_b.as_ref())];
     let same = match (a.a.canonicalize(), a.b.canonicalize()) {
@@ -80,13 +81,23 @@ pub fn run(a: &Args) -> Result<u8, Failure> {
     let (Some(ra), Some(rb)) = (runs.next(), runs.next()) else {
         return Err(Failure::bad_input("diff: a run did not come back"));
     };
-    let d = diff::diff(ra?, rb?, a.align);
+    Ok(diff::diff(ra?, rb?, a.align))
+}
+
+/// The `--json` object of a diff.
+#[must_use]
+pub fn json(d: &Diff) -> Value {
+    let mut v = json!({"schema": 1});
+    if let (Value::Object(m), Ok(Value::Object(body))) = (&mut v, serde_json::to_value(d)) {
+        m.extend(body);
+    }
+    v
+}
+
+pub fn run(a: &Args) -> Result<u8, Failure> {
+    let d = outcome(a)?;
     if a.json {
-        let mut v = json!({"schema": 1});
-        if let (Value::Object(m), Ok(Value::Object(body))) = (&mut v, serde_json::to_value(&d)) {
-            m.extend(body);
-        }
-        print_json(&v);
+        print_json(&json(&d));
     } else {
         print_text(&d);
     }

@@ -87,7 +87,8 @@ fn read_rank(path: &Path, rank: u32, opts: &RankOptions) -> Result<RankRow, Stri
     ranks::rank(&name, rank, &bytes, opts).map_err(|e| format!("{name}: {e}"))
 }
 
-pub fn run(a: &Args) -> Result<u8, Failure> {
+/// Every rank read and replayed, together: what `--json` prints and the text reads.
+pub fn outcome(a: &Args) -> Result<RanksReport, Failure> {
     let opts = RankOptions {
         capacity: a.capacity.unwrap_or_default(),
         what_if: a.config.clone(),
@@ -116,14 +117,23 @@ pub fn run(a: &Args) -> Result<u8, Failure> {
         };
         return Err(Failure::bad_input(format!("{first}{others}")));
     }
-    let report = ranks::summarize(rows, &opts).map_err(|e| Failure::bad_input(e.to_string()))?;
+    ranks::summarize(rows, &opts).map_err(|e| Failure::bad_input(e.to_string()))
+}
+
+/// The `--json` object of a set of ranks.
+#[must_use]
+pub fn json(r: &RanksReport) -> Value {
+    let mut v = json!({"schema": 1});
+    if let (Value::Object(m), Ok(Value::Object(body))) = (&mut v, serde_json::to_value(r)) {
+        m.extend(body);
+    }
+    v
+}
+
+pub fn run(a: &Args) -> Result<u8, Failure> {
+    let report = outcome(a)?;
     if a.json {
-        let mut v = json!({"schema": 1});
-        if let (Value::Object(m), Ok(Value::Object(body))) = (&mut v, serde_json::to_value(&report))
-        {
-            m.extend(body);
-        }
-        print_json(&v);
+        print_json(&json(&report));
     } else {
         print_text(&report);
     }
