@@ -17,9 +17,9 @@ cargo clippy --workspace --all-targets --profile ci -- -D warnings
 
 step "without CUDA: native-backend and the CLI build, lint and test without the cuda feature"
 cargo clippy -p allocsim-native --all-targets --profile ci --no-default-features -- -D warnings
-cargo clippy -p allocsim-app --lib --bins --profile ci --no-default-features -- -D warnings
+cargo clippy -p allocsim-app --lib --bins --profile ci --no-default-features --features cli -- -D warnings
 cargo test -p allocsim-native --profile ci --no-default-features
-cargo test -p allocsim-app --profile ci --no-default-features --test cuda_replay_cli
+cargo test -p allocsim-app --profile ci --no-default-features --features cli --test cuda_replay_cli
 
 step "unit, property, corpus and CLI tests (optimized, debug assertions on)"
 cargo test --workspace --profile ci

@@ -11,7 +11,7 @@
 use std::time::{Duration, Instant};
 
 use allocsim_app::gui::io::EngineHandle;
-use allocsim_app::gui::timeline::Mode;
+use allocsim_app::gui::views::timeline::Mode;
 use allocsim_app::gui::{AllocsimApp, Tab};
 
 fn main() {

@@ -4,6 +4,12 @@
 
 use std::process::ExitCode;
 
+use allocsim_app::cli::{self, Desktop};
+
 fn main() -> ExitCode {
-    allocsim_app::cli::main()
+    #[cfg(feature = "gui")]
+    let desktop: Option<Desktop> = Some(allocsim_app::gui::run_native);
+    #[cfg(not(feature = "gui"))]
+    let desktop: Option<Desktop> = None;
+    cli::main(desktop)
 }

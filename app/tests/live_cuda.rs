@@ -5,8 +5,8 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use allocsim_app::gui::examples::OOM_STORY;
-use allocsim_app::gui::live::{LiveRequest, LiveSource, run_live};
+use allocsim_app::engine::examples::OOM_STORY;
+use allocsim_app::gui::views::live::{LiveRequest, LiveSource, run_live};
 use allocsim_native::{LiveState, LiveStatus, Message};
 
 fn oom_story(balloon: bool) -> LiveRequest {

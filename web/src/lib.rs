@@ -8,8 +8,8 @@
 mod entry {
     use std::cell::RefCell;
 
-    use allocsim_app::gui::engine::{Engine, wire};
-    use allocsim_app::gui::{AllocsimApp, Startup, examples};
+    use allocsim_app::engine::{Engine, examples, wire};
+    use allocsim_app::gui::{AllocsimApp, Startup};
     use wasm_bindgen::JsCast;
     use wasm_bindgen::prelude::*;
 

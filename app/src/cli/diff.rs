@@ -12,7 +12,7 @@ use allocsim_core::units::format_size;
 use serde_json::{Value, json};
 
 use super::{Failure, load_file, parse_capacity_arg, print_json};
-use crate::parallel::Threads;
+use crate::engine::parallel::Threads;
 
 /// At most this many sites in the text (the JSON has them all).
 const TEXT_SITES: usize = 12;

@@ -8,7 +8,7 @@ use serde_json::{Value, json};
 
 use super::progress::Progress;
 use super::replay::print_capacity_note;
-use super::whatif::{Source, load_source};
+use super::source::{Source, load_source};
 use super::{Failure, parse_capacity_arg, pick_device, print_json};
 
 #[derive(clap::Args, Debug)]
@@ -83,7 +83,7 @@ pub fn outcome(a: &Args) -> Result<Outcome, Failure> {
         &spec,
         capacity.bytes,
         opts,
-        &crate::parallel::Threads::all_cores(),
+        &crate::engine::parallel::Threads::all_cores(),
         &mut |done, total| bar.update(done, total),
     )
     .map_err(|e| Failure::bad_input(format!("{}: {e}", src.name)))?;

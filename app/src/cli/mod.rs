@@ -13,6 +13,7 @@ mod ranks;
 mod replay;
 mod serve;
 mod site;
+pub mod source;
 mod validate;
 mod whatif;
 
@@ -190,10 +191,10 @@ pub fn print_json(v: &serde_json::Value) {
     }
 }
 
-fn run(cli: Cli) -> Result<u8, Failure> {
+fn run(cli: Cli, desktop: Option<Desktop>) -> Result<u8, Failure> {
     match cli.command {
-        None => open_app(Vec::new()),
-        Some(Command::Open { files }) => open_app(files),
+        None => open_app(Vec::new(), desktop),
+        Some(Command::Open { files }) => open_app(files, desktop),
         Some(Command::Validate(a)) => validate::run(&a),
         Some(Command::Replay(a)) => replay::run(&a),
         Some(Command::CudaReplay(a)) => cuda_replay::run(&a),
@@ -208,36 +209,44 @@ fn run(cli: Cli) -> Result<u8, Failure> {
     }
 }
 
-#[cfg(feature = "gui")]
-fn open_app(files: Vec<PathBuf>) -> Result<u8, Failure> {
+/// The desktop app, when the binary has one: `allocsim` with no subcommand or `open FILE`
+/// runs it (two or more files: their Diff or Ranks view). The binary passes `gui::run_native`; the command line itself never names the
+/// GUI (the layers in ARCHITECTURE.md), and the Python package passes none.
+pub type Desktop = fn(Vec<PathBuf>) -> Result<(), String>;
+
+fn open_app(files: Vec<PathBuf>, desktop: Option<Desktop>) -> Result<u8, Failure> {
+    let Some(run_desktop) = desktop else {
+        return Err(Failure::unavailable(
+            "this build of allocsim has no desktop app (the Python wheel has none): `allocsim serve FILE` opens the web viewer in a browser, or build the allocsim-app crate with its `gui` feature",
+        ));
+    };
     for f in &files {
         // A file that cannot be read is bad input, before any window opens.
         std::fs::metadata(f)
             .map_err(|e| Failure::bad_input(format!("{}: cannot read: {e}", f.display())))?;
     }
-    crate::gui::run_native(files)
-        .map(|()| 0)
-        .map_err(Failure::unavailable)
+    run_desktop(files).map(|()| 0).map_err(Failure::unavailable)
 }
 
-#[cfg(not(feature = "gui"))]
-#[allow(clippy::needless_pass_by_value)] // same signature as the GUI build's
-fn open_app(files: Vec<PathBuf>) -> Result<u8, Failure> {
-    let _ = files;
-    Err(Failure::unavailable(
-        "this build of allocsim has no desktop app (the Python wheel has none): `allocsim serve FILE` opens the web viewer in a browser, or build the allocsim-app crate with its `gui` feature",
-    ))
-}
-
-/// Entry point of the binary.
+/// Entry point of the binary: the command line on the process's arguments, `desktop` for
+/// the commands that open the app.
 #[must_use]
-pub fn main() -> ExitCode {
-    ExitCode::from(main_from(std::env::args_os()))
+pub fn main(desktop: Option<Desktop>) -> ExitCode {
+    ExitCode::from(main_with(std::env::args_os(), desktop))
 }
 
-/// The command line run on `args` (the program's name first), in this process: what the
-/// binary does, returning its exit code (the Python package's `allocsim` command).
+/// The command line run on `args` (the program's name first), in this process, without a
+/// desktop app, returning its exit code (the Python package's `allocsim` command).
 pub fn main_from<I, T>(args: I) -> u8
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
+    main_with(args, None)
+}
+
+/// [`main_from`] with the desktop app `desktop` for `open`.
+pub fn main_with<I, T>(args: I, desktop: Option<Desktop>) -> u8
 where
     I: IntoIterator<Item = T>,
     T: Into<std::ffi::OsString> + Clone,
@@ -258,7 +267,7 @@ where
             return EXIT_BAD_INPUT;
         }
     };
-    let code = match run(cli) {
+    let code = match run(cli, desktop) {
         Ok(code) => code,
         Err(f) => {
             eprintln!("allocsim: {}", f.message);

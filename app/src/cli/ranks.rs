@@ -10,7 +10,7 @@ use allocsim_core::units::format_size;
 use serde_json::{Value, json};
 
 use super::{Failure, parse_capacity_arg, print_json};
-use crate::parallel::Threads;
+use crate::engine::parallel::Threads;
 
 #[derive(clap::Args, Debug)]
 pub struct Args {

@@ -5,7 +5,7 @@ use allocsim_core::replay::{ReplayOptions, ReplayResult};
 use allocsim_core::units::format_size;
 use serde_json::{Value, json};
 
-use super::whatif::{Source, load_source};
+use super::source::{Source, load_source};
 use super::{Failure, parse_capacity_arg, pick_device, print_json};
 
 #[derive(clap::Args, Debug)]

@@ -9,63 +9,18 @@
 //! `--workload SPEC` (a synthetic workload, `allocsim_core::workloads`) may stand instead of
 //! FILE. Long runs draw a progress bar on stderr; stdout carries only the result.
 
-use std::path::PathBuf;
-
 use allocsim_core::capacity::{CapacityArg, CapacityChoice};
 use allocsim_core::models::{ModelSpec, kind};
 use allocsim_core::replay::ReplayResult;
-use allocsim_core::trace::Trace;
 use allocsim_core::units::format_size;
-use allocsim_core::{offline, whatif, workloads};
+use allocsim_core::{offline, whatif};
 use serde_json::json;
 
 use super::progress::Progress;
 use super::replay::{print_capacity_note, replay_json};
-use super::{Failure, load_input, parse_capacity_arg, pick_device, print_json};
-use crate::parallel::Threads;
-
-/// FILE, or a synthetic workload in its place.
-#[derive(clap::Args, Debug, Clone)]
-pub struct Source {
-    /// A PyTorch snapshot (.pickle, .pickle.gz, .json, .json.gz; detected by content)
-    #[arg(required_unless_present = "workload", conflicts_with = "workload")]
-    pub file: Option<PathBuf>,
-    /// A synthetic workload instead of FILE, e.g. `train:steps=50,batch=8..32,seq=128..2048,seed=1`,
-    /// `kvcache:tokens=2000`, `oom-story`, `churn:events=1000000`
-    #[arg(long, value_name = "SPEC")]
-    pub workload: Option<String>,
-    /// The snapshot already in memory (the Python package): FILE is then only its name.
-    #[arg(skip)]
-    pub memory: Option<super::InMemory>,
-}
-
-/// A trace to run, and what to call it in messages.
-pub struct Loaded {
-    pub trace: Trace,
-    pub name: String,
-}
-
-/// Loads FILE (decoded and validated, `capacity` being the cap it ran under) or generates
-/// the workload. Errors name the file or the SPEC.
-pub fn load_source(src: &Source, capacity: Option<u64>) -> Result<Loaded, Failure> {
-    match (&src.file, &src.workload) {
-        (_, Some(spec)) => {
-            let trace = workloads::generate(spec).map_err(|e| Failure::bad_input(e.to_string()))?;
-            Ok(Loaded {
-                trace,
-                name: format!("workload {spec}"),
-            })
-        }
-        (Some(path), None) => {
-            let v = load_input(path, src.memory.as_ref(), capacity)?;
-            Ok(Loaded {
-                trace: v.trace,
-                name: path.display().to_string(),
-            })
-        }
-        (None, None) => Err(Failure::bad_input("give a FILE or --workload SPEC")),
-    }
-}
+use super::source::{Loaded, Source, load_source};
+use super::{Failure, parse_capacity_arg, pick_device, print_json};
+use crate::engine::parallel::Threads;
 
 fn core_failure(name: &str, e: &allocsim_core::Error) -> Failure {
     Failure::bad_input(format!("{name}: {e}"))

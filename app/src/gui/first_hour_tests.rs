@@ -8,9 +8,9 @@ use egui_kittest::kittest::Queryable;
 use egui_kittest::kittest::{NodeT, by};
 
 use super::Startup;
-use super::engine::wire::block_state;
-use super::memory_map::MapGeometry;
 use super::tests::{harness, has_text, settle};
+use crate::engine::wire::block_state;
+use crate::gui::views::map::MapGeometry;
 
 /// The OOM story as a file (it records stack frames), from the repository's real traces.
 const OOM_STORY_FILE: &str = concat!(
@@ -212,7 +212,7 @@ fn hovering_the_status_lines_fragmentation_gives_its_formula_and_numbers() {
     assert!(has_text(&h, &here), "{here}");
     // Nothing free: 0, as core/src/metrics.rs defines it.
     assert!(
-        super::panels::fragmentation_hover(1 << 30, 1 << 30, 0)
+        crate::gui::frame::fragmentation_hover(1 << 30, 1 << 30, 0)
             .ends_with("here: nothing is free, so 0%")
     );
 }
@@ -237,7 +237,7 @@ fn at_1440_px_the_compare_tab_fits_the_window_and_no_label_overlaps_the_bars() {
     let window = egui::Rect::from_min_size(egui::Pos2::ZERO, egui::vec2(1440.0, 900.0));
     let side = h.state().side_panel_width;
     assert!(
-        (side - super::panels::SIDE_PANEL_WIDTH).abs() < 1.0,
+        (side - crate::gui::frame::SIDE_PANEL_WIDTH).abs() < 1.0,
         "the side panel keeps its width with What would fit? listed: {side}"
     );
     // Nothing reaches past the window's right edge; the tab's widgets lie wholly inside.
@@ -286,7 +286,7 @@ fn at_1440_px_the_compare_tab_fits_the_window_and_no_label_overlaps_the_bars() {
 #[test]
 fn a_widened_side_panel_is_back_to_its_default_width_for_the_next_trace() {
     let mut h = harness_1440(Startup::File(OOM_STORY_FILE.into()));
-    let default = super::panels::SIDE_PANEL_WIDTH;
+    let default = crate::gui::frame::SIDE_PANEL_WIDTH;
     assert!((h.state().side_panel_width - default).abs() < 1.0);
     // The user drags the panel's edge 200 points to the right.
     let edge = h.get_by_role(Role::Splitter).rect().center();

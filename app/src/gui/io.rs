@@ -5,7 +5,7 @@
 
 use std::sync::{Arc, Mutex};
 
-use super::engine::wire::{Request, Response};
+use crate::engine::wire::{Request, Response};
 
 /// A file the user chose or dropped, or a download that finished.
 #[derive(Debug, Clone)]
@@ -72,7 +72,7 @@ impl std::fmt::Debug for EngineHandle {
 enum Inner {
     /// Requests run when polled, on the caller's thread (tests, benchmarks).
     Inline {
-        engine: Box<super::engine::Engine>,
+        engine: Box<crate::engine::Engine>,
         queue: Vec<Request>,
     },
     #[cfg(not(target_arch = "wasm32"))]
@@ -90,7 +90,7 @@ impl EngineHandle {
     pub fn inline() -> EngineHandle {
         EngineHandle {
             inner: Inner::Inline {
-                engine: Box::new(super::engine::Engine::new()),
+                engine: Box::new(crate::engine::Engine::new()),
                 queue: Vec::new(),
             },
         }
@@ -108,7 +108,7 @@ impl EngineHandle {
             let started = std::thread::Builder::new()
                 .name("allocsim-engine".into())
                 .spawn(move || {
-                    let mut engine = super::engine::Engine::new();
+                    let mut engine = crate::engine::Engine::new();
                     while let Ok(req) = req_rx.recv() {
                         // Only the newest layout request per slot matters while scrubbing.
                         let mut batch = vec![req];
@@ -567,7 +567,7 @@ mod web {
     use wasm_bindgen::JsCast;
     use wasm_bindgen::prelude::*;
 
-    use super::super::engine::wire::{self, Request, Response};
+    use crate::engine::wire::{self, Request, Response};
 
     /// The engine in a Web Worker (`worker.js` beside the page, same wasm).
     pub struct WorkerEngine {

@@ -9,10 +9,10 @@ use allocsim_native::{CudaReplayReport, DeviceInfo, LiveStatus, Message, Mode, U
 use egui_kittest::Harness;
 use egui_kittest::kittest::{NodeT, Queryable};
 
-use super::examples::OOM_STORY;
 use super::io::EngineHandle;
-use super::live::{LivePanel, LiveRun};
 use super::{AllocsimApp, Startup};
+use crate::engine::examples::OOM_STORY;
+use crate::gui::views::live::{LivePanel, LiveRun};
 
 const MIB: u64 = 1 << 20;
 

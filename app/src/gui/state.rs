@@ -7,10 +7,10 @@ use std::sync::Arc;
 
 use allocsim_core::metrics::Timeline;
 
-use super::engine::wire::{LayoutData, NO_OP, ReplayData, TraceData, block_state, format_frame};
 use super::envelope::Envelope;
 use super::render::{Quad, QuadSet};
 use super::theme;
+use crate::engine::wire::{LayoutData, NO_OP, ReplayData, TraceData, block_state, format_frame};
 
 /// Bytes per data unit on the byte axes of the GPU views (f32 keeps 24 bits: MiB units
 /// keep a 512-byte block distinct up to 8 TiB).
@@ -365,7 +365,7 @@ impl LayoutView {
 pub fn band_quads(
     trace: &TraceData,
     seconds: &[f64],
-    pick: &dyn Fn(&super::engine::wire::BandPiece) -> bool,
+    pick: &dyn Fn(&crate::engine::wire::BandPiece) -> bool,
     color: Option<egui::Color32>,
 ) -> Vec<Quad> {
     trace
@@ -382,7 +382,7 @@ pub fn band_quads(
 pub fn band_quad(
     trace: &TraceData,
     seconds: &[f64],
-    p: &super::engine::wire::BandPiece,
+    p: &crate::engine::wire::BandPiece,
     color: Option<egui::Color32>,
 ) -> Quad {
     let t = |x: u32| -> f32 {

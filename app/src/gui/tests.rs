@@ -6,10 +6,10 @@ use egui::accesskit::Role;
 use egui_kittest::Harness;
 use egui_kittest::kittest::{Queryable, by};
 
-use super::engine::wire::{NO_OP, block_state};
-use super::examples::{self, OOM_STORY};
 use super::io::EngineHandle;
 use super::{AllocsimApp, Startup, Tab};
+use crate::engine::examples::{self, OOM_STORY};
+use crate::engine::wire::{NO_OP, block_state};
 
 pub(super) fn harness(startup: Startup) -> Harness<'static, AllocsimApp> {
     let mut app = AllocsimApp::with_engine(EngineHandle::inline(), false);
@@ -478,7 +478,7 @@ fn what_if_lists_pytorch_settings_only_with_their_cost() {
     assert!(has_text(&h, "as recorded (defaults)"));
     assert!(has_text(
         &h,
-        &super::panels::format_driver_time(best.driver_time_us)
+        &crate::gui::views::oom::would_fit::format_driver_time(best.driver_time_us)
     ));
     // Only PyTorch settings: the other runtimes are on the Compare tab.
     assert!(
@@ -703,8 +703,8 @@ fn addresses_parse_as_hex() {
 
 #[test]
 fn band_quads_are_built_a_slice_per_call_and_published_as_they_double() {
-    use super::engine::wire::{BandPiece, TraceData};
     use super::state::{Document, band_quads};
+    use crate::engine::wire::{BandPiece, TraceData};
     let mut trace = TraceData::default();
     trace.bands.pieces = (0..300_000u32)
         .map(|i| BandPiece {

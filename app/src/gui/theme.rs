@@ -59,10 +59,10 @@ pub fn slot(i: usize) -> Color32 {
     SLOTS[i % SLOTS.len()]
 }
 
-/// The colour of a memory-map block state ([`crate::gui::engine::wire::block_state`]).
+/// The colour of a memory-map block state ([`crate::engine::wire::block_state`]).
 #[must_use]
 pub fn block(state: u8) -> Color32 {
-    use crate::gui::engine::wire::block_state;
+    use crate::engine::wire::block_state;
     match state {
         block_state::ALLOCATED => ALLOCATED,
         block_state::PENDING_FREE => PENDING_FREE,

@@ -20,33 +20,7 @@ pub use kind::{AllocatorKind, MODEL_NAMES, ModelSpec, ResolvedModel};
 use crate::device::Device;
 use crate::snapshot::Action;
 
-/// A private memory pool (`segment_pool_id`): CUDA-graph pools and `torch.cuda.MemPool`s.
-/// `PoolId::DEFAULT` (0, 0) is the default pools.
-#[derive(
-    Debug,
-    Clone,
-    Copy,
-    PartialEq,
-    Eq,
-    PartialOrd,
-    Ord,
-    Hash,
-    Default,
-    serde::Serialize,
-    serde::Deserialize,
-)]
-pub struct PoolId(pub u64, pub u64);
-
-impl PoolId {
-    /// The default pools.
-    pub const DEFAULT: PoolId = PoolId(0, 0);
-
-    /// Whether this is a private pool.
-    #[must_use]
-    pub fn is_private(self) -> bool {
-        self != PoolId::DEFAULT
-    }
-}
+pub use crate::trace::PoolId;
 
 /// One request to allocate.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -3,7 +3,6 @@
 
 use super::rounding::round_down;
 use crate::models::AllocatorKind;
-use crate::models::pytorch::PyTorchConfigError;
 
 /// A model and config that cannot be built: an unknown model, a key the model does not
 /// know, a value it cannot take, or a `PYTORCH_CUDA_ALLOC_CONF` PyTorch would reject.
@@ -53,9 +52,9 @@ pub enum ConfigError {
         high_key: &'static str,
         high: u64,
     },
-    /// PyTorch's parser refused it, in PyTorch's words.
-    #[error(transparent)]
-    PyTorch(#[from] PyTorchConfigError),
+    /// PyTorch's parser refused it, in PyTorch's words (`PyTorchConfigError`'s).
+    #[error("{0}")]
+    PyTorch(String),
 }
 
 fn known_list(known: &[&str]) -> String {

@@ -1,6 +1,7 @@
 //! PyTorch's allocator options (`PYTORCH_CUDA_ALLOC_CONF`), parsed as PyTorch 2.11 parses
 //! them (pytorch-allocator.md §2), and read from a snapshot's `allocator_settings`.
 
+use crate::models::ConfigError;
 use crate::snapshot::RawSettings;
 
 const MIB: u64 = 1 << 20;
@@ -63,6 +64,12 @@ impl Default for PyTorchConfig {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{0}")]
 pub struct PyTorchConfigError(pub String);
+
+impl From<PyTorchConfigError> for ConfigError {
+    fn from(e: PyTorchConfigError) -> ConfigError {
+        ConfigError::PyTorch(e.0)
+    }
+}
 
 fn tokens(s: &str) -> Vec<String> {
     let mut out = Vec::new();

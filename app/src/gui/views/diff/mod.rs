@@ -7,9 +7,9 @@ use allocsim_core::diff::{Align, Diff, DiffRun, format_delta};
 use allocsim_core::units::format_size;
 use egui::{Color32, Pos2, Rect, RichText, Stroke, Ui};
 
-use super::super::AllocsimApp;
-use super::super::engine::multi::CurveData;
-use super::super::theme;
+use crate::engine::wire::CurveData;
+use crate::gui::AllocsimApp;
+use crate::gui::theme;
 
 /// At most this many sites are listed (the largest growth first).
 const SITES_SHOWN: usize = 25;
@@ -69,7 +69,7 @@ pub fn diff_ui(ui: &mut Ui, app: &mut AllocsimApp) {
         }
         Some(Ok(data)) => {
             let d = &data.diff;
-            ui.label(RichText::new(super::drawable(&d.summary)).strong());
+            ui.label(RichText::new(crate::gui::views::multi::drawable(&d.summary)).strong());
             curves_ui(ui, d, &data.curves);
             egui::ScrollArea::vertical().show(ui, |ui| {
                 side_by_side_ui(ui, d);

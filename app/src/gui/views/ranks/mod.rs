@@ -6,8 +6,8 @@
 use allocsim_core::units::format_size;
 use egui::{RichText, Ui};
 
-use super::super::AllocsimApp;
-use super::super::theme;
+use crate::gui::AllocsimApp;
+use crate::gui::theme;
 
 pub fn ranks_ui(ui: &mut Ui, app: &mut AllocsimApp) {
     if app.multi.files.is_empty() {
@@ -43,8 +43,17 @@ pub fn ranks_ui(ui: &mut Ui, app: &mut AllocsimApp) {
         ui.colored_label(theme::BAD_TEXT, e);
     }
     if let Some(r) = &data.report {
-        ui.label(RichText::new(format!("{}.", super::drawable(&r.summary))).strong());
-        ui.label(format!("{}.", super::drawable(&r.what_if.sentence)));
+        ui.label(
+            RichText::new(format!(
+                "{}.",
+                crate::gui::views::multi::drawable(&r.summary)
+            ))
+            .strong(),
+        );
+        ui.label(format!(
+            "{}.",
+            crate::gui::views::multi::drawable(&r.what_if.sentence)
+        ));
         egui::Grid::new("ranks_table").striped(true).show(ui, |ui| {
             for h in [
                 "rank",
@@ -121,7 +130,11 @@ pub fn ranks_ui(ui: &mut Ui, app: &mut AllocsimApp) {
     for f in &data.failed {
         ui.colored_label(
             theme::BAD_TEXT,
-            format!("rank {} unreadable: {}", f.rank, super::drawable(&f.error)),
+            format!(
+                "rank {} unreadable: {}",
+                f.rank,
+                crate::gui::views::multi::drawable(&f.error)
+            ),
         );
     }
     if let Some(name) = open

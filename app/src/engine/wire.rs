@@ -170,11 +170,11 @@ pub enum Response {
     },
     Diffed {
         job: u64,
-        data: Box<super::multi::DiffData>,
+        data: Box<DiffData>,
     },
     Ranked {
         job: u64,
-        data: Box<super::multi::RanksData>,
+        data: Box<RanksData>,
     },
     /// The job failed; `message` is shown in the app as it is.
     Failed {
@@ -535,4 +535,34 @@ pub fn encode<T: Serialize>(msg: &T) -> Result<Vec<u8>, String> {
 /// Decodes a message [`encode`] made.
 pub fn decode<'a, T: Deserialize<'a>>(bytes: &'a [u8]) -> Result<T, String> {
     postcard::from_bytes(bytes).map_err(|e| format!("cannot decode a message: {e}"))
+}
+
+/// At most this many points of a run's curve cross to the UI.
+pub const CURVE_POINTS: usize = 2048;
+
+/// A run's curve on the common axis, reduced: each point the maximum of its bucket of ops
+/// (a peak is never lost), at the bucket's first position.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct CurveData {
+    pub x: Vec<f64>,
+    pub reserved_bytes: Vec<u64>,
+    pub allocated_bytes: Vec<u64>,
+}
+
+/// The answer to [`Request::Diff`].
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct DiffData {
+    pub diff: allocsim_core::diff::Diff,
+    /// A's and B's curves.
+    pub curves: [CurveData; 2],
+}
+
+/// The answer to [`Request::Ranks`]: the ranks that could be read, together, and those
+/// that could not (the app shows the others and marks these).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RanksData {
+    pub report: Option<allocsim_core::ranks::RanksReport>,
+    pub failed: Vec<allocsim_core::ranks::RankFailure>,
+    /// Why the readable ranks do not make one set (different devices), if so.
+    pub error: Option<String>,
 }

@@ -3,10 +3,10 @@
 
 use egui_kittest::kittest::Queryable;
 
-use super::super::Startup;
-use super::super::io::Opened;
-use super::super::tests::{harness, has_text, settle};
-use super::MultiView;
+use crate::gui::Startup;
+use crate::gui::io::Opened;
+use crate::gui::tests::{harness, has_text, settle};
+use crate::gui::views::multi::MultiView;
 
 fn opened(sub: &str, name: &str) -> Opened {
     let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -96,8 +96,8 @@ fn the_ranks_view_names_the_outlier_marks_the_unreadable_file_and_opens_a_rank()
 
 #[test]
 fn curves_map_onto_the_plot_with_the_highest_peak_at_the_top() {
-    use super::super::engine::multi::CurveData;
-    use super::diff::{extent, points_from_curve};
+    use crate::engine::wire::CurveData;
+    use crate::gui::views::diff::{extent, points_from_curve};
     let c = |x: &[f64], r: &[u64]| CurveData {
         x: x.to_vec(),
         reserved_bytes: r.to_vec(),

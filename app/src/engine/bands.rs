@@ -149,7 +149,7 @@ pub fn area(p: &BandPiece) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::gui::engine::wire::op_kind;
+    use crate::engine::wire::op_kind;
 
     /// Ops from a tiny script: `a(size)` allocates, `f(i)` frees the i-th alloc op.
     fn ops(script: &[(char, u64)]) -> OpsTable {

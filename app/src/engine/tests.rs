@@ -1,6 +1,6 @@
 use super::wire::{self, Request, Response, block_state};
 use super::*;
-use crate::gui::examples::{self, EXAMPLES, OOM_STORY};
+use crate::engine::examples::{self, EXAMPLES, OOM_STORY};
 
 fn run(engine: &mut Engine, req: Request) -> Vec<Response> {
     let mut out = Vec::new();
@@ -307,7 +307,10 @@ fn a_cancelled_what_if_stops_and_says_so() {
     work(&mut |r| out.push(r));
     match last(out) {
         Response::Failed { job: 9, message } => {
-            assert!(message.contains(crate::parallel::CANCELLED), "{message}");
+            assert!(
+                message.contains(crate::engine::parallel::CANCELLED),
+                "{message}"
+            );
         }
         other => panic!("{other:?}"),
     }

@@ -3,14 +3,16 @@
 //! ctrl+wheel (or a pinch) zooms the bytes, shift+wheel or a drag pans, a double-click
 //! fits the largest segment. Hovering a block shows what it holds and where it came from.
 
+pub mod tab;
+
 use std::fmt::Write as _;
 
 use egui::{Align2, Color32, FontId, Rect, Sense, Stroke, pos2};
 
-use super::engine::wire::{BlockView, NO_OP, block_state};
-use super::render::{self, Transform};
-use super::state::{Document, LayoutView, MIB, Row};
-use super::theme;
+use crate::engine::wire::{BlockView, NO_OP, block_state};
+use crate::gui::render::{self, Transform};
+use crate::gui::state::{Document, LayoutView, MIB, Row};
+use crate::gui::theme;
 use allocsim_core::units::format_size;
 
 /// Fraction of a row's pitch a segment bar fills (the rest is the gap below it).

@@ -6,8 +6,37 @@
 //! Built by [`crate::validate::annotate`], which replays the recording through the
 //! PyTorch model on the recorded device to infer what the file does not say.
 
-use crate::models::PoolId;
 use crate::snapshot::{RawEvent, RawSnapshot, StackId};
+
+pub mod evidence;
+
+/// A private memory pool (`segment_pool_id`): CUDA-graph pools and `torch.cuda.MemPool`s.
+/// `PoolId::DEFAULT` (0, 0) is the default pools.
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    Default,
+    serde::Serialize,
+    serde::Deserialize,
+)]
+pub struct PoolId(pub u64, pub u64);
+
+impl PoolId {
+    /// The default pools.
+    pub const DEFAULT: PoolId = PoolId(0, 0);
+
+    /// Whether this is a private pool.
+    #[must_use]
+    pub fn is_private(self) -> bool {
+        self != PoolId::DEFAULT
+    }
+}
 
 /// What a request does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -106,7 +135,7 @@ pub struct DeviceTrace {
     /// simulated device follows (kept here so a replay need not scan every event).
     pub segment_events: Vec<RawEvent>,
     /// What the recording says about the memory capacity it ran under.
-    pub capacity: crate::capacity::CapacityEvidence,
+    pub capacity: evidence::CapacityEvidence,
 }
 
 impl DeviceTrace {

@@ -24,8 +24,8 @@ use allocsim_native::{
 };
 use egui::{RichText, Ui};
 
-use super::theme;
-use super::timeline::Overlay;
+use crate::gui::theme;
+use crate::gui::views::timeline::Overlay;
 
 /// Where the open trace came from: the live run rebuilds it on its own thread (the
 /// engine's copy lives on the engine's thread).
@@ -399,7 +399,7 @@ pub enum LiveAction {
 }
 
 /// The side panel's section: the panel, and what its buttons do to the app.
-pub(super) fn live_section_ui(ui: &mut Ui, app: &mut super::AllocsimApp) {
+pub(crate) fn live_section_ui(ui: &mut Ui, app: &mut crate::gui::AllocsimApp) {
     let open = egui::CollapsingHeader::new("Live CUDA replay")
         .id_salt("live_cuda")
         .default_open(false)

@@ -1,48 +1,17 @@
 //! The engine's work on several snapshots at once, independent of the loaded trace: the
 //! diff of two runs and a set of ranks (core's `diff` and `ranks`), decoded and replayed in
-//! parallel ([`crate::parallel::map_local`]: every core natively, in order in the web
+//! parallel ([`crate::engine::parallel::map_local`]: every core natively, in order in the web
 //! worker). What crosses to the UI: core's own report types, and each diff run's curve
 //! reduced to at most [`CURVE_POINTS`] points.
 
 use allocsim_core::capacity::CapacityArg;
-use allocsim_core::diff::{self, Align, Diff, DiffRun};
+use allocsim_core::diff::{self, Align, DiffRun};
 use allocsim_core::models::ModelSpec;
-use allocsim_core::ranks::{self, RankFailure, RankOptions, RankRow, RanksReport};
+use allocsim_core::ranks::{self, RankFailure, RankOptions, RankRow};
 use allocsim_core::session;
-use serde::{Deserialize, Serialize};
 
-use super::wire::{NamedBytes, Request, Response};
-use crate::parallel;
-
-/// At most this many points of a run's curve cross to the UI.
-pub const CURVE_POINTS: usize = 2048;
-
-/// A run's curve on the common axis, reduced: each point the maximum of its bucket of ops
-/// (a peak is never lost), at the bucket's first position.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct CurveData {
-    pub x: Vec<f64>,
-    pub reserved_bytes: Vec<u64>,
-    pub allocated_bytes: Vec<u64>,
-}
-
-/// The answer to [`Request::Diff`].
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct DiffData {
-    pub diff: Diff,
-    /// A's and B's curves.
-    pub curves: [CurveData; 2],
-}
-
-/// The answer to [`Request::Ranks`]: the ranks that could be read, together, and those
-/// that could not (the app shows the others and marks these).
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct RanksData {
-    pub report: Option<RanksReport>,
-    pub failed: Vec<RankFailure>,
-    /// Why the readable ranks do not make one set (different devices), if so.
-    pub error: Option<String>,
-}
+use super::wire::{CURVE_POINTS, CurveData, DiffData, NamedBytes, RanksData, Request, Response};
+use crate::engine::parallel;
 
 /// Runs a [`Request::Diff`] or [`Request::Ranks`]; any other request is ignored.
 pub fn handle(req: Request, emit: &mut dyn FnMut(Response)) {

@@ -5,9 +5,9 @@
 
 use egui::{Align2, Color32, FontId, Pos2, Rect, Sense, Shape, Stroke, pos2};
 
-use super::render::{self, Transform};
-use super::state::{Document, MIB};
-use super::theme;
+use crate::gui::render::{self, Transform};
+use crate::gui::state::{Document, MIB};
+use crate::gui::theme;
 use allocsim_core::units::format_size;
 
 /// What the timeline draws.
@@ -375,7 +375,7 @@ pub fn timeline_ui(
             // Quads are built largest first over a few frames: draw those built so far.
             let drawn = bands
                 .pieces
-                .partition_point(|p| super::engine::bands::area(p) >= min_area)
+                .partition_point(|p| crate::engine::bands::area(p) >= min_area)
                 .min(doc.bands.len());
             st.bands_drawn = drawn;
             let t = Transform {
@@ -731,7 +731,7 @@ fn envelope_points(
     st: &TimelineState,
     doc: &Document,
     xm: &XMap,
-    env: &super::envelope::Envelope,
+    env: &crate::gui::envelope::Envelope,
     to_y: &dyn Fn(f32) -> f32,
 ) -> Vec<Pos2> {
     let w = xm.rect.width().max(1.0) as usize;
@@ -900,7 +900,7 @@ fn hover_tooltip(
                 theme::AXIS_TEXT,
             ));
             if let Some(&f) = ops.link.get(a)
-                && f != super::engine::wire::NO_OP
+                && f != crate::engine::wire::NO_OP
             {
                 lines.push((
                     format!(

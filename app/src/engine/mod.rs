@@ -1,11 +1,13 @@
 //! The engine: everything slow the app does — decoding a snapshot, replaying it under
 //! each compared configuration, rebuilding the layout at the cursor — behind a message
 //! interface, so it runs off the UI thread: on a thread natively, in a Web Worker in the
-//! browser ([`crate::gui::io`]). It holds the trace and the replays (with their
+//! browser (the GUI's `io` module). It holds the trace and the replays (with their
 //! checkpoints); the UI holds the plain data the engine sends ([`wire`]).
 
 pub mod bands;
+pub mod examples;
 pub mod multi;
+pub mod parallel;
 pub mod wire;
 
 use std::collections::BTreeMap;
@@ -21,7 +23,7 @@ use allocsim_core::trace::{DeviceTrace, OpKind, Trace};
 use allocsim_core::validate::DeviceReport;
 use allocsim_core::{session, whatif, workloads};
 
-use crate::parallel::{self, Cancellable};
+use parallel::Cancellable;
 use wire::{
     AddressHit, BlockView, LayoutData, NO_OP, OomData, OpsTable, ReplayData, ReplaySummary,
     Request, Response, SegmentView, StackTable, TraceData, WhatIfData, WhatIfRow, block_state,

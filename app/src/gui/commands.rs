@@ -1,0 +1,162 @@
+//! Keyboard shortcuts, File > Open, and the exports (CSV, JSON).
+
+use crate::gui::state;
+use crate::gui::{AllocsimApp, PathPrompt};
+
+pub(crate) fn stem(name: &str) -> String {
+    let base = name.rsplit(['/', '\\']).next().unwrap_or(name);
+    base.split('.').next().unwrap_or(base).to_string()
+}
+
+pub(crate) fn sanitize(s: &str) -> String {
+    s.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}
+
+impl AllocsimApp {
+    /// File > Open: the file dialog, or the path field where the dialog could not open.
+    pub fn open_file(&mut self, ctx: &egui::Context) {
+        match &self.dialog_unavailable {
+            Some(reason) => {
+                let reason = reason.clone();
+                self.path_prompt.get_or_insert_with(|| PathPrompt {
+                    reason,
+                    text: String::new(),
+                });
+            }
+            None => (self.file_dialog)(ctx, &self.inbox),
+        }
+    }
+
+    /// Opens the path typed in the path field; the field stays while the path cannot be
+    /// read.
+    pub fn open_typed_path(&mut self, ctx: &egui::Context) {
+        let Some(p) = &self.path_prompt else { return };
+        if p.text.trim().is_empty() {
+            return;
+        }
+        match crate::gui::io::read_path(&p.text) {
+            Ok(f) => {
+                self.path_prompt = None;
+                self.inbox.push(ctx, Ok(f));
+            }
+            Err(e) => self.errors.push(e),
+        }
+    }
+
+    /// Handles the keyboard: arrows step one event, PageUp/PageDown jump, Home/End.
+    pub(crate) fn keys(&mut self, ctx: &egui::Context) {
+        if ctx.egui_wants_keyboard_input() {
+            return;
+        }
+        let Some(doc) = &self.doc else { return };
+        let n = doc.trace.ops.len() as i64;
+        if n == 0 {
+            return;
+        }
+        let (lo, hi) = self.timeline.visible(doc);
+        let (a, b) = (
+            self.timeline.op_at_x(doc, lo),
+            self.timeline.op_at_x(doc, hi),
+        );
+        let page = (i64::from(b.saturating_sub(a)) / 10).max(1);
+        let mut c = i64::from(self.cursor);
+        ctx.input(|i| {
+            for e in &i.events {
+                if let egui::Event::Key {
+                    key,
+                    pressed: true,
+                    modifiers,
+                    ..
+                } = e
+                {
+                    let step = if modifiers.shift { 10 } else { 1 };
+                    match key {
+                        egui::Key::ArrowRight => c += step,
+                        egui::Key::ArrowLeft => c -= step,
+                        egui::Key::PageDown => c += page,
+                        egui::Key::PageUp => c -= page,
+                        egui::Key::Home => c = 0,
+                        egui::Key::End => c = n - 1,
+                        _ => {}
+                    }
+                }
+            }
+        });
+        let c = c.clamp(0, n - 1) as u32;
+        if c != self.cursor {
+            self.cursor = c;
+            self.timeline.reveal(doc, c);
+        }
+    }
+
+    pub(crate) fn export_csv(&self) {
+        let Some(doc) = &self.doc else { return };
+        let Some(s) = doc.slots.first() else { return };
+        let Some(r) = &s.replay else { return };
+        let mut tl = state::timeline_of(&r.data);
+        tl.time_us = doc.trace.ops.time_us[..tl.len().min(doc.trace.ops.len())].to_vec();
+        tl.time_us.resize(tl.len(), 0);
+        let name = format!(
+            "{}_{}_timeline.csv",
+            stem(&doc.trace.name),
+            sanitize(&s.spec)
+        );
+        crate::gui::io::save_file(&name, tl.to_csv().into_bytes());
+    }
+
+    /// The compare summary as JSON (the fields of `allocsim compare --json`).
+    #[must_use]
+    pub fn compare_json(&self) -> Option<String> {
+        let doc = self.doc.as_ref()?;
+        let results: Vec<serde_json::Value> = doc
+            .slots
+            .iter()
+            .filter_map(|s| {
+                let r = s.replay.as_ref()?;
+                let mut v = serde_json::to_value(&r.data.summary).ok()?;
+                if let Some(o) = v.as_object_mut() {
+                    o.insert("spec".into(), serde_json::Value::String(s.spec.clone()));
+                    o.insert(
+                        "events".into(),
+                        serde_json::Value::from(
+                            doc.trace
+                                .devices
+                                .get(doc.trace.device as usize)
+                                .map_or(0, |d| d.0),
+                        ),
+                    );
+                }
+                Some(v)
+            })
+            .collect();
+        let c = &self.config.capacity;
+        let v = serde_json::json!({
+            "schema": 1,
+            "file": doc.trace.name,
+            "device": doc.trace.device,
+            "capacity_bytes": c.bytes,
+            "capacity_source": c.source,
+            "capacity_inferred": c.inferred,
+            "capacity_note": c.note,
+            "results": results,
+        });
+        serde_json::to_string_pretty(&v).ok()
+    }
+
+    pub(crate) fn export_json(&self) {
+        if let (Some(doc), Some(json)) = (&self.doc, self.compare_json()) {
+            crate::gui::io::save_file(
+                &format!("{}_compare.json", stem(&doc.trace.name)),
+                json.into_bytes(),
+            );
+        }
+    }
+}

@@ -1,0 +1,530 @@
+//! The app's side of the engine's messages: what each response changes, and the requests
+//! the UI sends (replays, layouts, searches).
+
+use crate::engine::examples::{self, Example};
+use crate::engine::wire::{Request, Response};
+use crate::gui::render::QuadSet;
+use crate::gui::state::{self, Document, LayoutView, ReplayView, Slot};
+use crate::gui::views::map::tab::{blocker_picker, highlighter};
+use crate::gui::views::oom::would_fit::{Runtimes, WhatIf};
+use crate::gui::views::oom::{Explained, oom_at};
+use crate::gui::views::search::SearchState;
+use crate::gui::{AllocsimApp, Opening, PathPrompt};
+use allocsim_core::capacity::CapacityArg;
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+impl AllocsimApp {
+    /// Replays the compared configurations that changed (after a config or capacity
+    /// change); a slot whose spec and capacity stay keeps its replay.
+    pub fn resimulate(&mut self) {
+        let specs = self.config.specs();
+        let cap = self.config.capacity_bytes();
+        let Some(doc) = &mut self.doc else { return };
+        let mut old: Vec<Option<Slot>> = std::mem::take(&mut doc.slots)
+            .into_iter()
+            .map(Some)
+            .collect();
+        for (i, spec) in specs.iter().enumerate() {
+            let kept = old.get_mut(i).and_then(|o| {
+                o.take_if(|s| s.spec == *spec && s.capacity_bytes == cap && s.replay.is_some())
+            });
+            doc.slots.push(match kept {
+                Some(mut s) => {
+                    s.layout_job = None;
+                    s
+                }
+                None => Slot::new(spec.clone(), cap),
+            });
+        }
+        for i in specs.len()..old.len() {
+            self.engine.send(Request::DropSlot { slot: i as u32 });
+        }
+        self.request_replays();
+    }
+
+    /// Sends a replay for every slot without one.
+    pub(crate) fn request_replays(&mut self) {
+        let n = self.doc.as_ref().map_or(0, |d| d.slots.len());
+        for i in 0..n {
+            let needs = self
+                .doc
+                .as_ref()
+                .is_some_and(|d| d.slots[i].replay.is_none() && d.slots[i].replay_job.is_none());
+            if needs {
+                let job = self.job();
+                if let Some(doc) = &mut self.doc {
+                    let s = &mut doc.slots[i];
+                    s.replay_job = Some(job);
+                    s.error = None;
+                    let req = Request::Replay {
+                        job,
+                        slot: i as u32,
+                        spec: s.spec.clone(),
+                        capacity_bytes: s.capacity_bytes,
+                    };
+                    self.engine.send(req);
+                }
+            }
+        }
+        self.peak_sites = None;
+    }
+
+    /// With the main configuration out of memory, asks what would have fit at the capacity
+    /// (the what-if) and the smallest capacity of each configuration, once per capacity:
+    /// an OOM trace opens with its explanation complete, without a click.
+    pub(crate) fn explain_main_oom(&mut self) {
+        let main_oom = self.doc.as_ref().is_some_and(|d| {
+            d.slots.first().is_some_and(|s| {
+                s.replay
+                    .as_ref()
+                    .is_some_and(|r| !r.data.summary.ooms.is_empty())
+            })
+        });
+        if !main_oom {
+            return;
+        }
+        let cap = self.config.capacity_bytes();
+        if self
+            .what_if
+            .as_ref()
+            .is_none_or(|w| w.capacity_bytes != cap)
+        {
+            self.request_what_if();
+        }
+        self.request_min_capacities();
+        self.request_explanation();
+    }
+
+    /// Asks the engine to explain the main configuration's OOM the panel shows (the last
+    /// at or before the cursor, else the first), once per configuration, capacity and OOM.
+    pub(crate) fn request_explanation(&mut self) {
+        let Some(s) = self.doc.as_ref().and_then(|d| d.slots.first()) else {
+            return;
+        };
+        let Some(r) = &s.replay else { return };
+        let ooms = &r.data.summary.ooms;
+        if ooms.is_empty() {
+            return;
+        }
+        let o = &ooms[oom_at(ooms, self.cursor)];
+        let key = (s.spec.clone(), s.capacity_bytes, o.event_index);
+        if self.explained.as_ref().is_some_and(|x| x.key == key) {
+            return;
+        }
+        let job = self.job();
+        self.engine.send(Request::Explain {
+            job,
+            spec: key.0.clone(),
+            capacity_bytes: key.1,
+            at_event: key.2,
+        });
+        self.explained = Some(Explained {
+            key,
+            job,
+            answer: None,
+            blocker_allocs: BTreeSet::new(),
+        });
+        self.refresh_highlight();
+    }
+
+    /// Handles what the engine and the I/O sent since last frame.
+    pub fn pump(&mut self, ctx: &egui::Context) {
+        for item in self.inbox.take() {
+            match item {
+                Ok(f) => {
+                    let ex = examples::by_file(&f.name);
+                    let cap = ex.and_then(Example::cap_bytes);
+                    let cmp: &[&str] = ex.map_or(&[], |e| e.compare_with);
+                    let opening = Opening::new(CapacityArg::AsRecorded, cap, cmp);
+                    self.open(f.name, f.bytes, opening);
+                }
+                Err(e) => self.errors.push(e),
+            }
+        }
+        for reason in self.inbox.take_dialog_failures() {
+            log::info!("the file dialog could not open ({reason}); offering a path field");
+            self.path_prompt = Some(PathPrompt {
+                reason: reason.clone(),
+                text: String::new(),
+            });
+            self.dialog_unavailable = Some(reason);
+        }
+        let dropped = ctx.input(|i| i.raw.dropped_files.clone());
+        // Several files at once start a Diff (two) or Ranks (more); one file dropped on
+        // either view is one more snapshot of it.
+        if dropped.len() >= 2 {
+            crate::gui::views::multi::start(self, dropped.len());
+        }
+        for f in dropped {
+            let inbox = if self.multi.view.is_some() {
+                &self.multi.inbox
+            } else {
+                &self.inbox
+            };
+            crate::gui::io::read_dropped(ctx, inbox, f);
+        }
+        crate::gui::views::multi::pump(self);
+        for r in self.engine.poll() {
+            self.on_response(r);
+        }
+        self.explain_main_oom();
+        self.request_layouts();
+    }
+
+    pub(crate) fn on_response(&mut self, r: Response) {
+        let job = r.job();
+        if let Some((pj, ..)) = &self.progress
+            && *pj == job
+            && !matches!(r, Response::Progress { .. })
+        {
+            self.progress = None;
+        }
+        let Some(r) = crate::gui::views::multi::on_response(self, r) else {
+            return;
+        };
+        match r {
+            Response::Progress {
+                job,
+                stage,
+                fraction,
+            } => {
+                if let Some(w) = &mut self.what_if
+                    && w.job == job
+                {
+                    if w.cancelled {
+                        return;
+                    }
+                    w.progress = Some((stage.clone(), fraction));
+                }
+                self.progress = Some((job, stage, fraction));
+            }
+            Response::Loaded { job, trace } => {
+                if self.load_job != Some(job) {
+                    return;
+                }
+                self.load_job = None;
+                #[cfg(feature = "cuda")]
+                self.live.loaded();
+                self.timeline.overlays.clear();
+                // A new file sets the configuration; another device of the same file keeps
+                // it, its capacity as recorded being that device's.
+                if let Some(o) = self.opening.take() {
+                    self.side_panel_reset = true;
+                    self.config.model = "pytorch".into();
+                    self.config.conf.clear();
+                    self.config.compare = o.compare;
+                    self.config.program_cap_bytes = o.program_cap_bytes;
+                    self.config
+                        .set_capacity(o.capacity, trace.recorded_capacity.as_ref());
+                } else {
+                    self.config
+                        .resolve_capacity(trace.recorded_capacity.as_ref());
+                }
+                self.what_if = None;
+                self.runtimes = None;
+                self.explained = None;
+                // The band quads are built once the stacked view is shown, a slice per
+                // frame (`build_bands`).
+                self.doc = Some(Document::new(Arc::new(*trace)));
+                self.cursor = 0;
+                self.cursor_pending = true;
+                // The new document's first layout is marked even at the op marked last.
+                self.marked_layout = None;
+                self.timeline.view = None;
+                if self.timeline.axis == crate::gui::views::timeline::Axis::Time
+                    && self.doc.as_ref().is_some_and(|d| d.seconds.is_empty())
+                {
+                    self.timeline.axis = crate::gui::views::timeline::Axis::Events;
+                }
+                self.map = crate::gui::views::map::MapState::default();
+                self.search = SearchState {
+                    text: self.search.text.clone(),
+                    ..SearchState::default()
+                };
+                self.selected_alloc = None;
+                self.bands_highlight = QuadSet::default();
+                self.resimulate();
+                self.apply_search();
+                let job = self.job();
+                if let Some(doc) = &mut self.doc {
+                    doc.bounds_job = Some(job);
+                }
+                self.engine.send(Request::Bounds { job });
+            }
+            Response::Replayed { job, slot, replay } => {
+                let Some(doc) = &mut self.doc else { return };
+                let Some(s) = doc.slots.get_mut(slot as usize) else {
+                    return;
+                };
+                if s.replay_job != Some(job) {
+                    return;
+                }
+                s.replay_job = None;
+                s.replay = Some(ReplayView::new(*replay));
+                s.layout = None;
+                if slot == 0 && self.cursor_pending {
+                    // On the first OOM (recorded or not), else at the peak.
+                    self.cursor_pending = false;
+                    let r = s.replay.as_ref();
+                    self.cursor = r
+                        .and_then(|r| r.data.summary.ooms.first().map(|o| o.op_index))
+                        .or(r.map(|r| r.peak_op))
+                        .unwrap_or(0);
+                }
+                if slot == 0 {
+                    self.peak_sites = None;
+                }
+            }
+            Response::Layout { job, slot, layout } => {
+                let Some(doc) = &mut self.doc else { return };
+                let trace = doc.trace.clone();
+                let Some(s) = doc.slots.get_mut(slot as usize) else {
+                    return;
+                };
+                if s.layout_job.map(|(j, _)| j) != Some(job) {
+                    return;
+                }
+                s.layout_job = None;
+                let hl = highlighter(&trace, &self.search, self.selected_alloc);
+                let data = *layout;
+                let mut view = LayoutView::new(data, &hl);
+                if slot == 0 {
+                    view.set_blockers(&blocker_picker(self.explained.as_ref()));
+                }
+                s.layout = Some(view);
+            }
+            Response::AddressHits { job, hits, .. } => {
+                if self.search.job == Some(job) {
+                    self.search.job = None;
+                    self.search.hits = hits;
+                }
+            }
+            Response::MinCapacity { job, slot, bytes } => {
+                if let Some(s) = self
+                    .doc
+                    .as_mut()
+                    .and_then(|d| d.slots.get_mut(slot as usize))
+                    && s.min_capacity_job == Some(job)
+                {
+                    s.min_capacity_job = None;
+                    s.min_capacity = Some(Ok(bytes));
+                }
+            }
+            Response::WhatIf { job, answer } => {
+                if let Some(w) = &mut self.what_if
+                    && w.job == job
+                    && !w.cancelled
+                {
+                    w.progress = None;
+                    w.answer = Some(*answer);
+                }
+            }
+            Response::Runtimes { job, rows } => {
+                if let Some(r) = &mut self.runtimes
+                    && r.job == job
+                {
+                    r.rows = Some(Ok(rows));
+                }
+            }
+            Response::Explained {
+                job,
+                op_index,
+                explanation,
+            } => {
+                let Some(x) = &mut self.explained else { return };
+                if x.job != job {
+                    return;
+                }
+                if let Some(doc) = &self.doc {
+                    x.blocker_allocs = explanation
+                        .blockers
+                        .iter()
+                        .flat_map(|b| &b.events)
+                        .filter_map(|&e| state::op_of_event(&doc.trace, e))
+                        .filter(|&op| doc.trace.ops.is_alloc(op as usize))
+                        .collect();
+                }
+                x.answer = Some(Ok((op_index, explanation)));
+                self.refresh_highlight();
+            }
+            Response::Bounds { job, bounds } => {
+                if let Some(doc) = &mut self.doc
+                    && doc.bounds_job == Some(job)
+                {
+                    doc.bounds_job = None;
+                    doc.bounds = Some(bounds);
+                }
+            }
+            // Taken by the Diff and Ranks views above.
+            Response::Diffed { .. } | Response::Ranked { .. } => {}
+            Response::Failed { job, message } => {
+                if self.load_job == Some(job) {
+                    self.load_job = None;
+                    self.opening = None;
+                    self.errors.push(message);
+                    return;
+                }
+                if self.search.job == Some(job) {
+                    self.search.job = None;
+                }
+                if let Some(w) = &mut self.what_if
+                    && w.job == job
+                {
+                    w.progress = None;
+                    if !w.cancelled {
+                        w.error = Some(message);
+                    }
+                    return;
+                }
+                if let Some(r) = &mut self.runtimes
+                    && r.job == job
+                {
+                    r.rows = Some(Err(message));
+                    return;
+                }
+                if let Some(x) = &mut self.explained
+                    && x.job == job
+                {
+                    x.answer = Some(Err(message));
+                    return;
+                }
+                if let Some(doc) = &mut self.doc
+                    && doc.bounds_job == Some(job)
+                {
+                    doc.bounds_job = None;
+                    return;
+                }
+                if let Some(doc) = &mut self.doc {
+                    for s in &mut doc.slots {
+                        if s.replay_job == Some(job) {
+                            s.replay_job = None;
+                            s.error = Some(message.clone());
+                            self.errors.push(message.clone());
+                        }
+                        if s.min_capacity_job == Some(job) {
+                            s.min_capacity_job = None;
+                            s.min_capacity = Some(Err(message.clone()));
+                        }
+                        if s.layout_job.map(|(j, _)| j) == Some(job) {
+                            s.layout_job = None;
+                            s.error = Some(message.clone());
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Asks for the layout at the cursor of every slot whose layout is stale (one request
+    /// in flight per slot: while scrubbing, the newest cursor wins).
+    pub(crate) fn request_layouts(&mut self) {
+        let cursor = self.cursor;
+        let mut reqs = Vec::new();
+        if let Some(doc) = &self.doc {
+            for (i, s) in doc.slots.iter().enumerate() {
+                if s.replay.is_some()
+                    && s.layout_job.is_none()
+                    && s.error.is_none()
+                    && s.layout.as_ref().is_none_or(|l| l.data.op != cursor)
+                {
+                    reqs.push(i);
+                }
+            }
+        }
+        for i in reqs {
+            let job = self.job();
+            if let Some(doc) = &mut self.doc {
+                doc.slots[i].layout_job = Some((job, cursor));
+            }
+            self.engine.send(Request::Layout {
+                job,
+                slot: i as u32,
+                op: cursor,
+            });
+        }
+    }
+
+    /// Asks for the min capacity of every replayed slot that lacks one (the compare table).
+    pub fn request_min_capacities(&mut self) {
+        let n = self.doc.as_ref().map_or(0, |d| d.slots.len());
+        for i in 0..n {
+            let spec = match self.doc.as_ref().map(|d| &d.slots[i]) {
+                Some(s)
+                    if s.replay.is_some()
+                        && s.min_capacity.is_none()
+                        && s.min_capacity_job.is_none() =>
+                {
+                    s.spec.clone()
+                }
+                _ => continue,
+            };
+            let job = self.job();
+            if let Some(doc) = &mut self.doc {
+                doc.slots[i].min_capacity_job = Some(job);
+            }
+            self.engine.send(Request::MinCapacity {
+                job,
+                slot: i as u32,
+                spec,
+            });
+        }
+    }
+
+    /// Asks which configurations would fit under the current capacity.
+    pub fn request_what_if(&mut self) {
+        let job = self.job();
+        let capacity_bytes = self.config.capacity_bytes();
+        self.what_if = Some(WhatIf {
+            job,
+            capacity_bytes,
+            progress: None,
+            answer: None,
+            cancelled: false,
+            error: None,
+        });
+        self.engine.send(Request::WhatIf {
+            job,
+            capacity_bytes,
+        });
+    }
+
+    /// Stops the what-if sweep in flight (natively the engine skips the replays not yet
+    /// started; the browser's worker finishes it, and its answer is dropped).
+    pub fn cancel_what_if(&mut self) {
+        if let Some(w) = &mut self.what_if
+            && w.running()
+        {
+            w.cancelled = true;
+            w.progress = None;
+            if self.progress.as_ref().is_some_and(|p| p.0 == w.job) {
+                self.progress = None;
+            }
+            self.engine.send(Request::Cancel { job: w.job });
+        }
+    }
+
+    /// Asks for the other runtimes under the current capacity (the Compare tab), once per
+    /// capacity.
+    pub fn request_runtimes(&mut self) {
+        let capacity_bytes = self.config.capacity_bytes();
+        if self.doc.is_none()
+            || self
+                .runtimes
+                .as_ref()
+                .is_some_and(|r| r.capacity_bytes == capacity_bytes)
+        {
+            return;
+        }
+        let job = self.job();
+        self.runtimes = Some(Runtimes {
+            job,
+            capacity_bytes,
+            rows: None,
+        });
+        self.engine.send(Request::Runtimes {
+            job,
+            capacity_bytes,
+        });
+    }
+}
