@@ -3,8 +3,8 @@
 #
 # Takes the wheel from .carry/ (scripts/build-wheel.sh .carry), makes a venv with
 # --system-site-packages (torch comes from the system; python3.12 when it has torch), installs the
-# wheel, runs a real training script (tests/gpu/oom_train.py: an MLP trained with a batch
-# that doubles each step, under a 6 GiB per-process cap) with allocsim.torch.on_oom()
+# wheel, runs a real training script (tests/gpu/frag_train.py: an MLP trained on batches of
+# varying size under a 2.2 GiB per-process cap, which fragments) with allocsim.torch.on_oom()
 # installed until it runs out of memory, then `allocsim validate` and `allocsim explain`
 # on the snapshot it dumped. Everything goes to $OUT (default /tmp/allocsim-gpu-python):
 # run.log, the snapshot (gzip) and its sidecar JSON. Well under 5 minutes.
@@ -24,6 +24,10 @@ done
 [ -n "$py" ] || { echo "no python3.12 or python3 with torch"; exit 2; }
 venv=$(mktemp -d)/venv
 "$py" -m venv --system-site-packages "$venv" || exit 1
+# Where torch lives in a venv of its own (the GPU machine's /opt/torch/.venv), a venv made
+# from it sees only the base interpreter's packages: a .pth file adds the outer venv's.
+"$py" -c 'import site; print("\n".join(site.getsitepackages()))' \
+  > "$("$venv/bin/python" -c 'import site; print(site.getsitepackages()[0])')/outer-site.pth"
 "$venv/bin/pip" install -q --no-index --no-deps "$wheel" || exit 1
 echo "== $("$venv/bin/python" --version), torch $("$venv/bin/python" -c 'import torch; print(torch.__version__, torch.cuda.get_device_name(0))'), $(basename "$wheel")"
 nvidia-smi --query-gpu=name,memory.total,memory.used --format=csv,noheader
@@ -31,7 +35,7 @@ dumps="$out/oom"
 rm -rf "$dumps"
 echo "== the training script (expected to end in torch.OutOfMemoryError)"
 t0=$(date +%s)
-"$venv/bin/python" tests/gpu/oom_train.py --dir "$dumps"
+"$venv/bin/python" tests/gpu/frag_train.py --dir "$dumps" --cap-gib 2.2
 echo "== training exit code $? ($(($(date +%s) - t0)) s, the OOM analysis included)"
 snap=$(ls "$dumps"/oom-*.pickle 2>/dev/null | head -1)
 [ -n "$snap" ] || { echo "no snapshot was dumped"; exit 1; }

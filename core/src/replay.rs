@@ -248,6 +248,31 @@ impl OpStepper {
         }
     }
 
+    /// A stepper at op `from` of a replay of `trace` whose outcomes were `outcomes` (a
+    /// checkpoint's `ops_done`): each alloc before `from` holds what the replay served it,
+    /// a recorded OOM or a refused alloc nothing — so frees after `from` find their block.
+    #[must_use]
+    pub fn resume(
+        trace: &DeviceTrace,
+        outcomes: &[Outcome],
+        from: usize,
+        preloaded: bool,
+    ) -> OpStepper {
+        let mut s = OpStepper::new(trace, preloaded);
+        for (k, op) in trace.ops.iter().enumerate().take(from) {
+            if let OpKind::Alloc { recorded_oom, .. } = op.kind {
+                match outcomes.get(k) {
+                    Some(Outcome::Served(a)) => {
+                        s.addrs[k] = *a;
+                        s.dead[k] = recorded_oom;
+                    }
+                    _ => s.dead[k] = true,
+                }
+            }
+        }
+        s
+    }
+
     /// Applies op `k` of `trace` to `model` on `device`; the model's events go to `out`.
     pub fn step<M: Allocator + ?Sized>(
         &mut self,
@@ -523,57 +548,10 @@ pub fn layout_at(trace: &DeviceTrace, result: &ReplayResult, ops_done: usize) ->
     let mut model = cp.model.clone_box();
     let mut device = cp.device.clone();
     let mut out = Vec::new();
-    let mut addrs: std::collections::HashMap<u32, u64> = std::collections::HashMap::new();
-    let served = |k: usize| match result.outcomes.get(k) {
-        Some(Outcome::Served(a)) => Some(*a),
-        _ => None,
-    };
+    let mut stepper = OpStepper::resume(trace, &result.outcomes, cp.ops_done, result.preloaded);
     for k in cp.ops_done..ops_done.min(trace.ops.len()) {
         out.clear();
-        match trace.ops[k].kind {
-            OpKind::Alloc { .. }
-                if k < trace.initial_ops && served(k).is_some() && result.preloaded => {}
-            OpKind::Alloc {
-                size_bytes,
-                stream,
-                pool,
-                recorded_oom,
-                restored,
-            } => {
-                let req = AllocRequest {
-                    size_bytes,
-                    stream,
-                    pool,
-                };
-                let at = trace.ops[k].recorded_addr;
-                if let Ok(a) = serve_alloc(&mut *model, &mut device, &req, restored, at, &mut out) {
-                    addrs.insert(k as u32, a);
-                    if recorded_oom {
-                        let _ = model.free(&mut device, a, false, &mut out);
-                    }
-                }
-            }
-            OpKind::Free { alloc, deferred } => {
-                if let Some(a) = addrs
-                    .get(&alloc)
-                    .copied()
-                    .or_else(|| served(alloc as usize))
-                {
-                    let _ = model.free(&mut device, a, deferred, &mut out);
-                }
-            }
-            OpKind::CompleteFree { alloc } => {
-                if let Some(a) = addrs
-                    .get(&alloc)
-                    .copied()
-                    .or_else(|| served(alloc as usize))
-                {
-                    let _ = model.complete_free(&mut device, a, &mut out);
-                }
-            }
-            OpKind::EmptyCache => model.empty_cache(&mut device, &mut out),
-            OpKind::ReleasePool { pool } => model.release_pool(pool),
-        }
+        stepper.step(trace, k, &mut *model, &mut device, &mut out);
     }
     Some(model.layout())
 }

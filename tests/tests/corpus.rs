@@ -320,3 +320,56 @@ fn tempdir_with_traces(n: usize) -> std::path::PathBuf {
     }
     dir
 }
+
+/// `layout_at` (a checkpoint, then the ops after it through a resumed `OpStepper`) equals
+/// the model stepped straight from the start, at ops on both sides of checkpoints, on every
+/// repository trace as recorded: OOMs the program caught, wrapped ring buffers (a preloaded
+/// start state), expandable segments, CUDA-graph pools.
+#[test]
+fn layout_at_equals_a_straight_replay_on_every_repo_trace() {
+    use allocsim_core::replay::{OpStepper, layout_at};
+    let spec = ModelSpec::parse("pytorch").unwrap();
+    for t in repo_traces() {
+        let v = session::load(&std::fs::read(&t.path).unwrap(), t.cap_bytes).unwrap();
+        let capacity = session::capacity(&v.trace, 0, CapacityArg::AsRecorded).bytes;
+        let dt = &v.trace.devices[0];
+        let r = session::replay_device(
+            &v.trace,
+            0,
+            &spec,
+            capacity,
+            ReplayOptions {
+                checkpoint_every: 64,
+                ..ReplayOptions::default()
+            },
+        )
+        .unwrap();
+        let (mut model, mut dev, preloaded) =
+            session::start_model(&v.trace, 0, &spec, capacity).unwrap();
+        let mut stepper = OpStepper::new(dt, preloaded);
+        let mut out = Vec::new();
+        let n = r.ops_done;
+        let wanted: Vec<usize> = [0, 1, 63, 64, 65, 130, n / 3, n / 2, n.saturating_sub(1), n]
+            .into_iter()
+            .filter(|&k| k <= n)
+            .collect();
+        let mut compared = 0;
+        for k in 0..=n {
+            if wanted.contains(&k) {
+                let straight = model.layout();
+                assert_eq!(
+                    layout_at(dt, &r, k).unwrap(),
+                    straight,
+                    "{}: layout after {k} ops",
+                    t.name
+                );
+                compared += 1;
+            }
+            if k < n {
+                out.clear();
+                stepper.step(dt, k, &mut *model, &mut dev, &mut out);
+            }
+        }
+        assert!(compared >= 3, "{}: {compared} layouts compared", t.name);
+    }
+}

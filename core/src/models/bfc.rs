@@ -37,6 +37,7 @@ use super::common::{self, Arena, FreeKey, State, device_bytes, round_down, round
 use super::common::{ArenaPolicy, Block, Refusal};
 use super::{AllocRequest, ModelEvent};
 use crate::device::Device;
+use crate::models::common::policy::arena_accessors;
 use crate::units::format_size;
 
 /// `kMinAllocationSize`.
@@ -322,17 +323,7 @@ impl BfcModel {
 impl ArenaPolicy for BfcModel {
     const KIND: AllocatorKind = AllocatorKind::Bfc;
 
-    fn arena(&self) -> &Arena {
-        &self.arena
-    }
-
-    fn arena_mut(&mut self) -> &mut Arena {
-        &mut self.arena
-    }
-
-    fn canonical_config(&self) -> String {
-        self.cfg.canonical()
-    }
+    arena_accessors!(cfg);
 
     #[inline]
     fn find(

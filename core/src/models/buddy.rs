@@ -22,6 +22,7 @@ use super::common::{self, Arena, FreeKey, State};
 use super::common::{ArenaPolicy, Block, Refusal};
 use super::{AllocRequest, ModelEvent};
 use crate::device::Device;
+use crate::models::common::policy::arena_accessors;
 use crate::units::format_size;
 
 /// The options a config string sets.
@@ -175,17 +176,7 @@ impl BuddyModel {
 impl ArenaPolicy for BuddyModel {
     const KIND: AllocatorKind = AllocatorKind::Buddy;
 
-    fn arena(&self) -> &Arena {
-        &self.arena
-    }
-
-    fn arena_mut(&mut self) -> &mut Arena {
-        &mut self.arena
-    }
-
-    fn canonical_config(&self) -> String {
-        self.cfg.canonical()
-    }
+    arena_accessors!(cfg);
 
     #[inline]
     fn find(

@@ -26,6 +26,7 @@ use super::common::{self, Arena, FreeKey, PAGE_BYTES, State, device_bytes, round
 use super::common::{ArenaPolicy, Block, Refusal};
 use super::{AllocRequest, ModelEvent};
 use crate::device::Device;
+use crate::models::common::policy::arena_accessors;
 use crate::units::format_size;
 
 /// The packing step inside a page (and the rounding of every request).
@@ -57,13 +58,7 @@ impl CudaMallocModel {
 impl ArenaPolicy for CudaMallocModel {
     const KIND: AllocatorKind = AllocatorKind::CudaMalloc;
 
-    fn arena(&self) -> &Arena {
-        &self.arena
-    }
-
-    fn arena_mut(&mut self) -> &mut Arena {
-        &mut self.arena
-    }
+    arena_accessors!();
 
     fn canonical_config(&self) -> String {
         String::new()

@@ -26,6 +26,7 @@
 //!
 //! Config keys: `arena_size_mb` (unset: half the device memory free at the first request).
 
+use crate::models::common::policy::arena_accessors;
 use std::collections::BTreeMap;
 
 use super::AllocatorKind;
@@ -457,13 +458,7 @@ impl RmmArenaModel {
 impl ArenaPolicy for RmmArenaModel {
     const KIND: AllocatorKind = AllocatorKind::RmmArena;
 
-    fn arena(&self) -> &Arena {
-        &self.arena
-    }
-
-    fn arena_mut(&mut self) -> &mut Arena {
-        &mut self.arena
-    }
+    arena_accessors!();
 
     fn canonical_config(&self) -> String {
         self.arena_bytes_cfg

@@ -29,6 +29,7 @@ use super::common::{self, Arena, FreeKey, State, device_bytes};
 use super::common::{ArenaPolicy, Block, Refusal};
 use super::{AllocRequest, ModelEvent};
 use crate::device::Device;
+use crate::models::common::policy::arena_accessors;
 use crate::units::format_size;
 
 /// Segment tag of an upstream (over-the-largest-bin) allocation.
@@ -249,17 +250,7 @@ impl RmmBinningModel {
 impl ArenaPolicy for RmmBinningModel {
     const KIND: AllocatorKind = AllocatorKind::RmmBinning;
 
-    fn arena(&self) -> &Arena {
-        &self.arena
-    }
-
-    fn arena_mut(&mut self) -> &mut Arena {
-        &mut self.arena
-    }
-
-    fn canonical_config(&self) -> String {
-        self.cfg.canonical()
-    }
+    arena_accessors!(cfg);
 
     #[inline]
     fn find(

@@ -34,6 +34,7 @@ use super::common::{self, Arena, FreeKey, State, device_bytes, round_up};
 use super::common::{ArenaPolicy, Block, Refusal};
 use super::{AllocRequest, ModelEvent};
 use crate::device::Device;
+use crate::models::common::policy::arena_accessors;
 use crate::units::format_size;
 
 /// `CUDA_ALLOCATION_ALIGNMENT`.
@@ -288,17 +289,7 @@ impl RmmPoolModel {
 impl ArenaPolicy for RmmPoolModel {
     const KIND: AllocatorKind = AllocatorKind::RmmPool;
 
-    fn arena(&self) -> &Arena {
-        &self.arena
-    }
-
-    fn arena_mut(&mut self) -> &mut Arena {
-        &mut self.arena
-    }
-
-    fn canonical_config(&self) -> String {
-        self.cfg.canonical()
-    }
+    arena_accessors!(cfg);
 
     #[inline]
     fn find(

@@ -31,6 +31,7 @@ use super::common::{self, Arena, FreeKey, PAGE_BYTES, State, round_up};
 use super::common::{ArenaPolicy, Block, Refusal};
 use super::{AllocRequest, ModelEvent};
 use crate::device::Device;
+use crate::models::common::policy::arena_accessors;
 use crate::units::format_size;
 
 /// Size granularity.
@@ -219,17 +220,7 @@ impl TlsfModel {
 impl ArenaPolicy for TlsfModel {
     const KIND: AllocatorKind = AllocatorKind::Tlsf;
 
-    fn arena(&self) -> &Arena {
-        &self.arena
-    }
-
-    fn arena_mut(&mut self) -> &mut Arena {
-        &mut self.arena
-    }
-
-    fn canonical_config(&self) -> String {
-        self.cfg.canonical()
-    }
+    arena_accessors!(cfg);
 
     #[inline]
     fn find(

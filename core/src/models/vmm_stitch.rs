@@ -33,6 +33,7 @@
 //!
 //! Config keys: none.
 
+use crate::models::common::policy::arena_accessors;
 use std::collections::BTreeSet;
 
 use super::AllocatorKind;
@@ -303,13 +304,7 @@ impl VmmStitchModel {
 impl ArenaPolicy for VmmStitchModel {
     const KIND: AllocatorKind = AllocatorKind::VmmStitch;
 
-    fn arena(&self) -> &Arena {
-        &self.arena
-    }
-
-    fn arena_mut(&mut self) -> &mut Arena {
-        &mut self.arena
-    }
+    arena_accessors!();
 
     fn canonical_config(&self) -> String {
         String::new()

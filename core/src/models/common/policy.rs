@@ -59,6 +59,28 @@ impl Refusal {
     }
 }
 
+/// The accessors every arena model writes alike, inside its `impl ArenaPolicy`: its
+/// `arena` field, and with `cfg` its config's canonical string (`self.cfg.canonical()`).
+macro_rules! arena_accessors {
+    () => {
+        fn arena(&self) -> &$crate::models::common::arena::Arena {
+            &self.arena
+        }
+
+        fn arena_mut(&mut self) -> &mut $crate::models::common::arena::Arena {
+            &mut self.arena
+        }
+    };
+    ($cfg:ident) => {
+        $crate::models::common::policy::arena_accessors!();
+
+        fn canonical_config(&self) -> String {
+            self.$cfg.canonical()
+        }
+    };
+}
+pub(crate) use arena_accessors;
+
 /// What an arena model decides; [`Allocator`] follows from it (`impl<P: ArenaPolicy>
 /// Allocator for P`). Object safety is the [`Allocator`]'s: this trait is only ever used
 /// through its generic impl.
