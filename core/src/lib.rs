@@ -5,10 +5,12 @@
 pub mod capacity;
 pub mod cost;
 pub mod device;
+pub mod diff;
 pub mod explain;
 pub mod impossible;
 pub mod models;
 pub mod offline;
+pub mod ranks;
 pub mod snapshot;
 pub mod start;
 pub mod trace;

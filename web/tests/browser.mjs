@@ -5,7 +5,8 @@
 // built-in example and emits its first-full-frame marker; the canvas is not blank; a real
 // snapshot dropped on the canvas is shown; arrow keys change the shown event (the layout
 // marker); a big snapshot loads without a frozen frame; `?trace=<url>` opens that trace; a
-// broken file leaves the app working; no request leaves the local server (the page works
+// broken file leaves the app working; several snapshots dropped at once open the Diff (two)
+// and Ranks (four) views with the right answers; no request leaves the local server (the page works
 // offline from the built folder); no console error in the page or its worker.
 // Screenshots, the console and the figures go to --out.
 //
@@ -26,6 +27,24 @@ import {
   dropFile,
   dropBytes,
 } from "./lib.mjs";
+
+/// Drops the files at `paths` on the canvas in one drop (one DataTransfer).
+async function dropMany(page, paths) {
+  const files = paths.map((p) => [Buffer.from(readFileSync(p)).toString("base64"), p.split("/").pop()]);
+  return page.evaluate((files) => {
+    const dt = new DataTransfer();
+    for (const [b64, name] of files) {
+      const bin = atob(b64);
+      const bytes = new Uint8Array(bin.length);
+      for (let i = 0; i < bin.length; i++) bytes[i] = bin.charCodeAt(i);
+      dt.items.add(new File([bytes], name));
+    }
+    const canvas = document.getElementById("allocsim_canvas");
+    for (const type of ["dragenter", "dragover", "drop"]) {
+      canvas.dispatchEvent(new DragEvent(type, { dataTransfer: dt, bubbles: true, cancelable: true }));
+    }
+  }, files);
+}
 
 const url = arg("--url");
 const site = arg("--site");
@@ -171,7 +190,22 @@ try {
   await waitFrame(page, `ready:${SMALL}`);
   log("a broken file left the app working");
 
-  // 6. `?trace=<url>` opens that trace.
+  // 6. Several snapshots dropped at once: two make a Diff, four a set of Ranks (the
+  // repository's recordings of issue 18), replayed in the worker.
+  const repoTraces = join(process.cwd(), "tests", "traces");
+  await dropMany(page, ["diff_train_bs256", "diff_train_bs1024"].map((n) => join(repoTraces, "diff", `${n}.pickle.gz`)));
+  // B peaks 159,383,552 B higher; the input x grew by (1024 - 256) * 4096 * 4 bytes.
+  await waitFrame(page, `diff:159383552:${(1024 - 256) * 4096 * 4}`);
+  const s6 = await shot(page, "6-diff.png");
+  if (s6.colours < 20 || s6.differing < 0.05) fail("the canvas looks blank in the Diff view");
+  log("two snapshots dropped at once: the Diff names the input that grew by 12 MiB");
+  await dropMany(page, [0, 1, 2, 3].map((r) => join(repoTraces, "ranks", `ddp4_rank${r}.pickle.gz`)));
+  await waitFrame(page, "ranks:4:outlier=2:failed=0");
+  const s7 = await shot(page, "7-ranks.png");
+  if (s7.colours < 20 || s7.differing < 0.05) fail("the canvas looks blank in the Ranks view");
+  log("four snapshots dropped at once: Ranks names rank 2 as the outlier");
+
+  // 7. `?trace=<url>` opens that trace.
   const byUrl = await context.newPage();
   byUrl.on("console", (m) => {
     s.console.push(`[?trace ${m.type()}] ${m.text()}`);
@@ -180,8 +214,8 @@ try {
   byUrl.on("pageerror", (e) => s.errors.push("?trace page error: " + e.message));
   await byUrl.goto(`${url}?trace=${encodeURIComponent(`${origin}/test-traces/${BY_URL}`)}`, { waitUntil: "load" });
   await waitFrame(byUrl, `ready:${BY_URL}`);
-  const s6 = await shot(byUrl, "6-query-trace.png");
-  if (s6.colours < 20 || s6.differing < 0.05) fail(`the canvas looks blank after ?trace=…/${BY_URL}`);
+  const s8 = await shot(byUrl, "8-query-trace.png");
+  if (s8.colours < 20 || s8.differing < 0.05) fail(`the canvas looks blank after ?trace=…/${BY_URL}`);
   log(`?trace= opened ${await byUrl.evaluate(() => document.body.getAttribute("data-allocsim-frame"))}`);
   await byUrl.close();
 } catch (e) {

@@ -5,9 +5,11 @@
 pub mod api;
 mod cuda_cost;
 mod cuda_replay;
+mod diff;
 mod explain;
 pub mod output;
 mod progress;
+mod ranks;
 mod replay;
 mod serve;
 mod site;
@@ -69,8 +71,11 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
-    /// Open the desktop app on FILE
-    Open { file: PathBuf },
+    /// Open the desktop app on FILE (two files: their Diff; more: one per rank, the Ranks view)
+    Open {
+        #[arg(required = true, value_name = "FILE")]
+        files: Vec<PathBuf>,
+    },
     /// Replay a snapshot through the PyTorch model on the recorded device and compare every event
     Validate(validate::Args),
     /// Replay the requests of FILE through a model on the simulated device
@@ -87,6 +92,10 @@ enum Command {
     Recommend(whatif::RecommendArgs),
     /// Why a request did not fit: the holes, the blocks that pin them, what would have fit
     Explain(explain::Args),
+    /// Two runs on a common axis: the peaks, what changed at the peak by allocation site, the settings that differ
+    Diff(diff::Args),
+    /// One snapshot per rank: a row each, the outlier, a what-if setting on every rank
+    Ranks(ranks::Args),
     /// Serve the web viewer on 127.0.0.1 with FILE open (for a remote machine: ssh -L)
     Serve(serve::Args),
 }
@@ -184,8 +193,8 @@ pub fn print_json(v: &serde_json::Value) {
 
 fn run(cli: Cli, desktop: Option<Desktop>) -> Result<u8, Failure> {
     match cli.command {
-        None => open_app(None, desktop),
-        Some(Command::Open { file }) => open_app(Some(file), desktop),
+        None => open_app(Vec::new(), desktop),
+        Some(Command::Open { files }) => open_app(files, desktop),
         Some(Command::Validate(a)) => validate::run(&a),
         Some(Command::Replay(a)) => replay::run(&a),
         Some(Command::CudaReplay(a)) => cuda_replay::run(&a),
@@ -194,27 +203,29 @@ fn run(cli: Cli, desktop: Option<Desktop>) -> Result<u8, Failure> {
         Some(Command::MinCapacity(a)) => whatif::min_capacity(&a),
         Some(Command::Recommend(a)) => whatif::recommend(&a),
         Some(Command::Explain(a)) => explain::run(&a),
+        Some(Command::Diff(a)) => diff::run(&a),
+        Some(Command::Ranks(a)) => ranks::run(&a),
         Some(Command::Serve(a)) => serve::run(&a),
     }
 }
 
 /// The desktop app, when the binary has one: `allocsim` with no subcommand or `open FILE`
-/// runs it. The binary passes `gui::run_native`; the command line itself never names the
+/// runs it (two or more files: their Diff or Ranks view). The binary passes `gui::run_native`; the command line itself never names the
 /// GUI (the layers in ARCHITECTURE.md), and the Python package passes none.
-pub type Desktop = fn(Option<PathBuf>) -> Result<(), String>;
+pub type Desktop = fn(Vec<PathBuf>) -> Result<(), String>;
 
-fn open_app(file: Option<PathBuf>, desktop: Option<Desktop>) -> Result<u8, Failure> {
+fn open_app(files: Vec<PathBuf>, desktop: Option<Desktop>) -> Result<u8, Failure> {
     let Some(run_desktop) = desktop else {
         return Err(Failure::unavailable(
             "this build of allocsim has no desktop app (the Python wheel has none): `allocsim serve FILE` opens the web viewer in a browser, or build the allocsim-app crate with its `gui` feature",
         ));
     };
-    if let Some(f) = &file {
+    for f in &files {
         // A file that cannot be read is bad input, before any window opens.
         std::fs::metadata(f)
             .map_err(|e| Failure::bad_input(format!("{}: cannot read: {e}", f.display())))?;
     }
-    run_desktop(file).map(|()| 0).map_err(Failure::unavailable)
+    run_desktop(files).map(|()| 0).map_err(Failure::unavailable)
 }
 
 /// Entry point of the binary: the command line on the process's arguments, `desktop` for

@@ -6,6 +6,7 @@
 
 pub mod bands;
 pub mod examples;
+pub mod multi;
 pub mod parallel;
 pub mod wire;
 
@@ -146,7 +147,9 @@ impl Engine {
             req @ (Request::WhatIf { .. }
             | Request::Runtimes { .. }
             | Request::Explain { .. }
-            | Request::Bounds { .. }) => {
+            | Request::Bounds { .. }
+            | Request::Diff { .. }
+            | Request::Ranks { .. }) => {
                 // Run here, in order (the web worker, tests); natively the host runs it
                 // beside the engine.
                 if let Ok(work) = self.detached(req) {
@@ -454,6 +457,11 @@ impl Engine {
         let cache = self.cache.clone();
         let generation = self.cache.lock().map_or(0, |c| c.generation);
         match req {
+            req @ (Request::Diff { .. } | Request::Ranks { .. }) => {
+                Ok(Box::new(move |emit: &mut dyn FnMut(Response)| {
+                    multi::handle(req, emit);
+                }))
+            }
             Request::MinCapacity { job, slot, spec } => {
                 Ok(Box::new(move |emit: &mut dyn FnMut(Response)| {
                     let r = min_capacity_response(trace.as_deref(), device, job, slot, &spec, emit);

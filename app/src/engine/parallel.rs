@@ -64,6 +64,41 @@ impl whatif::Runner for Threads {
     }
 }
 
+impl Threads {
+    /// `job(i)` for every `i` in `0..n` on up to `threads` threads (each takes the next
+    /// index as it finishes one), the results in index order: for work other than one
+    /// replay, e.g. a whole rank (decode, replays) of `allocsim ranks`.
+    pub fn map<T: Send>(&self, n: usize, job: &(dyn Fn(usize) -> T + Sync)) -> Vec<T> {
+        if self.threads <= 1 || n <= 1 {
+            return (0..n).map(job).collect();
+        }
+        let next = AtomicUsize::new(0);
+        let mut out: Vec<Option<T>> = (0..n).map(|_| None).collect();
+        std::thread::scope(|s| {
+            let (tx, rx) = mpsc::channel();
+            for _ in 0..self.threads.min(n) {
+                let tx = tx.clone();
+                let next = &next;
+                s.spawn(move || {
+                    loop {
+                        let i = next.fetch_add(1, Ordering::Relaxed);
+                        if i >= n || tx.send((i, job(i))).is_err() {
+                            break;
+                        }
+                    }
+                });
+            }
+            drop(tx);
+            for (i, r) in rx {
+                out[i] = Some(r);
+            }
+        });
+        // Every index was sent once: the scope joined every thread, and a thread that
+        // panicked re-raises its panic there.
+        out.into_iter().flatten().collect()
+    }
+}
+
 /// The runner for this platform: every core natively, one replay after the other in wasm
 /// (a Web Worker has no threads of its own).
 #[must_use]
@@ -72,6 +107,16 @@ pub fn local() -> Box<dyn whatif::Runner + Sync> {
         Box::new(whatif::InOrder)
     } else {
         Box::new(Threads::all_cores())
+    }
+}
+
+/// `job(i)` for every `i` in `0..n`, on every core natively, one after the other in wasm
+/// (as [`local`]); the results in index order.
+pub fn map_local<T: Send>(n: usize, job: &(dyn Fn(usize) -> T + Sync)) -> Vec<T> {
+    if cfg!(target_arch = "wasm32") {
+        (0..n).map(job).collect()
+    } else {
+        Threads::all_cores().map(n, job)
     }
 }
 

@@ -68,6 +68,28 @@ pub enum Request {
     Workload { job: u64, spec: String },
     /// The smallest capacity (2 MiB grid) on which `spec` runs the trace.
     MinCapacity { job: u64, slot: u32, spec: String },
+    /// Two snapshots compared (`allocsim diff`): B under `config_b` when given (PyTorch's
+    /// defaults plus it), else its own settings. Independent of the loaded trace.
+    Diff {
+        job: u64,
+        /// A and B.
+        files: Box<[NamedBytes; 2]>,
+        align: allocsim_core::diff::Align,
+        config_b: Option<String>,
+    },
+    /// One snapshot per rank (`allocsim ranks`), the what-if `what_if` on every rank.
+    Ranks {
+        job: u64,
+        files: Vec<NamedBytes>,
+        what_if: String,
+    },
+}
+
+/// A file's name and bytes.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct NamedBytes {
+    pub name: String,
+    pub bytes: Vec<u8>,
 }
 
 impl Request {
@@ -85,7 +107,9 @@ impl Request {
             | Request::Explain { job, .. }
             | Request::Bounds { job }
             | Request::Workload { job, .. }
-            | Request::MinCapacity { job, .. } => *job,
+            | Request::MinCapacity { job, .. }
+            | Request::Diff { job, .. }
+            | Request::Ranks { job, .. } => *job,
             Request::DropSlot { .. } | Request::Cancel { .. } => 0,
         }
     }
@@ -144,6 +168,14 @@ pub enum Response {
         slot: u32,
         bytes: u64,
     },
+    Diffed {
+        job: u64,
+        data: Box<DiffData>,
+    },
+    Ranked {
+        job: u64,
+        data: Box<RanksData>,
+    },
     /// The job failed; `message` is shown in the app as it is.
     Failed {
         job: u64,
@@ -166,6 +198,8 @@ impl Response {
             | Response::Explained { job, .. }
             | Response::Bounds { job, .. }
             | Response::MinCapacity { job, .. }
+            | Response::Diffed { job, .. }
+            | Response::Ranked { job, .. }
             | Response::Failed { job, .. } => *job,
         }
     }
@@ -501,4 +535,34 @@ pub fn encode<T: Serialize>(msg: &T) -> Result<Vec<u8>, String> {
 /// Decodes a message [`encode`] made.
 pub fn decode<'a, T: Deserialize<'a>>(bytes: &'a [u8]) -> Result<T, String> {
     postcard::from_bytes(bytes).map_err(|e| format!("cannot decode a message: {e}"))
+}
+
+/// At most this many points of a run's curve cross to the UI.
+pub const CURVE_POINTS: usize = 2048;
+
+/// A run's curve on the common axis, reduced: each point the maximum of its bucket of ops
+/// (a peak is never lost), at the bucket's first position.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct CurveData {
+    pub x: Vec<f64>,
+    pub reserved_bytes: Vec<u64>,
+    pub allocated_bytes: Vec<u64>,
+}
+
+/// The answer to [`Request::Diff`].
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct DiffData {
+    pub diff: allocsim_core::diff::Diff,
+    /// A's and B's curves.
+    pub curves: [CurveData; 2],
+}
+
+/// The answer to [`Request::Ranks`]: the ranks that could be read, together, and those
+/// that could not (the app shows the others and marks these).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RanksData {
+    pub report: Option<allocsim_core::ranks::RanksReport>,
+    pub failed: Vec<allocsim_core::ranks::RankFailure>,
+    /// Why the readable ranks do not make one set (different devices), if so.
+    pub error: Option<String>,
 }

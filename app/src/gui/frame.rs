@@ -80,6 +80,16 @@ pub(crate) fn top_bar_ui(ui: &mut Ui, app: &mut AllocsimApp) {
                     app.open_file(ui.ctx());
                     ui.close();
                 }
+                if ui.button("Diff two snapshots…").clicked() {
+                    app.multi.view = Some(crate::gui::views::multi::MultiView::Diff);
+                    crate::gui::io::open_files_dialog(ui.ctx(), &app.multi.inbox);
+                    ui.close();
+                }
+                if ui.button("Ranks (one snapshot per rank)…").clicked() {
+                    app.multi.view = Some(crate::gui::views::multi::MultiView::Ranks);
+                    crate::gui::io::open_files_dialog(ui.ctx(), &app.multi.inbox);
+                    ui.close();
+                }
                                 ui.menu_button("Examples", |ui| {
                     for e in EXAMPLES {
                         let r = ui.button(e.file).on_hover_text(e.about);
@@ -356,6 +366,10 @@ pub(crate) fn central_ui(ui: &mut Ui, app: &mut AllocsimApp) {
     egui::CentralPanel::default()
         .frame(unfilled(ui, true))
         .show(ui, |ui| {
+            if app.multi.view.is_some() {
+                crate::gui::views::multi::central_ui(ui, app);
+                return;
+            }
             if app.doc.is_none() {
                 ui.centered_and_justified(|ui| {
                     if app.load_job.is_some() {

@@ -291,6 +291,30 @@ pub fn open_file_dialog(ctx: &egui::Context, inbox: &Inbox) {
     });
 }
 
+/// Opens a file dialog that picks several snapshots (the Diff and Ranks views); each
+/// chosen file arrives in `inbox` (a dialog that could not open: its reason, as
+/// [`open_file_dialog`]).
+pub fn open_files_dialog(ctx: &egui::Context, inbox: &Inbox) {
+    let dialog = rfd::AsyncFileDialog::new()
+        .set_title("Open PyTorch memory snapshots")
+        .add_filter("PyTorch memory snapshot", &["pickle", "gz", "json", "pkl"])
+        .add_filter("All files", &["*"]);
+    let ctx = ctx.clone();
+    let inbox = inbox.clone();
+    spawn(async move {
+        let _stale = take_dialog_errors();
+        if let Some(handles) = dialog.pick_files().await {
+            for handle in handles {
+                let name = handle.file_name();
+                let bytes = handle.read().await;
+                inbox.push(&ctx, Ok(Opened { name, bytes }));
+            }
+        } else if let Some(reason) = take_dialog_errors() {
+            inbox.dialog_failed(&ctx, reason);
+        }
+    });
+}
+
 /// A private runtime directory for a process whose `XDG_RUNTIME_DIR` (`current`) is
 /// missing or not an absolute directory: `<tmp>/allocsim-runtime-<uid>`, created with mode
 /// 0700 (or reused if it is already a private directory of this user). Without one,

@@ -151,9 +151,20 @@ impl AllocsimApp {
             self.dialog_unavailable = Some(reason);
         }
         let dropped = ctx.input(|i| i.raw.dropped_files.clone());
-        for f in dropped {
-            crate::gui::io::read_dropped(ctx, &self.inbox, f);
+        // Several files at once start a Diff (two) or Ranks (more); one file dropped on
+        // either view is one more snapshot of it.
+        if dropped.len() >= 2 {
+            crate::gui::views::multi::start(self, dropped.len());
         }
+        for f in dropped {
+            let inbox = if self.multi.view.is_some() {
+                &self.multi.inbox
+            } else {
+                &self.inbox
+            };
+            crate::gui::io::read_dropped(ctx, inbox, f);
+        }
+        crate::gui::views::multi::pump(self);
         for r in self.engine.poll() {
             self.on_response(r);
         }
@@ -169,6 +180,9 @@ impl AllocsimApp {
         {
             self.progress = None;
         }
+        let Some(r) = crate::gui::views::multi::on_response(self, r) else {
+            return;
+        };
         match r {
             Response::Progress {
                 job,
@@ -342,6 +356,8 @@ impl AllocsimApp {
                     doc.bounds = Some(bounds);
                 }
             }
+            // Taken by the Diff and Ranks views above.
+            Response::Diffed { .. } | Response::Ranked { .. } => {}
             Response::Failed { job, message } => {
                 if self.load_job == Some(job) {
                     self.load_job = None;

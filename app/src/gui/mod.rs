@@ -43,6 +43,8 @@ pub enum Startup {
     File(std::path::PathBuf),
     /// Bytes already in memory.
     Bytes { name: String, bytes: Vec<u8> },
+    /// Several files from disk (desktop): two open the Diff view, more the Ranks view.
+    Files(Vec<std::path::PathBuf>),
     /// Nothing (tests).
     Empty,
 }
@@ -97,6 +99,8 @@ pub struct PathPrompt {
 
 /// The app.
 pub struct AllocsimApp {
+    /// The Diff and Ranks views' snapshots and answers.
+    pub multi: crate::gui::views::multi::MultiState,
     engine: crate::gui::io::EngineHandle,
     inbox: crate::gui::io::Inbox,
     next_job: u64,
@@ -230,6 +234,7 @@ impl AllocsimApp {
             timing: LoadTiming::default(),
             last_load_ms: None,
             marked_layout: None,
+            multi: crate::gui::views::multi::MultiState::default(),
             #[cfg(feature = "cuda")]
             live: crate::gui::views::live::LivePanel::default(),
         }
@@ -238,6 +243,15 @@ impl AllocsimApp {
     /// Opens what `startup` names.
     pub fn start(&mut self, startup: Startup) {
         match startup {
+            Startup::Files(paths) => {
+                crate::gui::views::multi::start(self, paths.len());
+                for p in paths {
+                    match crate::gui::io::read_path(&p.to_string_lossy()) {
+                        Ok(f) => self.multi.add(f),
+                        Err(e) => self.multi.errors.push(e),
+                    }
+                }
+            }
             Startup::Example(e) => self.open_example(e),
             Startup::File(path) => match std::fs::read(&path) {
                 Ok(bytes) => self.open_bytes(
@@ -321,6 +335,8 @@ impl AllocsimApp {
     pub fn busy(&self) -> bool {
         self.load_job.is_some()
             || self.engine.has_queued()
+            || self.multi.diff_job.is_some()
+            || self.multi.ranks_job.is_some()
             || self.doc.as_ref().is_some_and(|d| {
                 d.slots
                     .iter()
@@ -516,9 +532,12 @@ impl eframe::App for AllocsimApp {
     }
 }
 
-/// Opens the desktop app on the built-in example, or on `path`. Returns an error (e.g.
-/// "no display") instead of panicking; the CLI maps it to exit code 3.
-pub fn run_native(path: Option<std::path::PathBuf>) -> Result<(), String> {
+/// Opens the desktop app on the built-in example, on one file, or on several (two: their
+/// Diff; more: Ranks). Returns an error (e.g. "no display") instead of panicking; the CLI
+/// maps it to exit code 3.
+// In the browser the paths are only dropped.
+#[cfg_attr(target_arch = "wasm32", allow(clippy::needless_pass_by_value))]
+pub fn run_native(paths: Vec<std::path::PathBuf>) -> Result<(), String> {
     #[cfg(not(target_arch = "wasm32"))]
     {
         crate::gui::io::DesktopLogger::new(std::env::var("RUST_LOG").ok().as_deref()).install();
@@ -532,9 +551,10 @@ pub fn run_native(path: Option<std::path::PathBuf>) -> Result<(), String> {
         // (whose libraries read it).
         #[cfg(target_os = "linux")]
         crate::gui::io::ensure_runtime_dir();
-        let startup = match path {
-            Some(p) => Startup::File(p),
-            None => Startup::Example(&crate::engine::examples::OOM_STORY),
+        let startup = match <[_; 1]>::try_from(paths) {
+            Ok([one]) => Startup::File(one),
+            Err(paths) if paths.is_empty() => Startup::Example(&crate::engine::examples::OOM_STORY),
+            Err(paths) => Startup::Files(paths),
         };
         let options = eframe::NativeOptions {
             renderer: eframe::Renderer::Wgpu,
@@ -553,7 +573,7 @@ pub fn run_native(path: Option<std::path::PathBuf>) -> Result<(), String> {
     }
     #[cfg(target_arch = "wasm32")]
     {
-        let _ = path;
+        let _ = paths;
         Err("the desktop app is not available in the browser".into())
     }
 }
@@ -563,6 +583,8 @@ mod tests;
 
 #[cfg(test)]
 mod first_hour_tests;
+#[cfg(test)]
+mod multi_tests;
 
 #[cfg(all(test, feature = "cuda"))]
 mod live_tests;

@@ -4,10 +4,13 @@
 
 pub mod compare;
 pub mod config;
+pub mod diff;
 #[cfg(feature = "cuda")]
 pub mod live;
 pub mod map;
+pub mod multi;
 pub mod oom;
 pub mod peak;
+pub mod ranks;
 pub mod search;
 pub mod timeline;
