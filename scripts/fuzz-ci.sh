@@ -22,6 +22,8 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 mkdir "$work/decode" "$work/structured"
 cp seeds/*.pickle seeds/*.json seeds/*.gz "$work/decode"/
+# Inputs the structured target once failed on (regressions), run first.
+cp seeds/structured/* "$work/structured"/
 cargo +nightly fuzz build decode_snapshot
 cargo +nightly fuzz build structured_snapshot
 

@@ -218,6 +218,10 @@ fuzz_target!(|data: &[u8]| {
     let Ok(bytes) = snapshot(&mut u) else {
         return;
     };
+    // Reproducing a finding: ALLOCSIM_FUZZ_DUMP=FILE writes the snapshot this input makes.
+    if let Some(path) = std::env::var_os("ALLOCSIM_FUZZ_DUMP") {
+        let _ = std::fs::write(path, &bytes);
+    }
     let snap = match decode_snapshot(&bytes) {
         Ok(s) => s,
         Err(e) => {
