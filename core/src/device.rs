@@ -216,7 +216,11 @@ impl Device for SimulatedDevice {
         let len = size.div_ceil(align).checked_mul(align).ok_or(DeviceOom)?;
         let synth_end = self.synth_base + SYNTH_BYTES;
         let mut base = self.reserve_next.div_ceil(align) * align;
-        if base < synth_end && base.checked_add(len).is_none_or(|end| end > self.synth_base) {
+        if base < synth_end
+            && base
+                .checked_add(len)
+                .is_none_or(|end| end > self.synth_base)
+        {
             base = synth_end.div_ceil(align) * align;
         }
         self.reserve_next = base
@@ -284,6 +288,9 @@ mod tests {
         assert_eq!(d.reserve(u64::MAX - (1 << 20), 2 << 20, 0), Err(DeviceOom));
         // Small reservations keep their addresses (the outputs of real traces do not move).
         let mut fresh = SimulatedDevice::new(u64::MAX, None);
-        assert_eq!(fresh.reserve(64 << 20, 2 << 20, 0).unwrap(), 0x6000_0000_0000);
+        assert_eq!(
+            fresh.reserve(64 << 20, 2 << 20, 0).unwrap(),
+            0x6000_0000_0000
+        );
     }
 }

@@ -4,7 +4,8 @@
 //! A module's imports are the `crate::…` and `super::…` paths in its files (comments left
 //! out), `use crate::{a, b::c}` groups included. Top-level modules must sit in the stated
 //! layers and use only modules of lower layers; within a directory module, the files
-//! (`snapshot/pickle`, `snapshot/json`, …) must not import each other in a cycle.
+//! (`snapshot/pickle`, `snapshot/json`, …) must not import each other in a cycle. Unit-test
+//! modules (`tests.rs`, `*_tests.rs`) are test code and stand outside the layers.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -102,7 +103,15 @@ fn strip_comments(text: &str) -> String {
     out
 }
 
-/// Every `.rs` file under `src` with its module path (`trace/mod.rs` → `["trace"]`).
+/// A unit-test module (`tests.rs`, `*_tests.rs`): test code may use any module, and no
+/// module uses it, so it stands outside the layers.
+fn is_test_module(p: &Path) -> bool {
+    p.file_stem()
+        .and_then(|s| s.to_str())
+        .is_some_and(|s| s == "tests" || s.ends_with("_tests"))
+}
+
+/// Every `.rs` file under `src` (test modules left out) with its module path (`trace/mod.rs` → `["trace"]`).
 fn modules(src: &Path) -> Vec<(PathBuf, Vec<String>)> {
     let mut out = Vec::new();
     let mut stack = vec![src.to_path_buf()];
@@ -111,7 +120,7 @@ fn modules(src: &Path) -> Vec<(PathBuf, Vec<String>)> {
             let p = e.path();
             if p.is_dir() {
                 stack.push(p);
-            } else if p.extension().is_some_and(|x| x == "rs") {
+            } else if p.extension().is_some_and(|x| x == "rs") && !is_test_module(&p) {
                 let rel = p.strip_prefix(src).unwrap();
                 let mut m: Vec<String> = rel
                     .with_extension("")

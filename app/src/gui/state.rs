@@ -10,7 +10,9 @@ use allocsim_core::metrics::Timeline;
 use super::envelope::Envelope;
 use super::render::{Quad, QuadSet};
 use super::theme;
-use crate::engine::wire::{LayoutData, NO_OP, ReplayData, TraceData, block_state, format_frame};
+use crate::engine::wire::{
+    LayoutData, NO_OP, OpsTable, ReplayData, TraceData, block_state, format_frame,
+};
 
 /// Bytes per data unit on the byte axes of the GPU views (f32 keeps 24 bits: MiB units
 /// keep a 512-byte block distinct up to 8 TiB).
@@ -33,7 +35,7 @@ pub struct Document {
     /// The quads converted so far (`bands` is republished from it as it grows).
     bands_building: Vec<Quad>,
     /// The stack's top (live requested MiB) per op: the folded band of the stacked view
-    /// ([`super::views::timeline::stack_lod`]), so a level of detail never loses bytes.
+    /// ([`stack_top`]; the timeline view draws it: `views/timeline/stack_lod.rs`), so a level of detail never loses bytes.
     pub stack_top: Envelope,
     pub slots: Vec<Slot>,
     /// The best any allocator could do on this device (live-bytes peak, offline
@@ -55,7 +57,7 @@ impl Document {
     #[must_use]
     pub fn new(trace: Arc<TraceData>) -> Document {
         let seconds = seconds_of(&trace);
-        let stack_top = super::views::timeline::stack_lod::stack_top(&trace.ops);
+        let stack_top = stack_top(&trace.ops);
         Document {
             trace,
             seconds,
@@ -576,4 +578,39 @@ pub fn block_in_stacks(
             .stack
             .get(blk.alloc as usize)
             .is_some_and(|s| stacks.contains(s))
+}
+
+/// Live requested bytes after each op: the top of the stack of live allocations (an
+/// allocation is live from its alloc op up to, not including, its end op).
+#[must_use]
+pub fn live_bytes_per_op(ops: &OpsTable) -> Vec<u64> {
+    let n = ops.len();
+    let mut delta = vec![0i128; n + 1];
+    for k in 0..n {
+        if ops.is_alloc(k) {
+            delta[k] += i128::from(ops.size_bytes[k]);
+            if ops.end[k] != NO_OP && (ops.end[k] as usize) < n {
+                delta[ops.end[k] as usize] -= i128::from(ops.size_bytes[k]);
+            }
+        }
+    }
+    let mut live = 0i128;
+    delta[..n]
+        .iter()
+        .map(|d| {
+            live += d;
+            u64::try_from(live).unwrap_or(0)
+        })
+        .collect()
+}
+
+/// The stack's top per op, as an envelope (the highest top over any span of ops).
+#[must_use]
+pub fn stack_top(ops: &OpsTable) -> Envelope {
+    Envelope::new(
+        live_bytes_per_op(ops)
+            .into_iter()
+            .map(|b| (b as f64 / MIB) as f32)
+            .collect(),
+    )
 }

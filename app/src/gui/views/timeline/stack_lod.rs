@@ -9,42 +9,6 @@
 use crate::engine::wire::{BandPiece, Bands, NO_OP, OpsTable};
 use crate::gui::envelope::Envelope;
 use crate::gui::render::Quad;
-use crate::gui::state::MIB;
-
-/// Live requested bytes after each op: the top of the stack of live allocations (an
-/// allocation is live from its alloc op up to, not including, its end op).
-#[must_use]
-pub fn live_bytes_per_op(ops: &OpsTable) -> Vec<u64> {
-    let n = ops.len();
-    let mut delta = vec![0i128; n + 1];
-    for k in 0..n {
-        if ops.is_alloc(k) {
-            delta[k] += i128::from(ops.size_bytes[k]);
-            if ops.end[k] != NO_OP && (ops.end[k] as usize) < n {
-                delta[ops.end[k] as usize] -= i128::from(ops.size_bytes[k]);
-            }
-        }
-    }
-    let mut live = 0i128;
-    delta[..n]
-        .iter()
-        .map(|d| {
-            live += d;
-            u64::try_from(live).unwrap_or(0)
-        })
-        .collect()
-}
-
-/// The stack's top per op, as an envelope (the highest top over any span of ops).
-#[must_use]
-pub fn stack_top(ops: &OpsTable) -> Envelope {
-    Envelope::new(
-        live_bytes_per_op(ops)
-            .into_iter()
-            .map(|b| (b as f64 / MIB) as f32)
-            .collect(),
-    )
-}
 
 /// One pixel column of the plot: its x range (ops, or seconds on the time axis) and the
 /// ops drawn in it.
