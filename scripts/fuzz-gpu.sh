@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Long fuzzing on the GPU machine's 16 cores (issue 19): both targets with -fork=16 for
-# ALLOCSIM_FUZZ_SECONDS each (default 260: both within ~9 minutes). Builds nothing: the
+# ALLOCSIM_FUZZ_SECONDS each (default 260: both within ~9 minutes; ALLOCSIM_FUZZ_TARGETS picks
+# them). Builds nothing: the
 # fuzz binaries are built here with
 #   cd fuzz && CARGO_TARGET_DIR=/tmp/allocsim-fuzz-target cargo +nightly fuzz build
 #   mkdir -p ../.carry/fuzz && cp /tmp/allocsim-fuzz-target/x86_64-unknown-linux-gnu/release/{decode_snapshot,structured_snapshot} ../.carry/fuzz/
@@ -13,7 +14,7 @@ secs="${ALLOCSIM_FUZZ_SECONDS:-260}"
 out="${OUT:-/tmp/allocsim-fuzz-out}"
 bins=.carry/fuzz
 status=0
-for target in decode_snapshot structured_snapshot; do
+for target in ${ALLOCSIM_FUZZ_TARGETS:-decode_snapshot structured_snapshot}; do
   dir="$out/$target"
   mkdir -p "$dir/corpus" "$dir/artifacts"
   extra=(-max_len=4096)
