@@ -36,11 +36,11 @@ pub fn build(ops: &OpsTable) -> Bands {
     }
 }
 
-/// The largest sum of live requested bytes after any op.
+/// Live requested bytes after each op: the top of the stack of live allocations (an
+/// allocation is live from its alloc op up to, not including, its end op).
 #[must_use]
-pub fn peak_live_bytes(ops: &OpsTable) -> u64 {
-    // +size after the alloc op, −size after the end op (an allocation is no longer live
-    // after its end op).
+pub fn live_bytes_per_op(ops: &OpsTable) -> Vec<u64> {
+    // +size at the alloc op, −size at the end op.
     let n = ops.len();
     let mut delta = vec![0i128; n + 1];
     for k in 0..n {
@@ -51,12 +51,20 @@ pub fn peak_live_bytes(ops: &OpsTable) -> u64 {
             }
         }
     }
-    let (mut live, mut peak) = (0i128, 0i128);
-    for d in &delta[..n] {
-        live += d;
-        peak = peak.max(live);
-    }
-    u64::try_from(peak).unwrap_or(u64::MAX)
+    let mut live = 0i128;
+    delta[..n]
+        .iter()
+        .map(|d| {
+            live += d;
+            u64::try_from(live.max(0)).unwrap_or(u64::MAX)
+        })
+        .collect()
+}
+
+/// The largest sum of live requested bytes after any op.
+#[must_use]
+pub fn peak_live_bytes(ops: &OpsTable) -> u64 {
+    live_bytes_per_op(ops).into_iter().max().unwrap_or(0)
 }
 
 fn build_with(ops: &OpsTable, epsilon: u64, max_pieces: usize) -> Option<Vec<BandPiece>> {

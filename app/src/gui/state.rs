@@ -580,35 +580,11 @@ pub fn block_in_stacks(
             .is_some_and(|s| stacks.contains(s))
 }
 
-/// Live requested bytes after each op: the top of the stack of live allocations (an
-/// allocation is live from its alloc op up to, not including, its end op).
-#[must_use]
-pub fn live_bytes_per_op(ops: &OpsTable) -> Vec<u64> {
-    let n = ops.len();
-    let mut delta = vec![0i128; n + 1];
-    for k in 0..n {
-        if ops.is_alloc(k) {
-            delta[k] += i128::from(ops.size_bytes[k]);
-            if ops.end[k] != NO_OP && (ops.end[k] as usize) < n {
-                delta[ops.end[k] as usize] -= i128::from(ops.size_bytes[k]);
-            }
-        }
-    }
-    let mut live = 0i128;
-    delta[..n]
-        .iter()
-        .map(|d| {
-            live += d;
-            u64::try_from(live).unwrap_or(0)
-        })
-        .collect()
-}
-
 /// The stack's top per op, as an envelope (the highest top over any span of ops).
 #[must_use]
 pub fn stack_top(ops: &OpsTable) -> Envelope {
     Envelope::new(
-        live_bytes_per_op(ops)
+        crate::engine::bands::live_bytes_per_op(ops)
             .into_iter()
             .map(|b| (b as f64 / MIB) as f32)
             .collect(),

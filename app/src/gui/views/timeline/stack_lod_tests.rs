@@ -7,8 +7,9 @@ use std::sync::Arc;
 
 use super::*;
 use crate::engine::Engine;
+use crate::engine::bands::live_bytes_per_op;
 use crate::engine::wire::{ReplayData, Request, Response, TraceData, op_kind};
-use crate::gui::state::{Document, MIB, live_bytes_per_op};
+use crate::gui::state::{Document, MIB};
 use crate::gui::theme;
 use crate::gui::views::timeline::{Axis, TimelineState};
 
