@@ -49,23 +49,14 @@ impl PyTorchModel {
         size: u64,
         alloc_size: u64,
     ) -> OomInfo {
-        let (pool_free, holes, largest) = self.pool_stream_free(pool, stream);
-        OomInfo {
-            rounded_bytes: size,
-            alloc_bytes: alloc_size,
-            reserved_bytes: self.reserved_bytes,
-            allocated_bytes: self.allocated_bytes,
-            largest_free_bytes: largest,
-            free_holes: holes,
-            pool_free_bytes: pool_free,
-            reason: format!(
-                "throw_on_cudamalloc_oom rejected a new {} segment: {} reserved would pass {} \
-                 (per_process_memory_fraction × total memory)",
-                format_size(alloc_size),
-                format_size(self.reserved_bytes + alloc_size),
-                format_size(self.rejection_limit_bytes())
-            ),
-        }
+        let reason = format!(
+            "throw_on_cudamalloc_oom rejected a new {} segment: {} reserved would pass {} \
+             (per_process_memory_fraction × total memory)",
+            format_size(alloc_size),
+            format_size(self.reserved_bytes + alloc_size),
+            format_size(self.rejection_limit_bytes())
+        );
+        self.report(pool, stream, size, alloc_size, reason)
     }
 
     /// The end of the ladder: `num_ooms` counted, the `oom` entry (with the device's free
@@ -81,7 +72,6 @@ impl PyTorchModel {
         out: &mut Vec<ModelEvent>,
     ) -> OomInfo {
         self.num_ooms += 1;
-        let (pool_free, holes, largest) = self.pool_stream_free(pool, stream);
         let device_free = dev.free_bytes();
         out.push(ModelEvent {
             action: Action::Oom,
@@ -97,6 +87,20 @@ impl PyTorchModel {
             ),
             _ => "the device refused a new segment".to_string(),
         };
+        self.report(pool, stream, size, alloc_size, reason)
+    }
+
+    /// A report of a request rounded to `size` that needed a new segment of `alloc_size`:
+    /// the totals, and the free blocks of its pool and stream.
+    fn report(
+        &self,
+        pool: u32,
+        stream: u64,
+        size: u64,
+        alloc_size: u64,
+        reason: String,
+    ) -> OomInfo {
+        let (pool_free, holes, largest) = self.pool_stream_free(pool, stream);
         OomInfo {
             rounded_bytes: size,
             alloc_bytes: alloc_size,
