@@ -23,7 +23,7 @@
 
 use super::AllocatorKind;
 use super::common::{self, Arena, FreeKey, PAGE_BYTES, State, device_bytes, round_up};
-use super::common::{ArenaPolicy, Block, Refusal};
+use super::common::{ArenaPolicy, Refusal};
 use super::{AllocRequest, ModelEvent};
 use crate::device::Device;
 use crate::models::common::policy::arena_accessors;
@@ -59,10 +59,6 @@ impl ArenaPolicy for CudaMallocModel {
     const KIND: AllocatorKind = AllocatorKind::CudaMalloc;
 
     arena_accessors!();
-
-    fn canonical_config(&self) -> String {
-        String::new()
-    }
 
     #[inline]
     fn find(
@@ -137,10 +133,6 @@ impl ArenaPolicy for CudaMallocModel {
         }
     }
 
-    fn adjacent_free_ok(&self, _: &Block, _: &Block) -> bool {
-        false
-    }
-
     fn check_policy(&self) -> Result<(), String> {
         for (s, seg) in self.arena.segments() {
             if seg.tag == TAG_PAGE && seg.size != PAGE_BYTES {
@@ -191,14 +183,10 @@ mod tests {
     use super::*;
     use crate::device::SimulatedDevice;
     use crate::models::Allocator;
-    use crate::models::PoolId;
+    use crate::models::common::testing;
 
     fn req(size: u64) -> AllocRequest {
-        AllocRequest {
-            size_bytes: size,
-            stream: 0,
-            pool: PoolId::DEFAULT,
-        }
+        testing::req(size, 0)
     }
 
     #[test]
