@@ -33,7 +33,7 @@
 //! `garbage_collection` (False), `fragmentation_fraction` (0: the 128 MiB default).
 
 use super::AllocatorKind;
-use super::common::{self, Arena, FreeKey, State, device_bytes, round_down, round_up};
+use super::common::{self, Arena, FreeKey, State, round_down, round_up};
 use super::common::{ArenaPolicy, Refusal};
 use super::{AllocRequest, ModelEvent};
 use crate::device::Device;
@@ -250,16 +250,7 @@ impl BfcModel {
             self.curr_region_bytes *= 2;
         }
         self.pool_bytes += bytes;
-        let (_, b) = self.arena.add_segment(
-            addr,
-            bytes,
-            device_bytes(bytes),
-            stream,
-            false,
-            false,
-            0,
-            State::Free,
-        );
+        let b = self.arena.add_free_segment(addr, bytes, stream, 0);
         let k = self.key(b);
         self.arena.insert_free(b, k);
         true

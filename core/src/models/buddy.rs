@@ -18,7 +18,7 @@
 //! `heap_size_mb` (a power of two ≥ 2; default 256).
 
 use super::AllocatorKind;
-use super::common::{self, Arena, FreeKey, State};
+use super::common::{self, Arena, FreeKey};
 use super::common::{ArenaPolicy, Block, Refusal};
 use super::{AllocRequest, ModelEvent};
 use crate::device::Device;
@@ -111,19 +111,7 @@ impl BuddyModel {
 
     /// Returns every entirely free heap to the device.
     fn release_free_heaps(&mut self, dev: &mut dyn Device, out: &mut Vec<ModelEvent>) -> bool {
-        let free: Vec<u32> = self
-            .arena
-            .segments()
-            .filter(|(_, s)| {
-                let h = self.arena.b(s.head);
-                h.state == State::Free && h.size == s.size
-            })
-            .map(|(s, _)| s)
-            .collect();
-        for &s in &free {
-            let _ = self.arena.dev_free(dev, s, out);
-        }
-        !free.is_empty()
+        self.arena.release_free_segments(dev, out, |_| true)
     }
 
     fn new_heap(
@@ -137,16 +125,7 @@ impl BuddyModel {
         let Ok(addr) = self.arena.dev_malloc(dev, size, stream, out) else {
             return false;
         };
-        let (_, b) = self.arena.add_segment(
-            addr,
-            size,
-            common::device_bytes(size),
-            stream,
-            false,
-            false,
-            0,
-            State::Free,
-        );
+        let b = self.arena.add_free_segment(addr, size, stream, 0);
         let k = key(self.arena.b(b));
         self.arena.insert_free(b, k);
         true

@@ -22,7 +22,7 @@
 //! Config keys: none.
 
 use super::AllocatorKind;
-use super::common::{self, Arena, FreeKey, PAGE_BYTES, State, device_bytes, round_up};
+use super::common::{self, Arena, FreeKey, PAGE_BYTES, State, round_up};
 use super::common::{ArenaPolicy, Refusal};
 use super::{AllocRequest, ModelEvent};
 use crate::device::Device;
@@ -98,17 +98,7 @@ impl ArenaPolicy for CudaMallocModel {
                 .dev_malloc(dev, rounded, stream, out)
                 .map_err(|_| refusal(dev, rounded, rounded))?;
             self.arena
-                .add_segment(
-                    addr,
-                    rounded,
-                    device_bytes(rounded),
-                    stream,
-                    false,
-                    false,
-                    TAG_LARGE,
-                    State::Free,
-                )
-                .1
+                .add_free_segment(addr, rounded, stream, TAG_LARGE)
         };
         if self.arena.b(i).size > rounded {
             let t = self.arena.split(i, rounded);

@@ -30,7 +30,7 @@ use crate::models::common::policy::arena_accessors;
 use std::collections::BTreeMap;
 
 use super::AllocatorKind;
-use super::common::{self, Arena, FreeKey, State, device_bytes, round_down, round_up};
+use super::common::{self, Arena, FreeKey, State, round_down, round_up};
 use super::common::{ArenaPolicy, Block, Refusal};
 use super::{AllocRequest, ModelEvent};
 use crate::device::Device;
@@ -218,16 +218,7 @@ impl RmmArenaModel {
         }
         match self.arena.dev_malloc(dev, size, stream, out) {
             Ok(addr) => {
-                let (_, b) = self.arena.add_segment(
-                    addr,
-                    size,
-                    device_bytes(size),
-                    stream,
-                    false,
-                    false,
-                    0,
-                    State::Free,
-                );
+                let b = self.arena.add_free_segment(addr, size, stream, 0);
                 let sb = self.new_sb(Superblock {
                     base: addr,
                     size,

@@ -292,17 +292,7 @@ impl ArenaPolicy for RmmBinningModel {
                 return Err(refusal(size, size, &reason, dev));
             };
             self.arena
-                .add_segment(
-                    addr,
-                    size,
-                    device_bytes(size),
-                    stream,
-                    false,
-                    false,
-                    TAG_UPSTREAM,
-                    State::Free,
-                )
-                .1
+                .add_free_segment(addr, size, stream, TAG_UPSTREAM)
         };
         Ok(i)
     }

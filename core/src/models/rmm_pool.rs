@@ -30,7 +30,7 @@
 //! Config keys: `initial_pool_size_mb` (0), `maximum_pool_size_mb` (unset).
 
 use super::AllocatorKind;
-use super::common::{self, Arena, FreeKey, State, device_bytes, round_up};
+use super::common::{self, Arena, FreeKey, State, round_up};
 use super::common::{ArenaPolicy, Block, Refusal, StreamLists};
 use super::{AllocRequest, ModelEvent};
 use crate::device::Device;
@@ -176,16 +176,7 @@ impl RmmPoolModel {
         while try_size >= min_size && try_size > 0 {
             if let Ok(addr) = self.arena.dev_malloc(dev, try_size, stream, out) {
                 self.pool_bytes += try_size;
-                let (_, b) = self.arena.add_segment(
-                    addr,
-                    try_size,
-                    device_bytes(try_size),
-                    stream,
-                    false,
-                    false,
-                    0,
-                    State::Free,
-                );
+                let b = self.arena.add_free_segment(addr, try_size, stream, 0);
                 let list = self.streams.list_of(stream);
                 self.arena.bm(b).owner = list;
                 return Ok(b);

@@ -172,34 +172,13 @@ impl TlsfModel {
         let Ok(addr) = self.arena.dev_malloc(dev, size, stream, out) else {
             return false;
         };
-        let (_, b) = self.arena.add_segment(
-            addr,
-            size,
-            common::device_bytes(size),
-            stream,
-            false,
-            false,
-            0,
-            State::Free,
-        );
+        let b = self.arena.add_free_segment(addr, size, stream, 0);
         self.push(b);
         true
     }
 
     fn release_free_pools(&mut self, dev: &mut dyn Device, out: &mut Vec<ModelEvent>) -> bool {
-        let free: Vec<u32> = self
-            .arena
-            .segments()
-            .filter(|(_, s)| {
-                let h = self.arena.b(s.head);
-                h.state == State::Free && h.size == s.size
-            })
-            .map(|(s, _)| s)
-            .collect();
-        for &s in &free {
-            let _ = self.arena.dev_free(dev, s, out);
-        }
-        !free.is_empty()
+        self.arena.release_free_segments(dev, out, |_| true)
     }
 
     /// A free block that fits `rounded` but sits below the search class (the caveat).

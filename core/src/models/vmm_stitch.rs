@@ -125,21 +125,8 @@ impl VmmStitchModel {
 
     /// Returns entirely free small segments to the device.
     fn release_small(&mut self, dev: &mut dyn Device, out: &mut Vec<ModelEvent>) -> bool {
-        let free: Vec<u32> = self
-            .arena
-            .segments()
-            .filter(|(_, s)| {
-                s.tag == SMALL && {
-                    let h = self.arena.b(s.head);
-                    h.state == State::Free && h.size == s.size
-                }
-            })
-            .map(|(s, _)| s)
-            .collect();
-        for &s in &free {
-            let _ = self.arena.dev_free(dev, s, out);
-        }
-        !free.is_empty()
+        self.arena
+            .release_free_segments(dev, out, |s| s.tag == SMALL)
     }
 
     /// Unmaps every free large block and returns free small segments.
