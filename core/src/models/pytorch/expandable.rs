@@ -59,16 +59,11 @@ impl PyTorchModel {
         let b = self.new_block(Block {
             addr: base,
             size: reserve,
-            requested: 0,
             stream,
             pool,
             seg,
-            prev: NIL,
-            next: NIL,
-            allocated: false,
-            pending: false,
             mapped: false,
-            gc_base: 0,
+            ..Block::FREE
         });
         self.insert_unmapped(b);
         Some(b)
@@ -96,16 +91,13 @@ impl PyTorchModel {
             let rest = self.new_block(Block {
                 addr: addr + mapped,
                 size: bsize - mapped,
-                requested: 0,
                 stream,
                 pool: self.b(b).pool,
                 seg: self.b(b).seg,
                 prev: b,
                 next: self.b(b).next,
-                allocated: false,
-                pending: false,
                 mapped: false,
-                gc_base: 0,
+                ..Block::FREE
             });
             let nx = self.b(b).next;
             if nx != NIL {
@@ -181,16 +173,12 @@ impl PyTorchModel {
             let bf = self.new_block(Block {
                 addr,
                 size: before,
-                requested: 0,
                 stream,
                 pool,
                 seg: segi,
                 prev,
                 next: i,
-                allocated: false,
-                pending: false,
-                mapped: true,
-                gc_base: 0,
+                ..Block::FREE
             });
             if prev != NIL {
                 self.bm(prev).next = bf;
@@ -204,16 +192,12 @@ impl PyTorchModel {
             let af = self.new_block(Block {
                 addr: un_addr + un_size,
                 size: after,
-                requested: 0,
                 stream,
                 pool,
                 seg: segi,
                 prev: i,
                 next,
-                allocated: false,
-                pending: false,
-                mapped: true,
-                gc_base: 0,
+                ..Block::FREE
             });
             if next != NIL {
                 self.bm(next).prev = af;

@@ -122,16 +122,10 @@ impl PyTorchModel {
         let b = self.new_block(Block {
             addr,
             size: alloc_size,
-            requested: 0,
             stream,
             pool,
             seg,
-            prev: NIL,
-            next: NIL,
-            allocated: false,
-            pending: false,
-            mapped: true,
-            gc_base: 0,
+            ..Block::FREE
         });
         out.push(ModelEvent {
             action: Action::SegmentAlloc,

@@ -91,6 +91,25 @@ struct Block {
     gc_base: u64,
 }
 
+impl Block {
+    /// The fields a free block starts with (mapped, in no chain, serving no request):
+    /// `Block { addr, size, stream, pool, seg, ..Block::FREE }`.
+    const FREE: Block = Block {
+        addr: 0,
+        size: 0,
+        requested: 0,
+        stream: 0,
+        pool: 0,
+        seg: 0,
+        prev: NIL,
+        next: NIL,
+        allocated: false,
+        pending: false,
+        mapped: true,
+        gc_base: 0,
+    };
+}
+
 /// One cudaMalloc'd segment or one expandable reservation.
 #[derive(Debug, Clone)]
 struct Segment {
