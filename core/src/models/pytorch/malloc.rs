@@ -138,7 +138,6 @@ impl PyTorchModel {
 
     /// `malloc` (§5): round, find a free block or a new segment (after garbage collection
     /// and, failing that, the release-and-retry ladder), split it, or report the OOM.
-    #[inline]
     pub(super) fn allocate(
         &mut self,
         dev: &mut dyn Device,
