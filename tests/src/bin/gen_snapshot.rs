@@ -7,18 +7,30 @@
 //!
 //! Usage: `gen_snapshot FROM.pickle(.gz) OUT.pickle [--bytes N] [--max-entries M]`
 //! (`N` like `1.2GB`; default: the source size). Prints what it wrote.
+//!
+//! `gen_snapshot --workload SPEC OUT.pickle` writes a synthetic workload
+//! (`allocsim_core::workloads`, e.g. `kvcache:tokens=3000`: over a million entries) as the
+//! snapshot PyTorch's recorder would have written of it (`allocsim_core::record`: the
+//! PyTorch model's decisions under its default config, the end state, the settings).
 
 use std::io::BufWriter;
 
-use allocsim_core::snapshot::write::write_snapshot_streamed;
+use allocsim_core::snapshot::write::{write_snapshot, write_snapshot_streamed};
 use allocsim_core::snapshot::{RawEvent, import};
 use allocsim_tests::generate::{repeated_entry, steady_window};
 
 fn main() -> anyhow::Result<()> {
     let mut args = std::env::args().skip(1);
     let (mut from, mut out, mut bytes, mut max_entries) = (None, None, None, None);
+    let mut workload = None;
     while let Some(a) = args.next() {
         match a.as_str() {
+            "--workload" => {
+                workload = Some(
+                    args.next()
+                        .ok_or_else(|| anyhow::anyhow!("--workload needs a SPEC"))?,
+                );
+            }
             "--bytes" => {
                 let v = args
                     .next()
@@ -36,6 +48,17 @@ fn main() -> anyhow::Result<()> {
             _ if out.is_none() => out = Some(a),
             _ => anyhow::bail!("unexpected argument '{a}'"),
         }
+    }
+    if let Some(spec) = workload {
+        // The one file argument is OUT.
+        let (Some(out), None) = (from, out) else {
+            anyhow::bail!("usage: gen_snapshot --workload SPEC OUT.pickle");
+        };
+        anyhow::ensure!(
+            bytes.is_none() && max_entries.is_none(),
+            "--bytes and --max-entries take a FROM snapshot, not --workload"
+        );
+        return write_workload(&spec, &out);
     }
     let (Some(from), Some(out)) = (from, out) else {
         anyhow::bail!(
@@ -87,6 +110,25 @@ fn main() -> anyhow::Result<()> {
         "{out}: {written} bytes, {keep} entries on device {device} (of {total}: {} from {from}, \
          entries {a}..{b} repeated {repeats} times)",
         events.len()
+    );
+    Ok(())
+}
+
+/// `--workload SPEC OUT`: the workload recorded through the PyTorch model, written.
+fn write_workload(spec: &str, out: &str) -> anyhow::Result<()> {
+    let trace = allocsim_core::workloads::generate(spec)?;
+    let snap = allocsim_core::record::record(&trace, 0)?;
+    drop(trace);
+    let f = std::fs::File::create(out).map_err(|e| anyhow::anyhow!("{out}: {e}"))?;
+    let mut w = BufWriter::with_capacity(1 << 20, f);
+    write_snapshot(&snap, &mut w).map_err(|e| anyhow::anyhow!("{out}: {e}"))?;
+    drop(w);
+    let written = std::fs::metadata(out)?.len();
+    println!(
+        "{out}: {written} bytes, {} entries on device 0 and {} segments at the end (workload {spec} \
+         recorded through PyTorch's default allocator)",
+        snap.device_traces[0].len(),
+        snap.segments.len()
     );
     Ok(())
 }
