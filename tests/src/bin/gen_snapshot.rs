@@ -15,9 +15,9 @@
 
 use std::io::BufWriter;
 
-use allocsim_core::snapshot::write::{write_snapshot, write_snapshot_streamed};
+use allocsim_core::snapshot::write::write_snapshot_streamed;
 use allocsim_core::snapshot::{RawEvent, import};
-use allocsim_tests::generate::{repeated_entry, steady_window};
+use allocsim_tests::generate::{repeated_entry, steady_window, write_workload};
 
 fn main() -> anyhow::Result<()> {
     let mut args = std::env::args().skip(1);
@@ -58,7 +58,13 @@ fn main() -> anyhow::Result<()> {
             bytes.is_none() && max_entries.is_none(),
             "--bytes and --max-entries take a FROM snapshot, not --workload"
         );
-        return write_workload(&spec, &out);
+        let w = write_workload(&spec, std::path::Path::new(&out))?;
+        println!(
+            "{out}: {} bytes, {} entries on device 0 and {} segments at the end (workload \
+             {spec} recorded through PyTorch's default allocator)",
+            w.bytes, w.entries, w.segments
+        );
+        return Ok(());
     }
     let (Some(from), Some(out)) = (from, out) else {
         anyhow::bail!(
@@ -110,25 +116,6 @@ fn main() -> anyhow::Result<()> {
         "{out}: {written} bytes, {keep} entries on device {device} (of {total}: {} from {from}, \
          entries {a}..{b} repeated {repeats} times)",
         events.len()
-    );
-    Ok(())
-}
-
-/// `--workload SPEC OUT`: the workload recorded through the PyTorch model, written.
-fn write_workload(spec: &str, out: &str) -> anyhow::Result<()> {
-    let trace = allocsim_core::workloads::generate(spec)?;
-    let snap = allocsim_core::record::record(&trace, 0)?;
-    drop(trace);
-    let f = std::fs::File::create(out).map_err(|e| anyhow::anyhow!("{out}: {e}"))?;
-    let mut w = BufWriter::with_capacity(1 << 20, f);
-    write_snapshot(&snap, &mut w).map_err(|e| anyhow::anyhow!("{out}: {e}"))?;
-    drop(w);
-    let written = std::fs::metadata(out)?.len();
-    println!(
-        "{out}: {written} bytes, {} entries on device 0 and {} segments at the end (workload {spec} \
-         recorded through PyTorch's default allocator)",
-        snap.device_traces[0].len(),
-        snap.segments.len()
     );
     Ok(())
 }
