@@ -188,4 +188,37 @@ mod tests {
             assert_eq!(a.final_reserved_bytes, b.final_reserved_bytes, "{spec}");
         }
     }
+
+    /// The recorded snapshot replayed under other settings (its device follows the
+    /// recording's addresses, which lie in the simulated device's synthetic range, until
+    /// the setting decides otherwise): every invariant holds after every op, and the peaks
+    /// and segment operations are the workload's own under that setting.
+    #[test]
+    fn a_recorded_workload_replays_under_other_settings_as_the_workload() {
+        let w = crate::workloads::generate("kvcache:tokens=500,layers=6").unwrap();
+        let v = session::load(&snapshot_bytes(&record(&w, 0).unwrap()), None).unwrap();
+        assert!(v.exact());
+        for config in [
+            "roundup_power2_divisions:8",
+            "max_split_size_mb:20",
+            "expandable_segments:True",
+            "garbage_collection_threshold:0.5",
+        ] {
+            let spec = ModelSpec::with_config(AllocatorKind::Pytorch, config);
+            let opts = ReplayOptions {
+                keep_timeline: false,
+                checkpoint_every: 0,
+                check_every: 1,
+                ..ReplayOptions::default()
+            };
+            let a = session::replay_device(&w, 0, &spec, None, opts).unwrap();
+            let b = session::replay_device(&v.trace, 0, &spec, None, opts).unwrap();
+            assert_eq!(b.invariant_error, None, "{config}");
+            assert_eq!(
+                (a.peak_reserved_bytes, a.peak_allocated_bytes, a.segment_ops),
+                (b.peak_reserved_bytes, b.peak_allocated_bytes, b.segment_ops),
+                "{config}"
+            );
+        }
+    }
 }
