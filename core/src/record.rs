@@ -159,33 +159,47 @@ mod tests {
             "train:steps=4,layers=2,hidden=256,vocab=1000,comm=1",
             "churn:events=20000,live=300,streams=2",
         ] {
-            let w = crate::workloads::generate(spec).unwrap();
-            let snap = record(&w, 0).unwrap();
+            let workload = crate::workloads::generate(spec).unwrap();
+            let snap = record(&workload, 0).unwrap();
             let decided = snap.device_traces[0]
                 .iter()
                 .filter(|e| e.action != Action::FreeRequested && e.action != Action::FreeCompleted)
                 .count();
             let bytes = snapshot_bytes(&snap);
             let v = session::load(&bytes, None).unwrap();
-            let d = &v.devices[0];
-            assert!(d.exact && d.end_state_matches, "{spec}: {d:?}");
-            assert_eq!(d.events_compared as usize, decided, "{spec}");
+            let report = &v.devices[0];
+            assert!(
+                report.exact && report.end_state_matches,
+                "{spec}: {report:?}"
+            );
+            assert_eq!(report.events_compared as usize, decided, "{spec}");
             let opts = ReplayOptions {
                 keep_timeline: false,
                 checkpoint_every: 0,
                 ..ReplayOptions::default()
             };
-            let spec_ = ModelSpec::new(AllocatorKind::Pytorch);
-            let a = session::replay_device(&w, 0, &spec_, None, opts).unwrap();
-            let b = session::replay_device(&v.trace, 0, &spec_, None, opts).unwrap();
-            assert!(a.oom.is_none() && b.oom.is_none(), "{spec}");
+            let own = ModelSpec::new(AllocatorKind::Pytorch);
+            let ours = session::replay_device(&workload, 0, &own, None, opts).unwrap();
+            let theirs = session::replay_device(&v.trace, 0, &own, None, opts).unwrap();
+            assert!(ours.oom.is_none() && theirs.oom.is_none(), "{spec}");
             assert_eq!(
-                (a.peak_reserved_bytes, a.peak_allocated_bytes, a.segment_ops),
-                (b.peak_reserved_bytes, b.peak_allocated_bytes, b.segment_ops),
+                (
+                    ours.peak_reserved_bytes,
+                    ours.peak_allocated_bytes,
+                    ours.segment_ops
+                ),
+                (
+                    theirs.peak_reserved_bytes,
+                    theirs.peak_allocated_bytes,
+                    theirs.segment_ops
+                ),
                 "{spec}"
             );
-            assert_eq!(a.requests, b.requests, "{spec}");
-            assert_eq!(a.final_reserved_bytes, b.final_reserved_bytes, "{spec}");
+            assert_eq!(ours.requests, theirs.requests, "{spec}");
+            assert_eq!(
+                ours.final_reserved_bytes, theirs.final_reserved_bytes,
+                "{spec}"
+            );
         }
     }
 
