@@ -12,6 +12,7 @@ pub mod impossible;
 pub mod models;
 pub mod offline;
 pub mod ranks;
+pub mod record;
 pub mod snapshot;
 pub mod start;
 pub mod trace;

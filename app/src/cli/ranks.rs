@@ -9,7 +9,7 @@ use allocsim_core::ranks::{self, RankOptions, RankRow, RanksReport};
 use allocsim_core::units::format_size;
 use serde_json::{Value, json};
 
-use super::{Failure, parse_capacity_arg, print_json};
+use super::{Failure, InMemory, load_input, parse_capacity_arg, print_json};
 use crate::engine::parallel::Threads;
 
 #[derive(clap::Args, Debug)]
@@ -29,6 +29,10 @@ pub struct Args {
     /// One JSON object on stdout
     #[arg(long)]
     json: bool,
+    /// The snapshots of the inputs already in memory, in the inputs' order (the Python
+    /// package): such an input only names its snapshot. None (or no entry): read it.
+    #[arg(skip)]
+    pub memory: Vec<Option<InMemory>>,
 }
 
 /// Whether a directory entry's name is a snapshot's.
@@ -49,12 +53,20 @@ fn is_snapshot_name(name: &str) -> bool {
     .any(|ext| n.ends_with(ext))
 }
 
-/// The files to read: each FILE as given, each DIR's snapshots in name order.
-pub fn collect_inputs(inputs: &[PathBuf]) -> Result<Vec<PathBuf>, Failure> {
+/// The files to read, each with its snapshot if it is in memory (`memory[i]` for
+/// `inputs[i]`): each FILE as given, each DIR's snapshots in name order.
+pub fn collect_inputs(
+    inputs: &[PathBuf],
+    memory: &[Option<InMemory>],
+) -> Result<Vec<(PathBuf, Option<InMemory>)>, Failure> {
     let mut files = Vec::new();
-    for p in inputs {
+    for (i, p) in inputs.iter().enumerate() {
+        if let Some(m) = memory.get(i).cloned().flatten() {
+            files.push((p.clone(), Some(m)));
+            continue;
+        }
         if !p.is_dir() {
-            files.push(p.clone());
+            files.push((p.clone(), None));
             continue;
         }
         let entries = std::fs::read_dir(p)
@@ -76,13 +88,22 @@ pub fn collect_inputs(inputs: &[PathBuf]) -> Result<Vec<PathBuf>, Failure> {
             )));
         }
         found.sort();
-        files.extend(found);
+        files.extend(found.into_iter().map(|f| (f, None)));
     }
     Ok(files)
 }
 
-fn read_rank(path: &Path, rank: u32, opts: &RankOptions) -> Result<RankRow, String> {
+fn read_rank(
+    path: &Path,
+    memory: Option<&InMemory>,
+    rank: u32,
+    opts: &RankOptions,
+) -> Result<RankRow, String> {
     let name = path.display().to_string();
+    if memory.is_some() {
+        let v = load_input(path, memory, opts.capacity.given_bytes()).map_err(|f| f.message)?;
+        return ranks::rank_trace(&name, rank, &v.trace, opts).map_err(|e| format!("{name}: {e}"));
+    }
     let bytes = std::fs::read(path).map_err(|e| format!("{name}: cannot read: {e}"))?;
     ranks::rank(&name, rank, &bytes, opts).map_err(|e| format!("{name}: {e}"))
 }
@@ -97,11 +118,12 @@ pub fn outcome(a: &Args) -> Result<RanksReport, Failure> {
     // A bad setting is a usage error before any rank is read.
     allocsim_core::models::pytorch::PyTorchConfig::parse(&opts.what_if)
         .map_err(|e| Failure::bad_input(format!("--config: {}", e.0)))?;
-    let files = collect_inputs(&a.inputs)?;
-    let names: Vec<String> = files.iter().map(|f| f.display().to_string()).collect();
+    let files = collect_inputs(&a.inputs, &a.memory)?;
+    let names: Vec<String> = files.iter().map(|f| f.0.display().to_string()).collect();
     let rank_of = ranks::assign_ranks(&names);
-    let results =
-        Threads::all_cores().map(files.len(), &|i| read_rank(&files[i], rank_of[i], &opts));
+    let results = Threads::all_cores().map(files.len(), &|i| {
+        read_rank(&files[i].0, files[i].1.as_ref(), rank_of[i], &opts)
+    });
     let (mut rows, mut failed) = (Vec::new(), Vec::new());
     for r in results {
         match r {
