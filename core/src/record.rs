@@ -37,7 +37,7 @@ pub fn record(trace: &Trace, device: usize) -> Result<RawSnapshot, crate::Error>
         .ok_or(crate::Error::Query(crate::QueryError::NoDevice { device }))?;
     let device_index = u32::try_from(device)
         .ok()
-        .filter(|&d| d <= crate::validate::MAX_DEVICE)
+        .filter(|&d| d <= crate::build::MAX_DEVICE)
         .ok_or_else(|| {
             crate::Error::Impossible(format!("device {device} is not a CUDA device index"))
         })?;
