@@ -8,6 +8,7 @@ pub mod bands;
 pub mod examples;
 pub mod multi;
 pub mod parallel;
+pub mod recorded;
 pub mod wire;
 
 use std::collections::BTreeMap;
@@ -216,7 +217,24 @@ impl Engine {
             stage: format!("decoding {name}"),
             fraction: 0.05,
         });
-        match session::load(bytes, None) {
+        // Decoded, the file's own timeline and end state go to the UI at once; the trace
+        // is built and validated after.
+        let loaded = allocsim_core::snapshot::decode_snapshot(bytes)
+            .map_err(allocsim_core::Error::from)
+            .and_then(|snap| {
+                let device = recorded::busiest_device(&snap);
+                emit(Response::Recorded {
+                    job,
+                    recorded: Box::new(recorded::recorded(&snap, &name, device)),
+                });
+                emit(Response::Progress {
+                    job,
+                    stage: format!("validating {name}"),
+                    fraction: 0.3,
+                });
+                allocsim_core::validate::validate(snap, None)
+            });
+        match loaded {
             Ok(v) => {
                 self.device = v.trace.busiest_device();
                 self.trace = Some(Arc::new(v.trace));
