@@ -628,6 +628,8 @@ pub fn run_native(paths: Vec<std::path::PathBuf>) -> Result<(), String> {
 }
 
 #[cfg(test)]
+mod recorded_tests;
+#[cfg(test)]
 mod tests;
 
 #[cfg(test)]
