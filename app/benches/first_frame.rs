@@ -12,6 +12,8 @@
 //! `cargo bench -p allocsim-app --bench first_frame [-- FILE… [--runs N]]`
 //! (default `../shared/traces/kvcache_decode.pickle.gz`, 3 runs).
 
+mod common;
+
 use std::time::{Duration, Instant};
 
 use allocsim_app::gui::io::EngineHandle;
@@ -43,15 +45,8 @@ struct Run {
 
 fn one_run(name: &str, bytes: &[u8]) -> Run {
     let ctx = egui::Context::default();
-    let input = || egui::RawInput {
-        screen_rect: Some(egui::Rect::from_min_size(
-            egui::Pos2::ZERO,
-            egui::vec2(1600.0, 1000.0),
-        )),
-        ..egui::RawInput::default()
-    };
     let frame = |app: &mut AllocsimApp| {
-        let out = ctx.run_ui(input(), |ui| app.ui(ui));
+        let out = ctx.run_ui(common::window_input(), |ui| app.ui(ui));
         std::hint::black_box(ctx.tessellate(out.shapes, out.pixels_per_point));
     };
     let mut app = AllocsimApp::with_engine(EngineHandle::spawn(&ctx), true);
@@ -59,7 +54,12 @@ fn one_run(name: &str, bytes: &[u8]) -> Run {
     frame(&mut app);
     let rss0 = rss_mib();
     let t = Instant::now();
-    app.open_bytes(name.to_string(), bytes.to_vec(), CapacityArg::AsRecorded, &[]);
+    app.open_bytes(
+        name.to_string(),
+        bytes.to_vec(),
+        CapacityArg::AsRecorded,
+        &[],
+    );
     let mut recorded = None;
     while !app.first_frame_marked() {
         frame(&mut app);
@@ -113,7 +113,13 @@ fn main() {
         }
     }
     if files.is_empty() {
-        files.push(concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/traces/kvcache_decode.pickle.gz").into());
+        files.push(
+            concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/../../shared/traces/kvcache_decode.pickle.gz"
+            )
+            .into(),
+        );
     }
     let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     println!("load average before: {}", load.trim());
@@ -134,7 +140,9 @@ fn main() {
              RSS growth from opening (first run) {:.0} MiB",
             rec.iter().copied().fold(f64::INFINITY, f64::min),
             median(&mut rec),
-            all.iter().map(|r| r.recorded_ms.round()).collect::<Vec<_>>(),
+            all.iter()
+                .map(|r| r.recorded_ms.round())
+                .collect::<Vec<_>>(),
             full.iter().copied().fold(f64::INFINITY, f64::min),
             median(&mut full),
             all.iter().map(|r| r.full_ms.round()).collect::<Vec<_>>(),

@@ -59,7 +59,7 @@ pub fn recorded(snap: &RawSnapshot, name: &str, device: u32) -> RecordedData {
             Action::FreeCompleted => requested = requested.saturating_add(e.size),
             Action::SegmentAlloc | Action::SegmentMap => reserved = reserved.saturating_sub(e.size),
             Action::SegmentFree | Action::SegmentUnmap => {
-                reserved = reserved.saturating_add(e.size)
+                reserved = reserved.saturating_add(e.size);
             }
             Action::FreeRequested | Action::Oom | Action::Snapshot | Action::Other => {}
         }

@@ -537,7 +537,7 @@ fn the_recorded_timeline_comes_first_and_agrees_with_the_trace_and_the_replay() 
         let live = bands::live_bytes_per_op(ops);
         let replay = replayed(&mut e, 0, "pytorch", ex.cap_bytes());
         let mut compared = 0;
-        for k in 0..ops.len() {
+        for (k, &live_bytes) in live.iter().enumerate() {
             if ops.kind[k] != wire::op_kind::ALLOC {
                 continue;
             }
@@ -547,7 +547,7 @@ fn the_recorded_timeline_comes_first_and_agrees_with_the_trace_and_the_replay() 
             }
             if !trace.starts_mid_program {
                 assert_eq!(
-                    recorded.requested_bytes[ev], live[k],
+                    recorded.requested_bytes[ev], live_bytes,
                     "{}: live requested bytes at op {k} (event {ev})",
                     ex.file
                 );

@@ -76,13 +76,9 @@ pub fn memory_map_ui(
     selected_alloc: Option<u32>,
 ) -> MapInput {
     let mut input = MapInput::default();
-    let avail = ui.available_rect_before_wrap();
-    let (outer, response) = ui.allocate_exact_size(avail.size(), Sense::click_and_drag());
-    let painter = ui.painter_at(outer);
-    render::fill_rect(
-        &painter,
-        outer,
-        theme::PLOT_BG,
+    let (outer, response, painter) = crate::gui::views::plot_area(
+        ui,
+        Sense::click_and_drag(),
         wgpu,
         render::LAYER_FILLS + 16 + layer,
     );

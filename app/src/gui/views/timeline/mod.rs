@@ -247,29 +247,16 @@ pub fn timeline_ui(
     bands_highlight: &render::QuadSet,
 ) -> TimelineInput {
     let mut input = TimelineInput::default();
-    let avail = ui.available_rect_before_wrap();
-    let (outer, response) = ui.allocate_exact_size(avail.size(), Sense::click_and_drag());
-    let painter = ui.painter_at(outer);
-    render::fill_rect(
-        &painter,
-        outer,
-        theme::PLOT_BG,
-        wgpu,
-        render::LAYER_FILLS + 1,
-    );
+    let (outer, response, painter) =
+        crate::gui::views::plot_area(ui, Sense::click_and_drag(), wgpu, render::LAYER_FILLS + 1);
     let frag_h = if st.show_fragmentation && st.mode == Mode::Metrics {
         (outer.height() * 0.18).clamp(28.0, 70.0)
     } else {
         0.0
     };
-    let plot = Rect::from_min_max(
-        pos2(outer.left() + 78.0, outer.top() + 8.0),
-        pos2(outer.right() - 10.0, outer.bottom() - 22.0 - frag_h),
-    );
-    if plot.width() < 20.0 || plot.height() < 20.0 {
+    let Some(plot) = plot_rect(st, outer, frag_h) else {
         return input;
-    }
-    st.last_plot = Some(plot);
+    };
     let frag_rect = Rect::from_min_max(
         pos2(plot.left(), plot.bottom() + 12.0),
         pos2(plot.right(), outer.bottom() - 22.0),
@@ -764,6 +751,20 @@ fn envelope_points_in(
         }
     }
     pts
+}
+
+/// The plot inside the timeline's area `outer`, `below` points kept under it (the
+/// fragmentation strip); `None` when too small to draw. Kept for tests in `st`.
+fn plot_rect(st: &mut TimelineState, outer: Rect, below: f32) -> Option<Rect> {
+    let plot = Rect::from_min_max(
+        pos2(outer.left() + 78.0, outer.top() + 8.0),
+        pos2(outer.right() - 10.0, outer.bottom() - 22.0 - below),
+    );
+    if plot.width() < 20.0 || plot.height() < 20.0 {
+        return None;
+    }
+    st.last_plot = Some(plot);
+    Some(plot)
 }
 
 /// The label of x on the events axis (the op's trace entry) or the time axis.

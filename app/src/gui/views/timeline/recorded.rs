@@ -3,7 +3,7 @@
 //! trace is built the same lines are drawn over the ops ([`recorded_shapes`] from the
 //! metric lines) until a replay arrives.
 
-use egui::{Align2, FontId, Rect, Sense, Shape, Stroke, pos2};
+use egui::{Align2, FontId, Sense, Shape, Stroke, pos2};
 
 use super::{CacheKey, LAYER_LINES, Mode, TimelineState, XMap, axes, envelope_points_in};
 use crate::gui::render;
@@ -38,24 +38,11 @@ pub fn recorded_timeline_ui(
     r: &RecordedView,
     wgpu: bool,
 ) {
-    let avail = ui.available_rect_before_wrap();
-    let (outer, _) = ui.allocate_exact_size(avail.size(), Sense::hover());
-    let painter = ui.painter_at(outer);
-    render::fill_rect(
-        &painter,
-        outer,
-        theme::PLOT_BG,
-        wgpu,
-        render::LAYER_FILLS + 1,
-    );
-    let plot = Rect::from_min_max(
-        pos2(outer.left() + 78.0, outer.top() + 8.0),
-        pos2(outer.right() - 10.0, outer.bottom() - 22.0),
-    );
-    if plot.width() < 20.0 || plot.height() < 20.0 {
+    let (outer, _, painter) =
+        crate::gui::views::plot_area(ui, Sense::hover(), wgpu, render::LAYER_FILLS + 1);
+    let Some(plot) = super::plot_rect(st, outer, 0.0) else {
         return;
-    }
-    st.last_plot = Some(plot);
+    };
     let n = r.len();
     let xm = XMap {
         rect: plot,
