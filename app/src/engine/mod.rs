@@ -223,14 +223,12 @@ impl Engine {
             .map_err(allocsim_core::Error::from)
             .and_then(|snap| {
                 let device = recorded::busiest_device(&snap);
+                // No progress message after it: in the browser each answer wakes the page
+                // for a frame, which a software rasterizer pays for with the CPU the
+                // validation needs; the recorded view says the trace is being built.
                 emit(Response::Recorded {
                     job,
                     recorded: Box::new(recorded::recorded(&snap, &name, device)),
-                });
-                emit(Response::Progress {
-                    job,
-                    stage: format!("validating {name}"),
-                    fraction: 0.3,
                 });
                 allocsim_core::validate::validate(snap, None)
             });
