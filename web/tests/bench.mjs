@@ -35,6 +35,9 @@ const runs = Number(arg("--runs", "3"));
 /// the worker may still run the what-if replays the compare table asks for).
 const settle = Number(arg("--settle-ms", "0"));
 const chromiumPath = arg("--chromium", "/usr/bin/chromium");
+/// `--open-only 1`: the opening figures alone (a trace so big that the worker's what-if
+/// replays after the first frame hold the key presses' layouts back for minutes).
+const openOnly = arg("--open-only", "0") === "1";
 mkdirSync(out, { recursive: true });
 const log = (msg) => console.log(msg);
 
@@ -66,7 +69,7 @@ async function oneRun(i) {
 
   await page.mouse.move(700, 890);
   r.layout = [];
-  for (const key of KEYS) {
+  for (const key of openOnly ? [] : KEYS) {
     const from = await layoutMarker(page);
     const t = await page.evaluate(() => performance.now());
     await page.keyboard.press(key);
