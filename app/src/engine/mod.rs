@@ -8,6 +8,7 @@ pub mod bands;
 pub mod examples;
 pub mod multi;
 pub mod parallel;
+pub mod recorded;
 pub mod wire;
 
 use std::collections::BTreeMap;
@@ -216,7 +217,22 @@ impl Engine {
             stage: format!("decoding {name}"),
             fraction: 0.05,
         });
-        match session::load(bytes, None) {
+        // Decoded, the file's own timeline and end state go to the UI at once; the trace
+        // is built and validated after.
+        let loaded = allocsim_core::snapshot::decode_snapshot(bytes)
+            .map_err(allocsim_core::Error::from)
+            .and_then(|snap| {
+                let device = recorded::busiest_device(&snap);
+                // No progress message after it: in the browser each answer wakes the page
+                // for a frame, which a software rasterizer pays for with the CPU the
+                // validation needs; the recorded view says the trace is being built.
+                emit(Response::Recorded {
+                    job,
+                    recorded: Box::new(recorded::recorded(&snap, &name, device)),
+                });
+                allocsim_core::validate::validate(snap, None)
+            });
+        match loaded {
             Ok(v) => {
                 self.device = v.trace.busiest_device();
                 self.trace = Some(Arc::new(v.trace));
