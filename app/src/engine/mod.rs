@@ -230,7 +230,7 @@ impl Engine {
                     job,
                     recorded: Box::new(recorded::recorded(&snap, &name, device)),
                 });
-                allocsim_core::validate::validate(snap, None)
+                allocsim_core::build::build(snap, None)
             });
         match loaded {
             Ok(v) => {
