@@ -6,13 +6,14 @@
 
 pub mod bands;
 pub mod examples;
+pub mod live;
 pub mod multi;
 pub mod parallel;
 pub mod wire;
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use allocsim_core::capacity::CapacityArg;
 use allocsim_core::explain::{self, ExplainOptions, Explanation};
@@ -45,6 +46,9 @@ pub struct Engine {
     device: usize,
     /// Ops table of the device shown (kept for layouts: alloc ↔ end links).
     ops: OpsTable,
+    /// Which allocations of `ops` are held after an op: built from `ops` by the first
+    /// layout that needs it.
+    live: OnceLock<live::LiveIndex>,
     slots: Vec<Option<Slot>>,
     /// Answers kept for the trace and device shown (shared with detached work).
     cache: Arc<Mutex<Cache>>,
@@ -248,6 +252,7 @@ impl Engine {
         };
         let dt = &trace.devices[self.device];
         self.ops = ops_table(dt);
+        self.live = OnceLock::new();
         emit(Response::Progress {
             job,
             stage: "stacking allocations".into(),
@@ -374,14 +379,16 @@ impl Engine {
         let at = wanted.min(last);
         let layout =
             replay::layout_at(dt, r, at + 1).ok_or("no checkpoint to rebuild the layout from")?;
-        // Which allocation holds each address now.
-        let mut holder: std::collections::HashMap<u64, u32> = std::collections::HashMap::new();
-        for a in 0..=at {
-            if self.ops.kind[a] == op_kind::ALLOC
-                && (self.ops.end[a] == NO_OP || self.ops.end[a] as usize > at)
-                && let Some(Outcome::Served(addr)) = r.outcomes.get(a)
-            {
-                holder.insert(*addr, a as u32);
+        // Which allocation holds each address now (the latest one, were two held there).
+        let held = self
+            .live
+            .get_or_init(|| live::LiveIndex::build(&self.ops))
+            .held_after(at);
+        let mut holder: std::collections::HashMap<u64, u32> =
+            std::collections::HashMap::with_capacity(held.len());
+        for a in held {
+            if let Some(Outcome::Served(addr)) = r.outcomes.get(a as usize) {
+                holder.insert(*addr, a);
             }
         }
         let mut out = LayoutData {

@@ -76,6 +76,58 @@ fn oom_story_fails_by_default_and_fits_with_expandable_segments() {
     );
 }
 
+/// Each block of a layout names the allocation the walk over every op before it finds:
+/// the latest alloc served at the block's address that the program still holds (the
+/// engine finds them through its `LiveIndex`, without that walk), at 200 ops spread over
+/// every built-in example and its last op, under two configurations.
+#[test]
+fn layout_blocks_name_the_allocation_the_walk_over_every_op_finds() {
+    let mut linked = 0;
+    for ex in EXAMPLES {
+        let mut e = Engine::new();
+        let t = loaded(&mut e, ex);
+        for (slot, spec) in ["pytorch", "pytorch@expandable_segments:True"]
+            .into_iter()
+            .enumerate()
+        {
+            let r = replayed(&mut e, slot as u32, spec, ex.cap_bytes());
+            let outcomes = e.slots[slot]
+                .as_ref()
+                .expect("replayed")
+                .result
+                .outcomes
+                .clone();
+            let mut walk: std::collections::HashMap<u64, u32> = std::collections::HashMap::new();
+            let n = r.summary.ops_done as usize;
+            for at in 0..n {
+                if let Some(Outcome::Served(addr)) = outcomes.get(at) {
+                    walk.insert(*addr, at as u32);
+                }
+                walk.retain(|_, a| t.ops.live_after(*a as usize, at));
+                if at % (n / 200).max(1) != 0 && at + 1 != n {
+                    continue;
+                }
+                let l = layout(&mut e, slot as u32, at as u32);
+                for b in &l.blocks {
+                    let want =
+                        if matches!(b.state, block_state::ALLOCATED | block_state::PENDING_FREE) {
+                            walk.get(&b.addr).copied().unwrap_or(wire::NO_OP)
+                        } else {
+                            wire::NO_OP
+                        };
+                    assert_eq!(
+                        b.alloc, want,
+                        "{} {spec}: block at {:#x} after op {at}",
+                        ex.file, b.addr
+                    );
+                    linked += usize::from(want != wire::NO_OP);
+                }
+            }
+        }
+    }
+    assert!(linked > 1000, "{linked} blocks linked");
+}
+
 #[test]
 #[allow(clippy::many_single_char_names)]
 fn the_layout_at_the_oom_shows_the_holes_and_links_blocks_to_their_allocations() {
