@@ -1,17 +1,12 @@
 //! The `allocsim` command line as users and outside tests call it: exit codes, one-line
 //! errors on hostile input, the JSON contract.
 
+mod common;
+
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
 
-fn bin() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_allocsim"))
-}
-
-/// The real snapshots kept in the repository (`tests/traces`): always there.
-fn repo_traces() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/traces")
-}
+use common::{repo_traces, run};
 
 fn traces() -> Option<PathBuf> {
     let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/traces");
@@ -21,10 +16,6 @@ fn traces() -> Option<PathBuf> {
         println!("skipped: ../shared/traces not found");
         None
     }
-}
-
-fn run(args: &[&str]) -> Output {
-    bin().args(args).output().expect("run allocsim")
 }
 
 fn tmp_file(name: &str, bytes: &[u8]) -> PathBuf {
@@ -37,18 +28,7 @@ fn tmp_file(name: &str, bytes: &[u8]) -> PathBuf {
 
 /// Exit code 2, nothing on stdout, exactly one line on stderr naming the file.
 fn assert_bad_input(out: &Output, file: &Path, must_mention: &str) {
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "stderr: {err}");
-    assert!(
-        out.stdout.is_empty(),
-        "stdout: {}",
-        String::from_utf8_lossy(&out.stdout)
-    );
-    assert_eq!(
-        err.trim_end().lines().count(),
-        1,
-        "one line expected: {err}"
-    );
+    let err = common::one_line_error(out, 2);
     assert!(
         err.contains(&file.display().to_string()),
         "names the file: {err}"

@@ -3,14 +3,12 @@
 //! tests check the JSON contract of DESIGN.md on a real trace (`ALLOCSIM_BIN` and
 //! `ALLOCSIM_TRACES` point a carried test binary at a carried CLI and traces).
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+mod common;
 
-fn run(args: &[&str]) -> Output {
-    let bin = std::env::var("ALLOCSIM_BIN")
-        .unwrap_or_else(|_| env!("CARGO_BIN_EXE_allocsim").to_string());
-    Command::new(bin).args(args).output().expect("run allocsim")
-}
+use std::path::{Path, PathBuf};
+use std::process::Output;
+
+use common::run;
 
 fn trace(name: &str) -> Option<PathBuf> {
     let dir = std::env::var("ALLOCSIM_TRACES").map_or_else(
@@ -32,17 +30,7 @@ fn unavailable(out: &Output) -> bool {
     if out.status.code() != Some(3) {
         return false;
     }
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        out.stdout.is_empty(),
-        "stdout: {}",
-        String::from_utf8_lossy(&out.stdout)
-    );
-    assert_eq!(
-        err.trim_end().lines().count(),
-        1,
-        "one line expected: {err}"
-    );
+    let err = common::one_line_error(out, 3);
     assert!(
         err.contains("CUDA") || err.contains("cuda"),
         "says what is missing: {err}"
