@@ -7,9 +7,9 @@ use std::path::{Path, PathBuf};
 use allocsim_core::capacity::CapacityArg;
 use allocsim_core::ranks::{self, RankOptions, RankRow, RanksReport};
 use allocsim_core::units::format_size;
-use serde_json::{Value, json};
+use serde_json::Value;
 
-use super::{Failure, parse_capacity_arg, print_json};
+use super::{Failure, parse_capacity_arg, print_answer, schema_json};
 use crate::engine::parallel::Threads;
 
 #[derive(clap::Args, Debug)]
@@ -123,21 +123,12 @@ pub fn outcome(a: &Args) -> Result<RanksReport, Failure> {
 /// The `--json` object of a set of ranks.
 #[must_use]
 pub fn json(r: &RanksReport) -> Value {
-    let mut v = json!({"schema": 1});
-    if let (Value::Object(m), Ok(Value::Object(body))) = (&mut v, serde_json::to_value(r)) {
-        m.extend(body);
-    }
-    v
+    schema_json(r)
 }
 
 pub fn run(a: &Args) -> Result<u8, Failure> {
     let report = outcome(a)?;
-    if a.json {
-        print_json(&json(&report));
-    } else {
-        print_text(&report);
-    }
-    Ok(0)
+    print_answer(a.json, || json(&report), || print_text(&report))
 }
 
 fn print_text(r: &RanksReport) {
