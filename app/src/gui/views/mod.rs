@@ -14,3 +14,23 @@ pub mod peak;
 pub mod ranks;
 pub mod search;
 pub mod timeline;
+
+/// The whole space left in `ui` as a plot that takes clicks and drags, filled with the
+/// plot background (in fill layer `fill_layer`): its rectangle, response and painter.
+pub fn plot_area_ui(
+    ui: &mut egui::Ui,
+    wgpu: bool,
+    fill_layer: u64,
+) -> (egui::Rect, egui::Response, egui::Painter) {
+    let avail = ui.available_rect_before_wrap();
+    let (outer, response) = ui.allocate_exact_size(avail.size(), egui::Sense::click_and_drag());
+    let painter = ui.painter_at(outer);
+    crate::gui::render::fill_rect(
+        &painter,
+        outer,
+        crate::gui::theme::PLOT_BG,
+        wgpu,
+        fill_layer,
+    );
+    (outer, response, painter)
+}

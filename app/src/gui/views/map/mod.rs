@@ -7,7 +7,7 @@ pub mod tab;
 
 use std::fmt::Write as _;
 
-use egui::{Align2, Color32, FontId, Rect, Sense, Stroke, pos2};
+use egui::{Align2, Color32, FontId, Rect, Stroke, pos2};
 
 use crate::engine::wire::{BlockView, NO_OP, block_state};
 use crate::gui::render::{self, Transform};
@@ -75,16 +75,8 @@ pub fn memory_map_ui(
     selected_alloc: Option<u32>,
 ) -> MapInput {
     let mut input = MapInput::default();
-    let avail = ui.available_rect_before_wrap();
-    let (outer, response) = ui.allocate_exact_size(avail.size(), Sense::click_and_drag());
-    let painter = ui.painter_at(outer);
-    render::fill_rect(
-        &painter,
-        outer,
-        theme::PLOT_BG,
-        wgpu,
-        render::LAYER_FILLS + 16 + layer,
-    );
+    let (outer, response, painter) =
+        super::plot_area_ui(ui, wgpu, render::LAYER_FILLS + 16 + layer);
     let label_w = theme::LABEL_WIDTH.min(outer.width() * 0.35);
     let ruler_h = 20.0;
     let content = Rect::from_min_max(
@@ -228,14 +220,13 @@ pub fn memory_map_ui(
     // Blocks: one instanced quad each (GPU), highlighted ones again on top.
     let ppp = ui.ctx().pixels_per_point();
     let t = Transform {
-        origin: [(st.pan_bytes / MIB) as f32, st.scroll_rows],
-        scale: [(MIB / bpp) as f32 * ppp, pitch * ppp],
-        viewport: [content.width() * ppp, content.height() * ppp],
         min_px: [1.0, 0.0],
         gap_px: 1.0,
-        use_alt_x: 0.0,
-        linear_target: 0.0,
-        pad: 0.0,
+        ..Transform::new(
+            [(st.pan_bytes / MIB) as f32, st.scroll_rows],
+            [(MIB / bpp) as f32 * ppp, pitch * ppp],
+            [content.width() * ppp, content.height() * ppp],
+        )
     };
     let clip = ui.painter_at(content);
     render::paint_quads(

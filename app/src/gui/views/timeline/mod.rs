@@ -5,7 +5,7 @@
 
 pub mod stack_lod;
 
-use egui::{Align2, Color32, FontId, Pos2, Rect, Sense, Shape, Stroke, pos2};
+use egui::{Align2, Color32, FontId, Pos2, Rect, Shape, Stroke, pos2};
 
 use crate::gui::render::{self, Transform};
 use crate::gui::state::{Document, MIB};
@@ -243,16 +243,7 @@ pub fn timeline_ui(
     bands_highlight: &render::QuadSet,
 ) -> TimelineInput {
     let mut input = TimelineInput::default();
-    let avail = ui.available_rect_before_wrap();
-    let (outer, response) = ui.allocate_exact_size(avail.size(), Sense::click_and_drag());
-    let painter = ui.painter_at(outer);
-    render::fill_rect(
-        &painter,
-        outer,
-        theme::PLOT_BG,
-        wgpu,
-        render::LAYER_FILLS + 1,
-    );
+    let (outer, response, painter) = super::plot_area_ui(ui, wgpu, render::LAYER_FILLS + 1);
     let frag_h = if st.show_fragmentation && st.mode == Mode::Metrics {
         (outer.height() * 0.18).clamp(28.0, 70.0)
     } else {
