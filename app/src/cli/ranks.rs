@@ -10,6 +10,7 @@ use allocsim_core::units::format_size;
 use serde_json::Value;
 
 use super::{Failure, parse_capacity_arg, print_answer, schema_json};
+use crate::engine::multi;
 use crate::engine::parallel::Threads;
 
 #[derive(clap::Args, Debug)]
@@ -155,20 +156,8 @@ fn print_text(r: &RanksReport) {
             Some(o) if o.fatal => format!("event {}", o.event_index),
             Some(o) => format!("event {} (caught)", o.event_index),
         };
-        let what_if = format!(
-            "{}, {}",
-            if row.what_if.served_all {
-                "fits"
-            } else {
-                "OOM"
-            },
-            format_size(row.what_if.peak_reserved_bytes)
-        );
-        let mark = if r
-            .outlier
-            .as_ref()
-            .is_some_and(|o| o.rank == row.rank && o.file == row.file)
-        {
+        let what_if = multi::what_if_cell(row);
+        let mark = if multi::is_outlier(r, row) {
             "  ← outlier"
         } else {
             ""
