@@ -113,12 +113,7 @@ impl Engine {
                     });
                 }
                 self.device = device as usize;
-                self.forget();
-                let data = self.trace_data(emit, job);
-                emit(Response::Loaded {
-                    job,
-                    trace: Box::new(data),
-                });
+                self.show_device(job, emit);
             }
             Request::Replay {
                 job,
@@ -175,16 +170,11 @@ impl Engine {
                 });
                 match workloads::generate(&spec) {
                     Ok(trace) => {
-                        self.device = 0;
                         self.trace = Some(Arc::new(trace));
                         self.reports = Vec::new();
                         self.name = spec;
-                        self.forget();
-                        let data = self.trace_data(emit, job);
-                        emit(Response::Loaded {
-                            job,
-                            trace: Box::new(data),
-                        });
+                        self.device = 0;
+                        self.show_device(job, emit);
                     }
                     Err(e) => emit(Response::Failed {
                         job,
@@ -204,6 +194,17 @@ impl Engine {
                 emit(r);
             }
         }
+    }
+
+    /// Shows device `self.device` of the trace: what was computed for the one shown before
+    /// is dropped, the UI gets its copy ([`Response::Loaded`]).
+    fn show_device(&mut self, job: u64, emit: &mut dyn FnMut(Response)) {
+        self.forget();
+        let data = self.trace_data(emit, job);
+        emit(Response::Loaded {
+            job,
+            trace: Box::new(data),
+        });
     }
 
     /// Drops the replays and what was computed for the trace or device shown before.

@@ -84,30 +84,33 @@ fn oom_story_fails_by_default_and_fits_with_expandable_segments() {
 fn layout_blocks_name_the_allocation_the_walk_over_every_op_finds() {
     let mut linked = 0;
     for ex in EXAMPLES {
-        let mut e = Engine::new();
-        let t = loaded(&mut e, ex);
+        let mut engine = Engine::new();
+        let trace = loaded(&mut engine, ex);
         for (slot, spec) in ["pytorch", "pytorch@expandable_segments:True"]
             .into_iter()
             .enumerate()
         {
-            let r = replayed(&mut e, slot as u32, spec, ex.cap_bytes());
-            let outcomes = e.slots[slot]
+            let replay = replayed(&mut engine, slot as u32, spec, ex.cap_bytes());
+            let outcomes = engine.slots[slot]
                 .as_ref()
                 .expect("replayed")
                 .result
                 .outcomes
                 .clone();
-            let mut walk: std::collections::HashMap<u64, u32> = std::collections::HashMap::new();
-            let n = r.summary.ops_done as usize;
-            for at in 0..n {
-                if let Some(Outcome::Served(addr)) = outcomes.get(at) {
-                    walk.insert(*addr, at as u32);
+            let ops = replay.summary.ops_done as usize;
+            let step = (ops / 200).max(1);
+            for at in (0..ops).filter(|&at| at % step == 0 || at + 1 == ops) {
+                // The walk: every alloc up to `at` still held, the latest one per address.
+                let mut walk: std::collections::HashMap<u64, u32> =
+                    std::collections::HashMap::new();
+                for a in 0..=at {
+                    if let Some(Outcome::Served(addr)) = outcomes.get(a)
+                        && trace.ops.live_after(a, at)
+                    {
+                        walk.insert(*addr, a as u32);
+                    }
                 }
-                walk.retain(|_, a| t.ops.live_after(*a as usize, at));
-                if at % (n / 200).max(1) != 0 && at + 1 != n {
-                    continue;
-                }
-                let l = layout(&mut e, slot as u32, at as u32);
+                let l = layout(&mut engine, slot as u32, at as u32);
                 for b in &l.blocks {
                     let want =
                         if matches!(b.state, block_state::ALLOCATED | block_state::PENDING_FREE) {
