@@ -57,7 +57,7 @@ impl Threads {
     /// index as it finishes one (in order on this thread for one thread or one job); each
     /// result at its index, `done()` called on this thread after each job finishes.
     fn spread<T: Send>(
-        &self,
+        self,
         n: usize,
         job: &(dyn Fn(usize) -> T + Sync),
         done: &mut dyn FnMut(),
