@@ -254,27 +254,8 @@ fn replay_json_reports_the_oom_story() {
         "2362232013",
         "--json",
     ]);
-    assert_eq!(out.status.code(), Some(0));
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    for k in [
-        "schema",
-        "allocator",
-        "config",
-        "capacity_bytes",
-        "events",
-        "requests",
-        "peak_reserved_bytes",
-        "peak_allocated_bytes",
-        "peak_requested_bytes",
-        "final_reserved_bytes",
-        "internal_waste_bytes_at_peak",
-        "fragmentation_at_peak",
-        "max_fragmentation",
-        "segment_ops",
-        "oom",
-    ] {
-        assert!(v.get(k).is_some(), "missing {k}");
-    }
+    let v = common::json_of(&out);
+    common::assert_replay_object(&v);
     assert_eq!(v["oom"]["requested_bytes"], 419_430_400u64);
     assert_eq!(v["oom"]["free_holes"], 6);
     let e = v["oom"]["explanation"].as_str().unwrap();

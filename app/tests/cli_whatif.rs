@@ -6,36 +6,11 @@ mod common;
 
 use std::path::PathBuf;
 
-use common::{bad_input, json_of, run};
-use serde_json::Value;
+use common::{assert_replay_object, bad_input, json_of, run};
 
 /// `oom_story`, kept in the repository (`tests/traces`): the tests always run.
 fn story() -> PathBuf {
     common::repo_traces().join("oom_story.pickle.gz")
-}
-
-const REPLAY_KEYS: [&str; 15] = [
-    "schema",
-    "allocator",
-    "config",
-    "capacity_bytes",
-    "events",
-    "requests",
-    "peak_reserved_bytes",
-    "peak_allocated_bytes",
-    "peak_requested_bytes",
-    "final_reserved_bytes",
-    "internal_waste_bytes_at_peak",
-    "fragmentation_at_peak",
-    "max_fragmentation",
-    "segment_ops",
-    "oom",
-];
-
-fn assert_replay_object(v: &Value) {
-    for k in REPLAY_KEYS {
-        assert!(v.get(k).is_some(), "replay object lacks {k}: {v}");
-    }
 }
 
 #[test]

@@ -57,18 +57,7 @@ fn cuda_replay_of_oom_story_under_its_cap_reports_the_design_json() {
     if unavailable(&out) {
         return;
     }
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "stderr: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(
-        text.trim_start().starts_with("{\n  \"schema\": 1"),
-        "schema first: {text}"
-    );
-    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let v = common::json_of(&out);
     for key in [
         "schema",
         "device",
@@ -84,7 +73,7 @@ fn cuda_replay_of_oom_story_under_its_cap_reports_the_design_json() {
         "latency_us",
         "verify_data",
     ] {
-        assert!(v.get(key).is_some(), "missing {key}: {text}");
+        assert!(v.get(key).is_some(), "missing {key}: {v}");
     }
     for key in ["ordinal", "name", "total_bytes", "free_bytes_at_start"] {
         assert!(v["device"].get(key).is_some(), "device.{key}");
@@ -98,7 +87,7 @@ fn cuda_replay_of_oom_story_under_its_cap_reports_the_design_json() {
         }
     }
     let a = &v["reserved_agreement"];
-    assert_eq!(a["events_equal"], a["events_compared"], "{text}");
+    assert_eq!(a["events_equal"], a["events_compared"], "{v}");
     // The recorded OOM (the 400 MiB request) happens on the GPU and in the simulation.
     assert_eq!(v["oom"]["real_event_index"], 27);
     assert_eq!(v["oom"]["simulated_event_index"], 27);

@@ -360,7 +360,7 @@ fn layout_at_equals_a_straight_replay_on_every_repo_trace() {
         // Op k - 1 frees (or completes the free of) an allocation made before the
         // checkpoint that `layout_at(k)` starts from.
         let frees_before_window = |k: usize| {
-            k % EVERY != 0
+            !k.is_multiple_of(EVERY)
                 && match dt.ops[k - 1].kind {
                     OpKind::Free { alloc, .. } | OpKind::CompleteFree { alloc } => {
                         (alloc as usize) < k / EVERY * EVERY

@@ -87,3 +87,29 @@ pub fn temp_dir(tag: &str) -> PathBuf {
     std::fs::create_dir_all(&d).unwrap();
     d
 }
+
+/// The keys every replay object has (DESIGN.md; also each of `compare`'s `results`).
+pub const REPLAY_KEYS: [&str; 15] = [
+    "schema",
+    "allocator",
+    "config",
+    "capacity_bytes",
+    "events",
+    "requests",
+    "peak_reserved_bytes",
+    "peak_allocated_bytes",
+    "peak_requested_bytes",
+    "final_reserved_bytes",
+    "internal_waste_bytes_at_peak",
+    "fragmentation_at_peak",
+    "max_fragmentation",
+    "segment_ops",
+    "oom",
+];
+
+/// `v` has every key of a replay object.
+pub fn assert_replay_object(v: &Value) {
+    for k in REPLAY_KEYS {
+        assert!(v.get(k).is_some(), "replay object lacks {k}: {v}");
+    }
+}
