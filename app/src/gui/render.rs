@@ -899,3 +899,32 @@ thread_local! {
 
 /// Layer ids of the flat fills (plot backgrounds), apart from every view's quad layers.
 pub const LAYER_FILLS: u64 = 1 << 40;
+
+#[cfg(test)]
+mod tests {
+    use super::wgpu::naga;
+
+    /// Both shaders parse and validate as the GPU's WGSL front end does (a broken shader
+    /// would otherwise show only when a window or the browser creates the pipeline).
+    #[test]
+    fn the_shaders_are_valid_wgsl_with_their_entry_points() {
+        for (source, entries) in [
+            (super::SHADER, &["vs_main", "vs_mesh", "fs_main"][..]),
+            (super::BLIT_SHADER, &["vs_blit", "fs_blit"][..]),
+        ] {
+            let module = naga::front::wgsl::parse_str(source).expect("parses");
+            naga::valid::Validator::new(
+                naga::valid::ValidationFlags::all(),
+                naga::valid::Capabilities::empty(),
+            )
+            .validate(&module)
+            .expect("validates");
+            let names: Vec<&str> = module
+                .entry_points
+                .iter()
+                .map(|e| e.name.as_str())
+                .collect();
+            assert_eq!(names, entries);
+        }
+    }
+}

@@ -45,21 +45,18 @@ fn vs_main(@builtin(vertex_index) vi: u32, @location(0) rect: vec4<f32>, @locati
     let hi = t.viewport + vec2<f32>(8.0, 8.0);
     let corner = vec2<f32>(f32(vi & 1u), f32((vi >> 1u) & 1u));
     let p = clamp(mix(vec2<f32>(xs.x, ys.x), vec2<f32>(xs.y, ys.y), corner), lo, hi);
-    var out: VsOut;
-    out.pos = vec4<f32>(p.x / t.viewport.x * 2.0 - 1.0, 1.0 - p.y / t.viewport.y * 2.0, 0.0, 1.0);
-    // A quad is one colour: convert it here, once per corner, not per pixel (a software
-    // rasterizer runs both sides of a per-pixel branch, and `pow` is dear there).
-    var c = color;
-    if (t.linear_target > 0.5) {
-        c = vec4<f32>(to_linear(color.rgb), color.a);
-    }
-    out.color = c;
-    return out;
+    return vertex_out(p, color);
 }
 
 @vertex
 fn vs_mesh(@location(0) pos: vec2<f32>, @location(1) color: vec4<f32>) -> VsOut {
-    let p = (pos - t.origin) * t.scale;
+    return vertex_out((pos - t.origin) * t.scale, color);
+}
+
+// A vertex at `p` pixels of the viewport, of colour `color`. A quad or a mesh vertex is
+// one colour: convert it here, once per corner, not per pixel (a software rasterizer runs
+// both sides of a per-pixel branch, and `pow` is dear there).
+fn vertex_out(p: vec2<f32>, color: vec4<f32>) -> VsOut {
     var out: VsOut;
     out.pos = vec4<f32>(p.x / t.viewport.x * 2.0 - 1.0, 1.0 - p.y / t.viewport.y * 2.0, 0.0, 1.0);
     var c = color;
