@@ -2,23 +2,19 @@
 //! JSON, the object `api::json` returns — for the file on disk and for its bytes in
 //! memory — is the one `allocsim … --json` prints; errors are the binary's one line.
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
+mod common;
+
+use std::path::PathBuf;
 
 use allocsim_app::cli::api;
 use serde_json::Value;
 
 fn trace(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../tests/traces")
-        .join(name)
+    common::repo_traces().join(name)
 }
 
 fn binary(args: &[&str]) -> (Option<i32>, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_allocsim"))
-        .args(args)
-        .output()
-        .expect("run allocsim");
+    let out = common::run(args);
     (
         out.status.code(),
         String::from_utf8_lossy(&out.stdout).into_owned(),

@@ -9,9 +9,11 @@ use allocsim_core::diff::{self, Align, Diff, DiffRun};
 use allocsim_core::models::ModelSpec;
 use allocsim_core::trace::Trace;
 use allocsim_core::units::format_size;
-use serde_json::{Value, json};
+use serde_json::Value;
 
-use super::{Failure, InMemory, load_input, parse_capacity_arg, print_json};
+use super::{
+    Failure, InMemory, config_text, load_input, parse_capacity_arg, print_answer, schema_json,
+};
 use crate::engine::parallel::Threads;
 
 /// At most this many sites in the text (the JSON has them all).
@@ -97,21 +99,12 @@ pub fn outcome(a: &Args) -> Result<Diff, Failure> {
 /// The `--json` object of a diff.
 #[must_use]
 pub fn json(d: &Diff) -> Value {
-    let mut v = json!({"schema": 1});
-    if let (Value::Object(m), Ok(Value::Object(body))) = (&mut v, serde_json::to_value(d)) {
-        m.extend(body);
-    }
-    v
+    schema_json(d)
 }
 
 pub fn run(a: &Args) -> Result<u8, Failure> {
     let d = outcome(a)?;
-    if a.json {
-        print_json(&json(&d));
-    } else {
-        print_text(&d);
-    }
-    Ok(0)
+    print_answer(a.json, || json(&d), || print_text(&d))
 }
 
 fn at_text(r: &DiffRun, align: Align) -> String {
@@ -133,13 +126,7 @@ fn print_text(d: &Diff) {
     let row = |label: &str, a: String, b: String, delta: String| {
         crate::say!("  {label:<26} {a:>24} {b:>24}   {delta}");
     };
-    let cfg = |c: &str| {
-        if c.is_empty() {
-            "defaults".to_string()
-        } else {
-            c.to_string()
-        }
-    };
+    let cfg = |c: &str| config_text(c, "defaults").to_string();
     crate::say!("A: {}", d.a.file);
     crate::say!("B: {}", d.b.file);
     row("", "A".into(), "B".into(), "B − A".into());

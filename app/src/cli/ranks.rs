@@ -7,9 +7,10 @@ use std::path::{Path, PathBuf};
 use allocsim_core::capacity::CapacityArg;
 use allocsim_core::ranks::{self, RankOptions, RankRow, RanksReport};
 use allocsim_core::units::format_size;
-use serde_json::{Value, json};
+use serde_json::Value;
 
-use super::{Failure, InMemory, load_input, parse_capacity_arg, print_json};
+use super::{Failure, InMemory, load_input, parse_capacity_arg, print_answer, schema_json};
+use crate::engine::multi;
 use crate::engine::parallel::Threads;
 
 #[derive(clap::Args, Debug)]
@@ -145,21 +146,12 @@ pub fn outcome(a: &Args) -> Result<RanksReport, Failure> {
 /// The `--json` object of a set of ranks.
 #[must_use]
 pub fn json(r: &RanksReport) -> Value {
-    let mut v = json!({"schema": 1});
-    if let (Value::Object(m), Ok(Value::Object(body))) = (&mut v, serde_json::to_value(r)) {
-        m.extend(body);
-    }
-    v
+    schema_json(r)
 }
 
 pub fn run(a: &Args) -> Result<u8, Failure> {
     let report = outcome(a)?;
-    if a.json {
-        print_json(&json(&report));
-    } else {
-        print_text(&report);
-    }
-    Ok(0)
+    print_answer(a.json, || json(&report), || print_text(&report))
 }
 
 fn print_text(r: &RanksReport) {
@@ -186,20 +178,8 @@ fn print_text(r: &RanksReport) {
             Some(o) if o.fatal => format!("event {}", o.event_index),
             Some(o) => format!("event {} (caught)", o.event_index),
         };
-        let what_if = format!(
-            "{}, {}",
-            if row.what_if.served_all {
-                "fits"
-            } else {
-                "OOM"
-            },
-            format_size(row.what_if.peak_reserved_bytes)
-        );
-        let mark = if r
-            .outlier
-            .as_ref()
-            .is_some_and(|o| o.rank == row.rank && o.file == row.file)
-        {
+        let what_if = multi::what_if_cell(row);
+        let mark = if multi::is_outlier(r, row) {
             "  ← outlier"
         } else {
             ""

@@ -76,6 +76,61 @@ fn oom_story_fails_by_default_and_fits_with_expandable_segments() {
     );
 }
 
+/// Each block of a layout names the allocation the walk over every op before it finds:
+/// the latest alloc served at the block's address that the program still holds (the
+/// engine finds them through its `LiveIndex`, without that walk), at 200 ops spread over
+/// every built-in example and its last op, under two configurations.
+#[test]
+fn layout_blocks_name_the_allocation_the_walk_over_every_op_finds() {
+    let mut linked = 0;
+    for ex in EXAMPLES {
+        let mut engine = Engine::new();
+        let trace = loaded(&mut engine, ex);
+        for (slot, spec) in ["pytorch", "pytorch@expandable_segments:True"]
+            .into_iter()
+            .enumerate()
+        {
+            let replay = replayed(&mut engine, slot as u32, spec, ex.cap_bytes());
+            let outcomes = engine.slots[slot]
+                .as_ref()
+                .expect("replayed")
+                .result
+                .outcomes
+                .clone();
+            let ops = replay.summary.ops_done as usize;
+            let step = (ops / 200).max(1);
+            for at in (0..ops).filter(|&at| at % step == 0 || at + 1 == ops) {
+                // The walk: every alloc up to `at` still held, the latest one per address.
+                let mut walk: std::collections::HashMap<u64, u32> =
+                    std::collections::HashMap::new();
+                for a in 0..=at {
+                    if let Some(Outcome::Served(addr)) = outcomes.get(a)
+                        && trace.ops.live_after(a, at)
+                    {
+                        walk.insert(*addr, a as u32);
+                    }
+                }
+                let l = layout(&mut engine, slot as u32, at as u32);
+                for b in &l.blocks {
+                    let want =
+                        if matches!(b.state, block_state::ALLOCATED | block_state::PENDING_FREE) {
+                            walk.get(&b.addr).copied().unwrap_or(wire::NO_OP)
+                        } else {
+                            wire::NO_OP
+                        };
+                    assert_eq!(
+                        b.alloc, want,
+                        "{} {spec}: block at {:#x} after op {at}",
+                        ex.file, b.addr
+                    );
+                    linked += usize::from(want != wire::NO_OP);
+                }
+            }
+        }
+    }
+    assert!(linked > 1000, "{linked} blocks linked");
+}
+
 #[test]
 #[allow(clippy::many_single_char_names)]
 fn the_layout_at_the_oom_shows_the_holes_and_links_blocks_to_their_allocations() {

@@ -225,14 +225,13 @@ pub fn memory_map_ui(
     // Blocks: one instanced quad each (GPU), highlighted ones again on top.
     let ppp = ui.ctx().pixels_per_point();
     let t = Transform {
-        origin: [(st.pan_bytes / MIB) as f32, st.scroll_rows],
-        scale: [(MIB / bpp) as f32 * ppp, pitch * ppp],
-        viewport: [content.width() * ppp, content.height() * ppp],
         min_px: [1.0, 0.0],
         gap_px: 1.0,
-        use_alt_x: 0.0,
-        linear_target: 0.0,
-        pad: 0.0,
+        ..Transform::new(
+            [(st.pan_bytes / MIB) as f32, st.scroll_rows],
+            [(MIB / bpp) as f32 * ppp, pitch * ppp],
+            [content.width() * ppp, content.height() * ppp],
+        )
     };
     let clip = ui.painter_at(content);
     render::paint_quads(
