@@ -7,6 +7,7 @@
 pub mod bands;
 pub mod examples;
 pub mod multi;
+pub mod open;
 pub mod parallel;
 pub mod wire;
 
@@ -29,6 +30,21 @@ use wire::{
     Request, Response, SegmentView, StackTable, TraceData, WhatIfData, WhatIfRow, block_state,
     op_kind,
 };
+
+/// The cancel flags of an engine's jobs in flight ([`Engine::cancels`]).
+#[derive(Debug, Clone)]
+pub struct Cancels(Arc<Mutex<BTreeMap<u64, Arc<AtomicBool>>>>);
+
+impl Cancels {
+    /// Stops job `job` if it is in flight and cancellable.
+    pub fn cancel(&self, job: u64) {
+        if let Ok(c) = self.0.lock()
+            && let Some(flag) = c.get(&job)
+        {
+            flag.store(true, Ordering::Relaxed);
+        }
+    }
+}
 
 /// A replay kept for layouts and searches.
 struct Slot {
@@ -95,6 +111,7 @@ impl Engine {
     pub fn handle(&mut self, req: Request, emit: &mut dyn FnMut(Response)) {
         match req {
             Request::Load { job, name, bytes } => self.load(job, name, &bytes, emit),
+            Request::Open { job, name, path } => self.open(job, name, &path, emit),
             Request::SelectDevice { job, device } => {
                 let Some(trace) = &self.trace else {
                     return emit(Response::Failed {
@@ -156,13 +173,7 @@ impl Engine {
                     work(emit);
                 }
             }
-            Request::Cancel { job } => {
-                if let Ok(c) = self.cancels.lock()
-                    && let Some(flag) = c.get(&job)
-                {
-                    flag.store(true, Ordering::Relaxed);
-                }
-            }
+            Request::Cancel { job } => self.cancels().cancel(job),
             Request::Workload { job, spec } => {
                 emit(Response::Progress {
                     job,
@@ -216,7 +227,58 @@ impl Engine {
             stage: format!("decoding {name}"),
             fraction: 0.05,
         });
-        match session::load(bytes, None) {
+        let r = session::load(bytes, None).map_err(|e| format!("{name}: {e}"));
+        self.install(job, name, r, emit);
+    }
+
+    /// Opens the file at `path` read in pieces ([`open::decode_file`]): progress while
+    /// it decodes, [`Request::Cancel`] stops it (the host sets the flag: this thread is
+    /// busy), and the file's bytes are gone once decoded.
+    fn open(&mut self, job: u64, name: String, path: &str, emit: &mut dyn FnMut(Response)) {
+        let flag = Arc::new(AtomicBool::new(false));
+        if let Ok(mut c) = self.cancels.lock() {
+            c.insert(job, Arc::clone(&flag));
+        }
+        let mut shown = -1.0f32;
+        let decoded = open::decode_file(std::path::Path::new(path), &mut |p| {
+            let fraction = 0.05 + 0.45 * p.fraction();
+            if fraction - shown >= 0.005 {
+                shown = fraction;
+                emit(Response::Progress {
+                    job,
+                    stage: format!("reading {name} ({} of 2)", p.pass),
+                    fraction,
+                });
+            }
+            !flag.load(Ordering::Relaxed)
+        });
+        if let Ok(mut c) = self.cancels.lock() {
+            c.remove(&job);
+        }
+        let r = match decoded {
+            Ok(snap) => {
+                emit(Response::Progress {
+                    job,
+                    stage: format!("building the trace of {name}"),
+                    fraction: 0.5,
+                });
+                allocsim_core::validate::validate(snap, None).map_err(|e| format!("{name}: {e}"))
+            }
+            Err(open::OpenError::Cancelled) => Err(format!("opening {name}: cancelled")),
+            Err(open::OpenError::Failed(message)) => Err(message),
+        };
+        self.install(job, name, r, emit);
+    }
+
+    /// Takes a decoded and validated snapshot as the trace shown, or says why not.
+    fn install(
+        &mut self,
+        job: u64,
+        name: String,
+        loaded: Result<allocsim_core::validate::Validation, String>,
+        emit: &mut dyn FnMut(Response),
+    ) {
+        match loaded {
             Ok(v) => {
                 self.device = v.trace.busiest_device();
                 self.trace = Some(Arc::new(v.trace));
@@ -234,11 +296,15 @@ impl Engine {
                     trace: Box::new(data),
                 });
             }
-            Err(e) => emit(Response::Failed {
-                job,
-                message: format!("{name}: {e}"),
-            }),
+            Err(message) => emit(Response::Failed { job, message }),
         }
+    }
+
+    /// The registry of cancel flags, for a host that must cancel a job while the engine
+    /// is busy with it (an open: [`Request::Cancel`] would wait behind it).
+    #[must_use]
+    pub fn cancels(&self) -> Cancels {
+        Cancels(Arc::clone(&self.cancels))
     }
 
     /// The UI's copy of the device shown (also refreshes the engine's ops table).

@@ -42,7 +42,7 @@ impl AllocsimApp {
         if p.text.trim().is_empty() {
             return;
         }
-        match crate::gui::io::read_path(&p.text) {
+        match crate::gui::io::file_at(&p.text) {
             Ok(f) => {
                 self.path_prompt = None;
                 self.inbox.push(ctx, Ok(f));

@@ -12,6 +12,9 @@ use crate::engine::wire::{Request, Response};
 pub struct Opened {
     pub name: String,
     pub bytes: Vec<u8>,
+    /// Natively, a file the engine reads itself, in pieces (`bytes` then empty): its
+    /// bytes are never all in memory.
+    pub path: Option<std::path::PathBuf>,
 }
 
 /// Results of asynchronous I/O (file dialogs, fetches), picked up by the UI each frame.
@@ -79,6 +82,8 @@ enum Inner {
     Thread {
         tx: std::sync::mpsc::Sender<Request>,
         rx: std::sync::mpsc::Receiver<Response>,
+        /// Cancels a job the engine thread is busy with (an open), not behind it.
+        cancels: crate::engine::Cancels,
     },
     #[cfg(target_arch = "wasm32")]
     Worker(web::WorkerEngine),
@@ -105,10 +110,11 @@ impl EngineHandle {
             let (tx, req_rx) = std::sync::mpsc::channel::<Request>();
             let (resp_tx, rx) = std::sync::mpsc::channel::<Response>();
             let ctx = ctx.clone();
+            let mut engine = crate::engine::Engine::new();
+            let cancels = engine.cancels();
             let started = std::thread::Builder::new()
                 .name("allocsim-engine".into())
                 .spawn(move || {
-                    let mut engine = crate::engine::Engine::new();
                     while let Ok(req) = req_rx.recv() {
                         // Only the newest layout request per slot matters while scrubbing.
                         let mut batch = vec![req];
@@ -147,7 +153,7 @@ impl EngineHandle {
                 });
             match started {
                 Ok(_) => EngineHandle {
-                    inner: Inner::Thread { tx, rx },
+                    inner: Inner::Thread { tx, rx, cancels },
                 },
                 Err(e) => {
                     log::warn!("cannot start the engine thread ({e}); running it on the UI thread");
@@ -176,7 +182,10 @@ impl EngineHandle {
         match &mut self.inner {
             Inner::Inline { queue, .. } => queue.push(req),
             #[cfg(not(target_arch = "wasm32"))]
-            Inner::Thread { tx, .. } => {
+            Inner::Thread { tx, cancels, .. } => {
+                if let Request::Cancel { job } = &req {
+                    cancels.cancel(*job);
+                }
                 let _ = tx.send(req);
             }
             #[cfg(target_arch = "wasm32")]
@@ -233,12 +242,25 @@ fn coalesce(batch: Vec<Request>) -> Vec<Request> {
 }
 
 /// Reads a file dropped on the window or the page; its bytes arrive in `inbox`.
+/// Natively, `by_path` hands the engine the file's path instead of its bytes.
 #[allow(clippy::needless_pass_by_value)] // moved into the future on the web
-pub fn read_dropped(ctx: &egui::Context, inbox: &Inbox, file: egui::DroppedFileHandle) {
+pub fn read_dropped(
+    ctx: &egui::Context,
+    inbox: &Inbox,
+    file: egui::DroppedFileHandle,
+    by_path: bool,
+) {
     let name = file.path().file_name().map_or_else(
         || "dropped file".to_string(),
         |n| n.to_string_lossy().into_owned(),
     );
+    #[cfg(not(target_arch = "wasm32"))]
+    if by_path {
+        inbox.push(ctx, file_at(&file.path().to_string_lossy()));
+        return;
+    }
+    #[cfg(target_arch = "wasm32")]
+    let _ = by_path;
     #[cfg(not(target_arch = "wasm32"))]
     inbox.push(
         ctx,
@@ -246,6 +268,7 @@ pub fn read_dropped(ctx: &egui::Context, inbox: &Inbox, file: egui::DroppedFileH
             .map(|bytes| Opened {
                 name: name.clone(),
                 bytes,
+                path: None,
             })
             .map_err(|e| format!("cannot read {name}: {e}")),
     );
@@ -260,6 +283,7 @@ pub fn read_dropped(ctx: &egui::Context, inbox: &Inbox, file: egui::DroppedFileH
                 r.map(|bytes| Opened {
                     name: name.clone(),
                     bytes,
+                    path: None,
                 })
                 .map_err(|e| format!("cannot read {name}: {e}")),
             );
@@ -280,9 +304,21 @@ pub fn open_file_dialog(ctx: &egui::Context, inbox: &Inbox) {
     spawn(async move {
         let _stale = take_dialog_errors();
         if let Some(handle) = dialog.pick_file().await {
-            let name = handle.file_name();
-            let bytes = handle.read().await;
-            inbox.push(&ctx, Ok(Opened { name, bytes }));
+            #[cfg(not(target_arch = "wasm32"))]
+            inbox.push(&ctx, file_at(&handle.path().to_string_lossy()));
+            #[cfg(target_arch = "wasm32")]
+            {
+                let name = handle.file_name();
+                let bytes = handle.read().await;
+                inbox.push(
+                    &ctx,
+                    Ok(Opened {
+                        name,
+                        bytes,
+                        path: None,
+                    }),
+                );
+            }
         } else if let Some(reason) = take_dialog_errors() {
             // rfd answers "nothing chosen" for a dialog that never opened: what it logged
             // on the way tells the two apart.
@@ -307,7 +343,14 @@ pub fn open_files_dialog(ctx: &egui::Context, inbox: &Inbox) {
             for handle in handles {
                 let name = handle.file_name();
                 let bytes = handle.read().await;
-                inbox.push(&ctx, Ok(Opened { name, bytes }));
+                inbox.push(
+                    &ctx,
+                    Ok(Opened {
+                        name,
+                        bytes,
+                        path: None,
+                    }),
+                );
             }
         } else if let Some(reason) = take_dialog_errors() {
             inbox.dialog_failed(&ctx, reason);
@@ -366,8 +409,31 @@ pub fn read_path(path: &str) -> Result<Opened, String> {
         |n| n.to_string_lossy().into_owned(),
     );
     std::fs::read(path)
-        .map(|bytes| Opened { name, bytes })
+        .map(|bytes| Opened {
+            name,
+            bytes,
+            path: None,
+        })
         .map_err(|e| format!("cannot read {}: {e}", path.display()))
+}
+
+/// A file the user named (typed, chosen, dropped or on the command line) for the engine
+/// to read in pieces: checked to be a readable file, not read.
+pub fn file_at(path: &str) -> Result<Opened, String> {
+    let path = std::path::Path::new(path.trim());
+    let name = path.file_name().map_or_else(
+        || path.display().to_string(),
+        |n| n.to_string_lossy().into_owned(),
+    );
+    match std::fs::File::open(path).and_then(|f| f.metadata()) {
+        Ok(m) if m.is_file() => Ok(Opened {
+            name,
+            bytes: Vec::new(),
+            path: Some(path.to_path_buf()),
+        }),
+        Ok(_) => Err(format!("cannot read {}: not a file", path.display())),
+        Err(e) => Err(format!("cannot read {}: {e}", path.display())),
+    }
 }
 
 /// What rfd logged as errors since the last call, joined: rfd says why a dialog could
@@ -518,6 +584,7 @@ pub fn fetch(ctx: &egui::Context, inbox: &Inbox, url: &str) {
         let url = url.to_string();
         spawn(async move {
             let r = web::fetch_bytes(&url).await.map(|bytes| Opened {
+                path: None,
                 name: url.rsplit('/').next().unwrap_or(&url).to_string(),
                 bytes,
             });

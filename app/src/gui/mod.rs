@@ -61,6 +61,15 @@ pub(crate) struct LoadTiming {
 /// The call sites at a replay's peak (keyed by the replay's address): (stack, bytes, count).
 type PeakSites = (usize, Vec<(u32, u64, u32)>);
 
+/// What a snapshot is opened from.
+#[derive(Debug)]
+pub(crate) enum OpenSource {
+    /// Its bytes (the built-in examples, a fetch, the browser, tests).
+    Bytes(Vec<u8>),
+    /// Natively, a file the engine reads in pieces.
+    Path(std::path::PathBuf),
+}
+
 /// What an open sets once its trace has arrived (a file that fails to open changes
 /// nothing: the configuration stays in step with the trace on screen).
 #[derive(Debug)]
@@ -105,6 +114,8 @@ pub struct AllocsimApp {
     inbox: crate::gui::io::Inbox,
     next_job: u64,
     load_job: Option<u64>,
+    /// Whether the load in flight reads a file in pieces (so it can be cancelled).
+    load_cancellable: bool,
     /// What the load in flight sets when its trace arrives.
     opening: Option<Opening>,
     /// What the engine is doing: (job, stage, fraction).
@@ -202,6 +213,7 @@ impl AllocsimApp {
             inbox: crate::gui::io::Inbox::default(),
             next_job: 1,
             load_job: None,
+            load_cancellable: false,
             opening: None,
             progress: None,
             doc: None,
@@ -253,19 +265,13 @@ impl AllocsimApp {
                 }
             }
             Startup::Example(e) => self.open_example(e),
-            Startup::File(path) => match std::fs::read(&path) {
-                Ok(bytes) => self.open_bytes(
-                    path.file_name().map_or_else(
-                        || path.display().to_string(),
-                        |f| f.to_string_lossy().into_owned(),
-                    ),
-                    bytes,
-                    CapacityArg::AsRecorded,
-                    &[],
+            Startup::File(path) => match crate::gui::io::file_at(&path.to_string_lossy()) {
+                Ok(f) => self.open(
+                    f.name,
+                    OpenSource::Path(path),
+                    Opening::new(CapacityArg::AsRecorded, None, &[]),
                 ),
-                Err(e) => self
-                    .errors
-                    .push(format!("cannot read {}: {e}", path.display())),
+                Err(e) => self.errors.push(e),
             },
             Startup::Bytes { name, bytes } => {
                 self.open_bytes(name, bytes, CapacityArg::AsRecorded, &[]);
@@ -284,7 +290,7 @@ impl AllocsimApp {
     pub fn open_example(&mut self, e: &Example) {
         self.open(
             e.file.to_string(),
-            e.bytes.to_vec(),
+            OpenSource::Bytes(e.bytes.to_vec()),
             Opening::new(CapacityArg::AsRecorded, e.cap_bytes(), e.compare_with),
         );
     }
@@ -298,10 +304,28 @@ impl AllocsimApp {
         capacity: CapacityArg,
         compare: &[&str],
     ) {
-        self.open(name, bytes, Opening::new(capacity, None, compare));
+        self.open(
+            name,
+            OpenSource::Bytes(bytes),
+            Opening::new(capacity, None, compare),
+        );
     }
 
-    pub(crate) fn open(&mut self, name: String, bytes: Vec<u8>, opening: Opening) {
+    /// Opens the snapshot file at `path`, read in pieces by the engine (its bytes never
+    /// all in memory), as [`AllocsimApp::open_bytes`] opens bytes.
+    pub fn open_path(&mut self, path: std::path::PathBuf, capacity: CapacityArg, compare: &[&str]) {
+        let name = path.file_name().map_or_else(
+            || path.display().to_string(),
+            |f| f.to_string_lossy().into_owned(),
+        );
+        self.open(
+            name,
+            OpenSource::Path(path),
+            Opening::new(capacity, None, compare),
+        );
+    }
+
+    pub(crate) fn open(&mut self, name: String, source: OpenSource, opening: Opening) {
         let job = self.job();
         self.load_job = Some(job);
         self.opening = Some(opening);
@@ -316,12 +340,25 @@ impl AllocsimApp {
             };
         }
         #[cfg(feature = "cuda")]
-        self.live
-            .opening(crate::gui::views::live::LiveSource::Snapshot {
+        self.live.opening(match &source {
+            OpenSource::Bytes(bytes) => crate::gui::views::live::LiveSource::Snapshot {
                 name: name.clone(),
                 bytes: std::sync::Arc::from(bytes.as_slice()),
-            });
-        self.engine.send(Request::Load { job, name, bytes });
+            },
+            OpenSource::Path(path) => crate::gui::views::live::LiveSource::File {
+                name: name.clone(),
+                path: path.clone(),
+            },
+        });
+        self.load_cancellable = matches!(source, OpenSource::Path(_));
+        match source {
+            OpenSource::Bytes(bytes) => self.engine.send(Request::Load { job, name, bytes }),
+            OpenSource::Path(path) => self.engine.send(Request::Open {
+                job,
+                name,
+                path: path.to_string_lossy().into_owned(),
+            }),
+        }
     }
 
     /// The loaded document.
