@@ -239,34 +239,39 @@ impl Engine {
         if let Ok(mut c) = self.cancels.lock() {
             c.insert(job, Arc::clone(&flag));
         }
-        let mut shown = -1.0f32;
+        let mut report = open::ProgressReport::new(job, &name);
         let decoded = open::decode_file(std::path::Path::new(path), &mut |p| {
-            let fraction = 0.05 + 0.45 * p.fraction();
-            if fraction - shown >= 0.005 {
-                shown = fraction;
-                emit(Response::Progress {
-                    job,
-                    stage: format!("reading {name} ({} of 2)", p.pass),
-                    fraction,
-                });
-            }
+            report.report(p, emit);
             !flag.load(Ordering::Relaxed)
         });
         if let Ok(mut c) = self.cancels.lock() {
             c.remove(&job);
         }
-        let r = match decoded {
-            Ok(snap) => {
-                emit(Response::Progress {
-                    job,
-                    stage: format!("building the trace of {name}"),
-                    fraction: 0.5,
-                });
-                allocsim_core::validate::validate(snap, None).map_err(|e| format!("{name}: {e}"))
-            }
-            Err(open::OpenError::Cancelled) => Err(format!("opening {name}: cancelled")),
-            Err(open::OpenError::Failed(message)) => Err(message),
-        };
+        let decoded = decoded.map_err(|e| match e {
+            open::OpenError::Cancelled => format!("opening {name}: cancelled"),
+            open::OpenError::Failed(message) => message,
+        });
+        self.open_decoded(job, name, decoded, emit);
+    }
+
+    /// Takes a snapshot decoded elsewhere (natively [`Engine::open`]; in the browser the
+    /// worker's reading of a `File` in slices): builds its trace and shows it, or says
+    /// why not (`decoded`'s error is the one-line message).
+    pub fn open_decoded(
+        &mut self,
+        job: u64,
+        name: String,
+        decoded: Result<allocsim_core::snapshot::RawSnapshot, String>,
+        emit: &mut dyn FnMut(Response),
+    ) {
+        let r = decoded.and_then(|snap| {
+            emit(Response::Progress {
+                job,
+                stage: format!("building the trace of {name}"),
+                fraction: 0.5,
+            });
+            allocsim_core::validate::validate(snap, None).map_err(|e| format!("{name}: {e}"))
+        });
         self.install(job, name, r, emit);
     }
 

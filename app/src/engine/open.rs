@@ -9,6 +9,8 @@ use allocsim_core::snapshot::RawSnapshot;
 use allocsim_core::snapshot::import::{DecodeOptions, ImportError};
 use allocsim_core::snapshot::stream::{Progress, StreamError, decode_from};
 
+use super::wire::Response;
+
 /// The file is read this many bytes at a time.
 pub const PIECE_BYTES: usize = 4 << 20;
 
@@ -47,4 +49,60 @@ pub fn decode_file(
         Err(e @ StreamError::Read { .. }) => Err(OpenError::Failed(format!("{shown}: {e}"))),
         Err(StreamError::Import(e)) => Err(OpenError::Failed(format!("{shown}: {e}"))),
     }
+}
+
+/// The decode's progress as the engine's [`Response::Progress`], at most every half
+/// percent: the share of the whole open (the decode is its first half).
+#[derive(Debug)]
+pub struct ProgressReport {
+    job: u64,
+    name: String,
+    shown: f32,
+}
+
+impl ProgressReport {
+    #[must_use]
+    pub fn new(job: u64, name: &str) -> ProgressReport {
+        ProgressReport {
+            job,
+            name: name.to_string(),
+            shown: -1.0,
+        }
+    }
+
+    pub fn report(&mut self, p: Progress, emit: &mut dyn FnMut(Response)) {
+        let fraction = 0.05 + 0.45 * p.fraction();
+        if fraction - self.shown >= 0.005 {
+            self.shown = fraction;
+            emit(Response::Progress {
+                job: self.job,
+                stage: format!("reading {} ({} of 2)", self.name, p.pass),
+                fraction,
+            });
+        }
+    }
+}
+
+/// What opening a snapshot of `plain_bytes` (uncompressed) takes in memory at its peak,
+/// as a multiple of its size: the decoded snapshot (0.62× the file on the 1.12 GB
+/// generated one), the trace built from it, two replays with their timelines and
+/// checkpoints, and the UI's copy (measured natively with `app/benches/open.rs`).
+pub const PEAK_MEMORY_PER_BYTE: f64 = 1.6;
+
+/// Where a WebAssembly engine cannot open a snapshot (its memory ends at 4 GiB): the
+/// one-line message to show before starting, or `None`. `plain_bytes`: the file's size,
+/// or for gzip the size its trailer states (at least 8 times the compressed size, what
+/// PyTorch's pickles inflate to at the least).
+#[must_use]
+pub fn too_big_for_wasm(name: &str, plain_bytes: u64) -> Option<String> {
+    const WASM_MEMORY: f64 = 4.0 * (1u64 << 30) as f64;
+    let need = plain_bytes as f64 * PEAK_MEMORY_PER_BYTE;
+    (need > WASM_MEMORY).then(|| {
+        format!(
+            "{name}: {:.1} GB of snapshot needs about {:.1} GB of memory to open, more than the \
+             4 GiB a browser gives WebAssembly: open it in the desktop app (allocsim open FILE)",
+            plain_bytes as f64 / 1e9,
+            need / 1e9
+        )
+    })
 }

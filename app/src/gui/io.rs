@@ -12,10 +12,18 @@ use crate::engine::wire::{Request, Response};
 pub struct Opened {
     pub name: String,
     pub bytes: Vec<u8>,
-    /// Natively, a file the engine reads itself, in pieces (`bytes` then empty): its
-    /// bytes are never all in memory.
-    pub path: Option<std::path::PathBuf>,
+    /// A file the engine reads itself, in pieces (`bytes` then empty): its bytes are
+    /// never all in memory. A path natively, a `File` (dropped) in the browser.
+    pub file: Option<FileRef>,
 }
+
+/// A file the engine can read in pieces: a path natively.
+#[cfg(not(target_arch = "wasm32"))]
+pub type FileRef = std::path::PathBuf;
+/// A file the engine can read in pieces: a dropped `File` in the browser, which the
+/// engine's worker reads in slices.
+#[cfg(target_arch = "wasm32")]
+pub type FileRef = web_sys::File;
 
 /// Results of asynchronous I/O (file dialogs, fetches), picked up by the UI each frame.
 #[derive(Debug, Clone, Default)]
@@ -77,6 +85,10 @@ enum Inner {
     Inline {
         engine: Box<crate::engine::Engine>,
         queue: Vec<Request>,
+        /// In the browser, requests whose file is still being read (no worker to read
+        /// it in slices).
+        #[cfg(target_arch = "wasm32")]
+        late: std::rc::Rc<std::cell::RefCell<Vec<Request>>>,
     },
     #[cfg(not(target_arch = "wasm32"))]
     Thread {
@@ -97,6 +109,8 @@ impl EngineHandle {
             inner: Inner::Inline {
                 engine: Box::new(crate::engine::Engine::new()),
                 queue: Vec::new(),
+                #[cfg(target_arch = "wasm32")]
+                late: std::rc::Rc::default(),
             },
         }
     }
@@ -189,14 +203,57 @@ impl EngineHandle {
                 let _ = tx.send(req);
             }
             #[cfg(target_arch = "wasm32")]
-            Inner::Worker(w) => w.send(&req),
+            Inner::Worker(w) => {
+                if let Request::Cancel { job } = &req {
+                    // At once: the worker may be busy reading a file (a request would wait).
+                    w.cancel(*job);
+                }
+                w.send(&req);
+            }
+        }
+    }
+
+    /// Opens the snapshot `file` for job `job`: the engine reads it in pieces (natively
+    /// [`Request::Open`]; in the browser the worker reads the `File` in slices).
+    pub fn open_file(&mut self, job: u64, name: String, file: FileRef) {
+        #[cfg(not(target_arch = "wasm32"))]
+        self.send(Request::Open {
+            job,
+            name,
+            path: file.to_string_lossy().into_owned(),
+        });
+        #[cfg(target_arch = "wasm32")]
+        match &mut self.inner {
+            Inner::Worker(w) => w.open_file(job, &name, &file),
+            Inner::Inline { late, .. } => {
+                // No worker: the page reads the file whole, then the engine decodes it.
+                let late = late.clone();
+                spawn(async move {
+                    let bytes =
+                        match wasm_bindgen_futures::JsFuture::from(file.array_buffer()).await {
+                            Ok(buf) => js_sys::Uint8Array::new(&buf).to_vec(),
+                            Err(e) => {
+                                log::error!("cannot read {name}: {e:?}");
+                                Vec::new()
+                            }
+                        };
+                    late.borrow_mut().push(Request::Load { job, name, bytes });
+                });
+            }
         }
     }
 
     /// The answers that arrived since the last call (inline: runs the queued requests).
     pub fn poll(&mut self) -> Vec<Response> {
         match &mut self.inner {
-            Inner::Inline { engine, queue } => {
+            Inner::Inline {
+                engine,
+                queue,
+                #[cfg(target_arch = "wasm32")]
+                late,
+            } => {
+                #[cfg(target_arch = "wasm32")]
+                queue.append(&mut late.borrow_mut());
                 let mut out = Vec::new();
                 for req in coalesce(std::mem::take(queue)) {
                     engine.handle(req, &mut |r| out.push(r));
@@ -260,7 +317,17 @@ pub fn read_dropped(
         return;
     }
     #[cfg(target_arch = "wasm32")]
-    let _ = by_path;
+    if by_path && let Some(web_file) = file.web_file() {
+        inbox.push(
+            ctx,
+            Ok(Opened {
+                name,
+                bytes: Vec::new(),
+                file: Some(web_file.clone()),
+            }),
+        );
+        return;
+    }
     #[cfg(not(target_arch = "wasm32"))]
     inbox.push(
         ctx,
@@ -268,7 +335,7 @@ pub fn read_dropped(
             .map(|bytes| Opened {
                 name: name.clone(),
                 bytes,
-                path: None,
+                file: None,
             })
             .map_err(|e| format!("cannot read {name}: {e}")),
     );
@@ -283,7 +350,7 @@ pub fn read_dropped(
                 r.map(|bytes| Opened {
                     name: name.clone(),
                     bytes,
-                    path: None,
+                    file: None,
                 })
                 .map_err(|e| format!("cannot read {name}: {e}")),
             );
@@ -315,7 +382,7 @@ pub fn open_file_dialog(ctx: &egui::Context, inbox: &Inbox) {
                     Ok(Opened {
                         name,
                         bytes,
-                        path: None,
+                        file: None,
                     }),
                 );
             }
@@ -348,7 +415,7 @@ pub fn open_files_dialog(ctx: &egui::Context, inbox: &Inbox) {
                     Ok(Opened {
                         name,
                         bytes,
-                        path: None,
+                        file: None,
                     }),
                 );
             }
@@ -412,13 +479,14 @@ pub fn read_path(path: &str) -> Result<Opened, String> {
         .map(|bytes| Opened {
             name,
             bytes,
-            path: None,
+            file: None,
         })
         .map_err(|e| format!("cannot read {}: {e}", path.display()))
 }
 
 /// A file the user named (typed, chosen, dropped or on the command line) for the engine
 /// to read in pieces: checked to be a readable file, not read.
+#[cfg(not(target_arch = "wasm32"))]
 pub fn file_at(path: &str) -> Result<Opened, String> {
     let path = std::path::Path::new(path.trim());
     let name = path.file_name().map_or_else(
@@ -429,7 +497,7 @@ pub fn file_at(path: &str) -> Result<Opened, String> {
         Ok(m) if m.is_file() => Ok(Opened {
             name,
             bytes: Vec::new(),
-            path: Some(path.to_path_buf()),
+            file: Some(path.to_path_buf()),
         }),
         Ok(_) => Err(format!("cannot read {}: not a file", path.display())),
         Err(e) => Err(format!("cannot read {}: {e}", path.display())),
@@ -584,7 +652,7 @@ pub fn fetch(ctx: &egui::Context, inbox: &Inbox, url: &str) {
         let url = url.to_string();
         spawn(async move {
             let r = web::fetch_bytes(&url).await.map(|bytes| Opened {
-                path: None,
+                file: None,
                 name: url.rsplit('/').next().unwrap_or(&url).to_string(),
                 bytes,
             });
@@ -659,6 +727,12 @@ mod web {
                         sink.borrow_mut().push(a.to_vec());
                     } else if let Some(b) = data.dyn_ref::<js_sys::ArrayBuffer>() {
                         sink.borrow_mut().push(js_sys::Uint8Array::new(b).to_vec());
+                    } else if let Some(failed) = crashed(&data) {
+                        // The worker's wasm stopped (an allocation past its memory: no
+                        // panic hook runs): the job it ran fails with a message.
+                        if let Ok(bytes) = wire::encode(&failed) {
+                            sink.borrow_mut().push(bytes);
+                        }
                     }
                     ctx.request_repaint();
                 },
@@ -673,6 +747,31 @@ mod web {
                 inbox,
                 _on_message: on_message,
             })
+        }
+
+        /// Hands the worker a dropped file to read in slices (a `File` crosses to a
+        /// worker as a reference; its bytes are read there).
+        pub fn open_file(&self, job: u64, name: &str, file: &web_sys::File) {
+            let msg = js_sys::Object::new();
+            let set = |k: &str, v: &JsValue| js_sys::Reflect::set(&msg, &k.into(), v);
+            let posted = set("open", &JsValue::from_f64(job as f64))
+                .and_then(|_| set("name", &name.into()))
+                .and_then(|_| set("file", file))
+                .and_then(|_| self.worker.post_message(&msg));
+            if let Err(e) = posted {
+                log::error!("cannot post the file to the engine worker: {e:?}");
+            }
+        }
+
+        /// Cancels job `job` at once (the worker handles it beside the job it runs).
+        pub fn cancel(&self, job: u64) {
+            let msg = js_sys::Object::new();
+            let posted =
+                js_sys::Reflect::set(&msg, &"cancel".into(), &JsValue::from_f64(job as f64))
+                    .and_then(|_| self.worker.post_message(&msg));
+            if let Err(e) = posted {
+                log::error!("cannot post to the engine worker: {e:?}");
+            }
         }
 
         pub fn send(&self, req: &Request) {
@@ -700,6 +799,24 @@ mod web {
                 })
                 .collect()
         }
+    }
+
+    /// The worker's `{crashed, job}` message as the failure of that job.
+    fn crashed(data: &JsValue) -> Option<Response> {
+        let what = js_sys::Reflect::get(data, &"crashed".into())
+            .ok()?
+            .as_string()?;
+        let job = js_sys::Reflect::get(data, &"job".into())
+            .ok()
+            .and_then(|j| j.as_f64())
+            .map_or(0, |j| j as u64);
+        Some(Response::Failed {
+            job,
+            message: format!(
+                "the engine stopped ({what}): out of memory? WebAssembly has at most 4 GiB; \
+                 reload the page, and open big snapshots in the desktop app"
+            ),
+        })
     }
 
     pub fn query_parameter(key: &str) -> Option<String> {

@@ -137,8 +137,8 @@ impl AllocsimApp {
                     let cap = ex.and_then(Example::cap_bytes);
                     let cmp: &[&str] = ex.map_or(&[], |e| e.compare_with);
                     let opening = Opening::new(CapacityArg::AsRecorded, cap, cmp);
-                    let source = match f.path {
-                        Some(path) => OpenSource::Path(path),
+                    let source = match f.file {
+                        Some(file) => OpenSource::File(file),
                         None => OpenSource::Bytes(f.bytes),
                     };
                     self.open(f.name, source, opening);

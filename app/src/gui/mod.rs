@@ -66,8 +66,8 @@ type PeakSites = (usize, Vec<(u32, u64, u32)>);
 pub(crate) enum OpenSource {
     /// Its bytes (the built-in examples, a fetch, the browser, tests).
     Bytes(Vec<u8>),
-    /// Natively, a file the engine reads in pieces.
-    Path(std::path::PathBuf),
+    /// A file the engine reads in pieces (a path natively, a `File` in the browser).
+    File(crate::gui::io::FileRef),
 }
 
 /// What an open sets once its trace has arrived (a file that fails to open changes
@@ -265,14 +265,20 @@ impl AllocsimApp {
                 }
             }
             Startup::Example(e) => self.open_example(e),
+            #[cfg(not(target_arch = "wasm32"))]
             Startup::File(path) => match crate::gui::io::file_at(&path.to_string_lossy()) {
                 Ok(f) => self.open(
                     f.name,
-                    OpenSource::Path(path),
+                    OpenSource::File(path),
                     Opening::new(CapacityArg::AsRecorded, None, &[]),
                 ),
                 Err(e) => self.errors.push(e),
             },
+            #[cfg(target_arch = "wasm32")]
+            Startup::File(path) => self.errors.push(format!(
+                "cannot read {}: no files in the browser",
+                path.display()
+            )),
             Startup::Bytes { name, bytes } => {
                 self.open_bytes(name, bytes, CapacityArg::AsRecorded, &[]);
             }
@@ -313,6 +319,7 @@ impl AllocsimApp {
 
     /// Opens the snapshot file at `path`, read in pieces by the engine (its bytes never
     /// all in memory), as [`AllocsimApp::open_bytes`] opens bytes.
+    #[cfg(not(target_arch = "wasm32"))]
     pub fn open_path(&mut self, path: std::path::PathBuf, capacity: CapacityArg, compare: &[&str]) {
         let name = path.file_name().map_or_else(
             || path.display().to_string(),
@@ -320,7 +327,7 @@ impl AllocsimApp {
         );
         self.open(
             name,
-            OpenSource::Path(path),
+            OpenSource::File(path),
             Opening::new(capacity, None, compare),
         );
     }
@@ -345,20 +352,24 @@ impl AllocsimApp {
                 name: name.clone(),
                 bytes: std::sync::Arc::from(bytes.as_slice()),
             },
-            OpenSource::Path(path) => crate::gui::views::live::LiveSource::File {
+            OpenSource::File(path) => crate::gui::views::live::LiveSource::File {
                 name: name.clone(),
                 path: path.clone(),
             },
         });
-        self.load_cancellable = matches!(source, OpenSource::Path(_));
+        self.load_cancellable = matches!(source, OpenSource::File(_));
         match source {
             OpenSource::Bytes(bytes) => self.engine.send(Request::Load { job, name, bytes }),
-            OpenSource::Path(path) => self.engine.send(Request::Open {
-                job,
-                name,
-                path: path.to_string_lossy().into_owned(),
-            }),
+            OpenSource::File(file) => self.engine.open_file(job, name, file),
         }
+    }
+
+    /// What the work in flight is doing, and how far it is (the status line's bar).
+    #[must_use]
+    pub fn progress(&self) -> Option<(&str, f32)> {
+        self.progress
+            .as_ref()
+            .map(|(_, stage, f)| (stage.as_str(), *f))
     }
 
     /// The loaded document.
