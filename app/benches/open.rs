@@ -78,7 +78,9 @@ fn main() {
         std::hint::black_box(ctx.tessellate(out.shapes, out.pixels_per_point));
         longest = longest.max(f.elapsed());
         frames += 1;
-        let stage = app.progress().map(|(s, _)| s.split(" (").next().unwrap_or(s).to_string());
+        let stage = app
+            .progress()
+            .map(|(s, _)| s.split(" (").next().unwrap_or(s).to_string());
         if let Some(stage) = stage
             && stages.last().is_none_or(|l| l.0 != stage)
         {

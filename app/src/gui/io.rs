@@ -673,9 +673,18 @@ pub fn fetch(ctx: &egui::Context, inbox: &Inbox, url: &str) {
 /// Tells the page (and the browser test) that a frame showing `what` was drawn.
 pub fn mark_frame(what: &str) {
     #[cfg(target_arch = "wasm32")]
-    web::mark_frame(what);
+    web::mark("data-allocsim-frame", what);
     #[cfg(not(target_arch = "wasm32"))]
     log::debug!("frame: {what}");
+}
+
+/// Marks how far the open in flight is (`stage:fraction`) for the browser test (the
+/// page's `data-allocsim-progress`).
+pub fn mark_progress(stage: &str, fraction: f32) {
+    #[cfg(target_arch = "wasm32")]
+    web::mark("data-allocsim-progress", &format!("{stage}:{fraction:.3}"));
+    #[cfg(not(target_arch = "wasm32"))]
+    log::trace!("progress: {stage} {fraction:.3}");
 }
 
 /// Tells the page which op's layout is on screen (the browser benchmark waits for it).
@@ -864,12 +873,13 @@ mod web {
         }
     }
 
-    pub fn mark_frame(what: &str) {
+    /// Sets the attribute `attr` of the page's body (what the browser test reads).
+    pub fn mark(attr: &str, what: &str) {
         if let Some(body) = web_sys::window()
             .and_then(|w| w.document())
             .and_then(|d| d.body())
         {
-            let _ = body.set_attribute("data-allocsim-frame", what);
+            let _ = body.set_attribute(attr, what);
         }
     }
 

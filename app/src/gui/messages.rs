@@ -201,6 +201,9 @@ impl AllocsimApp {
                     }
                     w.progress = Some((stage.clone(), fraction));
                 }
+                if self.load_job == Some(job) {
+                    crate::gui::io::mark_progress(&stage, fraction);
+                }
                 self.progress = Some((job, stage, fraction));
             }
             Response::Loaded { job, trace } => {
@@ -366,6 +369,7 @@ impl AllocsimApp {
                 if self.load_job == Some(job) {
                     self.load_job = None;
                     self.opening = None;
+                    crate::gui::io::mark_frame(&format!("failed:{message}"));
                     self.errors.push(message);
                     return;
                 }

@@ -132,7 +132,7 @@ impl StreamDecoder {
     fn decide(&mut self, head: &[u8]) -> Result<(), ImportError> {
         self.gzip =
             Some(is_gzip(head).then(|| {
-                Vec::with_capacity(usize::try_from(self.file_len).unwrap_or(0).min(1 << 32))
+                Vec::with_capacity(usize::try_from(self.file_len.min(1 << 32)).unwrap_or(0))
             }));
         self.raw(head)
     }

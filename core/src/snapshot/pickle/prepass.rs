@@ -128,14 +128,23 @@ impl Scanner {
         let refs = &mut self.refs;
         let base = self.pos;
         let mut pos = 0usize;
+        // Opcodes before `limit` start before the next boundary: no check for one there.
+        let mut limit = 0usize;
         loop {
+            if pos >= limit {
+                if base + pos as u64 >= self.next_boundary {
+                    self.boundaries.push(base + pos as u64);
+                    self.next_boundary = (base + pos as u64).saturating_add(self.step);
+                }
+                let to_boundary = self.next_boundary.saturating_sub(base);
+                limit = usize::try_from(to_boundary).map_or(data.len(), |b| b.min(data.len()));
+                if pos >= data.len() {
+                    return (pos, Stop::Whole);
+                }
+            }
             let Some(&code) = data.get(pos) else {
                 return (pos, Stop::Whole);
             };
-            if base + pos as u64 >= self.next_boundary {
-                self.boundaries.push(base + pos as u64);
-                self.next_boundary = base + pos as u64 + self.step;
-            }
             // GETs are half of a snapshot's opcodes: a predicted branch each, so that the
             // next position does not wait for the table load.
             if code == op::LONG_BINGET
