@@ -171,12 +171,16 @@ try {
   // 4. A big snapshot (233 k events) loads and replays without freezing the page; the
   // worker reads the dropped File in slices and reports its progress (every value of the
   // page's progress marker is kept).
+  // (Each change's old value is kept: one frame may handle several reports.)
   await page.evaluate(() => {
     window.__progress = [];
-    new MutationObserver(() => window.__progress.push(document.body.getAttribute("data-allocsim-progress"))).observe(
-      document.body,
-      { attributes: true, attributeFilter: ["data-allocsim-progress"] },
-    );
+    new MutationObserver((records) => {
+      for (const r of records) window.__progress.push(r.oldValue);
+    }).observe(document.body, {
+      attributes: true,
+      attributeOldValue: true,
+      attributeFilter: ["data-allocsim-progress"],
+    });
   });
   const dropT = await dropFile(page, join(traces, BIG), BIG);
   await waitFrame(page, `ready:${BIG}`, 300000);
@@ -190,7 +194,10 @@ try {
   const s4 = await shot(page, "4-kvcache_decode.png");
   if (s4.colours < 20 || s4.differing < 0.05) fail(`the canvas looks blank after ${BIG}`);
   const checkProgress = async (name) => {
-    const seen = await page.evaluate(() => window.__progress.splice(0));
+    const seen = await page.evaluate(() => [
+      ...window.__progress.splice(0),
+      document.body.getAttribute("data-allocsim-progress"),
+    ]);
     const reading = seen.filter((v) => v && v.startsWith(`reading ${name}`));
     const fractions = reading.map((v) => Number(v.split(":").pop()));
     log(`${name}: ${reading.length} progress reports while read, ${fractions[0]} to ${fractions[fractions.length - 1]}`);

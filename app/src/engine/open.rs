@@ -83,11 +83,14 @@ impl ProgressReport {
     }
 }
 
-/// What opening a snapshot of `plain_bytes` (uncompressed) takes in memory at its peak,
-/// as a multiple of its size: the decoded snapshot (0.62× the file on the 1.12 GB
-/// generated one), the trace built from it, two replays with their timelines and
-/// checkpoints, and the UI's copy (measured natively with `app/benches/open.rs`).
-pub const PEAK_MEMORY_PER_BYTE: f64 = 1.6;
+/// What the engine's worker holds at its peak while it opens a snapshot of
+/// `plain_bytes` (uncompressed), as a multiple of that size: the decoded snapshot (0.62×
+/// the file on the 1.12 GB generated one), the trace built from it, the ops table and
+/// bands, and two replays with their timelines and checkpoints. Measured natively with
+/// `app/benches/open.rs` on that file: 5.99 GB at the peak, 5.3× the file, of which the
+/// UI's copies (the ops table and two timelines, 1.1 GB) live in the page's memory in the
+/// browser, not the worker's.
+pub const PEAK_MEMORY_PER_BYTE: f64 = 4.4;
 
 /// Where a WebAssembly engine cannot open a snapshot (its memory ends at 4 GiB): the
 /// one-line message to show before starting, or `None`. `plain_bytes`: the file's size,

@@ -626,3 +626,16 @@ fn an_open_is_cancelled_from_outside_the_busy_engine() {
         "stopped at the first piece: {progress} reports"
     );
 }
+
+#[test]
+fn a_snapshot_too_big_for_wasm_is_refused_before_it_is_read() {
+    // The 1.12 GB generated snapshot needs about 5 GB: past wasm's 4 GiB.
+    let m = super::open::too_big_for_wasm("big.pickle", 1_124_391_974).expect("refused");
+    assert!(
+        m.starts_with("big.pickle: 1.1 GB of snapshot needs about 4.9 GB"),
+        "{m}"
+    );
+    assert!(m.contains("4 GiB") && !m.contains('\n'), "{m}");
+    // kvcache_decode (14.6 MB) opens.
+    assert_eq!(super::open::too_big_for_wasm("kv.pickle", 14_628_240), None);
+}
