@@ -184,7 +184,7 @@ pub(crate) fn top_bar_ui(ui: &mut Ui, app: &mut AllocsimApp) {
                 let job = *job;
                 ui.add(egui::ProgressBar::new(*f).desired_width(220.0).text(stage.clone()).animate(true));
                 // Opening a file can take a while: it can be stopped.
-                if app.load_job == Some(job) && app.load_cancellable && ui.small_button("Cancel").clicked() {
+                if app.load_job == Some(job) && app.load_cancellable == Some(job) && ui.small_button("Cancel").clicked() {
                     app.engine.send(super::Request::Cancel { job });
                 }
             } else if app.busy() {

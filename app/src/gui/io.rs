@@ -215,6 +215,7 @@ impl EngineHandle {
 
     /// Opens the snapshot `file` for job `job`: the engine reads it in pieces (natively
     /// [`Request::Open`]; in the browser the worker reads the `File` in slices).
+    #[allow(clippy::needless_pass_by_value)] // moved into the future on the web
     pub fn open_file(&mut self, job: u64, name: String, file: FileRef) {
         #[cfg(not(target_arch = "wasm32"))]
         self.send(Request::Open {

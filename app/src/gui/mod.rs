@@ -114,8 +114,8 @@ pub struct AllocsimApp {
     inbox: crate::gui::io::Inbox,
     next_job: u64,
     load_job: Option<u64>,
-    /// Whether the load in flight reads a file in pieces (so it can be cancelled).
-    load_cancellable: bool,
+    /// The load in flight if it reads a file in pieces (so it can be cancelled).
+    load_cancellable: Option<u64>,
     /// What the load in flight sets when its trace arrives.
     opening: Option<Opening>,
     /// What the engine is doing: (job, stage, fraction).
@@ -213,7 +213,7 @@ impl AllocsimApp {
             inbox: crate::gui::io::Inbox::default(),
             next_job: 1,
             load_job: None,
-            load_cancellable: false,
+            load_cancellable: None,
             opening: None,
             progress: None,
             doc: None,
@@ -357,7 +357,7 @@ impl AllocsimApp {
                 path: path.clone(),
             },
         });
-        self.load_cancellable = matches!(source, OpenSource::File(_));
+        self.load_cancellable = matches!(source, OpenSource::File(_)).then_some(job);
         match source {
             OpenSource::Bytes(bytes) => self.engine.send(Request::Load { job, name, bytes }),
             OpenSource::File(file) => self.engine.open_file(job, name, file),

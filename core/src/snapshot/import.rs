@@ -97,13 +97,16 @@ pub fn gunzip(bytes: &[u8], limit_bytes: u64) -> Result<Vec<u8>, ImportError> {
     Ok(out)
 }
 
+/// Takes inflated pieces (and how many compressed bytes were read so far).
+pub type PieceSink<'a> = dyn FnMut(&[u8], u64) -> Result<(), ImportError> + 'a;
+
 /// [`gunzip`] handing the inflated bytes to `sink` in pieces of at most `piece_bytes`
 /// (with how many compressed bytes were read so far), never holding more of them.
 pub fn gunzip_pieces(
     bytes: &[u8],
     limit_bytes: u64,
     piece_bytes: usize,
-    sink: &mut dyn FnMut(&[u8], u64) -> Result<(), ImportError>,
+    sink: &mut PieceSink<'_>,
 ) -> Result<u64, ImportError> {
     let mut produced = 0u64;
     let mut buf = Vec::new();

@@ -39,7 +39,7 @@ impl Progress {
         } else {
             (self.bytes_done as f64 / self.bytes_total as f64).min(1.0)
         };
-        ((f64::from(self.pass.saturating_sub(1)) + within) / 2.0) as f32
+        f64::midpoint(f64::from(self.pass.saturating_sub(1)), within) as f32
     }
 }
 
@@ -56,6 +56,15 @@ enum Plain {
     Whole(Vec<u8>),
 }
 
+/// The file, once its first bytes tell.
+#[derive(Debug)]
+enum FileKind {
+    Unknown,
+    Plain,
+    /// Gzip: the compressed file, kept whole.
+    Gzip(Vec<u8>),
+}
+
 /// A snapshot decoded from pieces of its file.
 #[derive(Debug)]
 pub struct StreamDecoder {
@@ -67,8 +76,7 @@ pub struct StreamDecoder {
     pass: u8,
     /// The file's first bytes until gzip can be told apart (two bytes).
     head: Vec<u8>,
-    /// `Some` once told apart: the compressed file, kept whole.
-    gzip: Option<Option<Vec<u8>>>,
+    file: FileKind,
     plain: Plain,
     window_step: u64,
 }
@@ -83,7 +91,7 @@ impl StreamDecoder {
             fed: 0,
             pass: 1,
             head: Vec::new(),
-            gzip: None,
+            file: FileKind::Unknown,
             plain: Plain::Unknown,
             window_step: WINDOW_STEP,
         }
@@ -117,7 +125,7 @@ impl StreamDecoder {
     /// The next piece of the file, in order.
     pub fn feed(&mut self, piece: &[u8]) -> Result<(), ImportError> {
         self.fed += piece.len() as u64;
-        if self.gzip.is_none() {
+        if let FileKind::Unknown = self.file {
             self.head.extend_from_slice(piece);
             if self.head.len() < 2 {
                 return Ok(());
@@ -130,16 +138,19 @@ impl StreamDecoder {
     }
 
     fn decide(&mut self, head: &[u8]) -> Result<(), ImportError> {
-        self.gzip =
-            Some(is_gzip(head).then(|| {
-                Vec::with_capacity(usize::try_from(self.file_len.min(1 << 32)).unwrap_or(0))
-            }));
+        self.file = if is_gzip(head) {
+            FileKind::Gzip(Vec::with_capacity(
+                usize::try_from(self.file_len.min(1 << 32)).unwrap_or(0),
+            ))
+        } else {
+            FileKind::Plain
+        };
         self.raw(head)
     }
 
     fn raw(&mut self, piece: &[u8]) -> Result<(), ImportError> {
-        match &mut self.gzip {
-            Some(Some(compressed)) => {
+        match &mut self.file {
+            FileKind::Gzip(compressed) => {
                 compressed.extend_from_slice(piece);
                 Ok(())
             }
@@ -164,13 +175,13 @@ impl StreamDecoder {
         &mut self,
         progress: &mut dyn FnMut(Progress) -> bool,
     ) -> Result<Option<RawSnapshot>, ImportError> {
-        if self.gzip.is_none() {
+        if let FileKind::Unknown = self.file {
             let head = std::mem::take(&mut self.head);
             self.decide(&head)?;
         }
-        if let Some(Some(compressed)) = self.gzip.take() {
+        if let FileKind::Gzip(compressed) = std::mem::replace(&mut self.file, FileKind::Plain) {
             let r = self.inflated(&compressed, progress);
-            self.gzip = Some(Some(compressed));
+            self.file = FileKind::Gzip(compressed);
             return r.map(Some);
         }
         let r = plain_end(&mut self.plain)?;

@@ -167,7 +167,7 @@ impl<'a> Vm<'a> {
 
     /// The machine moved onto the window `data` of the input, starting at offset `base`
     /// (where the last window ended); `last`: the input ends with it.
-    pub(super) fn reseat<'b>(self, data: &'b [u8], base: usize, last: bool) -> Vm<'b> {
+    pub(super) fn reseat(self, data: &[u8], base: usize, last: bool) -> Vm<'_> {
         Vm {
             data,
             base,

@@ -113,8 +113,7 @@ impl Scanner {
         let (read, stop) = self.scan_piece(data);
         self.pos += read as u64;
         match stop {
-            Stop::Whole if last => self.end = Some(End::Unreadable),
-            Stop::Short if last => self.end = Some(End::Unreadable),
+            Stop::Whole | Stop::Short if last => self.end = Some(End::Unreadable),
             Stop::Over(end) => self.end = Some(end),
             Stop::Whole | Stop::Short => {}
         }
