@@ -375,24 +375,22 @@ pub fn open_file_dialog(ctx: &egui::Context, inbox: &Inbox) {
             #[cfg(not(target_arch = "wasm32"))]
             inbox.push(&ctx, file_at(&handle.path().to_string_lossy()));
             #[cfg(target_arch = "wasm32")]
-            {
-                let name = handle.file_name();
-                let bytes = handle.read().await;
-                inbox.push(
-                    &ctx,
-                    Ok(Opened {
-                        name,
-                        bytes,
-                        file: None,
-                    }),
-                );
-            }
+            inbox.push(&ctx, Ok(read_handle(&handle).await));
         } else if let Some(reason) = take_dialog_errors() {
             // rfd answers "nothing chosen" for a dialog that never opened: what it logged
             // on the way tells the two apart.
             inbox.dialog_failed(&ctx, reason);
         }
     });
+}
+
+/// A chosen file's name and bytes.
+async fn read_handle(handle: &rfd::FileHandle) -> Opened {
+    Opened {
+        name: handle.file_name(),
+        bytes: handle.read().await,
+        file: None,
+    }
 }
 
 /// Opens a file dialog that picks several snapshots (the Diff and Ranks views); each
@@ -409,16 +407,7 @@ pub fn open_files_dialog(ctx: &egui::Context, inbox: &Inbox) {
         let _stale = take_dialog_errors();
         if let Some(handles) = dialog.pick_files().await {
             for handle in handles {
-                let name = handle.file_name();
-                let bytes = handle.read().await;
-                inbox.push(
-                    &ctx,
-                    Ok(Opened {
-                        name,
-                        bytes,
-                        file: None,
-                    }),
-                );
+                inbox.push(&ctx, Ok(read_handle(&handle).await));
             }
         } else if let Some(reason) = take_dialog_errors() {
             inbox.dialog_failed(&ctx, reason);
@@ -469,13 +458,19 @@ pub fn ensure_runtime_dir() {
     }
 }
 
+/// How the app names the file at `path`: its file name (the path if it has none).
+#[must_use]
+pub fn file_name(path: &std::path::Path) -> String {
+    path.file_name().map_or_else(
+        || path.display().to_string(),
+        |n| n.to_string_lossy().into_owned(),
+    )
+}
+
 /// Reads a file the user typed the path of (where no file dialog opens).
 pub fn read_path(path: &str) -> Result<Opened, String> {
     let path = std::path::Path::new(path.trim());
-    let name = path.file_name().map_or_else(
-        || path.display().to_string(),
-        |n| n.to_string_lossy().into_owned(),
-    );
+    let name = file_name(path);
     std::fs::read(path)
         .map(|bytes| Opened {
             name,
@@ -490,10 +485,7 @@ pub fn read_path(path: &str) -> Result<Opened, String> {
 #[cfg(not(target_arch = "wasm32"))]
 pub fn file_at(path: &str) -> Result<Opened, String> {
     let path = std::path::Path::new(path.trim());
-    let name = path.file_name().map_or_else(
-        || path.display().to_string(),
-        |n| n.to_string_lossy().into_owned(),
-    );
+    let name = file_name(path);
     match std::fs::File::open(path).and_then(|f| f.metadata()) {
         Ok(m) if m.is_file() => Ok(Opened {
             name,

@@ -321,10 +321,7 @@ impl AllocsimApp {
     /// all in memory), as [`AllocsimApp::open_bytes`] opens bytes.
     #[cfg(not(target_arch = "wasm32"))]
     pub fn open_path(&mut self, path: std::path::PathBuf, capacity: CapacityArg, compare: &[&str]) {
-        let name = path.file_name().map_or_else(
-            || path.display().to_string(),
-            |f| f.to_string_lossy().into_owned(),
-        );
+        let name = crate::gui::io::file_name(&path);
         self.open(
             name,
             OpenSource::File(path),
