@@ -90,6 +90,29 @@ fn truncated_huge_and_deep_inputs_fail_cleanly() {
     assert_bad_input(&run(&["validate", f.to_str().unwrap()]), &f, "snapshot");
 }
 
+/// A pickle of many decoding windows (the CLI reads FILE in pieces), cut at two thirds:
+/// one line with the file and the byte offset in the whole file, the offset the
+/// whole-file decoder gives.
+#[test]
+fn a_truncated_big_pickle_names_the_file_and_the_offset_in_the_whole_file() {
+    let Some(dir) = traces() else { return };
+    let gz = std::fs::read(dir.join("kvcache_decode.pickle.gz")).unwrap();
+    let plain = allocsim_core::snapshot::import::gunzip(&gz, u64::MAX).unwrap();
+    assert!(
+        plain.len() > 8 << 20,
+        "several 4 MiB pieces and 1 MiB windows"
+    );
+    let cut = &plain[..plain.len() * 2 / 3];
+    let want = allocsim_core::snapshot::decode_snapshot(cut).expect_err("truncated");
+    let f = tmp_file("kvcache_cut.pickle", cut);
+    let out = run(&["replay", f.to_str().unwrap()]);
+    assert_bad_input(&out, &f, "truncated pickle");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr).trim_end(),
+        format!("allocsim: {}: {want}", f.display())
+    );
+}
+
 #[test]
 fn bad_traces_name_the_event() {
     let unknown =

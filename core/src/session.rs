@@ -18,15 +18,6 @@ pub fn load(bytes: &[u8], capacity: Option<u64>) -> Result<Validation, crate::Er
     crate::build::build(snap, capacity)
 }
 
-/// [`load`] of bytes it owns, dropped once decoded: a big file's bytes and its trace are
-/// never in memory together (`allocsim validate` of a 1.12 GB snapshot: peak RSS 2.40 GB
-/// with [`load`], 1.82 GB with this).
-pub fn load_owned(bytes: Vec<u8>, capacity: Option<u64>) -> Result<Validation, crate::Error> {
-    let snap = crate::snapshot::decode_snapshot(&bytes)?;
-    drop(bytes);
-    crate::build::build(snap, capacity)
-}
-
 /// The capacity a replay of `trace`'s device `device` runs under when the caller asks for
 /// `arg`: a given one, unlimited, or as recorded (inferred from the recording's refusals).
 #[must_use]

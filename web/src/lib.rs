@@ -47,6 +47,8 @@ mod entry {
     thread_local! {
         static ENGINE: RefCell<Engine> = RefCell::new(Engine::new());
         static JOB: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+        /// Opens asked to stop ([`worker_cancel`]), checked between slices.
+        static CANCELLED: RefCell<std::collections::BTreeSet<u64>> = RefCell::default();
     }
 
     fn post(r: &wire::Response) {
@@ -85,6 +87,95 @@ mod entry {
                 ENGINE.with(|e| e.borrow_mut().handle(req, &mut |r| post(&r)));
             }
             Err(message) => post(&wire::Response::Failed { job: 0, message }),
+        }
+    }
+
+    /// Stops the open of job `job` (worker.js calls it as the message arrives, beside
+    /// the open it stops).
+    #[wasm_bindgen]
+    pub fn worker_cancel(job: f64) {
+        CANCELLED.with(|c| c.borrow_mut().insert(job as u64));
+    }
+
+    /// Opens a dropped `File`: read here in slices of [`open::PIECE_BYTES`]
+    /// (`Blob.slice(..).arrayBuffer()`), fed to the streamed decoder (a plain pickle is
+    /// read twice), with progress; never the whole file in memory. A file too big for
+    /// wasm's 4 GiB is refused before it is read.
+    #[wasm_bindgen]
+    pub async fn worker_open(job: f64, name: String, file: web_sys::File) {
+        let job = job as u64;
+        JOB.with(|j| j.set(job));
+        let decoded = read_file(job, &name, &file).await;
+        CANCELLED.with(|c| c.borrow_mut().remove(&job));
+        ENGINE.with(|e| {
+            e.borrow_mut()
+                .open_decoded(job, name, decoded, &mut |r| post(&r))
+        });
+    }
+
+    async fn slice(file: &web_sys::File, from: u64, to: u64) -> Result<Vec<u8>, String> {
+        let blob = file
+            .slice_with_f64_and_f64(from as f64, to as f64)
+            .map_err(|e| format!("{e:?}"))?;
+        let buf = wasm_bindgen_futures::JsFuture::from(blob.array_buffer())
+            .await
+            .map_err(|e| format!("{e:?}"))?;
+        Ok(js_sys::Uint8Array::new(&buf).to_vec())
+    }
+
+    async fn read_file(
+        job: u64,
+        name: &str,
+        file: &web_sys::File,
+    ) -> Result<allocsim_core::snapshot::RawSnapshot, String> {
+        use allocsim_app::engine::open::{self, ProgressReport};
+        use allocsim_core::snapshot::import::{DecodeOptions, ImportError, is_gzip};
+        use allocsim_core::snapshot::stream::StreamDecoder;
+        let size = file.size() as u64;
+        // What it inflates to: a gzip trailer's size (mod 4 GiB), at least 8 times the
+        // file (PyTorch's pickles compress 10-13:1).
+        let head = slice(file, 0, size.min(2)).await.unwrap_or_default();
+        let plain = if is_gzip(&head) && size >= 4 {
+            let tail = slice(file, size - 4, size).await.unwrap_or_default();
+            let stated = <[u8; 4]>::try_from(tail.as_slice()).map_or(0, u32::from_le_bytes);
+            u64::from(stated).max(size.saturating_mul(8))
+        } else {
+            size
+        };
+        if let Some(message) = open::too_big_for_wasm(name, plain) {
+            return Err(message);
+        }
+        let mut report = ProgressReport::new(job, name);
+        let cancelled = || CANCELLED.with(|c| c.borrow().contains(&job));
+        let fail = |e: ImportError| match e {
+            ImportError::Cancelled => format!("opening {name}: cancelled"),
+            e => format!("{name}: {e}"),
+        };
+        let mut dec = StreamDecoder::new(size, DecodeOptions::default());
+        loop {
+            let mut at = 0u64;
+            while at < size {
+                let to = (at + open::PIECE_BYTES as u64).min(size);
+                let piece = slice(file, at, to)
+                    .await
+                    .map_err(|e| format!("{name}: cannot read byte {at}: {e}"))?;
+                dec.feed(&piece).map_err(fail)?;
+                at = to;
+                report.report(dec.progress(), &mut |r| post(&r));
+                // The await above let worker.js take a Cancel.
+                if cancelled() {
+                    return Err(fail(ImportError::Cancelled));
+                }
+            }
+            let done = dec
+                .end_of_input_with(&mut |p| {
+                    report.report(p, &mut |r| post(&r));
+                    !cancelled()
+                })
+                .map_err(fail)?;
+            if let Some(snap) = done {
+                return Ok(snap);
+            }
         }
     }
 }

@@ -1,9 +1,17 @@
 // The allocsim engine in a Web Worker: the same wasm as the page (the page posts its
 // compiled module first), answering the page's requests in order without blocking the
-// page's frames.
-import init, { worker_init, worker_handle } from "./allocsim_web.js";
+// page's frames. A dropped file arrives as {open, name, file} and is read here in
+// slices; {cancel} stops it at once (not queued behind it). If the wasm stops (an
+// allocation past its memory runs no panic hook) while it opens a file, the page hears
+// {crashed, job}.
+import init, { worker_init, worker_handle, worker_open, worker_cancel } from "./allocsim_web.js";
 
 let chain = null;
+
+function crashed(e, job) {
+  console.error("allocsim engine:", e);
+  self.postMessage({ crashed: String(e), job });
+}
 
 self.onmessage = (event) => {
   if (chain === null) {
@@ -11,6 +19,21 @@ self.onmessage = (event) => {
     return;
   }
   const msg = event.data;
+  if (msg && msg.cancel !== undefined) {
+    // Initialised by now (a cancel follows a request); never queued behind the job.
+    try {
+      worker_cancel(msg.cancel);
+    } catch (e) {
+      chain = chain.then(() => worker_cancel(msg.cancel));
+    }
+    return;
+  }
+  if (msg && msg.open !== undefined) {
+    chain = chain
+      .then(() => worker_open(msg.open, msg.name, msg.file))
+      .catch((e) => crashed(e, msg.open));
+    return;
+  }
   chain = chain
     .then(() => worker_handle(msg))
     .catch((e) => console.error("allocsim engine:", e));

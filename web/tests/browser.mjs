@@ -4,7 +4,8 @@
 // Checks, each failing the test: the compressed wasm is at most 6 MB; the page opens on the
 // built-in example and emits its first-full-frame marker; the canvas is not blank; a real
 // snapshot dropped on the canvas is shown; arrow keys change the shown event (the layout
-// marker); a big snapshot loads without a frozen frame; `?trace=<url>` opens that trace; a
+// marker); a big snapshot loads without a frozen frame, the worker reporting its progress; a
+// truncated big pickle fails with the file and the byte offset; `?trace=<url>` opens that trace; a
 // broken file leaves the app working; several snapshots dropped at once open the Diff (two)
 // and Ranks (four) views with the right answers; no request leaves the local server (the page works
 // offline from the built folder); no console error in the page or its worker.
@@ -14,7 +15,7 @@
 
 import { readFileSync, writeFileSync, mkdirSync } from "node:fs";
 import { join } from "node:path";
-import { gzipSync, brotliCompressSync, constants as zc } from "node:zlib";
+import { gzipSync, gunzipSync, brotliCompressSync, constants as zc } from "node:zlib";
 import {
   arg,
   launch,
@@ -167,7 +168,20 @@ try {
   if (s3.colours < 20) fail("the canvas looks blank after stepping");
   log(`the keyboard moved the shown event: ${before} → ${before + 2} → ${before + 1} → end → 0 → ${await layoutMarker(page)}`);
 
-  // 4. A big snapshot (233 k events) loads and replays without freezing the page.
+  // 4. A big snapshot (233 k events) loads and replays without freezing the page; the
+  // worker reads the dropped File in slices and reports its progress (every value of the
+  // page's progress marker is kept).
+  // (Each change's old value is kept: one frame may handle several reports.)
+  await page.evaluate(() => {
+    window.__progress = [];
+    new MutationObserver((records) => {
+      for (const r of records) window.__progress.push(r.oldValue);
+    }).observe(document.body, {
+      attributes: true,
+      attributeOldValue: true,
+      attributeFilter: ["data-allocsim-progress"],
+    });
+  });
   const dropT = await dropFile(page, join(traces, BIG), BIG);
   await waitFrame(page, `ready:${BIG}`, 300000);
   const readyT = await markTime(page, "data-allocsim-frame", dropT, `v.startsWith('ready:${BIG}')`);
@@ -189,6 +203,37 @@ try {
   if (gaps.frames < 5) fail(`only ${gaps.frames} frames while ${BIG} loaded`);
   const s4 = await shot(page, "4-kvcache_decode.png");
   if (s4.colours < 20 || s4.differing < 0.05) fail(`the canvas looks blank after ${BIG}`);
+  const checkProgress = async (name) => {
+    const seen = await page.evaluate(() => [
+      ...window.__progress.splice(0),
+      document.body.getAttribute("data-allocsim-progress"),
+    ]);
+    const reading = seen.filter((v) => v && v.startsWith(`reading ${name}`));
+    const fractions = reading.map((v) => Number(v.split(":").pop()));
+    log(`${name}: ${reading.length} progress reports while read, ${fractions[0]} to ${fractions[fractions.length - 1]}`);
+    if (reading.length < 3) fail(`${name}: ${reading.length} progress reports while it was read: ${JSON.stringify(seen)}`);
+    if (fractions.some((f, i) => i > 0 && f < fractions[i - 1])) fail(`${name}: progress went back: ${fractions}`);
+    return reading;
+  };
+  await checkProgress(BIG);
+
+  // 4b. A truncated big pickle (the plain bytes of ${BIG} cut at two thirds: several
+  // slices and windows): progress through both passes, then the one-line error naming the
+  // file and the byte offset in the whole file; the app goes on.
+  {
+    const plain = gunzipSync(readFileSync(join(traces, BIG)));
+    const cut = plain.subarray(0, Math.floor((plain.length * 2) / 3));
+    await dropBytes(page, cut, "kvcache_cut.pickle");
+    await waitFrame(page, "failed:", 300000);
+    const message = await page.evaluate(() => document.body.getAttribute("data-allocsim-frame"));
+    log(`truncated file: ${message}`);
+    if (!/^failed:kvcache_cut\.pickle: byte \d+: truncated pickle/.test(message) || message.includes("\n")) {
+      fail(`a truncated file's error is not the one-line error with the file and the offset: ${message}`);
+    }
+    const reading = await checkProgress("kvcache_cut.pickle");
+    if (!reading.some((v) => v.includes("(2 of 2)"))) fail("the truncated file's second pass reported no progress");
+    await shot(page, "4b-truncated.png");
+  }
 
   // 5. A broken file: an error in the app, none in the console, and the app keeps working
   // (it opens the next file).

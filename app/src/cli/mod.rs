@@ -129,11 +129,16 @@ pub fn parse_capacity_arg(s: &str) -> Result<allocsim_core::capacity::CapacityAr
     allocsim_core::capacity::CapacityArg::parse(s)
 }
 
-/// Reads and decodes FILE, building its replayable trace; errors name the file.
+/// Reads FILE in pieces and decodes it (its bytes are never all in memory), building its
+/// replayable trace; errors name the file.
 pub fn load_file(path: &Path, capacity: Option<u64>) -> Result<Validation, Failure> {
-    let bytes = std::fs::read(path)
-        .map_err(|e| Failure::bad_input(format!("{}: cannot read: {e}", path.display())))?;
-    allocsim_core::session::load_owned(bytes, capacity)
+    let snap = crate::engine::open::decode_file(path, &mut |_| true).map_err(|e| match e {
+        crate::engine::open::OpenError::Failed(m) => Failure::bad_input(m),
+        crate::engine::open::OpenError::Cancelled => {
+            Failure::bad_input(format!("{}: cancelled", path.display()))
+        }
+    })?;
+    allocsim_core::build::build(snap, capacity)
         .map_err(|e| Failure::bad_input(format!("{}: {e}", path.display())))
 }
 

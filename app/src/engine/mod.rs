@@ -8,6 +8,7 @@ pub mod bands;
 pub mod examples;
 pub mod live;
 pub mod multi;
+pub mod open;
 pub mod parallel;
 pub mod recorded;
 pub mod wire;
@@ -31,6 +32,21 @@ use wire::{
     Request, Response, SegmentView, StackTable, TraceData, WhatIfData, WhatIfRow, block_state,
     op_kind,
 };
+
+/// The cancel flags of an engine's jobs in flight ([`Engine::cancels`]).
+#[derive(Debug, Clone)]
+pub struct Cancels(Arc<Mutex<BTreeMap<u64, Arc<AtomicBool>>>>);
+
+impl Cancels {
+    /// Stops job `job` if it is in flight and cancellable.
+    pub fn cancel(&self, job: u64) {
+        if let Ok(c) = self.0.lock()
+            && let Some(flag) = c.get(&job)
+        {
+            flag.store(true, Ordering::Relaxed);
+        }
+    }
+}
 
 /// A replay kept for layouts and searches.
 struct Slot {
@@ -100,6 +116,7 @@ impl Engine {
     pub fn handle(&mut self, req: Request, emit: &mut dyn FnMut(Response)) {
         match req {
             Request::Load { job, name, bytes } => self.load(job, name, &bytes, emit),
+            Request::Open { job, name, path } => self.open(job, name, &path, emit),
             Request::SelectDevice { job, device } => {
                 let Some(trace) = &self.trace else {
                     return emit(Response::Failed {
@@ -156,13 +173,7 @@ impl Engine {
                     work(emit);
                 }
             }
-            Request::Cancel { job } => {
-                if let Ok(c) = self.cancels.lock()
-                    && let Some(flag) = c.get(&job)
-                {
-                    flag.store(true, Ordering::Relaxed);
-                }
-            }
+            Request::Cancel { job } => self.cancels().cancel(job),
             Request::Workload { job, spec } => {
                 emit(Response::Progress {
                     job,
@@ -222,44 +233,85 @@ impl Engine {
             stage: format!("decoding {name}"),
             fraction: 0.05,
         });
+        let decoded = allocsim_core::snapshot::decode_snapshot(bytes)
+            .map_err(|e| format!("{name}: {}", allocsim_core::Error::from(e)));
+        self.open_decoded(job, name, decoded, emit);
+    }
+
+    /// Opens the file at `path` read in pieces ([`open::decode_file`]): progress while
+    /// it decodes, [`Request::Cancel`] stops it (the host sets the flag: this thread is
+    /// busy), and the file's bytes are gone once decoded.
+    fn open(&mut self, job: u64, name: String, path: &str, emit: &mut dyn FnMut(Response)) {
+        let flag = Arc::new(AtomicBool::new(false));
+        if let Ok(mut c) = self.cancels.lock() {
+            c.insert(job, Arc::clone(&flag));
+        }
+        let mut report = open::ProgressReport::new(job, &name);
+        let decoded = open::decode_file(std::path::Path::new(path), &mut |p| {
+            report.report(p, emit);
+            !flag.load(Ordering::Relaxed)
+        });
+        if let Ok(mut c) = self.cancels.lock() {
+            c.remove(&job);
+        }
+        let decoded = decoded.map_err(|e| match e {
+            open::OpenError::Cancelled => format!("opening {name}: cancelled"),
+            open::OpenError::Failed(message) => message,
+        });
+        self.open_decoded(job, name, decoded, emit);
+    }
+
+    /// Takes a snapshot decoded elsewhere (natively [`Engine::open`]; in the browser the
+    /// worker's reading of a `File` in slices): builds its trace and shows it, or says
+    /// why not (`decoded`'s error is the one-line message).
+    pub fn open_decoded(
+        &mut self,
+        job: u64,
+        name: String,
+        decoded: Result<allocsim_core::snapshot::RawSnapshot, String>,
+        emit: &mut dyn FnMut(Response),
+    ) {
         // Decoded, the file's own timeline and end state go to the UI at once; the trace
         // is built and validated after.
-        let loaded = allocsim_core::snapshot::decode_snapshot(bytes)
-            .map_err(allocsim_core::Error::from)
-            .and_then(|snap| {
-                let device = recorded::busiest_device(&snap);
-                // No progress message after it: in the browser each answer wakes the page
-                // for a frame, which a software rasterizer pays for with the CPU the
-                // validation needs; the recorded view says the trace is being built.
-                emit(Response::Recorded {
-                    job,
-                    recorded: Box::new(recorded::recorded(&snap, &name, device)),
-                });
-                allocsim_core::build::build(snap, None)
+        let r = decoded.and_then(|snap| {
+            let device = recorded::busiest_device(&snap);
+            // No progress message after it: in the browser each answer wakes the page for
+            // a frame, which a software rasterizer pays for with the CPU the validation
+            // needs; the recorded view says the trace is being built.
+            emit(Response::Recorded {
+                job,
+                recorded: Box::new(recorded::recorded(&snap, &name, device)),
             });
+            allocsim_core::build::build(snap, None).map_err(|e| format!("{name}: {e}"))
+        });
+        self.install(job, name, r, emit);
+    }
+
+    /// Takes a decoded and validated snapshot as the trace shown, or says why not.
+    fn install(
+        &mut self,
+        job: u64,
+        name: String,
+        loaded: Result<allocsim_core::validate::Validation, String>,
+        emit: &mut dyn FnMut(Response),
+    ) {
         match loaded {
             Ok(v) => {
                 self.device = v.trace.busiest_device();
                 self.trace = Some(Arc::new(v.trace));
                 self.reports = v.devices;
                 self.name = name;
-                self.forget();
-                emit(Response::Progress {
-                    job,
-                    stage: "stacking allocations".into(),
-                    fraction: 0.6,
-                });
-                let data = self.trace_data(emit, job);
-                emit(Response::Loaded {
-                    job,
-                    trace: Box::new(data),
-                });
+                self.show_device(job, emit);
             }
-            Err(e) => emit(Response::Failed {
-                job,
-                message: format!("{name}: {e}"),
-            }),
+            Err(message) => emit(Response::Failed { job, message }),
         }
+    }
+
+    /// The registry of cancel flags, for a host that must cancel a job while the engine
+    /// is busy with it (an open: [`Request::Cancel`] would wait behind it).
+    #[must_use]
+    pub fn cancels(&self) -> Cancels {
+        Cancels(Arc::clone(&self.cancels))
     }
 
     /// The UI's copy of the device shown (also refreshes the engine's ops table).

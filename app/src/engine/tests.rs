@@ -662,3 +662,153 @@ fn the_recorded_timeline_comes_first_and_agrees_with_the_trace_and_the_replay() 
         "{checked_end_states} end states checked"
     );
 }
+/// A file in a private temporary directory, removed with it.
+struct TempFile(std::path::PathBuf);
+
+impl TempFile {
+    fn new(name: &str, bytes: &[u8]) -> TempFile {
+        let dir = std::env::temp_dir().join(format!(
+            "allocsim-engine-open-{}-{name}",
+            std::process::id()
+        ));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let path = dir.join(name);
+        std::fs::write(&path, bytes).expect("write");
+        TempFile(path)
+    }
+}
+
+impl Drop for TempFile {
+    fn drop(&mut self) {
+        if let Some(dir) = self.0.parent() {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+    }
+}
+
+fn open_file(engine: &mut Engine, job: u64, path: &std::path::Path) -> Vec<Response> {
+    run(
+        engine,
+        Request::Open {
+            job,
+            name: path.file_name().unwrap().to_string_lossy().into_owned(),
+            path: path.to_string_lossy().into_owned(),
+        },
+    )
+}
+
+fn gunzipped(e: &examples::Example) -> Vec<u8> {
+    allocsim_core::snapshot::import::gunzip(e.bytes, u64::MAX).expect("gunzip")
+}
+
+#[test]
+fn a_file_opened_in_pieces_loads_as_its_bytes_do_with_progress() {
+    for e in EXAMPLES {
+        let plain = gunzipped(e);
+        let want = serde_json::to_string(&loaded(&mut Engine::new(), e)).expect("json");
+        for (name, bytes) in [
+            (e.file.to_string(), e.bytes.to_vec()),
+            ("plain.pickle".into(), plain),
+        ] {
+            let file = TempFile::new(&name, &bytes);
+            let out = open_file(&mut Engine::new(), 7, &file.0);
+            let fractions: Vec<f32> = out
+                .iter()
+                .filter_map(|r| match r {
+                    Response::Progress { fraction, .. } => Some(*fraction),
+                    _ => None,
+                })
+                .collect();
+            assert!(fractions.len() >= 3, "{name}: progress {fractions:?}");
+            assert!(fractions.windows(2).all(|w| w[0] <= w[1]), "{fractions:?}");
+            match last(out) {
+                Response::Loaded { job: 7, mut trace } => {
+                    trace.name = e.file.into();
+                    assert_eq!(serde_json::to_string(&trace).expect("json"), want, "{name}");
+                }
+                other => panic!("{name}: {other:?}"),
+            }
+        }
+    }
+}
+
+#[test]
+fn a_truncated_file_fails_with_the_file_and_the_byte_offset_of_the_whole_file() {
+    let plain = gunzipped(&OOM_STORY);
+    let cut = &plain[..plain.len() * 2 / 3];
+    let want = allocsim_core::snapshot::decode_snapshot(cut).expect_err("truncated");
+    let file = TempFile::new("cut.pickle", cut);
+    match last(open_file(&mut Engine::new(), 3, &file.0)) {
+        Response::Failed { job: 3, message } => {
+            assert_eq!(message, format!("{}: {want}", file.0.display()));
+            assert!(message.contains("byte "), "{message}");
+            assert!(!message.contains('\n'), "{message}");
+        }
+        other => panic!("{other:?}"),
+    }
+    let missing = file.0.with_file_name("missing.pickle");
+    match last(open_file(&mut Engine::new(), 4, &missing)) {
+        Response::Failed { message, .. } => {
+            assert!(
+                message.starts_with(&format!("{}: cannot read:", missing.display())),
+                "{message}"
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn an_open_is_cancelled_from_outside_the_busy_engine() {
+    let plain = gunzipped(&examples::EXAMPLES[EXAMPLES.len() - 1]);
+    // Pieces of 4 MiB: a file of several makes several progress reports to cancel at.
+    let mut big = plain.clone();
+    while big.len() < 3 * super::open::PIECE_BYTES {
+        big.extend_from_slice(&plain);
+    }
+    let file = TempFile::new("big.pickle", &big);
+    let mut e = Engine::new();
+    let cancels = e.cancels();
+    let mut out = Vec::new();
+    e.handle(
+        Request::Open {
+            job: 5,
+            name: "big.pickle".into(),
+            path: file.0.to_string_lossy().into_owned(),
+        },
+        &mut |r| {
+            // The host's Cancel arrives while the engine reads (it does not queue behind).
+            if matches!(r, Response::Progress { .. }) {
+                cancels.cancel(5);
+            }
+            out.push(r);
+        },
+    );
+    let progress = out
+        .iter()
+        .filter(|r| matches!(r, Response::Progress { .. }))
+        .count();
+    match last(out) {
+        Response::Failed { job: 5, message } => {
+            assert_eq!(message, "opening big.pickle: cancelled");
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(
+        progress <= 2,
+        "stopped at the first piece: {progress} reports"
+    );
+}
+
+#[test]
+fn a_snapshot_too_big_for_wasm_is_refused_before_it_is_read() {
+    // The 1.12 GB generated snapshot needs about 5 GB: past wasm's 4 GiB.
+    let m = super::open::too_big_for_wasm("big.pickle", 1_124_391_974).expect("refused");
+    assert!(
+        m.starts_with("big.pickle: 1.1 GB of snapshot needs about 4.9 GB"),
+        "{m}"
+    );
+    assert!(m.contains("4 GiB") && !m.contains('\n'), "{m}");
+    // kvcache_decode (14.6 MB) opens.
+    assert_eq!(super::open::too_big_for_wasm("kv.pickle", 14_628_240), None);
+}

@@ -21,6 +21,13 @@ pub enum Request {
         name: String,
         bytes: Vec<u8>,
     },
+    /// Decode the snapshot file at `path`, read in pieces by the engine (natively: the
+    /// file's bytes are never all held), with progress; stopped by [`Request::Cancel`].
+    Open {
+        job: u64,
+        name: String,
+        path: String,
+    },
     /// Show another device of the loaded trace (answered with [`Response::Loaded`]).
     SelectDevice { job: u64, device: u32 },
     /// Replay the loaded trace through `spec` (`NAME` or `NAME@CONFIG`) under `capacity`,
@@ -98,6 +105,7 @@ impl Request {
     pub fn job(&self) -> u64 {
         match self {
             Request::Load { job, .. }
+            | Request::Open { job, .. }
             | Request::SelectDevice { job, .. }
             | Request::Replay { job, .. }
             | Request::Layout { job, .. }

@@ -42,7 +42,11 @@ impl AllocsimApp {
         if p.text.trim().is_empty() {
             return;
         }
-        match crate::gui::io::read_path(&p.text) {
+        #[cfg(not(target_arch = "wasm32"))]
+        let opened = crate::gui::io::file_at(&p.text);
+        #[cfg(target_arch = "wasm32")]
+        let opened = crate::gui::io::read_path(&p.text);
+        match opened {
             Ok(f) => {
                 self.path_prompt = None;
                 self.inbox.push(ctx, Ok(f));

@@ -12,7 +12,18 @@ use crate::engine::wire::{Request, Response};
 pub struct Opened {
     pub name: String,
     pub bytes: Vec<u8>,
+    /// A file the engine reads itself, in pieces (`bytes` then empty): its bytes are
+    /// never all in memory. A path natively, a `File` (dropped) in the browser.
+    pub file: Option<FileRef>,
 }
+
+/// A file the engine can read in pieces: a path natively.
+#[cfg(not(target_arch = "wasm32"))]
+pub type FileRef = std::path::PathBuf;
+/// A file the engine can read in pieces: a dropped `File` in the browser, which the
+/// engine's worker reads in slices.
+#[cfg(target_arch = "wasm32")]
+pub type FileRef = web_sys::File;
 
 /// Results of asynchronous I/O (file dialogs, fetches), picked up by the UI each frame.
 #[derive(Debug, Clone, Default)]
@@ -78,11 +89,17 @@ enum Inner {
         held: std::collections::VecDeque<Response>,
         /// One answer per poll.
         paced: bool,
+        /// In the browser, requests whose file is still being read (no worker to read
+        /// it in slices).
+        #[cfg(target_arch = "wasm32")]
+        late: std::rc::Rc<std::cell::RefCell<Vec<Request>>>,
     },
     #[cfg(not(target_arch = "wasm32"))]
     Thread {
         tx: std::sync::mpsc::Sender<Request>,
         rx: std::sync::mpsc::Receiver<Response>,
+        /// Cancels a job the engine thread is busy with (an open), not behind it.
+        cancels: crate::engine::Cancels,
     },
     #[cfg(target_arch = "wasm32")]
     Worker(web::WorkerEngine),
@@ -98,6 +115,8 @@ impl EngineHandle {
                 queue: Vec::new(),
                 held: std::collections::VecDeque::new(),
                 paced: false,
+                #[cfg(target_arch = "wasm32")]
+                late: std::rc::Rc::default(),
             },
         }
     }
@@ -123,10 +142,11 @@ impl EngineHandle {
             let (tx, req_rx) = std::sync::mpsc::channel::<Request>();
             let (resp_tx, rx) = std::sync::mpsc::channel::<Response>();
             let ctx = ctx.clone();
+            let mut engine = crate::engine::Engine::new();
+            let cancels = engine.cancels();
             let started = std::thread::Builder::new()
                 .name("allocsim-engine".into())
                 .spawn(move || {
-                    let mut engine = crate::engine::Engine::new();
                     while let Ok(req) = req_rx.recv() {
                         // Only the newest layout request per slot matters while scrubbing.
                         let mut batch = vec![req];
@@ -165,7 +185,7 @@ impl EngineHandle {
                 });
             match started {
                 Ok(_) => EngineHandle {
-                    inner: Inner::Thread { tx, rx },
+                    inner: Inner::Thread { tx, rx, cancels },
                 },
                 Err(e) => {
                     log::warn!("cannot start the engine thread ({e}); running it on the UI thread");
@@ -194,11 +214,51 @@ impl EngineHandle {
         match &mut self.inner {
             Inner::Inline { queue, .. } => queue.push(req),
             #[cfg(not(target_arch = "wasm32"))]
-            Inner::Thread { tx, .. } => {
+            Inner::Thread { tx, cancels, .. } => {
+                if let Request::Cancel { job } = &req {
+                    cancels.cancel(*job);
+                }
                 let _ = tx.send(req);
             }
             #[cfg(target_arch = "wasm32")]
-            Inner::Worker(w) => w.send(&req),
+            Inner::Worker(w) => {
+                if let Request::Cancel { job } = &req {
+                    // At once: the worker may be busy reading a file (a request would wait).
+                    w.cancel(*job);
+                }
+                w.send(&req);
+            }
+        }
+    }
+
+    /// Opens the snapshot `file` for job `job`: the engine reads it in pieces (natively
+    /// [`Request::Open`]; in the browser the worker reads the `File` in slices).
+    #[allow(clippy::needless_pass_by_value)] // moved into the future on the web
+    pub fn open_file(&mut self, job: u64, name: String, file: FileRef) {
+        #[cfg(not(target_arch = "wasm32"))]
+        self.send(Request::Open {
+            job,
+            name,
+            path: file.to_string_lossy().into_owned(),
+        });
+        #[cfg(target_arch = "wasm32")]
+        match &mut self.inner {
+            Inner::Worker(w) => w.open_file(job, &name, &file),
+            Inner::Inline { late, .. } => {
+                // No worker: the page reads the file whole, then the engine decodes it.
+                let late = late.clone();
+                spawn(async move {
+                    let bytes =
+                        match wasm_bindgen_futures::JsFuture::from(file.array_buffer()).await {
+                            Ok(buf) => js_sys::Uint8Array::new(&buf).to_vec(),
+                            Err(e) => {
+                                log::error!("cannot read {name}: {e:?}");
+                                Vec::new()
+                            }
+                        };
+                    late.borrow_mut().push(Request::Load { job, name, bytes });
+                });
+            }
         }
     }
 
@@ -210,7 +270,11 @@ impl EngineHandle {
                 queue,
                 held,
                 paced,
+                #[cfg(target_arch = "wasm32")]
+                late,
             } => {
+                #[cfg(target_arch = "wasm32")]
+                queue.append(&mut late.borrow_mut());
                 for req in coalesce(std::mem::take(queue)) {
                     engine.handle(req, &mut |r| held.push_back(r));
                 }
@@ -259,12 +323,35 @@ fn coalesce(batch: Vec<Request>) -> Vec<Request> {
 }
 
 /// Reads a file dropped on the window or the page; its bytes arrive in `inbox`.
+/// Natively, `by_path` hands the engine the file's path instead of its bytes.
 #[allow(clippy::needless_pass_by_value)] // moved into the future on the web
-pub fn read_dropped(ctx: &egui::Context, inbox: &Inbox, file: egui::DroppedFileHandle) {
+pub fn read_dropped(
+    ctx: &egui::Context,
+    inbox: &Inbox,
+    file: egui::DroppedFileHandle,
+    by_path: bool,
+) {
     let name = file.path().file_name().map_or_else(
         || "dropped file".to_string(),
         |n| n.to_string_lossy().into_owned(),
     );
+    #[cfg(not(target_arch = "wasm32"))]
+    if by_path {
+        inbox.push(ctx, file_at(&file.path().to_string_lossy()));
+        return;
+    }
+    #[cfg(target_arch = "wasm32")]
+    if by_path && let Some(web_file) = file.web_file() {
+        inbox.push(
+            ctx,
+            Ok(Opened {
+                name,
+                bytes: Vec::new(),
+                file: Some(web_file.clone()),
+            }),
+        );
+        return;
+    }
     #[cfg(not(target_arch = "wasm32"))]
     inbox.push(
         ctx,
@@ -272,6 +359,7 @@ pub fn read_dropped(ctx: &egui::Context, inbox: &Inbox, file: egui::DroppedFileH
             .map(|bytes| Opened {
                 name: name.clone(),
                 bytes,
+                file: None,
             })
             .map_err(|e| format!("cannot read {name}: {e}")),
     );
@@ -286,6 +374,7 @@ pub fn read_dropped(ctx: &egui::Context, inbox: &Inbox, file: egui::DroppedFileH
                 r.map(|bytes| Opened {
                     name: name.clone(),
                     bytes,
+                    file: None,
                 })
                 .map_err(|e| format!("cannot read {name}: {e}")),
             );
@@ -306,15 +395,25 @@ pub fn open_file_dialog(ctx: &egui::Context, inbox: &Inbox) {
     spawn(async move {
         let _stale = take_dialog_errors();
         if let Some(handle) = dialog.pick_file().await {
-            let name = handle.file_name();
-            let bytes = handle.read().await;
-            inbox.push(&ctx, Ok(Opened { name, bytes }));
+            #[cfg(not(target_arch = "wasm32"))]
+            inbox.push(&ctx, file_at(&handle.path().to_string_lossy()));
+            #[cfg(target_arch = "wasm32")]
+            inbox.push(&ctx, Ok(read_handle(&handle).await));
         } else if let Some(reason) = take_dialog_errors() {
             // rfd answers "nothing chosen" for a dialog that never opened: what it logged
             // on the way tells the two apart.
             inbox.dialog_failed(&ctx, reason);
         }
     });
+}
+
+/// A chosen file's name and bytes.
+async fn read_handle(handle: &rfd::FileHandle) -> Opened {
+    Opened {
+        name: handle.file_name(),
+        bytes: handle.read().await,
+        file: None,
+    }
 }
 
 /// Opens a file dialog that picks several snapshots (the Diff and Ranks views); each
@@ -331,9 +430,7 @@ pub fn open_files_dialog(ctx: &egui::Context, inbox: &Inbox) {
         let _stale = take_dialog_errors();
         if let Some(handles) = dialog.pick_files().await {
             for handle in handles {
-                let name = handle.file_name();
-                let bytes = handle.read().await;
-                inbox.push(&ctx, Ok(Opened { name, bytes }));
+                inbox.push(&ctx, Ok(read_handle(&handle).await));
             }
         } else if let Some(reason) = take_dialog_errors() {
             inbox.dialog_failed(&ctx, reason);
@@ -384,16 +481,43 @@ pub fn ensure_runtime_dir() {
     }
 }
 
+/// How the app names the file at `path`: its file name (the path if it has none).
+#[must_use]
+pub fn file_name(path: &std::path::Path) -> String {
+    path.file_name().map_or_else(
+        || path.display().to_string(),
+        |n| n.to_string_lossy().into_owned(),
+    )
+}
+
 /// Reads a file the user typed the path of (where no file dialog opens).
 pub fn read_path(path: &str) -> Result<Opened, String> {
     let path = std::path::Path::new(path.trim());
-    let name = path.file_name().map_or_else(
-        || path.display().to_string(),
-        |n| n.to_string_lossy().into_owned(),
-    );
+    let name = file_name(path);
     std::fs::read(path)
-        .map(|bytes| Opened { name, bytes })
+        .map(|bytes| Opened {
+            name,
+            bytes,
+            file: None,
+        })
         .map_err(|e| format!("cannot read {}: {e}", path.display()))
+}
+
+/// A file the user named (typed, chosen, dropped or on the command line) for the engine
+/// to read in pieces: checked to be a readable file, not read.
+#[cfg(not(target_arch = "wasm32"))]
+pub fn file_at(path: &str) -> Result<Opened, String> {
+    let path = std::path::Path::new(path.trim());
+    let name = file_name(path);
+    match std::fs::File::open(path).and_then(|f| f.metadata()) {
+        Ok(m) if m.is_file() => Ok(Opened {
+            name,
+            bytes: Vec::new(),
+            file: Some(path.to_path_buf()),
+        }),
+        Ok(_) => Err(format!("cannot read {}: not a file", path.display())),
+        Err(e) => Err(format!("cannot read {}: {e}", path.display())),
+    }
 }
 
 /// What rfd logged as errors since the last call, joined: rfd says why a dialog could
@@ -544,6 +668,7 @@ pub fn fetch(ctx: &egui::Context, inbox: &Inbox, url: &str) {
         let url = url.to_string();
         spawn(async move {
             let r = web::fetch_bytes(&url).await.map(|bytes| Opened {
+                file: None,
                 name: url.rsplit('/').next().unwrap_or(&url).to_string(),
                 bytes,
             });
@@ -564,9 +689,18 @@ pub fn fetch(ctx: &egui::Context, inbox: &Inbox, url: &str) {
 /// Tells the page (and the browser test) that a frame showing `what` was drawn.
 pub fn mark_frame(what: &str) {
     #[cfg(target_arch = "wasm32")]
-    web::mark_frame(what);
+    web::mark("data-allocsim-frame", what);
     #[cfg(not(target_arch = "wasm32"))]
     log::debug!("frame: {what}");
+}
+
+/// Marks how far the open in flight is (`stage:fraction`) for the browser test (the
+/// page's `data-allocsim-progress`).
+pub fn mark_progress(stage: &str, fraction: f32) {
+    #[cfg(target_arch = "wasm32")]
+    web::mark("data-allocsim-progress", &format!("{stage}:{fraction:.3}"));
+    #[cfg(not(target_arch = "wasm32"))]
+    log::trace!("progress: {stage} {fraction:.3}");
 }
 
 /// Tells the page which op's layout is on screen (the browser benchmark waits for it).
@@ -618,6 +752,12 @@ mod web {
                         sink.borrow_mut().push(a.to_vec());
                     } else if let Some(b) = data.dyn_ref::<js_sys::ArrayBuffer>() {
                         sink.borrow_mut().push(js_sys::Uint8Array::new(b).to_vec());
+                    } else if let Some(failed) = crashed(&data) {
+                        // The worker's wasm stopped (an allocation past its memory: no
+                        // panic hook runs): the job it ran fails with a message.
+                        if let Ok(bytes) = wire::encode(&failed) {
+                            sink.borrow_mut().push(bytes);
+                        }
                     }
                     ctx.request_repaint();
                 },
@@ -632,6 +772,31 @@ mod web {
                 inbox,
                 _on_message: on_message,
             })
+        }
+
+        /// Hands the worker a dropped file to read in slices (a `File` crosses to a
+        /// worker as a reference; its bytes are read there).
+        pub fn open_file(&self, job: u64, name: &str, file: &web_sys::File) {
+            let msg = js_sys::Object::new();
+            let set = |k: &str, v: &JsValue| js_sys::Reflect::set(&msg, &k.into(), v);
+            let posted = set("open", &JsValue::from_f64(job as f64))
+                .and_then(|_| set("name", &name.into()))
+                .and_then(|_| set("file", file))
+                .and_then(|_| self.worker.post_message(&msg));
+            if let Err(e) = posted {
+                log::error!("cannot post the file to the engine worker: {e:?}");
+            }
+        }
+
+        /// Cancels job `job` at once (the worker handles it beside the job it runs).
+        pub fn cancel(&self, job: u64) {
+            let msg = js_sys::Object::new();
+            let posted =
+                js_sys::Reflect::set(&msg, &"cancel".into(), &JsValue::from_f64(job as f64))
+                    .and_then(|_| self.worker.post_message(&msg));
+            if let Err(e) = posted {
+                log::error!("cannot post to the engine worker: {e:?}");
+            }
         }
 
         pub fn send(&self, req: &Request) {
@@ -659,6 +824,24 @@ mod web {
                 })
                 .collect()
         }
+    }
+
+    /// The worker's `{crashed, job}` message as the failure of that job.
+    fn crashed(data: &JsValue) -> Option<Response> {
+        let what = js_sys::Reflect::get(data, &"crashed".into())
+            .ok()?
+            .as_string()?;
+        let job = js_sys::Reflect::get(data, &"job".into())
+            .ok()
+            .and_then(|j| j.as_f64())
+            .map_or(0, |j| j as u64);
+        Some(Response::Failed {
+            job,
+            message: format!(
+                "the engine stopped ({what}): out of memory? WebAssembly has at most 4 GiB; \
+                 reload the page, and open big snapshots in the desktop app"
+            ),
+        })
     }
 
     pub fn query_parameter(key: &str) -> Option<String> {
@@ -706,12 +889,13 @@ mod web {
         }
     }
 
-    pub fn mark_frame(what: &str) {
+    /// Sets the attribute `attr` of the page's body (what the browser test reads).
+    pub fn mark(attr: &str, what: &str) {
         if let Some(body) = web_sys::window()
             .and_then(|w| w.document())
             .and_then(|d| d.body())
         {
-            let _ = body.set_attribute("data-allocsim-frame", what);
+            let _ = body.set_attribute(attr, what);
         }
     }
 

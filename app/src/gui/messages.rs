@@ -9,7 +9,7 @@ use crate::gui::views::map::tab::{blocker_picker, highlighter};
 use crate::gui::views::oom::would_fit::{Runtimes, WhatIf};
 use crate::gui::views::oom::{Explained, oom_at};
 use crate::gui::views::search::SearchState;
-use crate::gui::{AllocsimApp, Opening, PathPrompt};
+use crate::gui::{AllocsimApp, OpenSource, Opening, PathPrompt};
 use allocsim_core::capacity::CapacityArg;
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -137,7 +137,11 @@ impl AllocsimApp {
                     let cap = ex.and_then(Example::cap_bytes);
                     let cmp: &[&str] = ex.map_or(&[], |e| e.compare_with);
                     let opening = Opening::new(CapacityArg::AsRecorded, cap, cmp);
-                    self.open(f.name, f.bytes, opening);
+                    let source = match f.file {
+                        Some(file) => OpenSource::File(file),
+                        None => OpenSource::Bytes(f.bytes),
+                    };
+                    self.open(f.name, source, opening);
                 }
                 Err(e) => self.errors.push(e),
             }
@@ -157,12 +161,12 @@ impl AllocsimApp {
             crate::gui::views::multi::start(self, dropped.len());
         }
         for f in dropped {
-            let inbox = if self.multi.view.is_some() {
-                &self.multi.inbox
+            let (inbox, by_path) = if self.multi.view.is_some() {
+                (&self.multi.inbox, false)
             } else {
-                &self.inbox
+                (&self.inbox, true)
             };
-            crate::gui::io::read_dropped(ctx, inbox, f);
+            crate::gui::io::read_dropped(ctx, inbox, f, by_path);
         }
         crate::gui::views::multi::pump(self);
         for r in self.engine.poll() {
@@ -196,6 +200,9 @@ impl AllocsimApp {
                         return;
                     }
                     w.progress = Some((stage.clone(), fraction));
+                }
+                if self.load_job == Some(job) {
+                    crate::gui::io::mark_progress(&stage, fraction);
                 }
                 self.progress = Some((job, stage, fraction));
             }
@@ -382,6 +389,7 @@ impl AllocsimApp {
                     self.load_job = None;
                     self.opening = None;
                     self.recorded = None;
+                    crate::gui::io::mark_frame(&format!("failed:{message}"));
                     self.errors.push(message);
                     return;
                 }

@@ -63,6 +63,15 @@ pub(crate) struct LoadTiming {
 /// The call sites at a replay's peak (keyed by the replay's address): (stack, bytes, count).
 type PeakSites = (usize, Vec<(u32, u64, u32)>);
 
+/// What a snapshot is opened from.
+#[derive(Debug)]
+pub(crate) enum OpenSource {
+    /// Its bytes (the built-in examples, a fetch, the browser, tests).
+    Bytes(Vec<u8>),
+    /// A file the engine reads in pieces (a path natively, a `File` in the browser).
+    File(crate::gui::io::FileRef),
+}
+
 /// What an open sets once its trace has arrived (a file that fails to open changes
 /// nothing: the configuration stays in step with the trace on screen).
 #[derive(Debug)]
@@ -107,6 +116,8 @@ pub struct AllocsimApp {
     inbox: crate::gui::io::Inbox,
     next_job: u64,
     load_job: Option<u64>,
+    /// The load in flight if it reads a file in pieces (so it can be cancelled).
+    load_cancellable: Option<u64>,
     /// What the load in flight sets when its trace arrives.
     opening: Option<Opening>,
     /// What the engine is doing: (job, stage, fraction).
@@ -210,6 +221,7 @@ impl AllocsimApp {
             inbox: crate::gui::io::Inbox::default(),
             next_job: 1,
             load_job: None,
+            load_cancellable: None,
             opening: None,
             progress: None,
             doc: None,
@@ -263,20 +275,20 @@ impl AllocsimApp {
                 }
             }
             Startup::Example(e) => self.open_example(e),
-            Startup::File(path) => match std::fs::read(&path) {
-                Ok(bytes) => self.open_bytes(
-                    path.file_name().map_or_else(
-                        || path.display().to_string(),
-                        |f| f.to_string_lossy().into_owned(),
-                    ),
-                    bytes,
-                    CapacityArg::AsRecorded,
-                    &[],
+            #[cfg(not(target_arch = "wasm32"))]
+            Startup::File(path) => match crate::gui::io::file_at(&path.to_string_lossy()) {
+                Ok(f) => self.open(
+                    f.name,
+                    OpenSource::File(path),
+                    Opening::new(CapacityArg::AsRecorded, None, &[]),
                 ),
-                Err(e) => self
-                    .errors
-                    .push(format!("cannot read {}: {e}", path.display())),
+                Err(e) => self.errors.push(e),
             },
+            #[cfg(target_arch = "wasm32")]
+            Startup::File(path) => self.errors.push(format!(
+                "cannot read {}: no files in the browser",
+                path.display()
+            )),
             Startup::Bytes { name, bytes } => {
                 self.open_bytes(name, bytes, CapacityArg::AsRecorded, &[]);
             }
@@ -294,7 +306,7 @@ impl AllocsimApp {
     pub fn open_example(&mut self, e: &Example) {
         self.open(
             e.file.to_string(),
-            e.bytes.to_vec(),
+            OpenSource::Bytes(e.bytes.to_vec()),
             Opening::new(CapacityArg::AsRecorded, e.cap_bytes(), e.compare_with),
         );
     }
@@ -308,10 +320,26 @@ impl AllocsimApp {
         capacity: CapacityArg,
         compare: &[&str],
     ) {
-        self.open(name, bytes, Opening::new(capacity, None, compare));
+        self.open(
+            name,
+            OpenSource::Bytes(bytes),
+            Opening::new(capacity, None, compare),
+        );
     }
 
-    pub(crate) fn open(&mut self, name: String, bytes: Vec<u8>, opening: Opening) {
+    /// Opens the snapshot file at `path`, read in pieces by the engine (its bytes never
+    /// all in memory), as [`AllocsimApp::open_bytes`] opens bytes.
+    #[cfg(not(target_arch = "wasm32"))]
+    pub fn open_path(&mut self, path: std::path::PathBuf, capacity: CapacityArg, compare: &[&str]) {
+        let name = crate::gui::io::file_name(&path);
+        self.open(
+            name,
+            OpenSource::File(path),
+            Opening::new(capacity, None, compare),
+        );
+    }
+
+    pub(crate) fn open(&mut self, name: String, source: OpenSource, opening: Opening) {
         let job = self.job();
         self.load_job = Some(job);
         self.opening = Some(opening);
@@ -327,12 +355,29 @@ impl AllocsimApp {
             };
         }
         #[cfg(feature = "cuda")]
-        self.live
-            .opening(crate::gui::views::live::LiveSource::Snapshot {
+        self.live.opening(match &source {
+            OpenSource::Bytes(bytes) => crate::gui::views::live::LiveSource::Snapshot {
                 name: name.clone(),
                 bytes: std::sync::Arc::from(bytes.as_slice()),
-            });
-        self.engine.send(Request::Load { job, name, bytes });
+            },
+            OpenSource::File(path) => crate::gui::views::live::LiveSource::File {
+                name: name.clone(),
+                path: path.clone(),
+            },
+        });
+        self.load_cancellable = matches!(source, OpenSource::File(_)).then_some(job);
+        match source {
+            OpenSource::Bytes(bytes) => self.engine.send(Request::Load { job, name, bytes }),
+            OpenSource::File(file) => self.engine.open_file(job, name, file),
+        }
+    }
+
+    /// What the work in flight is doing, and how far it is (the status line's bar).
+    #[must_use]
+    pub fn progress(&self) -> Option<(&str, f32)> {
+        self.progress
+            .as_ref()
+            .map(|(_, stage, f)| (stage.as_str(), *f))
     }
 
     /// The loaded document.

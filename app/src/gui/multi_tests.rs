@@ -16,6 +16,7 @@ fn opened(sub: &str, name: &str) -> Opened {
     Opened {
         name: name.to_string(),
         bytes: std::fs::read(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display())),
+        file: None,
     }
 }
 
@@ -71,6 +72,7 @@ fn the_ranks_view_names_the_outlier_marks_the_unreadable_file_and_opens_a_rank()
         app.multi.add(Opened {
             name: "ddp4_rank4.pickle.gz".into(),
             bytes: b"\x1f\x8b\x08\x00broken".to_vec(),
+            file: None,
         });
     }
     settle(&mut h);

@@ -52,6 +52,9 @@ pub enum ImportError {
         location: String,
         problem: String,
     },
+    /// A streamed decode stopped because its caller asked it to (the app's Cancel).
+    #[error("cancelled")]
+    Cancelled,
     /// Invalid JSON or a JSON snapshot of the wrong shape.
     #[error("byte {offset} (line {line}, column {column}): {message}")]
     Json {

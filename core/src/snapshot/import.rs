@@ -90,25 +90,56 @@ pub fn gunzip(bytes: &[u8], limit_bytes: u64) -> Result<Vec<u8>, ImportError> {
     let reachable = (bytes.len() as u64).saturating_mul(1032);
     let hint = isize_hint.min(reachable).min(limit_bytes).min(1 << 32);
     let mut out = Vec::with_capacity(usize::try_from(hint).unwrap_or(0));
+    gunzip_pieces(bytes, limit_bytes, usize::MAX, &mut |piece, _| {
+        out.extend_from_slice(piece);
+        Ok(())
+    })?;
+    Ok(out)
+}
+
+/// Takes inflated pieces (and how many compressed bytes were read so far).
+pub type PieceSink<'a> = dyn FnMut(&[u8], u64) -> Result<(), ImportError> + 'a;
+
+/// [`gunzip`] handing the inflated bytes to `sink` in pieces of at most `piece_bytes`
+/// (with how many compressed bytes were read so far), never holding more of them.
+pub fn gunzip_pieces(
+    bytes: &[u8],
+    limit_bytes: u64,
+    piece_bytes: usize,
+    sink: &mut PieceSink<'_>,
+) -> Result<u64, ImportError> {
+    let mut produced = 0u64;
+    let mut buf = Vec::new();
     let mut rest = bytes;
     loop {
         let mut member = flate2::bufread::GzDecoder::new(rest);
         // One byte past the limit tells "exactly at the limit" from "beyond it".
-        let room = limit_bytes
-            .saturating_add(1)
-            .saturating_sub(out.len() as u64);
-        if let Err(e) = (&mut member).take(room).read_to_end(&mut out) {
-            return Err(ImportError::Gzip {
-                message: e.to_string(),
-                decompressed_bytes: out.len() as u64,
-            });
-        }
-        if out.len() as u64 > limit_bytes {
-            return Err(ImportError::TooLarge { limit_bytes });
+        let room = limit_bytes.saturating_add(1).saturating_sub(produced);
+        let mut limited = (&mut member).take(room);
+        loop {
+            buf.clear();
+            let r = (&mut limited)
+                .take(piece_bytes as u64)
+                .read_to_end(&mut buf);
+            if let Err(e) = r {
+                return Err(ImportError::Gzip {
+                    message: e.to_string(),
+                    decompressed_bytes: produced + buf.len() as u64,
+                });
+            }
+            if buf.is_empty() {
+                break;
+            }
+            produced += buf.len() as u64;
+            if produced > limit_bytes {
+                return Err(ImportError::TooLarge { limit_bytes });
+            }
+            let read = bytes.len() - limited.get_ref().get_ref().len();
+            sink(&buf, read as u64)?;
         }
         rest = member.into_inner();
         if rest.iter().all(|&b| b == 0) {
-            return Ok(out);
+            return Ok(produced);
         }
         if !is_gzip(rest) {
             return Err(ImportError::Gzip {
@@ -117,7 +148,7 @@ pub fn gunzip(bytes: &[u8], limit_bytes: u64) -> Result<Vec<u8>, ImportError> {
                     rest.len(),
                     bytes.len() - rest.len()
                 ),
-                decompressed_bytes: out.len() as u64,
+                decompressed_bytes: produced,
             });
         }
     }

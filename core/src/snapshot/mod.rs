@@ -11,6 +11,7 @@ pub mod import;
 pub mod json;
 pub mod pickle;
 mod schema;
+pub mod stream;
 pub mod write;
 
 pub use error::ImportError;

@@ -4,6 +4,7 @@ use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 
 use super::ints::{MAX_INT_DIGITS, decimal_to_le, int_value, le_to_i128, minimal_len};
+use super::memo::IndexSet;
 use super::memo::Memo;
 use super::opcodes::{le_u32, length_prefix, line_at, read_length};
 use super::prepass::scan_references;
@@ -39,8 +40,21 @@ pub(super) enum Item {
 }
 
 pub(super) struct Vm<'a> {
+    /// The input, or the window of it being decoded (streamed: [`super::stream`]).
     pub(super) data: &'a [u8],
+    /// Offset in the whole input of `data[0]`.
+    pub(super) base: usize,
+    /// Offset in the whole input of the next byte to read: errors and containers name
+    /// offsets of the whole input, never of a window.
     pub(super) pos: usize,
+    /// The whole input's size (the element budget is counted against it).
+    pub(super) input_len: usize,
+    /// Whether the input ends with `data` (else the window ends at an opcode boundary
+    /// and more follows).
+    pub(super) last: bool,
+    /// Streamed: the bytes of each string kept are copied to the scratch buffer, as the
+    /// window they were read from goes away.
+    pub(super) copy_spans: bool,
     pub(super) scratch: Vec<u8>,
     pub(super) stack: Vec<Value>,
     /// Stack heights at each `MARK`; the values above the last one are Python's
@@ -117,13 +131,28 @@ pub(super) fn kind_name(kind: Kind) -> &'static str {
 impl<'a> Vm<'a> {
     pub(super) fn new(data: &'a [u8], eager: bool) -> Vm<'a> {
         let refs = scan_references(data);
+        Vm::with_refs(data, refs, data.len(), eager)
+    }
+
+    /// A machine over the input (or its first window: see [`Vm::reseat`]) whose pre-pass
+    /// found `refs`, of `input_len` bytes in all.
+    pub(super) fn with_refs(
+        data: &'a [u8],
+        refs: IndexSet,
+        input_len: usize,
+        eager: bool,
+    ) -> Vm<'a> {
         Vm {
             data,
+            base: 0,
             pos: 0,
+            input_len,
+            last: true,
+            copy_spans: false,
             scratch: Vec::new(),
             stack: Vec::with_capacity(64),
             marks: Vec::with_capacity(16),
-            memo: Memo::new(refs, data.len()),
+            memo: Memo::new(refs, input_len),
             heap: Vec::new(),
             free: Vec::new(),
             event_lists: Vec::new(),
@@ -132,8 +161,40 @@ impl<'a> Vm<'a> {
             frame_buf: Vec::new(),
             stack_cache: HashMap::default(),
             eager,
-            elements_left: super::mapping::element_budget(data.len()),
+            elements_left: super::mapping::element_budget(input_len),
         }
+    }
+
+    /// The machine moved onto the window `data` of the input, starting at offset `base`
+    /// (where the last window ended); `last`: the input ends with it.
+    pub(super) fn reseat(self, data: &[u8], base: usize, last: bool) -> Vm<'_> {
+        Vm {
+            data,
+            base,
+            pos: self.pos,
+            input_len: self.input_len,
+            last,
+            copy_spans: self.copy_spans,
+            scratch: self.scratch,
+            stack: self.stack,
+            marks: self.marks,
+            memo: self.memo,
+            heap: self.heap,
+            free: self.free,
+            event_lists: self.event_lists,
+            extra_events: self.extra_events,
+            builder: self.builder,
+            frame_buf: self.frame_buf,
+            stack_cache: self.stack_cache,
+            eager: self.eager,
+            elements_left: self.elements_left,
+        }
+    }
+
+    /// Where the next byte to read is in `data`.
+    #[inline]
+    pub(super) fn rel(&self) -> usize {
+        self.pos.wrapping_sub(self.base)
     }
 
     pub(super) fn text(&self) -> Text<'_> {
@@ -147,8 +208,9 @@ impl<'a> Vm<'a> {
 
     pub(super) fn take(&mut self, n: usize, at: usize, what: &'static str) -> Res<&'a [u8]> {
         let data = self.data;
-        let end = self.pos.checked_add(n).filter(|&e| e <= data.len());
-        match end.and_then(|e| data.get(self.pos..e)) {
+        let rel = self.rel();
+        let end = rel.checked_add(n).filter(|&e| e <= data.len());
+        match end.and_then(|e| data.get(rel..e)) {
             Some(s) => {
                 self.pos += n;
                 Ok(s)
@@ -156,13 +218,13 @@ impl<'a> Vm<'a> {
             None => Err(truncated(
                 at,
                 what,
-                (n as u64).saturating_sub(data.len().saturating_sub(self.pos) as u64),
+                (n as u64).saturating_sub(data.len().saturating_sub(rel) as u64),
             )),
         }
     }
 
     pub(super) fn arg_u8(&mut self, at: usize, what: &'static str) -> Res<u8> {
-        match self.data.get(self.pos) {
+        match self.data.get(self.rel()) {
             Some(&b) => {
                 self.pos += 1;
                 Ok(b)
@@ -172,7 +234,7 @@ impl<'a> Vm<'a> {
     }
 
     pub(super) fn arg_u32(&mut self, at: usize, what: &'static str) -> Res<u32> {
-        match le_u32(self.data, self.pos) {
+        match le_u32(self.data, self.rel()) {
             Some(v) => {
                 self.pos += 4;
                 Ok(v)
@@ -180,15 +242,15 @@ impl<'a> Vm<'a> {
             None => Err(truncated(
                 at,
                 what,
-                4 - self.data.len().saturating_sub(self.pos).min(4) as u64,
+                4 - self.data.len().saturating_sub(self.rel()).min(4) as u64,
             )),
         }
     }
 
     pub(super) fn arg_line(&mut self, at: usize, what: &'static str) -> Res<&'a [u8]> {
-        match line_at(self.data, self.pos) {
+        match line_at(self.data, self.rel()) {
             Some((line, next)) => {
-                self.pos = next;
+                self.pos = self.base + next;
                 Ok(line)
             }
             None => Err(malformed(at, format!("{what} argument has no end of line"))),
@@ -196,24 +258,25 @@ impl<'a> Vm<'a> {
     }
 
     /// A length-prefixed argument: the prefix is checked against the remaining input
-    /// before anything is read, so a 10 GB prefix costs nothing.
+    /// before anything is read, so a 10 GB prefix costs nothing. Returns its length and
+    /// where it starts in `data` ([`Vm::keep_span`] makes a value's span of it).
     pub(super) fn arg_counted(
         &mut self,
         code: u8,
         at: usize,
         what: &'static str,
-    ) -> Res<(u32, u64)> {
+    ) -> Res<(u32, usize)> {
         let (width, signed) = length_prefix(code).unwrap_or((1, false));
-        let len = match read_length(self.data, self.pos, width, signed) {
+        let len = match read_length(self.data, self.rel(), width, signed) {
             Ok(Some(len)) => len,
             Ok(None) => {
-                let have = self.data.len().saturating_sub(self.pos) as u64;
+                let have = self.data.len().saturating_sub(self.rel()) as u64;
                 return Err(truncated(at, what, width as u64 - have.min(width as u64)));
             }
             Err(n) => return Err(malformed(at, format!("{what} with negative length {n}"))),
         };
         self.pos += width;
-        let remaining = self.data.len().saturating_sub(self.pos) as u64;
+        let remaining = self.data.len().saturating_sub(self.rel()) as u64;
         if len > remaining {
             return Err(truncated(at, what, len - remaining));
         }
@@ -223,9 +286,24 @@ impl<'a> Vm<'a> {
                 format!("{what} of {len} bytes: items over 4 GiB are not supported"),
             )
         })?;
-        let off = self.pos as u64;
+        let rel = self.rel();
         self.pos += len as usize;
-        Ok((len32, off))
+        Ok((len32, rel))
+    }
+
+    /// The span of a value made of `len` bytes at `rel` in `data`: there, or (streamed)
+    /// a copy in the scratch buffer.
+    pub(super) fn keep_span(&mut self, len: u32, rel: usize) -> u64 {
+        if !self.copy_spans {
+            return (self.base + rel) as u64;
+        }
+        let start = self.scratch.len();
+        let bytes = rel
+            .checked_add(len as usize)
+            .and_then(|end| self.data.get(rel..end))
+            .unwrap_or(&[]);
+        self.scratch.extend_from_slice(bytes);
+        start as u64 | SCRATCH
     }
 
     /// Appends decoded bytes to the scratch buffer and returns their span.
@@ -241,8 +319,9 @@ impl<'a> Vm<'a> {
         Ok((len, start as u64 | SCRATCH))
     }
 
-    pub(super) fn push_le_int(&mut self, bytes_len: u32, off: u64) {
+    pub(super) fn push_le_int(&mut self, bytes_len: u32, rel: usize) {
         let text = self.text();
+        let off = rel as u64;
         // Up to 8 bytes (every address, size and time stamp): one word load and a sign
         // extension, no copy.
         if bytes_len == 0 {
@@ -256,11 +335,13 @@ impl<'a> Vm<'a> {
         }
         let bytes = text.span(bytes_len, off);
         let n = minimal_len(bytes);
-        let value = bytes
-            .get(..n)
-            .and_then(le_to_i128)
-            .and_then(int_value)
-            .unwrap_or(Value::BigInt { len: n as u32, off });
+        let value = match bytes.get(..n).and_then(le_to_i128).and_then(int_value) {
+            Some(v) => v,
+            None => Value::BigInt {
+                len: n as u32,
+                off: self.keep_span(n as u32, rel),
+            },
+        };
         self.stack.push(value);
     }
 

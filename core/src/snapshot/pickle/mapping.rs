@@ -72,8 +72,8 @@ impl Vm<'_> {
                     "the pickle's shared references expand to more than {} snapshot elements \
                      (devices, trace entries, segments, blocks, frames), more than its {} bytes \
                      justify at {BYTES_PER_ELEMENT} bytes each: one object referenced over and over",
-                    element_budget(self.data.len()),
-                    self.data.len()
+                    element_budget(self.input_len),
+                    self.input_len
                 ),
             )),
         }

@@ -22,6 +22,23 @@ impl IndexSet {
         }
     }
 
+    /// Keeps indices dense up to what an input of `input_len` bytes justifies, once that
+    /// is at least twice the present bound (so a streamed input raises it a few times);
+    /// indices kept sparse below the new bound move to the bits.
+    pub(super) fn raise_dense_limit(&mut self, input_len: usize) {
+        let limit = input_len.saturating_mul(8).clamp(4096, u32::MAX as usize);
+        let limit = u32::try_from(limit).unwrap_or(u32::MAX);
+        if limit / 2 < self.dense_limit {
+            return;
+        }
+        self.dense_limit = limit;
+        let moved: Vec<u32> = self.sparse.iter().copied().filter(|&i| i < limit).collect();
+        for i in moved {
+            self.sparse.remove(&i);
+            self.insert(i);
+        }
+    }
+
     /// Inserts; true if it was not there.
     #[inline]
     pub(super) fn insert(&mut self, i: u32) -> bool {

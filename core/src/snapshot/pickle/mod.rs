@@ -33,11 +33,13 @@ mod memo;
 mod opcodes;
 mod prepass;
 mod run;
+mod stream;
 mod text;
 mod tree;
 mod value;
 
 pub use mapping::{BYTES_PER_ELEMENT, ELEMENT_SLACK};
+pub use stream::{PickleStream, WINDOW_STEP};
 pub use tree::{MAX_VALUE_DEPTH, PyValue, decode_value};
 
 use super::RawSnapshot;

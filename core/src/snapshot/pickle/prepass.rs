@@ -1,4 +1,6 @@
-//! The pre-pass: which memo indices are ever read back.
+//! The pre-pass: which memo indices are ever read back, and where a decoding window may
+//! end. It runs over the whole input at once, or over it in pieces ([`Scanner::scan`]),
+//! so that a streamed decode never holds the file.
 
 use super::memo::IndexSet;
 use super::opcodes::{
@@ -40,77 +42,182 @@ pub(super) static SCAN_TABLE: [u8; 256] = {
 /// The pre-pass: which memo indices are ever read back. Stops where the machine would
 /// stop (STOP, or an opcode it refuses or cannot read), so it never sees further.
 pub(super) fn scan_references(data: &[u8]) -> IndexSet {
-    let mut refs = IndexSet::new(data.len());
-    let mut pos = 0usize;
-    while let Some(&code) = data.get(pos) {
-        // GETs are half of a snapshot's opcodes: a predicted branch each, so that the
-        // next position does not wait for the table load.
-        if code == op::LONG_BINGET
-            && let Some(i) = le_u32(data, pos + 1)
-        {
-            refs.insert(i);
-            pos += 5;
-            continue;
-        }
-        if code == op::BINGET
-            && let Some(&i) = data.get(pos + 1)
-        {
-            refs.insert(u32::from(i));
-            pos += 2;
-            continue;
-        }
-        let class = SCAN_TABLE[code as usize];
-        if class < 0x80 {
-            // Past the end only ends the loop: the machine reports the truncation.
-            pos += 1 + class as usize;
-            continue;
-        }
-        pos += 1;
-        match class {
-            SCAN_GET1 => match data.get(pos) {
-                Some(&i) => {
-                    refs.insert(u32::from(i));
-                    pos += 1;
-                }
-                None => break,
-            },
-            SCAN_GET4 => match le_u32(data, pos) {
-                Some(i) => {
-                    refs.insert(i);
-                    pos += 4;
-                }
-                None => break,
-            },
-            SCAN_COUNTED => {
-                let Some((width, signed)) = length_prefix(code) else {
-                    break;
-                };
-                let next = match read_length(data, pos, width, signed) {
-                    Ok(Some(len)) => usize::try_from(len)
-                        .ok()
-                        .and_then(|l| l.checked_add(width))
-                        .and_then(|n| pos.checked_add(n)),
-                    _ => None,
-                };
-                match next {
-                    Some(p) if p <= data.len() => pos = p,
-                    _ => break,
-                }
-            }
-            SCAN_LINE | SCAN_GET_LINE => match line_at(data, pos) {
-                Some((line, next)) => {
-                    if class == SCAN_GET_LINE {
-                        match parse_memo_index(line) {
-                            Some(i) => refs.insert(i),
-                            None => break,
-                        };
-                    }
-                    pos = next;
-                }
-                None => break,
-            },
-            _ => break,
+    let mut s = Scanner::new(data.len() as u64, u64::MAX);
+    s.scan(data, true);
+    s.refs
+}
+
+/// How the scan ended for good.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum End {
+    /// At an opcode the machine stops at or refuses (`STOP`, an unknown or refused
+    /// opcode), which starts at this offset: the machine needs nothing after its byte.
+    Opcode(u64),
+    /// At an opcode it cannot read (truncated, a bad length or memo index): the machine
+    /// needs the rest of the input to say how much is missing.
+    Unreadable,
+}
+
+/// The pre-pass over an input given in pieces, in order.
+#[derive(Debug)]
+pub(super) struct Scanner {
+    pub(super) refs: IndexSet,
+    /// Offset in the whole input of the next opcode.
+    pub(super) pos: u64,
+    /// Opcode starts, one per `step` bytes or more: a decoding window may end at each.
+    pub(super) boundaries: Vec<u64>,
+    step: u64,
+    next_boundary: u64,
+    /// Set once the scan has stopped.
+    pub(super) end: Option<End>,
+}
+
+/// What a piece of input holds at its end.
+enum Stop {
+    /// Every opcode in it was read.
+    Whole,
+    /// The opcode where the piece was left needs more bytes.
+    Short,
+    /// The scan is over ([`End`]).
+    Over(End),
+}
+
+impl Scanner {
+    /// A scan of an input of `dense_bytes` bytes (or, streamed, a bound on it that
+    /// [`Scanner::raise_limit`] raises) recording a boundary every `step` bytes.
+    pub(super) fn new(dense_bytes: u64, step: u64) -> Scanner {
+        Scanner {
+            refs: IndexSet::new(usize::try_from(dense_bytes).unwrap_or(usize::MAX)),
+            pos: 0,
+            boundaries: Vec::new(),
+            step,
+            next_boundary: step,
+            end: None,
         }
     }
-    refs
+
+    /// Raises the memo indices kept dense to what `bytes` bytes of input justify (a
+    /// streamed gzip input, whose size is known only at its end).
+    pub(super) fn raise_limit(&mut self, bytes: u64) {
+        self.refs
+            .raise_dense_limit(usize::try_from(bytes).unwrap_or(usize::MAX));
+    }
+
+    /// Scans `data`, the input from [`Scanner::pos`] on; `last`: nothing follows it.
+    /// Returns how many bytes were read: the rest starts an opcode that needs more
+    /// (given again, with what follows, to the next call).
+    pub(super) fn scan(&mut self, data: &[u8], last: bool) -> usize {
+        if self.end.is_some() {
+            return data.len();
+        }
+        let (read, stop) = self.scan_piece(data);
+        self.pos += read as u64;
+        match stop {
+            Stop::Whole | Stop::Short if last => self.end = Some(End::Unreadable),
+            Stop::Over(end) => self.end = Some(end),
+            Stop::Whole | Stop::Short => {}
+        }
+        if self.end.is_some() {
+            return data.len();
+        }
+        read
+    }
+
+    fn scan_piece(&mut self, data: &[u8]) -> (usize, Stop) {
+        let refs = &mut self.refs;
+        let base = self.pos;
+        let mut pos = 0usize;
+        // Opcodes before `limit` start before the next boundary: no check for one there.
+        let mut limit = 0usize;
+        loop {
+            if pos >= limit {
+                if base + pos as u64 >= self.next_boundary {
+                    self.boundaries.push(base + pos as u64);
+                    self.next_boundary = (base + pos as u64).saturating_add(self.step);
+                }
+                let to_boundary = self.next_boundary.saturating_sub(base);
+                limit = usize::try_from(to_boundary).map_or(data.len(), |b| b.min(data.len()));
+                if pos >= data.len() {
+                    return (pos, Stop::Whole);
+                }
+            }
+            let Some(&code) = data.get(pos) else {
+                return (pos, Stop::Whole);
+            };
+            // GETs are half of a snapshot's opcodes: a predicted branch each, so that the
+            // next position does not wait for the table load.
+            if code == op::LONG_BINGET
+                && let Some(i) = le_u32(data, pos + 1)
+            {
+                refs.insert(i);
+                pos += 5;
+                continue;
+            }
+            if code == op::BINGET
+                && let Some(&i) = data.get(pos + 1)
+            {
+                refs.insert(u32::from(i));
+                pos += 2;
+                continue;
+            }
+            let start = pos;
+            let class = SCAN_TABLE[code as usize];
+            if class < 0x80 {
+                let next = pos + 1 + class as usize;
+                if next > data.len() {
+                    return (start, Stop::Short);
+                }
+                pos = next;
+                continue;
+            }
+            pos += 1;
+            match class {
+                SCAN_GET1 => match data.get(pos) {
+                    Some(&i) => {
+                        refs.insert(u32::from(i));
+                        pos += 1;
+                    }
+                    None => return (start, Stop::Short),
+                },
+                SCAN_GET4 => match le_u32(data, pos) {
+                    Some(i) => {
+                        refs.insert(i);
+                        pos += 4;
+                    }
+                    None => return (start, Stop::Short),
+                },
+                SCAN_COUNTED => {
+                    let Some((width, signed)) = length_prefix(code) else {
+                        return (start, Stop::Over(End::Unreadable));
+                    };
+                    let next = match read_length(data, pos, width, signed) {
+                        Ok(Some(len)) => usize::try_from(len)
+                            .ok()
+                            .and_then(|l| l.checked_add(width))
+                            .and_then(|n| pos.checked_add(n)),
+                        Ok(None) => return (start, Stop::Short),
+                        Err(_) => return (start, Stop::Over(End::Unreadable)),
+                    };
+                    match next {
+                        Some(p) if p <= data.len() => pos = p,
+                        Some(_) => return (start, Stop::Short),
+                        None => return (start, Stop::Over(End::Unreadable)),
+                    }
+                }
+                SCAN_LINE | SCAN_GET_LINE => match line_at(data, pos) {
+                    Some((line, next)) => {
+                        if class == SCAN_GET_LINE {
+                            match parse_memo_index(line) {
+                                Some(i) => refs.insert(i),
+                                None => return (start, Stop::Over(End::Unreadable)),
+                            };
+                        }
+                        pos = next;
+                    }
+                    None => return (start, Stop::Short),
+                },
+                _ => return (start, Stop::Over(End::Opcode(base + start as u64))),
+            }
+        }
+    }
 }

@@ -10,9 +10,21 @@ use crate::snapshot::schema::lossy;
 impl Vm<'_> {
     /// Runs to `STOP`; returns the pickled value and the offset of `STOP`.
     pub(super) fn run(&mut self) -> Res<(Value, usize)> {
+        match self.run_window()? {
+            Some(done) => Ok(done),
+            None => Err(truncated(self.pos, "next opcode (no STOP)", 1)),
+        }
+    }
+
+    /// Runs to `STOP` or to the end of the window (`None`: a window that is not the last
+    /// ends at an opcode boundary; the machine goes on with the next one).
+    pub(super) fn run_window(&mut self) -> Res<Option<(Value, usize)>> {
         loop {
             let at = self.pos;
-            let Some(&code) = self.data.get(at) else {
+            let Some(&code) = self.data.get(at.wrapping_sub(self.base)) else {
+                if !self.last {
+                    return Ok(None);
+                }
                 return Err(truncated(at, "next opcode (no STOP)", 1));
             };
             self.pos = at + 1;
@@ -188,8 +200,8 @@ impl Vm<'_> {
                 }
                 op::LONG1 | op::LONG4 => {
                     let name = if code == op::LONG1 { "LONG1" } else { "LONG4" };
-                    let (len, off) = self.arg_counted(code, at, name)?;
-                    self.push_le_int(len, off);
+                    let (len, rel) = self.arg_counted(code, at, name)?;
+                    self.push_le_int(len, rel);
                 }
                 op::SHORT_BINUNICODE | op::BINUNICODE | op::BINUNICODE8 => {
                     let name = match code {
@@ -197,7 +209,8 @@ impl Vm<'_> {
                         op::BINUNICODE => "BINUNICODE",
                         _ => "BINUNICODE8",
                     };
-                    let (len, off) = self.arg_counted(code, at, name)?;
+                    let (len, rel) = self.arg_counted(code, at, name)?;
+                    let off = self.keep_span(len, rel);
                     self.stack.push(Value::Str { len, off });
                 }
                 op::SHORT_BINSTRING | op::BINSTRING => {
@@ -207,7 +220,8 @@ impl Vm<'_> {
                     } else {
                         "SHORT_BINSTRING"
                     };
-                    let (len, off) = self.arg_counted(code, at, name)?;
+                    let (len, rel) = self.arg_counted(code, at, name)?;
+                    let off = self.keep_span(len, rel);
                     self.stack.push(Value::Str { len, off });
                 }
                 op::SHORT_BINBYTES | op::BINBYTES | op::BINBYTES8 | op::BYTEARRAY8 => {
@@ -217,7 +231,8 @@ impl Vm<'_> {
                         op::BINBYTES8 => "BINBYTES8",
                         _ => "BYTEARRAY8",
                     };
-                    let (len, off) = self.arg_counted(code, at, name)?;
+                    let (len, rel) = self.arg_counted(code, at, name)?;
+                    let off = self.keep_span(len, rel);
                     self.stack.push(Value::Bytes { len, off });
                 }
                 op::NEWTRUE => self.stack.push(Value::Bool(true)),
@@ -294,7 +309,7 @@ impl Vm<'_> {
                 }
                 op::STOP => {
                     let v = self.pop(at, "STOP")?;
-                    return Ok((v, at));
+                    return Ok(Some((v, at)));
                 }
                 _ => {
                     return Err(Box::new(match refusal(code) {

@@ -33,6 +33,11 @@ use crate::gui::views::timeline::Overlay;
 pub enum LiveSource {
     /// A snapshot file's bytes.
     Snapshot { name: String, bytes: Arc<[u8]> },
+    /// A snapshot file, read again in pieces when a live run starts.
+    File {
+        name: String,
+        path: std::path::PathBuf,
+    },
     /// A synthetic workload (core's SPEC syntax).
     Workload(String),
 }
@@ -81,6 +86,16 @@ pub fn build_trace(source: &LiveSource) -> Result<Trace, String> {
         LiveSource::Snapshot { name, bytes } => session::load(bytes, None)
             .map(|v| v.trace)
             .map_err(|e| format!("{name}: {e}")),
+        LiveSource::File { name, path } => {
+            let snap =
+                crate::engine::open::decode_file(path, &mut |_| true).map_err(|e| match e {
+                    crate::engine::open::OpenError::Failed(m) => m,
+                    crate::engine::open::OpenError::Cancelled => format!("{name}: cancelled"),
+                })?;
+            allocsim_core::build::build(snap, None)
+                .map(|v| v.trace)
+                .map_err(|e| format!("{name}: {e}"))
+        }
         LiveSource::Workload(spec) => workloads::generate(spec).map_err(|e| e.to_string()),
     }
 }

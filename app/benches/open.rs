@@ -1,0 +1,133 @@
+//! Opening a snapshot file in the app, headless (an egui context, no GPU: the wgpu paint
+//! callbacks are emitted, nothing draws them), as File > Open does: the engine thread
+//! reads the file in pieces, decodes it, builds the trace, replays it, and the first
+//! full frame shows the timeline of the whole trace and the memory map at an event.
+//! Prints the decode time (the file read and decoded: until the engine reports that it
+//! builds the trace), the time to that first full frame, and the process's peak RSS.
+//!
+//! `cargo bench -p allocsim-app --bench open -- FILE` (release build; on the GPU machine:
+//! `cargo build --release -p allocsim-app --benches` and run the `open-*` binary under
+//! `target/release/deps/` with FILE).
+
+use std::time::{Duration, Instant};
+
+use allocsim_app::gui::AllocsimApp;
+use allocsim_app::gui::io::EngineHandle;
+use allocsim_core::capacity::CapacityArg;
+
+/// The process's peak resident set (`VmHWM`), in bytes (Linux; 0 elsewhere).
+fn peak_rss() -> u64 {
+    status_bytes("VmHWM:")
+}
+
+/// A size field of `/proc/self/status` (`VmHWM:`, `VmRSS:`), in bytes.
+fn status_bytes(key: &str) -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with(key))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|kb| kb.parse::<u64>().ok())
+        })
+        .map_or(0, |kb| kb * 1024)
+}
+
+/// CPU time of the whole process so far (user + system, every thread), in seconds:
+/// on a loaded machine it tells the work from the waiting (Linux; 0 elsewhere).
+fn cpu_seconds() -> f64 {
+    std::fs::read_to_string("/proc/self/stat")
+        .ok()
+        .and_then(|s| {
+            let rest = s.rsplit_once(')')?.1;
+            let f: Vec<&str> = rest.split_whitespace().collect();
+            let ticks = f.get(11)?.parse::<f64>().ok()? + f.get(12)?.parse::<f64>().ok()?;
+            Some(ticks / 100.0)
+        })
+        .unwrap_or(0.0)
+}
+
+fn main() {
+    let Some(path) = std::env::args().skip(1).find(|a| a != "--bench") else {
+        eprintln!("usage: open FILE (a PyTorch memory snapshot)");
+        std::process::exit(2);
+    };
+    let path = std::path::PathBuf::from(path);
+    let size = std::fs::metadata(&path).map_or(0, |m| m.len());
+    let ctx = egui::Context::default();
+    let input = || egui::RawInput {
+        screen_rect: Some(egui::Rect::from_min_size(
+            egui::Pos2::ZERO,
+            egui::vec2(1600.0, 1000.0),
+        )),
+        ..egui::RawInput::default()
+    };
+    let mut app = AllocsimApp::with_engine(EngineHandle::spawn(&ctx), true);
+    let before = peak_rss();
+    let cpu0 = cpu_seconds();
+    let t = Instant::now();
+    app.open_path(path.clone(), CapacityArg::AsRecorded, &[]);
+    let mut decoded = None;
+    // The resident set as each stage begins (the status line's text changes).
+    let mut stages: Vec<(String, f64, u64)> = Vec::new();
+    let mut frames = 0u32;
+    let mut longest = Duration::ZERO;
+    while app.last_load_ms.is_none() {
+        let f = Instant::now();
+        let out = ctx.run_ui(input(), |ui| app.ui(ui));
+        std::hint::black_box(ctx.tessellate(out.shapes, out.pixels_per_point));
+        longest = longest.max(f.elapsed());
+        frames += 1;
+        let stage = app
+            .progress()
+            .map(|(s, _)| s.split(" (").next().unwrap_or(s).to_string());
+        if let Some(stage) = stage
+            && stages.last().is_none_or(|l| l.0 != stage)
+        {
+            stages.push((stage, t.elapsed().as_secs_f64(), status_bytes("VmRSS:")));
+        }
+        if decoded.is_none()
+            && app
+                .progress()
+                .is_some_and(|(stage, _)| stage.starts_with("building the trace"))
+        {
+            decoded = Some(t.elapsed());
+        }
+        if !app.errors.is_empty() {
+            eprintln!("{}: {}", path.display(), app.errors.join("; "));
+            std::process::exit(1);
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    let first_full = t.elapsed();
+    let cpu = cpu_seconds() - cpu0;
+    let doc = app.document().expect("opened");
+    println!(
+        "{}: {size} bytes, {} events in all, {} ops on device {}",
+        path.display(),
+        doc.trace
+            .devices
+            .iter()
+            .map(|d| u64::from(d.0))
+            .sum::<u64>(),
+        doc.trace.ops.len(),
+        doc.trace.device,
+    );
+    match decoded {
+        Some(d) => println!("decode (read in pieces + decode): {:.2} s", d.as_secs_f64()),
+        None => println!("decode: not seen (the trace was built within one frame)"),
+    }
+    println!(
+        "first full frame (timeline of the whole trace + memory map at an event): {:.2} s, CPU {cpu:.2} s in all threads ({frames} frames, the longest {:.0} ms)",
+        first_full.as_secs_f64(),
+        longest.as_secs_f64() * 1e3
+    );
+    for (stage, at, rss) in &stages {
+        println!("  at {at:6.2} s, RSS {:.2} GB: {stage}", *rss as f64 / 1e9);
+    }
+    println!(
+        "peak RSS: {:.2} GB (before opening: {:.2} GB)",
+        peak_rss() as f64 / 1e9,
+        before as f64 / 1e9
+    );
+}

@@ -1,0 +1,265 @@
+//! The streamed decode (`snapshot::stream`) against the whole-file one: the same snapshot
+//! from every corpus file, whatever the pieces and windows; the same error (offset of the
+//! whole file included) from every prefix and from damaged files; progress and cancel.
+
+use std::fmt::Write as _;
+use std::hash::Hasher;
+use std::path::PathBuf;
+
+use allocsim_core::snapshot::import::{self, DecodeOptions, ImportError};
+use allocsim_core::snapshot::stream::{Progress, StreamDecoder, StreamError, decode_from};
+use allocsim_core::snapshot::{RawSnapshot, decode_snapshot};
+
+fn traces_dir() -> Option<PathBuf> {
+    let dir = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/traces"));
+    dir.is_dir().then_some(dir)
+}
+
+/// A digest of everything the snapshot holds (its `Debug` form, hashed as it is written).
+fn digest(s: &RawSnapshot) -> (u64, usize) {
+    struct H(std::collections::hash_map::DefaultHasher, usize);
+    impl std::fmt::Write for H {
+        fn write_str(&mut self, s: &str) -> std::fmt::Result {
+            self.0.write(s.as_bytes());
+            self.1 += s.len();
+            Ok(())
+        }
+    }
+    let mut h = H(std::collections::hash_map::DefaultHasher::new(), 0);
+    write!(h, "{s:?}").expect("debug");
+    (h.0.finish(), h.1)
+}
+
+/// Decodes `bytes` streamed: fed in pieces of `piece` bytes, the machine over windows of
+/// about `window` bytes.
+fn streamed(bytes: &[u8], piece: usize, window: u64) -> Result<RawSnapshot, ImportError> {
+    let mut dec =
+        StreamDecoder::new(bytes.len() as u64, DecodeOptions::default()).with_window_step(window);
+    for pass in 1..=2 {
+        assert_eq!(dec.pass(), pass);
+        for p in bytes.chunks(piece.max(1)) {
+            dec.feed(p)?;
+        }
+        if let Some(snap) = dec.end_of_input()? {
+            return Ok(snap);
+        }
+    }
+    panic!("a third pass asked for");
+}
+
+fn same_result(bytes: &[u8], piece: usize, window: u64, what: &str) {
+    let whole = decode_snapshot(bytes);
+    let stream = streamed(bytes, piece, window);
+    match (&whole, &stream) {
+        (Ok(a), Ok(b)) => assert_eq!(digest(a), digest(b), "{what}: snapshots differ"),
+        (Err(a), Err(b)) => assert_eq!(a, b, "{what}: errors differ"),
+        _ => panic!(
+            "{what}: whole {:?}, streamed {:?}",
+            whole.as_ref().map(|_| "snapshot"),
+            stream.as_ref().map(|_| "snapshot")
+        ),
+    }
+}
+
+fn corpus() -> Vec<(String, Vec<u8>)> {
+    let Some(dir) = traces_dir() else {
+        println!("skipped: ../shared/traces is absent");
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for sub in ["", "incoming"] {
+        let Ok(rd) = std::fs::read_dir(dir.join(sub)) else {
+            continue;
+        };
+        let mut names: Vec<PathBuf> = rd
+            .filter_map(Result::ok)
+            .map(|e| e.path())
+            .filter(|p| p.to_string_lossy().ends_with(".pickle.gz"))
+            .collect();
+        names.sort();
+        for p in names {
+            let bytes = std::fs::read(&p).expect("read");
+            out.push((p.file_name().unwrap().to_string_lossy().into_owned(), bytes));
+        }
+    }
+    out
+}
+
+#[test]
+fn every_corpus_file_decodes_alike_streamed_gzip_or_plain() {
+    for (name, gz) in corpus() {
+        let plain = import::gunzip(&gz, u64::MAX).expect("gunzip");
+        let want = digest(&decode_snapshot(&gz).expect("decodes"));
+        // The gzip file as it is (kept compressed, inflated twice in pieces).
+        let got = digest(&streamed(&gz, 1 << 16, 1 << 20).expect("gzip streamed"));
+        assert_eq!(want, got, "{name} (gzip)");
+        // The plain pickle: big pieces and small windows, then pieces that split every
+        // opcode (the small files only).
+        let got = digest(&streamed(&plain, 1 << 20, 4096).expect("plain streamed"));
+        assert_eq!(want, got, "{name} (plain, 1 MiB pieces, 4 KiB windows)");
+        if plain.len() < 400_000 {
+            let got = digest(&streamed(&plain, 7, 512).expect("plain streamed"));
+            assert_eq!(want, got, "{name} (plain, 7-byte pieces, 512-byte windows)");
+        }
+    }
+}
+
+#[test]
+fn every_prefix_fails_as_the_whole_file_does() {
+    let Some(dir) = traces_dir() else {
+        println!("skipped: ../shared/traces is absent");
+        return;
+    };
+    for name in ["oom_story.pickle.gz", "mempool_use.pickle.gz"] {
+        let gz = std::fs::read(dir.join(name)).expect("read");
+        let plain = import::gunzip(&gz, u64::MAX).expect("gunzip");
+        for n in 0..plain.len() {
+            same_result(&plain[..n], 1 + n % 13, 64 + (n as u64 % 5) * 100, name);
+        }
+        for n in (0..gz.len()).step_by(7) {
+            same_result(&gz[..n], 1 + n % 29, 256, name);
+        }
+    }
+}
+
+#[test]
+fn damaged_files_fail_as_the_whole_file_does() {
+    let Some(dir) = traces_dir() else {
+        println!("skipped: ../shared/traces is absent");
+        return;
+    };
+    let gz = std::fs::read(dir.join("mlp_train.pickle.gz")).expect("read");
+    let plain = import::gunzip(&gz, u64::MAX).expect("gunzip");
+    // A deterministic walk of single-byte changes over the whole file.
+    let mut state = 0x9e37_79b9_7f4a_7c15u64;
+    for round in 0..1500 {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        let mut bytes = plain.clone();
+        let at = (state % bytes.len() as u64) as usize;
+        bytes[at] = (state >> 32) as u8;
+        if round % 3 == 0 {
+            bytes.truncate(at + 1 + (state >> 48) as usize % 64);
+        }
+        same_result(
+            &bytes,
+            1 + (state >> 20) as usize % 5000,
+            64 << (round % 6),
+            &format!("mlp_train, byte {at} changed"),
+        );
+    }
+}
+
+#[test]
+fn a_gzip_bomb_and_trailing_bytes_are_refused_as_before() {
+    use std::io::Write as _;
+    let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
+    let zeros = vec![0u8; 1 << 20];
+    for _ in 0..300 {
+        e.write_all(&zeros).expect("write");
+    }
+    let bomb = e.finish().expect("gzip");
+    same_result(&bomb, 1 << 16, 1 << 20, "gzip bomb");
+    assert!(matches!(
+        streamed(&bomb, 1 << 16, 1 << 20),
+        Err(ImportError::TooLarge { .. })
+    ));
+    let Some(dir) = traces_dir() else {
+        return;
+    };
+    let mut junk = std::fs::read(dir.join("oom_story.pickle.gz")).expect("read");
+    junk.extend_from_slice(b"junk");
+    same_result(&junk, 100, 256, "trailing junk");
+    let mut padded = std::fs::read(dir.join("oom_story.pickle.gz")).expect("read");
+    padded.extend_from_slice(&[0; 100]);
+    same_result(&padded, 100, 256, "zero padding");
+}
+
+#[test]
+fn progress_reaches_the_end_of_each_pass_and_cancel_stops_the_decode() {
+    let Some(dir) = traces_dir() else {
+        println!("skipped: ../shared/traces is absent");
+        return;
+    };
+    let gz = std::fs::read(dir.join("wrapped_history_pub.pickle.gz")).expect("read");
+    let plain = import::gunzip(&gz, u64::MAX).expect("gunzip");
+    for bytes in [&gz, &plain] {
+        let mut seen: Vec<Progress> = Vec::new();
+        let mut opens = 0;
+        let snap = decode_from(
+            &mut || {
+                opens += 1;
+                Ok(std::io::Cursor::new(bytes.as_slice()))
+            },
+            bytes.len() as u64,
+            DecodeOptions::default(),
+            4096,
+            &mut |p| {
+                seen.push(p);
+                true
+            },
+        )
+        .expect("decodes");
+        assert_eq!(
+            digest(&snap),
+            digest(&decode_snapshot(bytes).expect("whole")),
+            "same snapshot"
+        );
+        // A plain pickle is read twice; a gzip file once (inflated twice from memory).
+        assert_eq!(opens, if bytes == &gz { 1 } else { 2 });
+        let fractions: Vec<f32> = seen.iter().map(Progress::fraction).collect();
+        assert!(fractions.windows(2).all(|w| w[0] <= w[1]), "{fractions:?}");
+        assert!(seen.iter().any(|p| p.pass == 1) && seen.iter().any(|p| p.pass == 2));
+        let last = seen.last().expect("progress");
+        assert_eq!((last.pass, last.bytes_done), (2, last.bytes_total));
+        // Cancelled in the second pass: the decode stops there.
+        let mut calls = 0;
+        let r = decode_from(
+            &mut || Ok(std::io::Cursor::new(bytes.as_slice())),
+            bytes.len() as u64,
+            DecodeOptions::default(),
+            4096,
+            &mut |p| {
+                calls += 1;
+                p.pass < 2
+            },
+        );
+        assert!(matches!(
+            r,
+            Err(StreamError::Import(ImportError::Cancelled))
+        ));
+        if bytes == &plain {
+            assert!(
+                calls < seen.len(),
+                "stopped early: {calls} of {}",
+                seen.len()
+            );
+        }
+    }
+}
+
+#[test]
+fn a_read_error_names_its_offset() {
+    struct Failing(u64);
+    impl std::io::Read for Failing {
+        fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+            if self.0 >= 10 {
+                return Err(std::io::Error::other("disk gone"));
+            }
+            let n = buf.len().min(3);
+            buf[..n].fill(b'(');
+            self.0 += n as u64;
+            Ok(n)
+        }
+    }
+    let r = decode_from(
+        &mut || Ok(Failing(0)),
+        100,
+        DecodeOptions::default(),
+        3,
+        &mut |_| true,
+    );
+    let e = r.expect_err("fails").to_string();
+    assert_eq!(e, "cannot read byte 12: disk gone");
+}
