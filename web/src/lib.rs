@@ -67,7 +67,7 @@ mod entry {
     #[wasm_bindgen]
     pub fn worker_init() {
         std::panic::set_hook(Box::new(|info| {
-            let message = format!("the engine crashed: {info}");
+            let message = format!("{}: {info}", wire::CRASHED);
             web_sys::console::error_1(&message.clone().into());
             post(&wire::Response::Failed {
                 job: JOB.with(std::cell::Cell::get),

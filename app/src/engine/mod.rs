@@ -149,7 +149,8 @@ impl Engine {
             | Request::Explain { .. }
             | Request::Bounds { .. }
             | Request::Diff { .. }
-            | Request::Ranks { .. }) => {
+            | Request::Ranks { .. }
+            | Request::Rank { .. }) => {
                 // Run here, in order (the web worker, tests); natively the host runs it
                 // beside the engine.
                 if let Ok(work) = self.detached(req) {
@@ -171,11 +172,7 @@ impl Engine {
                 });
                 match workloads::generate(&spec) {
                     Ok(trace) => {
-                        self.device = 0;
-                        self.trace = Some(Arc::new(trace));
-                        self.reports = Vec::new();
-                        self.name = spec;
-                        self.forget();
+                        self.adopt(trace, Vec::new(), spec, 0);
                         let data = self.trace_data(emit, job);
                         emit(Response::Loaded {
                             job,
@@ -202,6 +199,48 @@ impl Engine {
         }
     }
 
+    /// The engine of a worker that runs only searches (the browser's search worker, which
+    /// Cancel terminates, beside the engine that answers the UI): a load, a workload or a
+    /// device choice sets its trace without the UI's copy of it and answers nothing (the
+    /// engine beside it answers them); any other request is handled as by
+    /// [`Engine::handle`].
+    pub fn handle_search(&mut self, req: Request, emit: &mut dyn FnMut(Response)) {
+        match req {
+            Request::Load { name, bytes, .. } => match session::load(&bytes, None) {
+                Ok(v) => {
+                    let device = v.trace.busiest_device();
+                    self.adopt(v.trace, v.devices, name, device);
+                }
+                Err(_) => self.trace = None,
+            },
+            Request::Workload { spec, .. } => match workloads::generate(&spec) {
+                Ok(trace) => self.adopt(trace, Vec::new(), spec, 0),
+                Err(_) => self.trace = None,
+            },
+            Request::SelectDevice { device, .. } => {
+                if self
+                    .trace
+                    .as_ref()
+                    .is_some_and(|t| (device as usize) < t.devices.len())
+                {
+                    self.device = device as usize;
+                    self.forget();
+                }
+            }
+            other => self.handle(other, emit),
+        }
+    }
+
+    /// Takes `trace` (decoded from `name`, with its validation reports) as the one shown,
+    /// on device `device`, and forgets what was computed before.
+    fn adopt(&mut self, trace: Trace, reports: Vec<DeviceReport>, name: String, device: usize) {
+        self.device = device;
+        self.trace = Some(Arc::new(trace));
+        self.reports = reports;
+        self.name = name;
+        self.forget();
+    }
+
     /// Drops the replays and what was computed for the trace or device shown before.
     fn forget(&mut self) {
         self.slots.clear();
@@ -218,11 +257,8 @@ impl Engine {
         });
         match session::load(bytes, None) {
             Ok(v) => {
-                self.device = v.trace.busiest_device();
-                self.trace = Some(Arc::new(v.trace));
-                self.reports = v.devices;
-                self.name = name;
-                self.forget();
+                let device = v.trace.busiest_device();
+                self.adopt(v.trace, v.devices, name, device);
                 emit(Response::Progress {
                     job,
                     stage: "stacking allocations".into(),
@@ -457,7 +493,7 @@ impl Engine {
         let cache = self.cache.clone();
         let generation = self.cache.lock().map_or(0, |c| c.generation);
         match req {
-            req @ (Request::Diff { .. } | Request::Ranks { .. }) => {
+            req @ (Request::Diff { .. } | Request::Ranks { .. } | Request::Rank { .. }) => {
                 Ok(Box::new(move |emit: &mut dyn FnMut(Response)| {
                     multi::handle(req, emit);
                 }))

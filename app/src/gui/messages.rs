@@ -357,7 +357,7 @@ impl AllocsimApp {
                 }
             }
             // Taken by the Diff and Ranks views above.
-            Response::Diffed { .. } | Response::Ranked { .. } => {}
+            Response::Diffed { .. } | Response::Ranked { .. } | Response::RankDone { .. } => {}
             Response::Failed { job, message } => {
                 if self.load_job == Some(job) {
                     self.load_job = None;

@@ -14,6 +14,7 @@ pub mod render;
 pub mod state;
 pub mod theme;
 pub mod views;
+pub mod workers;
 
 use crate::engine::examples::Example;
 use crate::engine::wire::Request;

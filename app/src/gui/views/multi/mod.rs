@@ -202,8 +202,9 @@ pub fn on_response(app: &mut AllocsimApp, r: Response) -> Option<Response> {
             m.errors.push(message);
             None
         }
-        // Answers to questions no longer asked.
-        Response::Diffed { .. } | Response::Ranked { .. } => None,
+        // Answers to questions no longer asked (and one rank's, which the browser's pool
+        // of workers gathers before the UI sees it).
+        Response::Diffed { .. } | Response::Ranked { .. } | Response::RankDone { .. } => None,
         other => Some(other),
     }
 }
