@@ -1,6 +1,7 @@
 //! The WebAssembly entry points of the allocsim app. Thin: the page (`static/index.html`)
 //! calls [`start`] with its canvas; the engine's Web Worker (`static/worker.js`, the same
-//! wasm) calls [`worker_handle`] with each request. All app logic lives in `allocsim-app`.
+//! wasm) calls [`worker_handle`] with each request, as do the workers of the ranks' pool;
+//! the search worker calls [`search_handle`]. All app logic lives in `allocsim-app`.
 //! The site is built by `cargo run -p allocsim-web --bin build-web` and served locally by
 //! `cargo run -p allocsim-web --bin serve-web`.
 
@@ -79,10 +80,24 @@ mod entry {
     /// Handles one engine request in the worker; every answer is posted back as bytes.
     #[wasm_bindgen]
     pub fn worker_handle(msg: &[u8]) {
+        handle_with(msg, Engine::handle);
+    }
+
+    /// Handles one request in the search worker (`allocsim-search`: a load only sets the
+    /// trace, [`Engine::handle_search`]), which the page terminates to cancel a search.
+    #[wasm_bindgen]
+    pub fn search_handle(msg: &[u8]) {
+        handle_with(msg, Engine::handle_search);
+    }
+
+    fn handle_with(
+        msg: &[u8],
+        handle: fn(&mut Engine, wire::Request, &mut dyn FnMut(wire::Response)),
+    ) {
         match wire::decode::<wire::Request>(msg) {
             Ok(req) => {
                 JOB.with(|j| j.set(req.job()));
-                ENGINE.with(|e| e.borrow_mut().handle(req, &mut |r| post(&r)));
+                ENGINE.with(|e| handle(&mut e.borrow_mut(), req, &mut |r| post(&r)));
             }
             Err(message) => post(&wire::Response::Failed { job: 0, message }),
         }

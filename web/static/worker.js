@@ -1,8 +1,12 @@
 // The allocsim engine in a Web Worker: the same wasm as the page (the page posts its
 // compiled module first), answering the page's requests in order without blocking the
-// page's frames.
-import init, { worker_init, worker_handle } from "./allocsim_web.js";
+// page's frames. The page starts three kinds (app/src/gui/workers.rs): the engine's, the
+// workers of the ranks' pool (the same handler), and the search worker, named
+// "allocsim-search", which keeps a trace for "What would fit?" and the capacity searches
+// and which the page terminates to cancel one.
+import init, { worker_init, worker_handle, search_handle } from "./allocsim_web.js";
 
+const handle = self.name === "allocsim-search" ? search_handle : worker_handle;
 let chain = null;
 
 self.onmessage = (event) => {
@@ -12,6 +16,6 @@ self.onmessage = (event) => {
   }
   const msg = event.data;
   chain = chain
-    .then(() => worker_handle(msg))
+    .then(() => handle(msg))
     .catch((e) => console.error("allocsim engine:", e));
 };

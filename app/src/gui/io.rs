@@ -80,8 +80,12 @@ enum Inner {
         tx: std::sync::mpsc::Sender<Request>,
         rx: std::sync::mpsc::Receiver<Response>,
     },
+    /// The engine's worker, and the workers beside it (ranks, searches).
     #[cfg(target_arch = "wasm32")]
-    Worker(web::WorkerEngine),
+    Worker(
+        web::WorkerEngine,
+        Box<crate::gui::workers::Host<crate::gui::workers::web::WebWorkers>>,
+    ),
 }
 
 impl EngineHandle {
@@ -159,7 +163,13 @@ impl EngineHandle {
         {
             match web::WorkerEngine::start(ctx) {
                 Ok(w) => EngineHandle {
-                    inner: Inner::Worker(w),
+                    inner: Inner::Worker(
+                        w,
+                        Box::new(crate::gui::workers::Host::new(
+                            crate::gui::workers::web::WebWorkers::new(ctx),
+                            web::pool_size(),
+                        )),
+                    ),
                 },
                 Err(e) => {
                     log::warn!(
@@ -180,7 +190,11 @@ impl EngineHandle {
                 let _ = tx.send(req);
             }
             #[cfg(target_arch = "wasm32")]
-            Inner::Worker(w) => w.send(&req),
+            Inner::Worker(w, beside) => {
+                if let Some(req) = beside.route(req) {
+                    w.send(&req);
+                }
+            }
         }
     }
 
@@ -197,7 +211,12 @@ impl EngineHandle {
             #[cfg(not(target_arch = "wasm32"))]
             Inner::Thread { rx, .. } => rx.try_iter().collect(),
             #[cfg(target_arch = "wasm32")]
-            Inner::Worker(w) => w.poll(),
+            Inner::Worker(w, beside) => {
+                let mut out = w.poll();
+                out.extend(beside.poll());
+                web::mark_workers(beside.counts());
+                out
+            }
         }
     }
 
@@ -509,6 +528,28 @@ pub fn trace_url_parameter() -> Option<String> {
     }
 }
 
+/// The `?capacity=SIZE` of the page (`none` for the whole GPU; web only): the memory cap
+/// the app opens with, so that a link opens a trace under the cap it ran out of memory
+/// at (the what-if then starts at once).
+#[must_use]
+pub fn capacity_url_parameter() -> Option<allocsim_core::capacity::CapacityArg> {
+    #[cfg(target_arch = "wasm32")]
+    {
+        let text = web::query_parameter("capacity")?;
+        match allocsim_core::capacity::CapacityArg::parse(text.trim()) {
+            Ok(arg) => Some(arg),
+            Err(e) => {
+                log::warn!("?capacity={text}: {e}");
+                None
+            }
+        }
+    }
+    #[cfg(not(target_arch = "wasm32"))]
+    {
+        None
+    }
+}
+
 /// Fetches `url`; the bytes arrive in `inbox` (web only).
 pub fn fetch(ctx: &egui::Context, inbox: &Inbox, url: &str) {
     #[cfg(target_arch = "wasm32")]
@@ -541,6 +582,15 @@ pub fn mark_frame(what: &str) {
     web::mark_frame(what);
     #[cfg(not(target_arch = "wasm32"))]
     log::debug!("frame: {what}");
+}
+
+/// Tells the page what "What would fit?" shows (`running`, `cancelled`, `done`,
+/// `failed`): the browser test and benchmark wait for it.
+pub fn mark_search(what: &str) {
+    #[cfg(target_arch = "wasm32")]
+    web::mark("data-allocsim-search", what);
+    #[cfg(not(target_arch = "wasm32"))]
+    log::trace!("what would fit: {what}");
 }
 
 /// Tells the page which op's layout is on screen (the browser benchmark waits for it).
@@ -635,6 +685,14 @@ mod web {
         }
     }
 
+    /// The size of the ranks' pool: the page's `?workers=N`, else the browser's
+    /// `navigator.hardwareConcurrency` ([`crate::gui::workers::pool_size`]).
+    pub fn pool_size() -> usize {
+        let hardware = web_sys::window().map(|w| w.navigator().hardware_concurrency() as usize);
+        let asked = query_parameter("workers").and_then(|v| v.trim().parse().ok());
+        crate::gui::workers::pool_size(hardware.filter(|&n| n > 0), asked)
+    }
+
     pub fn query_parameter(key: &str) -> Option<String> {
         let search = web_sys::window()?.location().search().ok()?;
         web_sys::UrlSearchParams::new_with_str(&search)
@@ -680,22 +738,42 @@ mod web {
         }
     }
 
-    pub fn mark_frame(what: &str) {
-        if let Some(body) = web_sys::window()
+    fn body() -> Option<web_sys::HtmlElement> {
+        web_sys::window()
             .and_then(|w| w.document())
             .and_then(|d| d.body())
+    }
+
+    /// Sets `name` on the page's body to `value` where it differs (a marker set each
+    /// frame).
+    pub fn mark(name: &str, value: &str) {
+        if let Some(body) = body()
+            && body.get_attribute(name).as_deref() != Some(value)
         {
+            let _ = body.set_attribute(name, value);
+        }
+    }
+
+    pub fn mark_frame(what: &str) {
+        if let Some(body) = body() {
             let _ = body.set_attribute("data-allocsim-frame", what);
         }
     }
 
     pub fn mark_layout(op: u32) {
-        if let Some(body) = web_sys::window()
-            .and_then(|w| w.document())
-            .and_then(|d| d.body())
-        {
+        if let Some(body) = body() {
             let _ = body.set_attribute("data-allocsim-layout", &op.to_string());
         }
+    }
+
+    /// `data-allocsim-rank-workers`: the workers that answered ranks of the last set;
+    /// `data-allocsim-search-workers`: `started=S terminated=T` search workers.
+    pub fn mark_workers(c: crate::gui::workers::Counts) {
+        mark("data-allocsim-rank-workers", &c.rank_workers.to_string());
+        mark(
+            "data-allocsim-search-workers",
+            &format!("started={} terminated={}", c.search_started, c.search_terminated),
+        );
     }
 }
 

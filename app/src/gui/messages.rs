@@ -490,7 +490,7 @@ impl AllocsimApp {
     }
 
     /// Stops the what-if sweep in flight (natively the engine skips the replays not yet
-    /// started; the browser's worker finishes it, and its answer is dropped).
+    /// started; the browser terminates the search worker running it, `gui::workers`).
     pub fn cancel_what_if(&mut self) {
         if let Some(w) = &mut self.what_if
             && w.running()

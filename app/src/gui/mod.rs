@@ -181,6 +181,9 @@ impl AllocsimApp {
         let mut app =
             AllocsimApp::with_engine(crate::gui::io::EngineHandle::spawn(&cc.egui_ctx), wgpu);
         app.renderer = renderer;
+        if let Some(arg) = crate::gui::io::capacity_url_parameter() {
+            app.config.set_capacity(arg, None);
+        }
         if let (Startup::Example(_), Some(url)) = (&startup, crate::gui::io::trace_url_parameter())
         {
             app.timing = LoadTiming {

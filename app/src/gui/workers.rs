@@ -54,8 +54,6 @@ pub trait Workers {
     fn terminate(&mut self, w: WorkerId);
     /// The answers that arrived since the last call, each with its worker.
     fn take(&mut self) -> Vec<(WorkerId, Response)>;
-    /// Shows the counts (the browser test reads them from the page).
-    fn report(&mut self, _counts: &Counts) {}
 }
 
 /// What the workers did, for the page's markers.
@@ -195,7 +193,6 @@ impl<W: Workers> Host<W> {
                 self.on_search_answer(r);
             }
         }
-        self.workers.report(&self.counts);
         std::mem::take(&mut self.outbox)
     }
 
@@ -434,7 +431,7 @@ pub mod web {
     use wasm_bindgen::JsCast;
     use wasm_bindgen::prelude::*;
 
-    use super::{Counts, RANK_WORKER, SEARCH_WORKER, WorkerId, Workers};
+    use super::{RANK_WORKER, SEARCH_WORKER, WorkerId, Workers};
     use crate::engine::wire::{self, Request, Response};
 
     type Inbox = Rc<RefCell<Vec<(WorkerId, Vec<u8>)>>>;
@@ -445,7 +442,6 @@ pub mod web {
         live: BTreeMap<WorkerId, (web_sys::Worker, Closure<dyn FnMut(web_sys::MessageEvent)>)>,
         inbox: Inbox,
         next: WorkerId,
-        shown: Option<Counts>,
     }
 
     impl WebWorkers {
@@ -456,7 +452,6 @@ pub mod web {
                 live: BTreeMap::new(),
                 inbox: Rc::default(),
                 next: 0,
-                shown: None,
             }
         }
     }
@@ -520,31 +515,6 @@ pub mod web {
                     }
                 })
                 .collect()
-        }
-
-        /// `data-allocsim-rank-workers` (workers that answered the last set of ranks) and
-        /// `data-allocsim-search-workers` (`started=S terminated=T`) on the page's body.
-        fn report(&mut self, counts: &Counts) {
-            if self.shown == Some(*counts) {
-                return;
-            }
-            self.shown = Some(*counts);
-            if let Some(body) = web_sys::window()
-                .and_then(|w| w.document())
-                .and_then(|d| d.body())
-            {
-                let _ = body.set_attribute(
-                    "data-allocsim-rank-workers",
-                    &counts.rank_workers.to_string(),
-                );
-                let _ = body.set_attribute(
-                    "data-allocsim-search-workers",
-                    &format!(
-                        "started={} terminated={}",
-                        counts.search_started, counts.search_terminated
-                    ),
-                );
-            }
         }
     }
 }

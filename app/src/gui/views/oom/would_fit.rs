@@ -54,6 +54,7 @@ pub(crate) fn would_fit_ui(ui: &mut Ui, app: &mut AllocsimApp) -> Option<String>
                 .clicked();
         }
         Some(w) if w.running() => {
+            crate::gui::io::mark_search("running");
             ui.horizontal(|ui| {
                 let (stage, f) = w
                     .progress
@@ -67,11 +68,18 @@ pub(crate) fn would_fit_ui(ui: &mut Ui, app: &mut AllocsimApp) -> Option<String>
                 );
                 cancel = ui
                     .button("Cancel")
-                    .on_hover_text("stop the sweep")
+                    .on_hover_text("stop the sweep (Esc)")
                     .clicked();
             });
         }
         Some(w) => {
+            crate::gui::io::mark_search(if w.cancelled {
+                "cancelled"
+            } else if w.error.is_some() {
+                "failed"
+            } else {
+                "done"
+            });
             if w.cancelled {
                 ui.horizontal(|ui| {
                     ui.weak("the sweep was cancelled");
