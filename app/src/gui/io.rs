@@ -593,6 +593,18 @@ pub fn mark_search(what: &str) {
     log::trace!("what would fit: {what}");
 }
 
+/// Gives the page the Ranks view's table as `allocsim ranks --json` writes it, without
+/// `"schema"` (`data-allocsim-ranks`: the browser test compares it with the CLI's).
+pub fn mark_ranks(report: &allocsim_core::ranks::RanksReport) {
+    #[cfg(target_arch = "wasm32")]
+    match serde_json::to_string(report) {
+        Ok(json) => web::mark("data-allocsim-ranks", &json),
+        Err(e) => log::error!("cannot write the ranks as JSON: {e}"),
+    }
+    #[cfg(not(target_arch = "wasm32"))]
+    log::trace!("ranks: {}", report.summary);
+}
+
 /// Tells the page which op's layout is on screen (the browser benchmark waits for it).
 pub fn mark_layout(op: u32) {
     #[cfg(target_arch = "wasm32")]
@@ -772,7 +784,10 @@ mod web {
         mark("data-allocsim-rank-workers", &c.rank_workers.to_string());
         mark(
             "data-allocsim-search-workers",
-            &format!("started={} terminated={}", c.search_started, c.search_terminated),
+            &format!(
+                "started={} terminated={}",
+                c.search_started, c.search_terminated
+            ),
         );
     }
 }

@@ -247,7 +247,8 @@ impl<W: Workers> Host<W> {
             // The setup's answers (the engine's worker gives those), or a cancelled job's.
             return;
         }
-        let crashed = matches!(&r, Response::Failed { message, .. } if message.starts_with(CRASHED));
+        let crashed =
+            matches!(&r, Response::Failed { message, .. } if message.starts_with(CRASHED));
         if !matches!(r, Response::Progress { .. }) {
             self.search.in_flight.retain(|(j, _)| *j != job);
         }

@@ -35,7 +35,11 @@ impl Workers for &mut Fake {
     }
 
     fn post(&mut self, w: WorkerId, msg: &Vec<u8>) {
-        self.live.get_mut(&w).expect("a live worker").2.push_back(msg.clone());
+        self.live
+            .get_mut(&w)
+            .expect("a live worker")
+            .2
+            .push_back(msg.clone());
     }
 
     fn terminate(&mut self, w: WorkerId) {
@@ -240,7 +244,11 @@ fn cancel_terminates_the_search_worker_and_the_other_searches_go_on_in_a_fresh_o
     );
     assert!(host.route(Request::Cancel { job: 3 }).is_none());
     assert_eq!(host.counts().search_terminated, 1);
-    assert_eq!(host.counts().search_started, 2, "a fresh worker took the rest");
+    assert_eq!(
+        host.counts().search_started,
+        2,
+        "a fresh worker took the rest"
+    );
     let answers = poll_until(&mut host, 10, |r| {
         matches!(r, Response::MinCapacity { job: 4, .. })
     });
@@ -275,7 +283,11 @@ fn cancel_terminates_the_search_worker_and_the_other_searches_go_on_in_a_fresh_o
     });
     drop(host);
     let first = fake.spawned[0];
-    assert_eq!(fake.ran[&first].len(), 1, "the first worker ran the setup only");
+    assert_eq!(
+        fake.ran[&first].len(),
+        1,
+        "the first worker ran the setup only"
+    );
     assert_eq!(fake.terminated.len(), 2);
     assert!(fake.live.is_empty());
 }

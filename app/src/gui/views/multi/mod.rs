@@ -189,6 +189,9 @@ pub fn on_response(app: &mut AllocsimApp, r: Response) -> Option<Response> {
                     .map_or_else(|| "none".to_string(), |o| o.rank.to_string()),
                 data.failed.len()
             ));
+            if let Some(r) = report {
+                io::mark_ranks(r);
+            }
             m.ranks = Some(*data);
             None
         }
