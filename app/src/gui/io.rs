@@ -529,8 +529,9 @@ pub fn trace_url_parameter() -> Option<String> {
 }
 
 /// The `?capacity=SIZE` of the page (`none` for the whole GPU; web only): the memory cap
-/// the app opens with, so that a link opens a trace under the cap it ran out of memory
-/// at (the what-if then starts at once).
+/// the first file opened (`?trace=`'s) opens under in place of the capacity as recorded,
+/// so that a link opens a trace under the cap it ran out of memory at (the what-if then
+/// starts at once).
 #[must_use]
 pub fn capacity_url_parameter() -> Option<allocsim_core::capacity::CapacityArg> {
     #[cfg(target_arch = "wasm32")]

@@ -136,7 +136,8 @@ impl AllocsimApp {
                     let ex = examples::by_file(&f.name);
                     let cap = ex.and_then(Example::cap_bytes);
                     let cmp: &[&str] = ex.map_or(&[], |e| e.compare_with);
-                    let opening = Opening::new(CapacityArg::AsRecorded, cap, cmp);
+                    let capacity = self.open_capacity.take().unwrap_or(CapacityArg::AsRecorded);
+                    let opening = Opening::new(capacity, cap, cmp);
                     self.open(f.name, f.bytes, opening);
                 }
                 Err(e) => self.errors.push(e),

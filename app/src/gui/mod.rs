@@ -148,6 +148,9 @@ pub struct AllocsimApp {
     wgpu: bool,
     /// What draws the big views (shown in the status line).
     pub renderer: String,
+    /// The capacity the next file opens under in place of the capacity as recorded (the
+    /// page's `?capacity=SIZE`).
+    pub(crate) open_capacity: Option<CapacityArg>,
     timing: LoadTiming,
     /// Last first-frame time, in milliseconds.
     pub last_load_ms: Option<f64>,
@@ -181,9 +184,7 @@ impl AllocsimApp {
         let mut app =
             AllocsimApp::with_engine(crate::gui::io::EngineHandle::spawn(&cc.egui_ctx), wgpu);
         app.renderer = renderer;
-        if let Some(arg) = crate::gui::io::capacity_url_parameter() {
-            app.config.set_capacity(arg, None);
-        }
+        app.open_capacity = crate::gui::io::capacity_url_parameter();
         if let (Startup::Example(_), Some(url)) = (&startup, crate::gui::io::trace_url_parameter())
         {
             app.timing = LoadTiming {
@@ -235,6 +236,7 @@ impl AllocsimApp {
             } else {
                 "egui meshes".into()
             },
+            open_capacity: None,
             timing: LoadTiming::default(),
             last_load_ms: None,
             marked_layout: None,
