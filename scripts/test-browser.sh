@@ -78,8 +78,9 @@ done
 mkdir -p "$artifacts"
 if [ "$mode" = bench-workers ]; then
   shift
-  node web/tests/bench_workers.mjs --url "$url" --traces "$traces" --out "$artifacts" --chromium /usr/bin/chromium \
-    --allocsim "$CARGO_TARGET_DIR/ci/allocsim" "$@"
+  # ARGS first: an --allocsim among them (a release build) is taken over the ci one.
+  node web/tests/bench_workers.mjs "$@" --url "$url" --traces "$traces" --out "$artifacts" \
+    --chromium /usr/bin/chromium --allocsim "$CARGO_TARGET_DIR/ci/allocsim"
 elif [ "$mode" = bench ]; then
   node web/tests/bench.mjs --url "$url" --site "$site" --traces "$traces" --out "$artifacts" --chromium /usr/bin/chromium
 else
