@@ -198,13 +198,12 @@ impl<W: Workers> Host<W> {
 
     /// The search worker, started and told the trace if needed.
     fn search_worker(&mut self) -> Result<WorkerId, String> {
-        let (w, had) = match self.search.worker {
-            Some(s) => s,
-            None => {
-                let w = self.workers.spawn(true)?;
-                self.counts.search_started += 1;
-                (w, 0)
-            }
+        let (w, had) = if let Some(s) = self.search.worker {
+            s
+        } else {
+            let w = self.workers.spawn(true)?;
+            self.counts.search_started += 1;
+            (w, 0)
         };
         if had != self.search.generation {
             for m in &self.search.setup {
@@ -436,11 +435,13 @@ pub mod web {
     use crate::engine::wire::{self, Request, Response};
 
     type Inbox = Rc<RefCell<Vec<(WorkerId, Vec<u8>)>>>;
+    /// A worker and its message handler (kept alive as long as the worker).
+    type Live = (web_sys::Worker, Closure<dyn FnMut(web_sys::MessageEvent)>);
 
     /// Web Workers, each with its message handler.
     pub struct WebWorkers {
         ctx: egui::Context,
-        live: BTreeMap<WorkerId, (web_sys::Worker, Closure<dyn FnMut(web_sys::MessageEvent)>)>,
+        live: BTreeMap<WorkerId, Live>,
         inbox: Inbox,
         next: WorkerId,
     }
