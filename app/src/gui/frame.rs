@@ -181,7 +181,8 @@ pub(crate) fn top_bar_ui(ui: &mut Ui, app: &mut AllocsimApp) {
                 }
             }
             if let Some((_, stage, f)) = &app.progress {
-                ui.add(egui::ProgressBar::new(*f).desired_width(220.0).text(stage.clone()).animate(true));
+                // Not animated (a repaint every frame): each progress message repaints it.
+                ui.add(egui::ProgressBar::new(*f).desired_width(220.0).text(stage.clone()));
             } else if app.busy() {
                 ui.spinner();
             }

@@ -60,12 +60,10 @@ pub(crate) fn would_fit_ui(ui: &mut Ui, app: &mut AllocsimApp) -> Option<String>
                     .progress
                     .clone()
                     .unwrap_or_else(|| ("trying PyTorch's settings…".into(), 0.0));
-                ui.add(
-                    egui::ProgressBar::new(f)
-                        .desired_width(200.0)
-                        .text(stage)
-                        .animate(true),
-                );
+                // Not animated: each replay's progress repaints it, and an animation would
+                // repaint the window every frame, which a software rasterizer (the browser
+                // without a GPU) pays a core for, taken from the sweep.
+                ui.add(egui::ProgressBar::new(f).desired_width(200.0).text(stage));
                 cancel = ui
                     .button("Cancel")
                     .on_hover_text("stop the sweep (Esc)")
