@@ -69,6 +69,10 @@ WORKLOADS = {
     # ... and a 4-rank DDP run on one GPU, gloo, rank 2 with 8x the batch (allocsim ranks):
     # writes ddp4_rank0..3.pickle
     "ddp4":                 ("ddp_train", "", True, None),
+    # issue 17: a long run with Python stacks into PyTorch's 2 M-entry ring buffer, which wraps
+    # (about 2,000 entries a step); too large to commit: measured on the GPU machine
+    # (tests/gpu/big_recording.sh), the figures in the README
+    "gpt_long_ring":        ("gpt_long_ring:1600", "", True, None),
     # add your own workloads here: a function below and a line above
 }
 MAX_ENTRIES = {"wrapped_history_pub": 20000}
@@ -218,9 +222,12 @@ def multistream_prefetch(torch, seed):
     torch.cuda.synchronize()
 
 
-def gpt_varlen_long(torch, seed):
+def gpt_long_ring(torch, steps):
+    gpt_varlen_long(torch, 9, steps)
+
+
+def gpt_varlen_long(torch, seed, global_steps=240):
     # same model as gpt_varlen_train, many more steps: a trace of about half a million events
-    global_steps = 240
     import random
     random.seed(seed); torch.manual_seed(seed)
     d, heads, layers, vocab = 512, 8, 6, 8192
@@ -626,7 +633,7 @@ def run_one(name, outdir):
         fraction = cap * (1 << 30) / total
         torch.cuda.set_per_process_memory_fraction(fraction)
     if stacks:
-        torch.cuda.memory._record_memory_history(enabled="all", context="all", stacks="python", max_entries=2_000_000)
+        torch.cuda.memory._record_memory_history(enabled="all", context="all", stacks="python", max_entries=MAX_ENTRIES.get(name, 2_000_000))
     else:
         torch.cuda.memory._record_memory_history(enabled="all", context=None, max_entries=MAX_ENTRIES.get(name, 2_000_000))
     fname, _, arg = fn.partition(":")

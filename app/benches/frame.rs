@@ -8,6 +8,8 @@
 //! `cargo bench -p allocsim-app --bench frame [-- SPEC [FRAMES]]`
 //! (default `kvcache:tokens=3000`, 240 frames; seeded, so the same trace every run).
 
+mod common;
+
 use std::time::{Duration, Instant};
 
 use allocsim_app::gui::io::EngineHandle;
@@ -20,13 +22,6 @@ fn main() {
     let frames: usize = args.next().and_then(|s| s.parse().ok()).unwrap_or(240);
 
     let ctx = egui::Context::default();
-    let input = || egui::RawInput {
-        screen_rect: Some(egui::Rect::from_min_size(
-            egui::Pos2::ZERO,
-            egui::vec2(1600.0, 1000.0),
-        )),
-        ..egui::RawInput::default()
-    };
     let mut app = AllocsimApp::with_engine(EngineHandle::spawn(&ctx), true);
     let t = Instant::now();
     app.open_workload(&spec, None);
@@ -35,7 +30,7 @@ fn main() {
     let shaded = std::cell::Cell::new(0.0f64);
     let frame = |app: &mut AllocsimApp| -> (Duration, Duration) {
         let t = Instant::now();
-        let out = ctx.run_ui(input(), |ui| app.ui(ui));
+        let out = ctx.run_ui(common::window_input(), |ui| app.ui(ui));
         let t_tess = Instant::now();
         let prims = ctx.tessellate(out.shapes, out.pixels_per_point);
         let took = (t.elapsed(), t_tess.elapsed());

@@ -1,17 +1,12 @@
 //! The `allocsim` command line as users and outside tests call it: exit codes, one-line
 //! errors on hostile input, the JSON contract.
 
+mod common;
+
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
 
-fn bin() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_allocsim"))
-}
-
-/// The real snapshots kept in the repository (`tests/traces`): always there.
-fn repo_traces() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/traces")
-}
+use common::{repo_traces, run};
 
 fn traces() -> Option<PathBuf> {
     let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/traces");
@@ -21,10 +16,6 @@ fn traces() -> Option<PathBuf> {
         println!("skipped: ../shared/traces not found");
         None
     }
-}
-
-fn run(args: &[&str]) -> Output {
-    bin().args(args).output().expect("run allocsim")
 }
 
 fn tmp_file(name: &str, bytes: &[u8]) -> PathBuf {
@@ -37,18 +28,7 @@ fn tmp_file(name: &str, bytes: &[u8]) -> PathBuf {
 
 /// Exit code 2, nothing on stdout, exactly one line on stderr naming the file.
 fn assert_bad_input(out: &Output, file: &Path, must_mention: &str) {
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "stderr: {err}");
-    assert!(
-        out.stdout.is_empty(),
-        "stdout: {}",
-        String::from_utf8_lossy(&out.stdout)
-    );
-    assert_eq!(
-        err.trim_end().lines().count(),
-        1,
-        "one line expected: {err}"
-    );
+    let err = common::one_line_error(out, 2);
     assert!(
         err.contains(&file.display().to_string()),
         "names the file: {err}"
@@ -274,27 +254,8 @@ fn replay_json_reports_the_oom_story() {
         "2362232013",
         "--json",
     ]);
-    assert_eq!(out.status.code(), Some(0));
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    for k in [
-        "schema",
-        "allocator",
-        "config",
-        "capacity_bytes",
-        "events",
-        "requests",
-        "peak_reserved_bytes",
-        "peak_allocated_bytes",
-        "peak_requested_bytes",
-        "final_reserved_bytes",
-        "internal_waste_bytes_at_peak",
-        "fragmentation_at_peak",
-        "max_fragmentation",
-        "segment_ops",
-        "oom",
-    ] {
-        assert!(v.get(k).is_some(), "missing {k}");
-    }
+    let v = common::json_of(&out);
+    common::assert_replay_object(&v);
     assert_eq!(v["oom"]["requested_bytes"], 419_430_400u64);
     assert_eq!(v["oom"]["free_holes"], 6);
     let e = v["oom"]["explanation"].as_str().unwrap();

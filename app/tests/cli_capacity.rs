@@ -6,36 +6,19 @@
 //! The traces are real recordings kept in the repository (`tests/traces/`, H100, PyTorch
 //! 2.11; their `.stats.json` hold `memory_stats()` and the exception texts).
 
-use std::path::PathBuf;
-use std::process::{Command, Output};
+mod common;
+
+use std::process::Output;
 
 use allocsim_core::snapshot::Action;
+use common::{json_of, run};
 use serde_json::Value;
 
-fn run(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_allocsim"))
-        .args(args)
-        .output()
-        .expect("run allocsim")
-}
-
-fn json_of(out: &Output) -> Value {
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "stderr: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).expect("one JSON object on stdout")
-}
-
 fn trace(name: &str) -> (String, Value) {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/traces");
-    let file = dir.join(format!("{name}.pickle.gz"));
-    let stats = std::fs::read(dir.join(format!("{name}.stats.json"))).expect("stats");
+    let stats = std::fs::read(common::repo_traces().join(format!("{name}.stats.json")));
     (
-        file.to_str().expect("utf-8 path").to_string(),
-        serde_json::from_slice(&stats).expect("stats JSON"),
+        common::repo_trace(&format!("{name}.pickle.gz")),
+        serde_json::from_slice(&stats.expect("stats")).expect("stats JSON"),
     )
 }
 
@@ -225,14 +208,11 @@ fn compare_and_recommend_answer_at_the_recorded_capacity() {
     assert!(!r["default"]["oom"].is_null());
 }
 
-/// Exit 2 and exactly one line on stderr that contains `must_mention`.
+/// Exit 2 and exactly one line on stderr, `allocsim: …`, that contains `must_mention`.
 fn one_line_usage_error(out: &Output, must_mention: &str) {
+    common::bad_input(out, must_mention);
     let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "stderr: {err}");
-    assert!(out.stdout.is_empty());
-    assert_eq!(err.trim_end().lines().count(), 1, "one line: {err}");
     assert!(err.starts_with("allocsim: "), "{err}");
-    assert!(err.contains(must_mention), "mentions {must_mention}: {err}");
 }
 
 #[test]

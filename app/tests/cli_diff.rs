@@ -4,53 +4,21 @@
 //! against the sizes the script allocates, the peaks against the recording's own
 //! `memory_stats`, one-line errors with exit 2.
 
-use std::path::PathBuf;
-use std::process::{Command, Output};
+mod common;
 
+use common::{bad_input, json_of, run};
 use serde_json::Value;
 
-fn run(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_allocsim"))
-        .args(args)
-        .output()
-        .expect("run allocsim")
-}
-
 fn diff_trace(name: &str) -> String {
-    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join(format!("../tests/traces/diff/{name}.pickle.gz"));
-    p.to_str().expect("utf-8 path").to_string()
+    common::repo_trace(&format!("diff/{name}.pickle.gz"))
 }
 
 /// `memory_stats()[key]` of a recording, from its `.stats.json`.
 fn memory_stat(name: &str, key: &str) -> i64 {
-    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join(format!("../tests/traces/diff/{name}.stats.json"));
-    let v: Value = serde_json::from_slice(&std::fs::read(p).expect("stats")).expect("json");
-    v["memory_stats"][key].as_i64().expect(key)
-}
-
-fn json_of(out: &Output) -> Value {
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "stderr: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(
-        stdout.trim_start().starts_with("{\n  \"schema\": 1,"),
-        "schema first: {stdout}"
-    );
-    serde_json::from_str(&stdout).expect("one JSON object on stdout")
-}
-
-fn bad_input(out: &Output, must_mention: &str) {
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "stderr: {err}");
-    assert!(out.stdout.is_empty());
-    assert_eq!(err.trim_end().lines().count(), 1, "one line: {err}");
-    assert!(err.contains(must_mention), "mentions {must_mention}: {err}");
+    common::memory_stat(
+        &common::repo_traces().join(format!("diff/{name}.stats.json")),
+        key,
+    )
 }
 
 fn i(v: &Value) -> i64 {
@@ -267,11 +235,9 @@ fn bad_inputs_are_one_line_errors() {
         "expandable_segments",
     );
     // oom_story has no optimizer and no markers: no steps.
-    let story =
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/traces/oom_story.pickle.gz");
-    let story = story.to_str().unwrap();
+    let story = common::repo_trace("oom_story.pickle.gz");
     bad_input(
-        &run(&["diff", story, story, "--align", "steps"]),
+        &run(&["diff", &story, &story, "--align", "steps"]),
         "no steps to align on",
     );
     std::fs::remove_dir_all(&dir).ok();

@@ -2,45 +2,12 @@
 //! of the CLI contract (docs/cli-explain.md), readable text with the sentence first,
 //! one-line errors with exit 2.
 
-use std::path::PathBuf;
-use std::process::{Command, Output};
+mod common;
 
-use serde_json::Value;
-
-fn run(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_allocsim"))
-        .args(args)
-        .output()
-        .expect("run allocsim")
-}
+use common::{bad_input, json_of, run};
 
 fn repo_trace(name: &str) -> String {
-    let p =
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(format!("../tests/traces/{name}.pickle.gz"));
-    p.to_str().expect("utf-8 path").to_string()
-}
-
-fn json_of(out: &Output) -> Value {
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "stderr: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(
-        stdout.trim_start().starts_with("{\n  \"schema\": 1,"),
-        "schema first: {stdout}"
-    );
-    serde_json::from_str(&stdout).expect("one JSON object on stdout")
-}
-
-fn bad_input(out: &Output, must_mention: &str) {
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "stderr: {err}");
-    assert!(out.stdout.is_empty());
-    assert_eq!(err.trim_end().lines().count(), 1, "one line: {err}");
-    assert!(err.contains(must_mention), "mentions {must_mention}: {err}");
+    common::repo_trace(&format!("{name}.pickle.gz"))
 }
 
 #[test]

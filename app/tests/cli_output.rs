@@ -2,12 +2,12 @@
 //! panic, the command's own exit code), and a stdout that cannot be written is one line on
 //! stderr and a non-zero exit.
 
-use std::path::PathBuf;
-use std::process::{Command, Stdio};
+mod common;
 
-fn trace() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../tests/traces/gpt2_big_batch_oom_msg.pickle.gz")
+use std::process::Stdio;
+
+fn trace() -> String {
+    common::repo_trace("gpt2_big_batch_oom_msg.pickle.gz")
 }
 
 #[test]
@@ -17,8 +17,8 @@ fn a_reader_that_closes_the_pipe_early_ends_the_output_quietly() {
         ["recommend", "--json"],
         ["replay", "--capacity=none"],
     ] {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_allocsim"))
-            .args([args[0], trace().to_str().unwrap(), args[1]])
+        let mut child = common::allocsim()
+            .args([args[0], &trace(), args[1]])
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
@@ -40,8 +40,8 @@ fn a_stdout_that_cannot_be_written_is_one_line_and_a_non_zero_exit() {
         println!("skipped: no /dev/full on this system");
         return;
     };
-    let out = Command::new(env!("CARGO_BIN_EXE_allocsim"))
-        .args(["replay", trace().to_str().unwrap()])
+    let out = common::allocsim()
+        .args(["replay", &trace()])
         .stdout(full)
         .output()
         .expect("run allocsim");

@@ -3,20 +3,14 @@
 //! 8× the batch): the rows against each rank's own `memory_stats`, the outlier, the
 //! what-if on every rank, ranks from file names, one-line errors with exit 2.
 
+mod common;
+
 use std::path::PathBuf;
-use std::process::{Command, Output};
 
-use serde_json::Value;
-
-fn run(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_allocsim"))
-        .args(args)
-        .output()
-        .expect("run allocsim")
-}
+use common::{bad_input, json_of, run, temp_dir, u};
 
 fn ranks_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/traces/ranks")
+    common::repo_traces().join("ranks")
 }
 
 fn rank_file(r: u32) -> String {
@@ -28,42 +22,8 @@ fn rank_file(r: u32) -> String {
 }
 
 fn memory_stat(r: u32, key: &str) -> u64 {
-    let p = ranks_dir().join(format!("ddp4_rank{r}.stats.json"));
-    let v: Value = serde_json::from_slice(&std::fs::read(p).expect("stats")).expect("json");
-    v["memory_stats"][key].as_u64().expect(key)
-}
-
-fn json_of(out: &Output) -> Value {
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "stderr: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(
-        stdout.trim_start().starts_with("{\n  \"schema\": 1,"),
-        "schema first: {stdout}"
-    );
-    serde_json::from_str(&stdout).expect("one JSON object on stdout")
-}
-
-fn bad_input(out: &Output, must_mention: &str) {
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "stderr: {err}");
-    assert!(out.stdout.is_empty());
-    assert_eq!(err.trim_end().lines().count(), 1, "one line: {err}");
-    assert!(err.contains(must_mention), "mentions {must_mention}: {err}");
-}
-
-fn u(v: &Value) -> u64 {
-    v.as_u64().unwrap_or_else(|| panic!("an integer: {v}"))
-}
-
-fn temp_dir(tag: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("allocsim-ranks-{tag}-{}", std::process::id()));
-    std::fs::create_dir_all(&d).unwrap();
-    d
+    let stat = common::memory_stat(&ranks_dir().join(format!("ddp4_rank{r}.stats.json")), key);
+    u64::try_from(stat).expect(key)
 }
 
 #[test]

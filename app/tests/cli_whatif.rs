@@ -2,69 +2,15 @@
 //! contract of DESIGN.md, `--workload` in place of FILE, one-line errors, stdout untouched
 //! by the progress bar.
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+mod common;
 
-use serde_json::Value;
+use std::path::PathBuf;
 
-fn run(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_allocsim"))
-        .args(args)
-        .output()
-        .expect("run allocsim")
-}
+use common::{assert_replay_object, bad_input, json_of, run};
 
 /// `oom_story`, kept in the repository (`tests/traces`): the tests always run.
 fn story() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/traces/oom_story.pickle.gz")
-}
-
-/// Exit 0, stdout exactly one JSON object whose first key is `"schema": 1`.
-fn json_of(out: &Output) -> Value {
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "stderr: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(
-        stdout.trim_start().starts_with("{\n  \"schema\": 1,"),
-        "schema first: {stdout}"
-    );
-    serde_json::from_str(&stdout).expect("one JSON object on stdout")
-}
-
-fn bad_input(out: &Output, must_mention: &str) {
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "stderr: {err}");
-    assert!(out.stdout.is_empty());
-    assert_eq!(err.trim_end().lines().count(), 1, "one line: {err}");
-    assert!(err.contains(must_mention), "mentions {must_mention}: {err}");
-}
-
-const REPLAY_KEYS: [&str; 15] = [
-    "schema",
-    "allocator",
-    "config",
-    "capacity_bytes",
-    "events",
-    "requests",
-    "peak_reserved_bytes",
-    "peak_allocated_bytes",
-    "peak_requested_bytes",
-    "final_reserved_bytes",
-    "internal_waste_bytes_at_peak",
-    "fragmentation_at_peak",
-    "max_fragmentation",
-    "segment_ops",
-    "oom",
-];
-
-fn assert_replay_object(v: &Value) {
-    for k in REPLAY_KEYS {
-        assert!(v.get(k).is_some(), "replay object lacks {k}: {v}");
-    }
+    common::repo_traces().join("oom_story.pickle.gz")
 }
 
 #[test]

@@ -3,14 +3,12 @@
 //! tests check the JSON contract of DESIGN.md on a real trace (`ALLOCSIM_BIN` and
 //! `ALLOCSIM_TRACES` point a carried test binary at a carried CLI and traces).
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+mod common;
 
-fn run(args: &[&str]) -> Output {
-    let bin = std::env::var("ALLOCSIM_BIN")
-        .unwrap_or_else(|_| env!("CARGO_BIN_EXE_allocsim").to_string());
-    Command::new(bin).args(args).output().expect("run allocsim")
-}
+use std::path::{Path, PathBuf};
+use std::process::Output;
+
+use common::run;
 
 fn trace(name: &str) -> Option<PathBuf> {
     let dir = std::env::var("ALLOCSIM_TRACES").map_or_else(
@@ -32,17 +30,7 @@ fn unavailable(out: &Output) -> bool {
     if out.status.code() != Some(3) {
         return false;
     }
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        out.stdout.is_empty(),
-        "stdout: {}",
-        String::from_utf8_lossy(&out.stdout)
-    );
-    assert_eq!(
-        err.trim_end().lines().count(),
-        1,
-        "one line expected: {err}"
-    );
+    let err = common::one_line_error(out, 3);
     assert!(
         err.contains("CUDA") || err.contains("cuda"),
         "says what is missing: {err}"
@@ -69,18 +57,7 @@ fn cuda_replay_of_oom_story_under_its_cap_reports_the_design_json() {
     if unavailable(&out) {
         return;
     }
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "stderr: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(
-        text.trim_start().starts_with("{\n  \"schema\": 1"),
-        "schema first: {text}"
-    );
-    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let v = common::json_of(&out);
     for key in [
         "schema",
         "device",
@@ -96,7 +73,7 @@ fn cuda_replay_of_oom_story_under_its_cap_reports_the_design_json() {
         "latency_us",
         "verify_data",
     ] {
-        assert!(v.get(key).is_some(), "missing {key}: {text}");
+        assert!(v.get(key).is_some(), "missing {key}: {v}");
     }
     for key in ["ordinal", "name", "total_bytes", "free_bytes_at_start"] {
         assert!(v["device"].get(key).is_some(), "device.{key}");
@@ -110,7 +87,7 @@ fn cuda_replay_of_oom_story_under_its_cap_reports_the_design_json() {
         }
     }
     let a = &v["reserved_agreement"];
-    assert_eq!(a["events_equal"], a["events_compared"], "{text}");
+    assert_eq!(a["events_equal"], a["events_compared"], "{v}");
     // The recorded OOM (the 400 MiB request) happens on the GPU and in the simulation.
     assert_eq!(v["oom"]["real_event_index"], 27);
     assert_eq!(v["oom"]["simulated_event_index"], 27);

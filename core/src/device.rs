@@ -148,6 +148,32 @@ impl SimulatedDevice {
         a
     }
 
+    /// Takes `[addr, addr + size)` (in whole 2 MiB pages, as [`Self::synth_free`] gives
+    /// it back) out of the synthetic heap's free ranges where it lies in them: a recorded
+    /// segment handed out while following the recording may lie in the synthetic range (a
+    /// recording this device made, e.g. `allocsim_core::record` of a workload), and the
+    /// synthetic heap must not hand it out again while it is live (the model would get two
+    /// segments over the same addresses).
+    fn carve(&mut self, addr: u64, size: u64) {
+        let end = addr.saturating_add(size.div_ceil(SYNTH_ALIGN) * SYNTH_ALIGN);
+        let overlapping: Vec<(u64, u64)> = self
+            .free_ranges
+            .range(..end)
+            .rev()
+            .take_while(|&(&a, &l)| a + l > addr)
+            .map(|(&a, &l)| (a, l))
+            .collect();
+        for (a, l) in overlapping {
+            self.free_ranges.remove(&a);
+            if a < addr {
+                self.free_ranges.insert(a, addr - a);
+            }
+            if a + l > end {
+                self.free_ranges.insert(end, a + l - end);
+            }
+        }
+    }
+
     fn synth_free(&mut self, addr: u64, size: u64) {
         if addr < self.synth_base {
             return;
@@ -182,6 +208,7 @@ impl Device for SimulatedDevice {
                 && s == size
             {
                 self.cursor += 1;
+                self.carve(addr, size);
                 return Ok(addr);
             }
             self.stop_following();
@@ -270,6 +297,41 @@ impl Device for SimulatedDevice {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A recording whose segments lie in the synthetic range (one this device made): the
+    /// segments handed out while following it are never handed out again by the synthetic
+    /// heap while live, and come back to it when freed (a replay of a recorded workload
+    /// under another setting had two segments over the same addresses and a synthetic heap
+    /// cut down to one segment).
+    #[test]
+    fn followed_segments_in_the_synthetic_range_are_not_handed_out_twice() {
+        let base = 0x7000_0000_0000u64;
+        let rec = vec![
+            RecordedSegmentOp::Malloc {
+                addr: base,
+                size: 20 << 20,
+            },
+            RecordedSegmentOp::Malloc {
+                addr: base + (40 << 20),
+                size: 2 << 20,
+            },
+        ];
+        let mut d = SimulatedDevice::new(u64::MAX, None).following(rec);
+        assert_eq!(d.malloc(20 << 20, 0).unwrap(), base);
+        assert_eq!(d.malloc(2 << 20, 0).unwrap(), base + (40 << 20));
+        // Diverged: synthetic first-fit, around the two live recorded segments.
+        let a = d.malloc(22 << 20, 0).unwrap();
+        let b = d.malloc(4 << 20, 0).unwrap();
+        assert!(!d.is_following());
+        assert_eq!(a, base + (42 << 20));
+        assert_eq!(b, base + (20 << 20));
+        // The recorded ones come back when freed, and merge with their neighbours.
+        d.free(base, 20 << 20);
+        assert_eq!(d.malloc(20 << 20, 0).unwrap(), base);
+        d.free(base + (40 << 20), 2 << 20);
+        d.free(b, 4 << 20);
+        assert_eq!(d.malloc(22 << 20, 0).unwrap(), base + (20 << 20));
+    }
 
     /// A 128 TiB reservation (the largest request a recording can hold) never lands on the
     /// synthetic segments' range, and a range past 2^64 is refused, not wrapped (found by

@@ -2,6 +2,7 @@
 //! and the metrics of allocsim. No UI, no GPU, no files, no threads: it builds for wasm32
 //! and every other crate of the workspace stands on it.
 
+pub mod build;
 pub mod capacity;
 pub mod cost;
 pub mod device;
@@ -11,6 +12,7 @@ pub mod impossible;
 pub mod models;
 pub mod offline;
 pub mod ranks;
+pub mod record;
 pub mod snapshot;
 pub mod start;
 pub mod trace;

@@ -187,24 +187,33 @@ pub fn assign_ranks(names: &[String]) -> Vec<u32> {
 /// under the what-if setting.
 pub fn rank(file: &str, rank: u32, bytes: &[u8], opts: &RankOptions) -> Result<RankRow, Error> {
     let v = session::load(bytes, opts.capacity.given_bytes())?;
-    let trace = v.trace;
+    rank_trace(file, rank, &v.trace, opts)
+}
+
+/// [`rank`] of a snapshot already decoded (under `opts.capacity`'s given bytes, if any).
+pub fn rank_trace(
+    file: &str,
+    rank: u32,
+    trace: &crate::trace::Trace,
+    opts: &RankOptions,
+) -> Result<RankRow, Error> {
     let d = trace.busiest_device();
-    let capacity = session::capacity(&trace, d, opts.capacity);
+    let capacity = session::capacity(trace, d, opts.capacity);
     let own = ModelSpec::new(AllocatorKind::Pytorch);
-    let r = session::replay_device(&trace, d, &own, capacity.bytes, whatif::summary_options())?;
+    let r = session::replay_device(trace, d, &own, capacity.bytes, whatif::summary_options())?;
     let min_capacity_bytes = if opts.min_capacity {
-        whatif::min_capacity(&trace, d, &own, &mut |_, _| {})
+        whatif::min_capacity(trace, d, &own, &mut |_, _| {})
             .ok()
             .map(|m| m.min_capacity_bytes)
     } else {
         None
     };
     let alt = ModelSpec::with_config(AllocatorKind::Pytorch, opts.what_if.clone());
-    let w = session::replay_device(&trace, d, &alt, capacity.bytes, whatif::summary_options())?;
+    let w = session::replay_device(trace, d, &alt, capacity.bytes, whatif::summary_options())?;
     Ok(row(
         file,
         rank,
-        &trace,
+        trace,
         d,
         &r,
         &w,

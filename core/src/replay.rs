@@ -227,53 +227,78 @@ pub enum Step {
 /// replay of native-backend both step through it. It keeps which address each alloc got
 /// and which allocs never reached the program (a failed or recorded-OOM alloc: its free
 /// and free completion are skipped).
+///
+/// A stepper resumed inside a replay ([`OpStepper::resume`], for [`layout_at`]) keeps
+/// those only for the ops it steps, its window; a free of an alloc before the window looks
+/// the alloc up in the replay's outcomes (`'r`), so resuming costs the window, not the
+/// ops before it.
 #[derive(Debug, Clone)]
-pub struct OpStepper {
-    /// Address served to each alloc op (0 for other ops).
+pub struct OpStepper<'r> {
+    /// The first op this stepper steps: `addrs` and `dead` are indexed from it.
+    base: usize,
+    /// The replay's outcomes of the ops before `base` (empty for a stepper at op 0).
+    before: &'r [Outcome],
+    /// Address served to alloc op `base + i` (0 for other ops).
     addrs: Vec<u64>,
-    /// The program never held op k's memory.
+    /// The program never held op `base + i`'s memory.
     dead: Vec<bool>,
     /// The model was loaded with the start state (see [`ReplayOptions::preloaded`]).
     preloaded: bool,
 }
 
-impl OpStepper {
+impl OpStepper<'static> {
     /// A stepper for `trace`, at its first op.
     #[must_use]
-    pub fn new(trace: &DeviceTrace, preloaded: bool) -> OpStepper {
+    pub fn new(trace: &DeviceTrace, preloaded: bool) -> OpStepper<'static> {
         OpStepper {
+            base: 0,
+            before: &[],
             addrs: vec![0; trace.ops.len()],
             dead: vec![false; trace.ops.len()],
             preloaded,
         }
     }
+}
 
-    /// A stepper at op `from` of a replay of `trace` whose outcomes were `outcomes` (a
-    /// checkpoint's `ops_done`): each alloc before `from` holds what the replay served it,
-    /// a recorded OOM or a refused alloc nothing — so frees after `from` find their block.
+impl<'r> OpStepper<'r> {
+    /// A stepper for the ops `window` of a replay of `trace` whose outcomes were
+    /// `outcomes` (`window.start` a checkpoint's `ops_done`): each alloc before the window
+    /// holds what the replay served it, a recorded OOM or a refused alloc nothing — so
+    /// frees in the window find their block. It steps only the ops of `window`.
     #[must_use]
     pub fn resume(
         trace: &DeviceTrace,
-        outcomes: &[Outcome],
-        from: usize,
+        outcomes: &'r [Outcome],
+        window: std::ops::Range<usize>,
         preloaded: bool,
-    ) -> OpStepper {
-        let mut s = OpStepper::new(trace, preloaded);
-        for (k, op) in trace.ops.iter().enumerate().take(from) {
-            if let OpKind::Alloc { recorded_oom, .. } = op.kind {
-                match outcomes.get(k) {
-                    Some(Outcome::Served(a)) => {
-                        s.addrs[k] = *a;
-                        s.dead[k] = recorded_oom;
-                    }
-                    _ => s.dead[k] = true,
-                }
-            }
+    ) -> OpStepper<'r> {
+        let len = window.end.min(trace.ops.len()).saturating_sub(window.start);
+        OpStepper {
+            base: window.start,
+            before: outcomes.get(..window.start).unwrap_or(outcomes),
+            addrs: vec![0; len],
+            dead: vec![false; len],
+            preloaded,
         }
-        s
+    }
+
+    /// Where alloc op `alloc` put the program's memory: `Some(addr)` while the program
+    /// may hold it (also before it is reached: 0), None for a failed or recorded-OOM
+    /// alloc.
+    fn served(&self, trace: &DeviceTrace, alloc: usize) -> Option<u64> {
+        match alloc.checked_sub(self.base) {
+            Some(i) => (!self.dead[i]).then(|| self.addrs[i]),
+            None => match (self.before.get(alloc), &trace.ops[alloc].kind) {
+                (Some(Outcome::Served(a)), OpKind::Alloc { recorded_oom, .. }) => {
+                    (!recorded_oom).then_some(*a)
+                }
+                _ => None,
+            },
+        }
     }
 
     /// Applies op `k` of `trace` to `model` on `device`; the model's events go to `out`.
+    /// A resumed stepper steps only the ops of its window (another `k` panics).
     pub fn step<M: Allocator + ?Sized>(
         &mut self,
         trace: &DeviceTrace,
@@ -285,7 +310,7 @@ impl OpStepper {
         let op = &trace.ops[k];
         match op.kind {
             OpKind::Alloc { .. } if self.preloaded && k < trace.initial_ops => {
-                self.addrs[k] = op.recorded_addr;
+                self.addrs[k - self.base] = op.recorded_addr;
                 Step::Served(op.recorded_addr)
             }
             OpKind::Alloc {
@@ -302,16 +327,16 @@ impl OpStepper {
                 };
                 match serve_alloc(model, device, &req, restored, op.recorded_addr, out) {
                     Ok(a) => {
-                        self.addrs[k] = a;
+                        self.addrs[k - self.base] = a;
                         if recorded_oom {
                             // The program never got this memory: give it back at once.
                             let _ = model.free(device, a, false, out);
-                            self.dead[k] = true;
+                            self.dead[k - self.base] = true;
                         }
                         Step::Served(a)
                     }
                     Err(info) => {
-                        self.dead[k] = true;
+                        self.dead[k - self.base] = true;
                         Step::Oom {
                             info,
                             fatal: !recorded_oom,
@@ -320,17 +345,15 @@ impl OpStepper {
                 }
             }
             OpKind::Free { alloc, deferred } => {
-                let a = alloc as usize;
-                if !self.dead[a] {
-                    let _ = model.free(device, self.addrs[a], deferred, out);
+                if let Some(a) = self.served(trace, alloc as usize) {
+                    let _ = model.free(device, a, deferred, out);
                 }
                 Step::Done
             }
             OpKind::CompleteFree { alloc } => {
-                let a = alloc as usize;
-                if !self.dead[a] {
+                if let Some(a) = self.served(trace, alloc as usize) {
                     // Already completed if a cache flush synchronised it: not an error.
-                    let _ = model.complete_free(device, self.addrs[a], out);
+                    let _ = model.complete_free(device, a, out);
                 }
                 Step::Done
             }
@@ -350,8 +373,11 @@ impl OpStepper {
     #[must_use]
     pub fn held_addr(&self, trace: &DeviceTrace, alloc: usize) -> Option<u64> {
         // Served addresses are never 0 (every device hands out real or synthetic ones).
-        let held = trace.ops.get(alloc)?.is_alloc() && !self.dead[alloc] && self.addrs[alloc] != 0;
-        held.then(|| self.addrs[alloc])
+        let stepped = alloc < self.base + self.addrs.len();
+        if !(stepped && trace.ops.get(alloc)?.is_alloc()) {
+            return None;
+        }
+        self.served(trace, alloc).filter(|&a| a != 0)
     }
 }
 
@@ -548,8 +574,9 @@ pub fn layout_at(trace: &DeviceTrace, result: &ReplayResult, ops_done: usize) ->
     let mut model = cp.model.clone_box();
     let mut device = cp.device.clone();
     let mut out = Vec::new();
-    let mut stepper = OpStepper::resume(trace, &result.outcomes, cp.ops_done, result.preloaded);
-    for k in cp.ops_done..ops_done.min(trace.ops.len()) {
+    let window = cp.ops_done..ops_done.min(trace.ops.len());
+    let mut stepper = OpStepper::resume(trace, &result.outcomes, window.clone(), result.preloaded);
+    for k in window {
         out.clear();
         stepper.step(trace, k, &mut *model, &mut device, &mut out);
     }

@@ -9,13 +9,13 @@ use crate::models::pytorch::{PyTorchConfig, PyTorchModel};
 use crate::models::{Allocator, ConfigError, ModelSpec, ResolvedModel};
 use crate::replay::{self, ReplayOptions, ReplayResult};
 use crate::trace::{DeviceTrace, Trace};
-use crate::validate::{self, Validation};
+use crate::validate::Validation;
 
 /// Decodes a snapshot and builds its replayable trace (validating it on the way;
 /// `capacity` is the memory cap the program ran under, if known).
 pub fn load(bytes: &[u8], capacity: Option<u64>) -> Result<Validation, crate::Error> {
     let snap = crate::snapshot::decode_snapshot(bytes)?;
-    validate::validate(snap, capacity)
+    crate::build::build(snap, capacity)
 }
 
 /// [`load`] of bytes it owns, dropped once decoded: a big file's bytes and its trace are
@@ -24,7 +24,7 @@ pub fn load(bytes: &[u8], capacity: Option<u64>) -> Result<Validation, crate::Er
 pub fn load_owned(bytes: Vec<u8>, capacity: Option<u64>) -> Result<Validation, crate::Error> {
     let snap = crate::snapshot::decode_snapshot(&bytes)?;
     drop(bytes);
-    validate::validate(snap, capacity)
+    crate::build::build(snap, capacity)
 }
 
 /// The capacity a replay of `trace`'s device `device` runs under when the caller asks for

@@ -154,6 +154,18 @@ impl<G: Gpu> CudaDevice<G> {
         bytes.div_ceil(g) * g
     }
 
+    /// A driver call for `requested_bytes` failed: a refusal when the driver is out of
+    /// memory (counted, see [`Self::refused`]), else a fault noted; the model sees an OOM
+    /// either way.
+    fn failed(&mut self, e: GpuError, requested_bytes: u64) -> DeviceOom {
+        if e.is_out_of_memory() {
+            self.refused(requested_bytes);
+        } else {
+            self.note(e);
+        }
+        DeviceOom
+    }
+
     fn note(&mut self, e: GpuError) {
         if self.fault.is_none() {
             self.fault = Some(e);
@@ -297,14 +309,7 @@ impl<G: Gpu> Device for CudaDevice<G> {
                 self.used_bytes += held;
                 Ok(p)
             }
-            Err(e) if e.is_out_of_memory() => {
-                self.refused(size);
-                Err(DeviceOom)
-            }
-            Err(e) => {
-                self.note(e);
-                Err(DeviceOom)
-            }
+            Err(e) => Err(self.failed(e, size)),
         }
     }
 
@@ -349,14 +354,7 @@ impl<G: Gpu> Device for CudaDevice<G> {
                 );
                 Ok(base)
             }
-            Err(e) if e.is_out_of_memory() => {
-                self.refused(0);
-                Err(DeviceOom)
-            }
-            Err(e) => {
-                self.note(e);
-                Err(DeviceOom)
-            }
+            Err(e) => Err(self.failed(e, 0)),
         }
     }
 
@@ -415,17 +413,13 @@ impl<G: Gpu> Device for CudaDevice<G> {
                 Err(e) => {
                     // Counted before the release, so the free memory it records is
                     // what the driver refused with.
-                    if e.is_out_of_memory() {
-                        self.refused(page);
-                    } else {
-                        self.note(e);
-                    }
+                    let oom = self.failed(e, page);
                     for (_, h, _) in created {
                         if let Err(e2) = self.gpu.release(h) {
                             self.note(e2);
                         }
                     }
-                    return Err(DeviceOom);
+                    return Err(oom);
                 }
             }
         }

@@ -402,7 +402,7 @@ fn driver(op: usize, event_index: u64, error: GpuError) -> NativeError {
 struct SimRun {
     model: Box<dyn Allocator>,
     device: Counting<allocsim_core::device::SimulatedDevice>,
-    stepper: OpStepper,
+    stepper: OpStepper<'static>,
     done: bool,
     peak_reserved_bytes: u64,
 }

@@ -3,7 +3,8 @@
 Every function takes a snapshot -- a path, the bytes of a snapshot file, the dict
 ``torch.cuda.memory._snapshot()`` returns, or a :class:`Snapshot` from :func:`load` -- and
 the command line's options as keyword arguments, and returns the object the command line
-prints with ``--json`` (docs/cli.md), as a dict with the same keys. Errors raise
+prints with ``--json`` (docs/cli.md), as a dict with the same keys; :func:`diff` takes two
+snapshots and :func:`ranks` a directory or a list of them. Errors raise
 :class:`AllocsimError` with the command line's one-line message.
 
 ``import allocsim`` needs no torch; :mod:`allocsim.torch` imports it when called.
@@ -14,7 +15,7 @@ from __future__ import annotations
 import json
 import os
 import pickle
-from typing import Any, Dict, Optional, Sequence, Union
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 from . import _native
 from ._native import AllocsimError, Snapshot
@@ -31,6 +32,8 @@ __all__ = [
     "min_capacity",
     "recommend",
     "explain",
+    "diff",
+    "ranks",
 ]
 
 SnapshotLike = Union[str, "os.PathLike[str]", bytes, bytearray, memoryview, Dict[str, Any], Snapshot]
@@ -76,20 +79,42 @@ def _size(value: Size) -> str:
     return f"{value}B" if isinstance(value, int) else str(value)
 
 
-def _run(command: str, x: SnapshotLike, options: Dict[str, Any]) -> Dict[str, Any]:
-    snap = load(x)
-    args = [command]
+def _options(options: Dict[str, Any]) -> List[str]:
+    args: List[str] = []
     for key, value in options.items():
         if value is None:
             continue
         flag = "--" + key.replace("_", "-")
         if key == "capacity":
             value = _size(value)
+        elif value is True:  # a flag without a value
+            args.append(flag)
+            continue
         elif key == "allocators" and not isinstance(value, str):
             value = ";".join(value)
         args += [flag, str(value)]
-    args += ["--", snap.name]
+    return args
+
+
+def _run(command: str, x: SnapshotLike, options: Dict[str, Any]) -> Dict[str, Any]:
+    snap = load(x)
+    args = [command, *_options(options), "--", snap.name]
     return json.loads(_native.run_json(args, snap))
+
+
+def _file_or_snapshot(x: SnapshotLike) -> Tuple[str, Optional[Snapshot]]:
+    # A path is read by the command itself (several files decode in parallel, and an
+    # unreadable one is named as the command line names it); anything else is loaded here.
+    if isinstance(x, (str, os.PathLike)):
+        return os.fspath(x), None
+    snap = load(x)
+    return snap.name, snap
+
+
+def _run_many(command: str, inputs: Sequence[SnapshotLike], options: Dict[str, Any]) -> Dict[str, Any]:
+    files = [_file_or_snapshot(x) for x in inputs]
+    args = [command, *_options(options), "--", *(name for name, _ in files)]
+    return json.loads(_native.run_json_many(args, [snap for _, snap in files]))
 
 
 def validate(x: SnapshotLike, *, capacity: Optional[Size] = None) -> Dict[str, Any]:
@@ -177,4 +202,69 @@ def explain(
         "explain",
         x,
         {"allocator": allocator, "config": config, "capacity": capacity, "at": at, "trace_device": trace_device},
+    )
+
+
+def diff(
+    a: SnapshotLike,
+    b: SnapshotLike,
+    *,
+    align: str = "time",
+    config_a: Optional[str] = None,
+    config_b: Optional[str] = None,
+    capacity: Optional[Size] = None,
+) -> Dict[str, Any]:
+    """``allocsim diff A B``: two runs on a common axis and what changed at the peak.
+
+    ``a`` and ``b`` are snapshots as every function takes them (a path, bytes, a snapshot
+    dict or a :class:`Snapshot`); paths are read in parallel, and one snapshot given twice
+    (the same path or the same :class:`Snapshot`) is decoded once -- e.g. under two
+    settings. ``align``: ``"time"`` (time since each run's first event), ``"events"``
+    (event index) or ``"steps"`` (repeated step markers, else the optimizer's calls);
+    ``config_a`` / ``config_b``: the PyTorch settings each run is replayed under
+    (PyTorch's defaults plus ``key:value,…``; default: the run's own); ``capacity``:
+    bytes, ``"80GiB"`` or ``"none"`` (default: each run's as recorded).
+
+    Returns the ``--json`` object: ``a`` and ``b`` (file, peaks, peak event,
+    fragmentation, config), the deltas of the peaks, ``by_site`` (live bytes at the peak
+    by allocation site, sorted by growth), ``settings_differ`` and ``summary``.
+    """
+    return _run_many(
+        "diff",
+        [a, b],
+        {"align": align, "config_a": config_a, "config_b": config_b, "capacity": capacity},
+    )
+
+
+def ranks(
+    inputs: Union[SnapshotLike, Sequence[SnapshotLike]],
+    *,
+    what_if: Optional[str] = None,
+    capacity: Optional[Size] = None,
+    min_capacity: bool = True,
+) -> Dict[str, Any]:
+    """``allocsim ranks``: one snapshot per rank, a row each, the outlier and a what-if
+    setting tried on every rank; the ranks are replayed in parallel.
+
+    ``inputs``: a directory of snapshots (its ``.pickle``, ``.pickle.gz``, ``.pkl``,
+    ``.json`` and ``.json.gz`` files, in name order), or a list of snapshots as every
+    function takes them (paths, bytes, dicts, :class:`Snapshot`) or of directories. A
+    rank is read from the name (``rank3``, ``_3.``), else it is the position; name an
+    in-memory snapshot with ``allocsim.load(x, name="rank3.pickle")``.
+    ``what_if``: the PyTorch setting tried on every rank (default
+    ``expandable_segments:True``); ``capacity``: bytes, ``"80GiB"`` or ``"none"``
+    (default: each rank's as recorded); ``min_capacity=False`` skips each rank's
+    smallest-capacity bisection.
+
+    A file that cannot be read or decoded, an empty directory, or snapshots of different
+    devices raise :class:`AllocsimError` naming it (``exit_code`` 2).
+    """
+    if isinstance(inputs, (str, os.PathLike, bytes, bytearray, memoryview, dict, Snapshot)):
+        items: List[SnapshotLike] = [inputs]
+    else:
+        items = list(inputs)
+    return _run_many(
+        "ranks",
+        items,
+        {"config": what_if, "capacity": capacity, "no_min_capacity": None if min_capacity else True},
     )

@@ -40,6 +40,11 @@ def run_json(args: List[str], snapshot: Optional[Snapshot] = None) -> str:
     """Runs a command (``[command, options…, "--", FILE]``) and returns its ``--json``
     object as JSON text."""
 
+def run_json_many(args: List[str], snapshots: List[Optional[Snapshot]]) -> str:
+    """Runs a command of several snapshots (``diff``, ``ranks``): ``snapshots[i]``, when
+    not None, is the snapshot the i-th FILE argument names (not read); the others are
+    read. Returns the ``--json`` object as JSON text."""
+
 def main(argv: List[str]) -> int:
     """Runs the ``allocsim`` command line in this process; returns its exit code."""
 

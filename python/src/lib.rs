@@ -109,6 +109,28 @@ fn run_json(py: Python<'_>, args: Vec<String>, snapshot: Option<&Snapshot>) -> P
     .map_err(|f| error(py, f))
 }
 
+/// Runs a command of several snapshots (`diff`, `ranks`): `snapshots[i]`, when not None,
+/// is the snapshot the i-th FILE argument names (not read); the others are read.
+#[pyfunction]
+#[allow(clippy::needless_pass_by_value)] // pyo3 hands over owned lists
+fn run_json_many(
+    py: Python<'_>,
+    args: Vec<String>,
+    snapshots: Vec<Option<PyRef<'_, Snapshot>>>,
+) -> PyResult<String> {
+    let memory: Vec<Option<InMemory>> = snapshots
+        .iter()
+        .map(|s| s.as_ref().map(|s| s.memory.clone()))
+        .collect();
+    py.detach(|| {
+        let refs: Vec<Option<&InMemory>> = memory.iter().map(Option::as_ref).collect();
+        let v = api::json_many(&args, &refs)?;
+        serde_json::to_string(&v)
+            .map_err(|e| Failure::bad_input(format!("cannot write the JSON: {e}")))
+    })
+    .map_err(|f| error(py, f))
+}
+
 /// The `allocsim` command line on `argv` (the program's name first) in this process;
 /// returns its exit code.
 #[pyfunction]
@@ -130,6 +152,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(decode, m)?)?;
     m.add_function(wrap_pyfunction!(read, m)?)?;
     m.add_function(wrap_pyfunction!(run_json, m)?)?;
+    m.add_function(wrap_pyfunction!(run_json_many, m)?)?;
     m.add_function(wrap_pyfunction!(main, m)?)?;
     m.add_function(wrap_pyfunction!(commands, m)?)?;
     Ok(())

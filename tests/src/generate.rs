@@ -1,4 +1,5 @@
-//! Big snapshots from a real one's pattern (`gen_snapshot`, the write tests).
+//! Big snapshots from a real one's pattern, and synthetic workloads as snapshot files
+//! (`gen_snapshot`, `bench_cli`, the write tests).
 
 use std::collections::HashMap;
 use std::hash::{BuildHasher, BuildHasherDefault, DefaultHasher};
@@ -55,4 +56,34 @@ pub fn steady_window(events: &[RawEvent]) -> Option<(usize, usize)> {
         }
     }
     best
+}
+
+/// What [`write_workload`] wrote.
+#[derive(Debug, Clone, Copy)]
+pub struct Written {
+    pub bytes: u64,
+    pub entries: usize,
+    pub segments: usize,
+}
+
+/// Writes the workload `spec` (`allocsim_core::workloads`) at `out` as the snapshot pickle
+/// PyTorch's recorder would have written of it (`allocsim_core::record`).
+///
+/// # Errors
+/// A bad SPEC; a file that cannot be written (named).
+pub fn write_workload(spec: &str, out: &std::path::Path) -> anyhow::Result<Written> {
+    let trace = allocsim_core::workloads::generate(spec)?;
+    let snap = allocsim_core::record::record(&trace, 0)?;
+    drop(trace);
+    let name = out.display();
+    let f = std::fs::File::create(out).map_err(|e| anyhow::anyhow!("{name}: {e}"))?;
+    let mut w = std::io::BufWriter::with_capacity(1 << 20, f);
+    allocsim_core::snapshot::write::write_snapshot(&snap, &mut w)
+        .map_err(|e| anyhow::anyhow!("{name}: {e}"))?;
+    drop(w);
+    Ok(Written {
+        bytes: std::fs::metadata(out)?.len(),
+        entries: snap.device_traces.iter().map(Vec::len).sum(),
+        segments: snap.segments.len(),
+    })
 }

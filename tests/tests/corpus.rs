@@ -322,13 +322,17 @@ fn tempdir_with_traces(n: usize) -> std::path::PathBuf {
 }
 
 /// `layout_at` (a checkpoint, then the ops after it through a resumed `OpStepper`) equals
-/// the model stepped straight from the start, at ops on both sides of checkpoints, on every
-/// repository trace as recorded: OOMs the program caught, wrapped ring buffers (a preloaded
-/// start state), expandable segments, CUDA-graph pools.
+/// the model stepped straight from the start, at ops on both sides of checkpoints and after
+/// every free whose allocation lies before its window's checkpoint (the resumed stepper
+/// looks those up in the replay's outcomes), on every repository trace as recorded: OOMs
+/// the program caught, wrapped ring buffers (a preloaded start state), expandable
+/// segments, CUDA-graph pools.
 #[test]
 fn layout_at_equals_a_straight_replay_on_every_repo_trace() {
     use allocsim_core::replay::{OpStepper, layout_at};
+    const EVERY: usize = 64;
     let spec = ModelSpec::parse("pytorch").unwrap();
+    let mut frees_across = 0;
     for t in repo_traces() {
         let v = session::load(&std::fs::read(&t.path).unwrap(), t.cap_bytes).unwrap();
         let capacity = session::capacity(&v.trace, 0, CapacityArg::AsRecorded).bytes;
@@ -339,7 +343,7 @@ fn layout_at_equals_a_straight_replay_on_every_repo_trace() {
             &spec,
             capacity,
             ReplayOptions {
-                checkpoint_every: 64,
+                checkpoint_every: EVERY,
                 ..ReplayOptions::default()
             },
         )
@@ -353,9 +357,22 @@ fn layout_at_equals_a_straight_replay_on_every_repo_trace() {
             .into_iter()
             .filter(|&k| k <= n)
             .collect();
+        // Op k - 1 frees (or completes the free of) an allocation made before the
+        // checkpoint that `layout_at(k)` starts from.
+        let frees_before_window = |k: usize| {
+            !k.is_multiple_of(EVERY)
+                && match dt.ops[k - 1].kind {
+                    OpKind::Free { alloc, .. } | OpKind::CompleteFree { alloc } => {
+                        (alloc as usize) < k / EVERY * EVERY
+                    }
+                    _ => false,
+                }
+        };
         let mut compared = 0;
         for k in 0..=n {
-            if wanted.contains(&k) {
+            let across = frees_before_window(k);
+            frees_across += usize::from(across);
+            if wanted.contains(&k) || across {
                 let straight = model.layout();
                 assert_eq!(
                     layout_at(dt, &r, k).unwrap(),
@@ -372,6 +389,10 @@ fn layout_at_equals_a_straight_replay_on_every_repo_trace() {
         }
         assert!(compared >= 3, "{}: {compared} layouts compared", t.name);
     }
+    assert!(
+        frees_across > 100,
+        "{frees_across} frees across a checkpoint"
+    );
 }
 
 /// Real pickles spend far more than [`pickle::BYTES_PER_ELEMENT`] bytes per snapshot

@@ -2,7 +2,8 @@
 //! repository and of the shared corpus), `CPython`'s pickler writes the very same bytes for
 //! the object `pickle.loads` makes of it, and that object equals the real file's; a big
 //! snapshot generated from a real one's step pattern, cut to a wrapped ring buffer,
-//! replays exactly through the PyTorch model.
+//! replays exactly through the PyTorch model; a synthetic workload written as a snapshot
+//! is one `CPython` pickles back byte for byte.
 
 use std::io::Write as _;
 use std::process::{Command, Stdio};
@@ -226,4 +227,45 @@ fn a_generated_wrapped_snapshot_replays_exactly() {
         !v.trace.devices[0].starts_empty(),
         "the ring buffer wrapped"
     );
+}
+
+/// A synthetic workload written as a snapshot (`gen_snapshot --workload`): `CPython` reads
+/// it and pickles it back into the same bytes, every entry it reads is one of PyTorch's
+/// trace entries, and our decoder validates it exactly.
+#[test]
+fn a_recorded_workload_is_a_snapshot_cpython_reads_back_exactly() {
+    let dir = std::env::temp_dir().join(format!("allocsim-write-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("kvcache.pickle");
+    let w = allocsim_tests::generate::write_workload(
+        "kvcache:tokens=30,layers=3,requests=2,prompt=100..600",
+        &path,
+    )
+    .unwrap();
+    let bytes = std::fs::read(&path).unwrap();
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert_eq!(bytes.len() as u64, w.bytes);
+    let v = session::load(&bytes, None).unwrap();
+    assert!(v.exact(), "{:?}", v.devices);
+    assert_eq!(v.trace.devices[0].events, w.entries);
+    let check = r"
+import pickle, sys
+ours = sys.stdin.buffer.read()
+obj = pickle.loads(ours)
+print('exact' if pickle.dumps(obj, 4) == ours else 'differs')
+actions = {e['action'] for e in obj['device_traces'][0]}
+print(sorted(actions))
+print(len(obj['device_traces'][0]), len(obj['segments']), obj['allocator_settings']['max_split_size'])
+";
+    let Some(out) = python(check, "", &bytes) else {
+        println!("skipped: python3 not found");
+        return;
+    };
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines[0], "exact");
+    assert_eq!(
+        lines[1],
+        "['alloc', 'free_completed', 'free_requested', 'segment_alloc']"
+    );
+    assert_eq!(lines[2], format!("{} {} -1", w.entries, w.segments));
 }

@@ -23,19 +23,31 @@ pub fn decode(bytes: Vec<u8>, name: &str) -> Result<InMemory, Failure> {
 }
 
 /// The commands [`json`] runs.
-pub const COMMANDS: [&str; 6] = [
+pub const COMMANDS: [&str; 8] = [
     "validate",
     "replay",
     "compare",
     "min-capacity",
     "recommend",
     "explain",
+    "diff",
+    "ranks",
 ];
 
 /// Runs `args` (a command of [`COMMANDS`], then FILE and the options as on the command line)
 /// and returns the object `--json` would print. With `memory`, FILE only names that
 /// snapshot. Nothing is written to stdout.
 pub fn json<S: AsRef<str>>(args: &[S], memory: Option<&InMemory>) -> Result<Value, Failure> {
+    json_many(args, &[memory])
+}
+
+/// [`json`] for commands of several snapshots (`diff A B`, `ranks FILE…`): `memory[i]`,
+/// when given, is the snapshot the i-th FILE argument names (a command of one FILE takes
+/// `memory[0]`); the others are read.
+pub fn json_many<S: AsRef<str>>(
+    args: &[S],
+    memory: &[Option<&InMemory>],
+) -> Result<Value, Failure> {
     // `--json` right after the command: FILE may follow a `--`.
     let mut line: Vec<OsString> = vec!["allocsim".into()];
     if let Some((command, rest)) = args.split_first() {
@@ -44,7 +56,8 @@ pub fn json<S: AsRef<str>>(args: &[S], memory: Option<&InMemory>) -> Result<Valu
         line.extend(rest.iter().map(|a| OsString::from(a.as_ref())));
     }
     let cli = Cli::try_parse_from_args(line)?;
-    let memory = memory.cloned();
+    let many: Vec<Option<InMemory>> = memory.iter().map(|m| m.cloned()).collect();
+    let memory = many.first().cloned().flatten();
     match cli.command {
         Some(Command::Validate(mut a)) => {
             a.input.memory = memory;
@@ -70,6 +83,14 @@ pub fn json<S: AsRef<str>>(args: &[S], memory: Option<&InMemory>) -> Result<Valu
         Some(Command::Explain(mut a)) => {
             a.input.memory = memory;
             Ok(super::explain::outcome(&a)?.json())
+        }
+        Some(Command::Diff(mut a)) => {
+            a.memory = many;
+            Ok(super::diff::json(&super::diff::outcome(&a)?))
+        }
+        Some(Command::Ranks(mut a)) => {
+            a.memory = many;
+            Ok(super::ranks::json(&super::ranks::outcome(&a)?))
         }
         _ => Err(Failure::bad_input(format!(
             "{}: not one of the commands that return JSON ({})",

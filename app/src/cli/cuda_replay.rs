@@ -191,16 +191,11 @@ fn print_text(file: &std::path::Path, r: &allocsim_native::CudaReplayReport) {
     );
     crate::say!(
         "  config              {}",
-        if r.config.is_empty() {
-            "defaults"
-        } else {
-            &r.config
-        }
+        super::config_text(&r.config, "defaults")
     );
     crate::say!(
         "  capacity            {}",
-        r.capacity_bytes
-            .map_or_else(|| "unlimited".to_string(), format_size)
+        super::capacity_text(r.capacity_bytes)
     );
     if let Some(b) = r.balloon_free_bytes {
         crate::say!("  balloon             {} left free", format_size(b));

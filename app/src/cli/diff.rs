@@ -9,9 +9,11 @@ use allocsim_core::diff::{self, Align, Diff, DiffRun};
 use allocsim_core::models::ModelSpec;
 use allocsim_core::trace::Trace;
 use allocsim_core::units::format_size;
-use serde_json::{Value, json};
+use serde_json::Value;
 
-use super::{Failure, load_file, parse_capacity_arg, print_json};
+use super::{
+    Failure, InMemory, config_text, load_input, parse_capacity_arg, print_answer, schema_json,
+};
 use crate::engine::parallel::Threads;
 
 /// At most this many sites in the text (the JSON has them all).
@@ -38,6 +40,10 @@ pub struct Args {
     /// One JSON object on stdout
     #[arg(long)]
     json: bool,
+    /// A's and B's snapshots already in memory (the Python package): A or B then only
+    /// names it. None (or no entry): read the file.
+    #[arg(skip)]
+    pub memory: Vec<Option<InMemory>>,
 }
 
 /// Measures one side of a loaded trace (its errors name its file).
@@ -62,18 +68,24 @@ fn measure(
 pub fn outcome(a: &Args) -> Result<Diff, Failure> {
     let given = a.capacity.unwrap_or_default().given_bytes();
     let sides = [(&a.a, a.config_a.as_ref()), (&a.b, a.config_b.as_ref())];
-    let same = match (a.a.canonicalize(), a.b.canonicalize()) {
-        (Ok(x), Ok(y)) => x == y,
+    let memory = |i: usize| a.memory.get(i).and_then(Option::as_ref);
+    // One snapshot under two settings (the same file, or the same bytes in memory).
+    let same = match (memory(0), memory(1)) {
+        (Some(x), Some(y)) => std::sync::Arc::ptr_eq(&x.bytes, &y.bytes),
+        (None, None) => match (a.a.canonicalize(), a.b.canonicalize()) {
+            (Ok(x), Ok(y)) => x == y,
+            _ => false,
+        },
         _ => false,
     };
     let threads = Threads::all_cores();
-    // One file under two settings is decoded once; two files each on its own thread.
+    // One snapshot under two settings is decoded once; two each on its own thread.
     let runs = if same {
-        let v = load_file(&a.a, given)?;
+        let v = load_input(&a.a, memory(0), given)?;
         threads.map(2, &|i| measure(sides[i].0, &v.trace, sides[i].1, a))
     } else {
         threads.map(2, &|i| {
-            let v = load_file(sides[i].0, given)?;
+            let v = load_input(sides[i].0, memory(i), given)?;
             measure(sides[i].0, &v.trace, sides[i].1, a)
         })
     };
@@ -87,21 +99,12 @@ pub fn outcome(a: &Args) -> Result<Diff, Failure> {
 /// The `--json` object of a diff.
 #[must_use]
 pub fn json(d: &Diff) -> Value {
-    let mut v = json!({"schema": 1});
-    if let (Value::Object(m), Ok(Value::Object(body))) = (&mut v, serde_json::to_value(d)) {
-        m.extend(body);
-    }
-    v
+    schema_json(d)
 }
 
 pub fn run(a: &Args) -> Result<u8, Failure> {
     let d = outcome(a)?;
-    if a.json {
-        print_json(&json(&d));
-    } else {
-        print_text(&d);
-    }
-    Ok(0)
+    print_answer(a.json, || json(&d), || print_text(&d))
 }
 
 fn at_text(r: &DiffRun, align: Align) -> String {
@@ -123,13 +126,7 @@ fn print_text(d: &Diff) {
     let row = |label: &str, a: String, b: String, delta: String| {
         crate::say!("  {label:<26} {a:>24} {b:>24}   {delta}");
     };
-    let cfg = |c: &str| {
-        if c.is_empty() {
-            "defaults".to_string()
-        } else {
-            c.to_string()
-        }
-    };
+    let cfg = |c: &str| config_text(c, "defaults").to_string();
     crate::say!("A: {}", d.a.file);
     crate::say!("B: {}", d.b.file);
     row("", "A".into(), "B".into(), "B − A".into());

@@ -6,10 +6,10 @@ use allocsim_core::explain::{self, BlockerKind, ExplainOptions, Explanation, Mom
 use allocsim_core::units::format_size;
 use serde_json::{Value, json};
 
-use super::progress::Progress;
+use super::progress;
 use super::replay::print_capacity_note;
-use super::source::{Source, load_source};
-use super::{Failure, parse_capacity_arg, pick_device, print_json};
+use super::source::{Source, load_device};
+use super::{Failure, parse_capacity_arg, print_answer, schema_json};
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
@@ -49,11 +49,8 @@ impl Outcome {
     /// The `--json` object.
     #[must_use]
     pub fn json(&self) -> Value {
-        let mut v = json!({"schema": 1});
-        if let (Value::Object(m), Ok(Value::Object(body))) =
-            (&mut v, serde_json::to_value(&self.explanation))
-        {
-            m.extend(body);
+        let mut v = schema_json(&self.explanation);
+        if let Value::Object(m) = &mut v {
             m.insert("device".into(), json!(self.device));
             m.insert("allocator".into(), json!(self.allocator));
             m.insert("config".into(), json!(self.config));
@@ -68,26 +65,14 @@ impl Outcome {
 /// Runs the search `a` asks for.
 pub fn outcome(a: &Args) -> Result<Outcome, Failure> {
     let spec = super::model_spec(&a.allocator, a.config.as_deref())?;
-    let arg = a.capacity.unwrap_or_default();
-    let src = load_source(&a.input, arg.given_bytes())?;
-    let d = pick_device(&src.trace, a.trace_device)?;
-    let capacity = allocsim_core::session::capacity(&src.trace, d, arg);
-    let mut bar = Progress::new("explain");
+    let (src, d, capacity) = load_device(&a.input, a.capacity, a.trace_device)?;
     let opts = ExplainOptions {
         at_event: a.at,
         what_if: true,
     };
-    let e = explain::explain(
-        &src.trace,
-        d,
-        &spec,
-        capacity.bytes,
-        opts,
-        &crate::engine::parallel::Threads::all_cores(),
-        &mut |done, total| bar.update(done, total),
-    )
-    .map_err(|e| Failure::bad_input(format!("{}: {e}", src.name)))?;
-    drop(bar);
+    let e = progress::search("explain", &src.name, |threads, bar| {
+        explain::explain(&src.trace, d, &spec, capacity.bytes, opts, threads, bar)
+    })?;
     Ok(Outcome {
         name: src.name,
         device: d,
@@ -100,13 +85,14 @@ pub fn outcome(a: &Args) -> Result<Outcome, Failure> {
 
 pub fn run(a: &Args) -> Result<u8, Failure> {
     let o = outcome(a)?;
-    if a.json {
-        print_json(&o.json());
-    } else {
-        print_text(&o.name, o.device, &o.explanation);
-        print_capacity_note(&o.capacity);
-    }
-    Ok(0)
+    print_answer(
+        a.json,
+        || o.json(),
+        || {
+            print_text(&o.name, o.device, &o.explanation);
+            print_capacity_note(&o.capacity);
+        },
+    )
 }
 
 fn print_text(name: &str, d: usize, e: &Explanation) {

@@ -191,6 +191,47 @@ pub fn print_json(v: &serde_json::Value) {
     }
 }
 
+/// A command's answer on stdout: its `--json` object (`json`) when `--json` is given, else
+/// its text; exit 0.
+pub fn print_answer(
+    as_json: bool,
+    json: impl FnOnce() -> serde_json::Value,
+    text: impl FnOnce(),
+) -> Result<u8, Failure> {
+    if as_json {
+        print_json(&json());
+    } else {
+        text();
+    }
+    Ok(0)
+}
+
+/// The `--json` object of a serialisable answer: `"schema": 1`, then the answer's fields.
+pub fn schema_json<T: serde::Serialize>(answer: &T) -> serde_json::Value {
+    let mut v = serde_json::json!({"schema": 1});
+    if let (serde_json::Value::Object(m), Ok(serde_json::Value::Object(body))) =
+        (&mut v, serde_json::to_value(answer))
+    {
+        m.extend(body);
+    }
+    v
+}
+
+/// A model's config as the text shows it: `empty` when it has none (PyTorch's defaults).
+#[must_use]
+pub fn config_text<'a>(config: &'a str, empty: &'a str) -> &'a str {
+    if config.is_empty() { empty } else { config }
+}
+
+/// A capacity as the text shows it.
+#[must_use]
+pub fn capacity_text(capacity: Option<u64>) -> String {
+    capacity.map_or_else(
+        || "unlimited".to_string(),
+        allocsim_core::units::format_size,
+    )
+}
+
 fn run(cli: Cli, desktop: Option<Desktop>) -> Result<u8, Failure> {
     match cli.command {
         None => open_app(Vec::new(), desktop),

@@ -52,3 +52,22 @@ impl Drop for Progress {
         self.bar.finish_and_clear();
     }
 }
+
+/// Runs `search` on every core with a bar named `what` on stderr, cleared when it ends;
+/// core's errors name `name` (bad input, exit 2).
+pub fn search<T>(
+    what: &str,
+    name: &str,
+    search: impl FnOnce(
+        &crate::engine::parallel::Threads,
+        &mut dyn FnMut(usize, usize),
+    ) -> Result<T, allocsim_core::Error>,
+) -> Result<T, super::Failure> {
+    let mut bar = Progress::new(what);
+    let found = search(
+        &crate::engine::parallel::Threads::all_cores(),
+        &mut |done, total| bar.update(done, total),
+    );
+    drop(bar);
+    found.map_err(|e| super::Failure::bad_input(format!("{name}: {e}")))
+}

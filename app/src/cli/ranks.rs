@@ -7,9 +7,10 @@ use std::path::{Path, PathBuf};
 use allocsim_core::capacity::CapacityArg;
 use allocsim_core::ranks::{self, RankOptions, RankRow, RanksReport};
 use allocsim_core::units::format_size;
-use serde_json::{Value, json};
+use serde_json::Value;
 
-use super::{Failure, parse_capacity_arg, print_json};
+use super::{Failure, InMemory, load_input, parse_capacity_arg, print_answer, schema_json};
+use crate::engine::multi;
 use crate::engine::parallel::Threads;
 
 #[derive(clap::Args, Debug)]
@@ -29,6 +30,10 @@ pub struct Args {
     /// One JSON object on stdout
     #[arg(long)]
     json: bool,
+    /// The snapshots of the inputs already in memory, in the inputs' order (the Python
+    /// package): such an input only names its snapshot. None (or no entry): read it.
+    #[arg(skip)]
+    pub memory: Vec<Option<InMemory>>,
 }
 
 /// Whether a directory entry's name is a snapshot's.
@@ -49,12 +54,20 @@ fn is_snapshot_name(name: &str) -> bool {
     .any(|ext| n.ends_with(ext))
 }
 
-/// The files to read: each FILE as given, each DIR's snapshots in name order.
-pub fn collect_inputs(inputs: &[PathBuf]) -> Result<Vec<PathBuf>, Failure> {
+/// The files to read, each with its snapshot if it is in memory (`memory[i]` for
+/// `inputs[i]`): each FILE as given, each DIR's snapshots in name order.
+pub fn collect_inputs(
+    inputs: &[PathBuf],
+    memory: &[Option<InMemory>],
+) -> Result<Vec<(PathBuf, Option<InMemory>)>, Failure> {
     let mut files = Vec::new();
-    for p in inputs {
+    for (i, p) in inputs.iter().enumerate() {
+        if let Some(m) = memory.get(i).cloned().flatten() {
+            files.push((p.clone(), Some(m)));
+            continue;
+        }
         if !p.is_dir() {
-            files.push(p.clone());
+            files.push((p.clone(), None));
             continue;
         }
         let entries = std::fs::read_dir(p)
@@ -76,13 +89,22 @@ pub fn collect_inputs(inputs: &[PathBuf]) -> Result<Vec<PathBuf>, Failure> {
             )));
         }
         found.sort();
-        files.extend(found);
+        files.extend(found.into_iter().map(|f| (f, None)));
     }
     Ok(files)
 }
 
-fn read_rank(path: &Path, rank: u32, opts: &RankOptions) -> Result<RankRow, String> {
+fn read_rank(
+    path: &Path,
+    memory: Option<&InMemory>,
+    rank: u32,
+    opts: &RankOptions,
+) -> Result<RankRow, String> {
     let name = path.display().to_string();
+    if memory.is_some() {
+        let v = load_input(path, memory, opts.capacity.given_bytes()).map_err(|f| f.message)?;
+        return ranks::rank_trace(&name, rank, &v.trace, opts).map_err(|e| format!("{name}: {e}"));
+    }
     let bytes = std::fs::read(path).map_err(|e| format!("{name}: cannot read: {e}"))?;
     ranks::rank(&name, rank, &bytes, opts).map_err(|e| format!("{name}: {e}"))
 }
@@ -97,11 +119,12 @@ pub fn outcome(a: &Args) -> Result<RanksReport, Failure> {
     // A bad setting is a usage error before any rank is read.
     allocsim_core::models::pytorch::PyTorchConfig::parse(&opts.what_if)
         .map_err(|e| Failure::bad_input(format!("--config: {}", e.0)))?;
-    let files = collect_inputs(&a.inputs)?;
-    let names: Vec<String> = files.iter().map(|f| f.display().to_string()).collect();
+    let files = collect_inputs(&a.inputs, &a.memory)?;
+    let names: Vec<String> = files.iter().map(|f| f.0.display().to_string()).collect();
     let rank_of = ranks::assign_ranks(&names);
-    let results =
-        Threads::all_cores().map(files.len(), &|i| read_rank(&files[i], rank_of[i], &opts));
+    let results = Threads::all_cores().map(files.len(), &|i| {
+        read_rank(&files[i].0, files[i].1.as_ref(), rank_of[i], &opts)
+    });
     let (mut rows, mut failed) = (Vec::new(), Vec::new());
     for r in results {
         match r {
@@ -123,21 +146,12 @@ pub fn outcome(a: &Args) -> Result<RanksReport, Failure> {
 /// The `--json` object of a set of ranks.
 #[must_use]
 pub fn json(r: &RanksReport) -> Value {
-    let mut v = json!({"schema": 1});
-    if let (Value::Object(m), Ok(Value::Object(body))) = (&mut v, serde_json::to_value(r)) {
-        m.extend(body);
-    }
-    v
+    schema_json(r)
 }
 
 pub fn run(a: &Args) -> Result<u8, Failure> {
     let report = outcome(a)?;
-    if a.json {
-        print_json(&json(&report));
-    } else {
-        print_text(&report);
-    }
-    Ok(0)
+    print_answer(a.json, || json(&report), || print_text(&report))
 }
 
 fn print_text(r: &RanksReport) {
@@ -164,20 +178,8 @@ fn print_text(r: &RanksReport) {
             Some(o) if o.fatal => format!("event {}", o.event_index),
             Some(o) => format!("event {} (caught)", o.event_index),
         };
-        let what_if = format!(
-            "{}, {}",
-            if row.what_if.served_all {
-                "fits"
-            } else {
-                "OOM"
-            },
-            format_size(row.what_if.peak_reserved_bytes)
-        );
-        let mark = if r
-            .outlier
-            .as_ref()
-            .is_some_and(|o| o.rank == row.rank && o.file == row.file)
-        {
+        let what_if = multi::what_if_cell(row);
+        let mark = if multi::is_outlier(r, row) {
             "  ← outlier"
         } else {
             ""

@@ -5,8 +5,8 @@ use allocsim_core::replay::{ReplayOptions, ReplayResult};
 use allocsim_core::units::format_size;
 use serde_json::{Value, json};
 
-use super::source::{Source, load_source};
-use super::{Failure, parse_capacity_arg, pick_device, print_json};
+use super::source::{Source, load_device};
+use super::{Failure, capacity_text, config_text, parse_capacity_arg, print_answer};
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
@@ -72,19 +72,8 @@ pub fn print_capacity_note(capacity: &CapacityChoice) {
 
 /// Readable text of one replay under `capacity`.
 pub fn print_replay_text(label: &str, r: &ReplayResult, capacity: &CapacityChoice) {
-    crate::say!(
-        "{label}  (config: {})",
-        if r.config.is_empty() {
-            "defaults"
-        } else {
-            &r.config
-        }
-    );
-    crate::say!(
-        "  capacity            {}",
-        r.capacity_bytes
-            .map_or_else(|| "unlimited".to_string(), format_size)
-    );
+    crate::say!("{label}  (config: {})", config_text(&r.config, "defaults"));
+    crate::say!("  capacity            {}", capacity_text(r.capacity_bytes));
     print_capacity_note(capacity);
     crate::say!("  requests            {}", r.requests);
     crate::say!(
@@ -159,10 +148,7 @@ impl Outcome {
 /// Runs the replay `a` asks for.
 pub fn outcome(a: &Args) -> Result<Outcome, Failure> {
     let spec = super::model_spec(&a.allocator, a.config.as_deref())?;
-    let arg = a.capacity.unwrap_or_default();
-    let v = load_source(&a.input, arg.given_bytes())?;
-    let d = pick_device(&v.trace, a.trace_device)?;
-    let capacity = allocsim_core::session::capacity(&v.trace, d, arg);
+    let (v, d, capacity) = load_device(&a.input, a.capacity, a.trace_device)?;
     let opts = ReplayOptions {
         checkpoint_every: 0,
         keep_timeline: false,
@@ -181,14 +167,15 @@ pub fn outcome(a: &Args) -> Result<Outcome, Failure> {
 
 pub fn run(a: &Args) -> Result<u8, Failure> {
     let o = outcome(a)?;
-    if a.json {
-        print_json(&o.json());
-    } else {
-        print_replay_text(
-            &format!("{} — {} on device {}", o.name, o.result.allocator, o.device),
-            &o.result,
-            &o.capacity,
-        );
-    }
-    Ok(0)
+    print_answer(
+        a.json,
+        || o.json(),
+        || {
+            print_replay_text(
+                &format!("{} — {} on device {}", o.name, o.result.allocator, o.device),
+                &o.result,
+                &o.capacity,
+            );
+        },
+    )
 }

@@ -3,10 +3,11 @@
 
 use std::path::PathBuf;
 
+use allocsim_core::capacity::{CapacityArg, CapacityChoice};
 use allocsim_core::trace::Trace;
 use allocsim_core::workloads;
 
-use super::{Failure, load_input};
+use super::{Failure, load_input, pick_device};
 
 /// FILE, or a synthetic workload in its place.
 #[derive(clap::Args, Debug, Clone)]
@@ -49,4 +50,18 @@ pub fn load_source(src: &Source, capacity: Option<u64>) -> Result<Loaded, Failur
         }
         (None, None) => Err(Failure::bad_input("give a FILE or --workload SPEC")),
     }
+}
+
+/// Loads the source under `--capacity` (default: as recorded), picks the device to replay
+/// (`--trace-device`) and the capacity it runs under.
+pub fn load_device(
+    src: &Source,
+    capacity: Option<CapacityArg>,
+    trace_device: Option<usize>,
+) -> Result<(Loaded, usize, CapacityChoice), Failure> {
+    let arg = capacity.unwrap_or_default();
+    let loaded = load_source(src, arg.given_bytes())?;
+    let d = pick_device(&loaded.trace, trace_device)?;
+    let choice = allocsim_core::session::capacity(&loaded.trace, d, arg);
+    Ok((loaded, d, choice))
 }

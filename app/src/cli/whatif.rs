@@ -16,14 +16,24 @@ use allocsim_core::units::format_size;
 use allocsim_core::{offline, whatif};
 use serde_json::json;
 
-use super::progress::Progress;
+use super::progress;
 use super::replay::{print_capacity_note, replay_json};
-use super::source::{Loaded, Source, load_source};
-use super::{Failure, parse_capacity_arg, pick_device, print_json};
-use crate::engine::parallel::Threads;
+use super::source::{Source, load_device, load_source};
+use super::{Failure, capacity_text, config_text, parse_capacity_arg, pick_device, print_answer};
 
-fn core_failure(name: &str, e: &allocsim_core::Error) -> Failure {
-    Failure::bad_input(format!("{name}: {e}"))
+/// The `--json` object of a run under `capacity`: the capacity's fields, then `fields`'.
+fn with_capacity(capacity: &CapacityChoice, fields: serde_json::Value) -> serde_json::Value {
+    let mut v = json!({
+        "schema": 1,
+        "capacity_bytes": capacity.bytes,
+        "capacity_source": capacity.source,
+        "capacity_inferred": capacity.inferred,
+        "capacity_note": capacity.note,
+    });
+    if let (serde_json::Value::Object(m), serde_json::Value::Object(f)) = (&mut v, fields) {
+        m.extend(f);
+    }
+    v
 }
 
 #[derive(clap::Args, Debug)]
@@ -46,19 +56,6 @@ pub struct CompareArgs {
     /// One JSON object on stdout
     #[arg(long)]
     json: bool,
-}
-
-/// Loads the source under `--capacity` and picks the device and its capacity.
-fn load_with_capacity(
-    src: &Source,
-    capacity: Option<CapacityArg>,
-    trace_device: Option<usize>,
-) -> Result<(Loaded, usize, CapacityChoice), Failure> {
-    let arg = capacity.unwrap_or_default();
-    let loaded = load_source(src, arg.given_bytes())?;
-    let d = pick_device(&loaded.trace, trace_device)?;
-    let choice = allocsim_core::session::capacity(&loaded.trace, d, arg);
-    Ok((loaded, d, choice))
 }
 
 fn label(r: &ReplayResult) -> String {
@@ -88,16 +85,14 @@ impl CompareOutcome {
     #[must_use]
     pub fn json(&self) -> serde_json::Value {
         let capacity = &self.capacity;
-        json!({
-            "schema": 1,
-            "capacity_bytes": capacity.bytes,
-            "capacity_source": capacity.source,
-            "capacity_inferred": capacity.inferred,
-            "capacity_note": capacity.note,
-            "live_peak_bytes": self.best.live_peak_bytes,
-            "offline_peak_bytes": self.best.offline_peak_bytes,
-            "results": self.results.iter().map(|r| replay_json(r, self.events, capacity)).collect::<Vec<_>>(),
-        })
+        with_capacity(
+            capacity,
+            json!({
+                "live_peak_bytes": self.best.live_peak_bytes,
+                "offline_peak_bytes": self.best.offline_peak_bytes,
+                "results": self.results.iter().map(|r| replay_json(r, self.events, capacity)).collect::<Vec<_>>(),
+            }),
+        )
     }
 }
 
@@ -113,18 +108,10 @@ pub fn compare_outcome(a: &CompareArgs) -> Result<CompareOutcome, Failure> {
             .collect::<Result<_, _>>()
             .map_err(|e| Failure::bad_input(e.to_string()))?,
     };
-    let (src, d, capacity) = load_with_capacity(&a.source, a.capacity, a.trace_device)?;
-    let mut bar = Progress::new("compare");
-    let results = whatif::compare_with(
-        &src.trace,
-        d,
-        &specs,
-        capacity.bytes,
-        &Threads::all_cores(),
-        &mut |done, total| bar.update(done, total),
-    )
-    .map_err(|e| core_failure(&src.name, &e))?;
-    drop(bar);
+    let (src, d, capacity) = load_device(&a.source, a.capacity, a.trace_device)?;
+    let results = progress::search("compare", &src.name, |threads, bar| {
+        whatif::compare_with(&src.trace, d, &specs, capacity.bytes, threads, bar)
+    })?;
     Ok(CompareOutcome {
         events: src.trace.devices[d].events,
         best: offline::best_possible(&src.trace.devices[d]),
@@ -138,10 +125,10 @@ pub fn compare_outcome(a: &CompareArgs) -> Result<CompareOutcome, Failure> {
 /// `allocsim compare`.
 pub fn compare(a: &CompareArgs) -> Result<u8, Failure> {
     let o = compare_outcome(a)?;
-    if a.json {
-        print_json(&o.json());
-        return Ok(0);
-    }
+    print_answer(a.json, || o.json(), || print_compare(&o))
+}
+
+fn print_compare(o: &CompareOutcome) {
     let CompareOutcome {
         name,
         device: d,
@@ -154,7 +141,7 @@ pub fn compare(a: &CompareArgs) -> Result<u8, Failure> {
         "{name} — device {d}, {events} events, capacity {}",
         capacity_text(capacity.bytes)
     );
-    print_capacity_note(&capacity);
+    print_capacity_note(capacity);
     crate::say!();
     let width = results
         .iter()
@@ -170,7 +157,7 @@ pub fn compare(a: &CompareArgs) -> Result<u8, Failure> {
         "frag.",
         "segment ops"
     );
-    for r in &results {
+    for r in results {
         let oom = oom_column(r);
         crate::say!(
             "{:width$}  {:>12}  {:>12}  {:>8.1}%  {:>11}  {oom}",
@@ -187,13 +174,12 @@ pub fn compare(a: &CompareArgs) -> Result<u8, Failure> {
     ] {
         crate::say!("{row:width$}  {:>12}", format_size(bytes));
     }
-    for r in &results {
+    for r in results {
         if let Some(o) = &r.oom {
             crate::say!();
             crate::say!("{}: {}", label(r), o.explanation);
         }
     }
-    Ok(0)
 }
 
 /// The "out of memory" column of a replay: where, and whether the recording failed there
@@ -204,10 +190,6 @@ fn oom_column(r: &ReplayResult) -> String {
         Some(o) if o.recorded => format!("at event {} (as recorded)", o.event_index),
         Some(o) => format!("at event {}", o.event_index),
     }
-}
-
-fn capacity_text(c: Option<u64>) -> String {
-    c.map_or_else(|| "unlimited".to_string(), format_size)
 }
 
 #[derive(clap::Args, Debug)]
@@ -257,12 +239,9 @@ pub fn min_capacity_outcome(a: &MinCapacityArgs) -> Result<MinCapacityOutcome, F
     let spec = super::model_spec(&a.allocator, a.config.as_deref())?;
     let src = load_source(&a.source, None)?;
     let d = pick_device(&src.trace, a.trace_device)?;
-    let mut bar = Progress::new("min-capacity");
-    let m = whatif::min_capacity(&src.trace, d, &spec, &mut |done, total| {
-        bar.update(done, total);
-    })
-    .map_err(|e| core_failure(&src.name, &e))?;
-    drop(bar);
+    let m = progress::search("min-capacity", &src.name, |_, bar| {
+        whatif::min_capacity(&src.trace, d, &spec, bar)
+    })?;
     Ok(MinCapacityOutcome {
         name: src.name,
         device: d,
@@ -273,20 +252,16 @@ pub fn min_capacity_outcome(a: &MinCapacityArgs) -> Result<MinCapacityOutcome, F
 /// `allocsim min-capacity`.
 pub fn min_capacity(a: &MinCapacityArgs) -> Result<u8, Failure> {
     let o = min_capacity_outcome(a)?;
-    if a.json {
-        print_json(&o.json());
-        return Ok(0);
-    }
+    print_answer(a.json, || o.json(), || print_min_capacity(&o))
+}
+
+fn print_min_capacity(o: &MinCapacityOutcome) {
     let MinCapacityOutcome {
         name,
         device: d,
         result: m,
     } = o;
-    let conf = if m.config.is_empty() {
-        "defaults".to_string()
-    } else {
-        m.config.clone()
-    };
+    let conf = config_text(&m.config, "defaults");
     crate::say!("{name} — device {d}, {} (config: {conf})", m.allocator);
     let mib = |b: u64| b >> 20;
     crate::say!(
@@ -301,7 +276,6 @@ pub fn min_capacity(a: &MinCapacityArgs) -> Result<u8, Failure> {
         format_size(m.unlimited_peak_reserved_bytes)
     );
     crate::say!("  replays             {}", m.replays);
-    Ok(0)
 }
 
 #[derive(clap::Args, Debug)]
@@ -335,35 +309,26 @@ impl RecommendOutcome {
     #[must_use]
     pub fn json(&self) -> serde_json::Value {
         let (r, events, capacity) = (&self.result, self.events, &self.capacity);
-        json!({
-            "schema": 1,
-            "capacity_bytes": capacity.bytes,
-            "capacity_source": capacity.source,
-            "capacity_inferred": capacity.inferred,
-            "capacity_note": capacity.note,
-            "default": replay_json(&r.default, events, capacity),
-            "best": replay_json(&r.best, events, capacity),
-            "candidates_tried": r.candidates_tried,
-            "candidates_replayed": r.candidates_replayed,
-            "candidates_fitting": r.candidates_fitting,
-            "tradeoffs": r.tradeoffs.iter().map(|t| replay_json(t, events, capacity)).collect::<Vec<_>>(),
-        })
+        with_capacity(
+            capacity,
+            json!({
+                "default": replay_json(&r.default, events, capacity),
+                "best": replay_json(&r.best, events, capacity),
+                "candidates_tried": r.candidates_tried,
+                "candidates_replayed": r.candidates_replayed,
+                "candidates_fitting": r.candidates_fitting,
+                "tradeoffs": r.tradeoffs.iter().map(|t| replay_json(t, events, capacity)).collect::<Vec<_>>(),
+            }),
+        )
     }
 }
 
 /// Runs the sweep `recommend` asks for.
 pub fn recommend_outcome(a: &RecommendArgs) -> Result<RecommendOutcome, Failure> {
-    let (src, d, capacity) = load_with_capacity(&a.source, a.capacity, a.trace_device)?;
-    let mut bar = Progress::new("recommend");
-    let r = whatif::recommend_with(
-        &src.trace,
-        d,
-        capacity.bytes,
-        &Threads::all_cores(),
-        &mut |done, total| bar.update(done, total),
-    )
-    .map_err(|e| core_failure(&src.name, &e))?;
-    drop(bar);
+    let (src, d, capacity) = load_device(&a.source, a.capacity, a.trace_device)?;
+    let r = progress::search("recommend", &src.name, |threads, bar| {
+        whatif::recommend_with(&src.trace, d, capacity.bytes, threads, bar)
+    })?;
     Ok(RecommendOutcome {
         events: src.trace.devices[d].events,
         name: src.name,
@@ -376,10 +341,10 @@ pub fn recommend_outcome(a: &RecommendArgs) -> Result<RecommendOutcome, Failure>
 /// `allocsim recommend`.
 pub fn recommend(a: &RecommendArgs) -> Result<u8, Failure> {
     let o = recommend_outcome(a)?;
-    if a.json {
-        print_json(&o.json());
-        return Ok(0);
-    }
+    print_answer(a.json, || o.json(), || print_recommend(&o))
+}
+
+fn print_recommend(o: &RecommendOutcome) {
     let RecommendOutcome {
         name,
         device: d,
@@ -391,7 +356,7 @@ pub fn recommend(a: &RecommendArgs) -> Result<u8, Failure> {
         "{name} — device {d}, capacity {}",
         capacity_text(capacity.bytes)
     );
-    print_capacity_note(&capacity);
+    print_capacity_note(capacity);
     let status = |x: &ReplayResult| match &x.oom {
         Some(o) => format!("out of memory at event {}", o.event_index),
         None => format!(
@@ -400,20 +365,12 @@ pub fn recommend(a: &RecommendArgs) -> Result<u8, Failure> {
             x.segment_ops
         ),
     };
-    let default_conf = if r.default.config.is_empty() {
-        "PyTorch's defaults".to_string()
-    } else {
-        r.default.config.clone()
-    };
+    let default_conf = config_text(&r.default.config, "PyTorch's defaults");
     crate::say!(
         "  recorded settings   {default_conf}: {}",
         status(&r.default)
     );
-    let best_conf = if r.best.config.is_empty() {
-        "PyTorch's defaults".to_string()
-    } else {
-        r.best.config.clone()
-    };
+    let best_conf = config_text(&r.best.config, "PyTorch's defaults");
     crate::say!(
         "  best of {:<3}        {best_conf}: {}",
         r.candidates_tried,
@@ -433,23 +390,16 @@ pub fn recommend(a: &RecommendArgs) -> Result<u8, Failure> {
         }
     }
     crate::say!();
-    print_tradeoffs(&r, capacity.bytes);
+    print_tradeoffs(r, capacity.bytes);
     if let Some(o) = &r.default.oom {
         crate::say!();
         crate::say!("{}", o.explanation);
     }
-    Ok(0)
 }
 
 /// The trade-off table: the best candidates and the recorded settings, what each costs.
 fn print_tradeoffs(r: &whatif::Recommendation, capacity: Option<u64>) {
-    let name = |x: &ReplayResult| {
-        if x.config.is_empty() {
-            "defaults".to_string()
-        } else {
-            x.config.clone()
-        }
-    };
+    let name = |x: &ReplayResult| config_text(&x.config, "defaults").to_string();
     // The recorded settings' row is marked; added when not among the best.
     let mut rows: Vec<(String, &ReplayResult)> = r
         .tradeoffs

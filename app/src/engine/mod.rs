@@ -6,13 +6,15 @@
 
 pub mod bands;
 pub mod examples;
+pub mod live;
 pub mod multi;
 pub mod parallel;
+pub mod recorded;
 pub mod wire;
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use allocsim_core::capacity::CapacityArg;
 use allocsim_core::explain::{self, ExplainOptions, Explanation};
@@ -45,6 +47,9 @@ pub struct Engine {
     device: usize,
     /// Ops table of the device shown (kept for layouts: alloc ↔ end links).
     ops: OpsTable,
+    /// Which allocations of `ops` are held after an op: built from `ops` by the first
+    /// layout that needs it.
+    live: OnceLock<live::LiveIndex>,
     slots: Vec<Option<Slot>>,
     /// Answers kept for the trace and device shown (shared with detached work).
     cache: Arc<Mutex<Cache>>,
@@ -109,12 +114,7 @@ impl Engine {
                     });
                 }
                 self.device = device as usize;
-                self.forget();
-                let data = self.trace_data(emit, job);
-                emit(Response::Loaded {
-                    job,
-                    trace: Box::new(data),
-                });
+                self.show_device(job, emit);
             }
             Request::Replay {
                 job,
@@ -173,11 +173,7 @@ impl Engine {
                 match workloads::generate(&spec) {
                     Ok(trace) => {
                         self.adopt(trace, Vec::new(), spec, 0);
-                        let data = self.trace_data(emit, job);
-                        emit(Response::Loaded {
-                            job,
-                            trace: Box::new(data),
-                        });
+                        self.show_device(job, emit);
                     }
                     Err(e) => emit(Response::Failed {
                         job,
@@ -241,6 +237,17 @@ impl Engine {
         self.forget();
     }
 
+    /// Shows device `self.device` of the trace: what was computed for the one shown before
+    /// is dropped, the UI gets its copy ([`Response::Loaded`]).
+    fn show_device(&mut self, job: u64, emit: &mut dyn FnMut(Response)) {
+        self.forget();
+        let data = self.trace_data(emit, job);
+        emit(Response::Loaded {
+            job,
+            trace: Box::new(data),
+        });
+    }
+
     /// Drops the replays and what was computed for the trace or device shown before.
     fn forget(&mut self) {
         self.slots.clear();
@@ -255,7 +262,22 @@ impl Engine {
             stage: format!("decoding {name}"),
             fraction: 0.05,
         });
-        match session::load(bytes, None) {
+        // Decoded, the file's own timeline and end state go to the UI at once; the trace
+        // is built and validated after.
+        let loaded = allocsim_core::snapshot::decode_snapshot(bytes)
+            .map_err(allocsim_core::Error::from)
+            .and_then(|snap| {
+                let device = recorded::busiest_device(&snap);
+                // No progress message after it: in the browser each answer wakes the page
+                // for a frame, which a software rasterizer pays for with the CPU the
+                // validation needs; the recorded view says the trace is being built.
+                emit(Response::Recorded {
+                    job,
+                    recorded: Box::new(recorded::recorded(&snap, &name, device)),
+                });
+                allocsim_core::build::build(snap, None)
+            });
+        match loaded {
             Ok(v) => {
                 let device = v.trace.busiest_device();
                 self.adopt(v.trace, v.devices, name, device);
@@ -284,6 +306,7 @@ impl Engine {
         };
         let dt = &trace.devices[self.device];
         self.ops = ops_table(dt);
+        self.live = OnceLock::new();
         emit(Response::Progress {
             job,
             stage: "stacking allocations".into(),
@@ -410,14 +433,16 @@ impl Engine {
         let at = wanted.min(last);
         let layout =
             replay::layout_at(dt, r, at + 1).ok_or("no checkpoint to rebuild the layout from")?;
-        // Which allocation holds each address now.
-        let mut holder: std::collections::HashMap<u64, u32> = std::collections::HashMap::new();
-        for a in 0..=at {
-            if self.ops.kind[a] == op_kind::ALLOC
-                && (self.ops.end[a] == NO_OP || self.ops.end[a] as usize > at)
-                && let Some(Outcome::Served(addr)) = r.outcomes.get(a)
-            {
-                holder.insert(*addr, a as u32);
+        // Which allocation holds each address now (the latest one, were two held there).
+        let held = self
+            .live
+            .get_or_init(|| live::LiveIndex::build(&self.ops))
+            .held_after(at);
+        let mut holder: std::collections::HashMap<u64, u32> =
+            std::collections::HashMap::with_capacity(held.len());
+        for a in held {
+            if let Some(Outcome::Served(addr)) = r.outcomes.get(a as usize) {
+                holder.insert(*addr, a);
             }
         }
         let mut out = LayoutData {

@@ -7,13 +7,35 @@
 use allocsim_core::capacity::CapacityArg;
 use allocsim_core::diff::{self, Align, DiffRun};
 use allocsim_core::models::ModelSpec;
-use allocsim_core::ranks::{self, RankFailure, RankOptions, RankRow};
+use allocsim_core::ranks::{self, RankFailure, RankOptions, RankRow, RanksReport};
 use allocsim_core::session;
+use allocsim_core::units::format_size;
 
 use super::wire::{
     CURVE_POINTS, CurveData, DiffData, NamedBytes, RankOutcome, RanksData, Request, Response,
 };
 use crate::engine::parallel;
+
+/// A rank's what-if cell, as the CLI and the Ranks view show it: `fits, 1.50 GiB` or
+/// `OOM, …` (the peak reserved under the setting tried).
+#[must_use]
+pub fn what_if_cell(row: &RankRow) -> String {
+    let fits = if row.what_if.served_all {
+        "fits"
+    } else {
+        "OOM"
+    };
+    format!("{fits}, {}", format_size(row.what_if.peak_reserved_bytes))
+}
+
+/// Whether `row` is `report`'s outlier.
+#[must_use]
+pub fn is_outlier(report: &RanksReport, row: &RankRow) -> bool {
+    report
+        .outlier
+        .as_ref()
+        .is_some_and(|o| o.rank == row.rank && o.file == row.file)
+}
 
 /// Runs a [`Request::Diff`], [`Request::Ranks`] or [`Request::Rank`]; any other request is
 /// ignored.

@@ -33,32 +33,8 @@ impl whatif::Runner for Threads {
         job: &(dyn Fn(usize) -> Result<ReplayResult, Error> + Sync),
         done: &mut dyn FnMut(),
     ) -> Vec<Result<ReplayResult, Error>> {
-        if self.threads <= 1 || n <= 1 {
-            return whatif::InOrder.run(n, job, done);
-        }
-        let next = AtomicUsize::new(0);
-        let mut out: Vec<Option<Result<ReplayResult, Error>>> = (0..n).map(|_| None).collect();
-        std::thread::scope(|s| {
-            let (tx, rx) = mpsc::channel();
-            for _ in 0..self.threads.min(n) {
-                let tx = tx.clone();
-                let next = &next;
-                s.spawn(move || {
-                    loop {
-                        let i = next.fetch_add(1, Ordering::Relaxed);
-                        if i >= n || tx.send((i, job(i))).is_err() {
-                            break;
-                        }
-                    }
-                });
-            }
-            drop(tx);
-            for (i, r) in rx {
-                out[i] = Some(r);
-                done();
-            }
-        });
-        out.into_iter()
+        self.spread(n, job, done)
+            .into_iter()
             .map(|r| r.unwrap_or_else(|| Err(Error::Query(QueryError::ThreadStopped))))
             .collect()
     }
@@ -69,8 +45,31 @@ impl Threads {
     /// index as it finishes one), the results in index order: for work other than one
     /// replay, e.g. a whole rank (decode, replays) of `allocsim ranks`.
     pub fn map<T: Send>(&self, n: usize, job: &(dyn Fn(usize) -> T + Sync)) -> Vec<T> {
+        // Every index was sent once: the scope joined every thread, and a thread that
+        // panicked re-raises its panic there.
+        self.spread(n, job, &mut || {})
+            .into_iter()
+            .flatten()
+            .collect()
+    }
+
+    /// `job(i)` for every `i` in `0..n` on up to `threads` threads, each taking the next
+    /// index as it finishes one (in order on this thread for one thread or one job); each
+    /// result at its index, `done()` called on this thread after each job finishes.
+    fn spread<T: Send>(
+        self,
+        n: usize,
+        job: &(dyn Fn(usize) -> T + Sync),
+        done: &mut dyn FnMut(),
+    ) -> Vec<Option<T>> {
         if self.threads <= 1 || n <= 1 {
-            return (0..n).map(job).collect();
+            return (0..n)
+                .map(|i| {
+                    let r = job(i);
+                    done();
+                    Some(r)
+                })
+                .collect();
         }
         let next = AtomicUsize::new(0);
         let mut out: Vec<Option<T>> = (0..n).map(|_| None).collect();
@@ -91,11 +90,10 @@ impl Threads {
             drop(tx);
             for (i, r) in rx {
                 out[i] = Some(r);
+                done();
             }
         });
-        // Every index was sent once: the scope joined every thread, and a thread that
-        // panicked re-raises its panic there.
-        out.into_iter().flatten().collect()
+        out
     }
 }
 
@@ -181,6 +179,40 @@ mod tests {
                     _ => self.ran.set(self.ran.get() + 1),
                 })
                 .collect()
+        }
+    }
+
+    #[test]
+    fn threads_answer_in_index_order_and_count_each_job_done() {
+        let trace = workloads::generate("oom-story").expect("workload");
+        let spec = allocsim_core::models::ModelSpec::parse("pytorch").expect("spec");
+        let caps = [
+            None,
+            Some(1u64 << 30),
+            Some(2u64 << 30),
+            Some(3u64 << 30),
+            Some(4u64 << 30),
+        ];
+        for threads in [1, 3] {
+            let t = Threads { threads };
+            let squares = t.map(50, &|i| i * i);
+            assert_eq!(squares, (0..50).map(|i| i * i).collect::<Vec<_>>());
+            let mut done = 0;
+            let runs = whatif::Runner::run(
+                &t,
+                caps.len(),
+                &|i| {
+                    let opts = allocsim_core::replay::ReplayOptions::default();
+                    allocsim_core::session::replay_device(&trace, 0, &spec, caps[i], opts)
+                },
+                &mut || done += 1,
+            );
+            assert_eq!(done, caps.len());
+            let got: Vec<_> = runs
+                .into_iter()
+                .map(|r| r.expect("replay").capacity_bytes)
+                .collect();
+            assert_eq!(got, caps);
         }
     }
 

@@ -76,6 +76,61 @@ fn oom_story_fails_by_default_and_fits_with_expandable_segments() {
     );
 }
 
+/// Each block of a layout names the allocation the walk over every op before it finds:
+/// the latest alloc served at the block's address that the program still holds (the
+/// engine finds them through its `LiveIndex`, without that walk), at 200 ops spread over
+/// every built-in example and its last op, under two configurations.
+#[test]
+fn layout_blocks_name_the_allocation_the_walk_over_every_op_finds() {
+    let mut linked = 0;
+    for ex in EXAMPLES {
+        let mut engine = Engine::new();
+        let trace = loaded(&mut engine, ex);
+        for (slot, spec) in ["pytorch", "pytorch@expandable_segments:True"]
+            .into_iter()
+            .enumerate()
+        {
+            let replay = replayed(&mut engine, slot as u32, spec, ex.cap_bytes());
+            let outcomes = engine.slots[slot]
+                .as_ref()
+                .expect("replayed")
+                .result
+                .outcomes
+                .clone();
+            let ops = replay.summary.ops_done as usize;
+            let step = (ops / 200).max(1);
+            for at in (0..ops).filter(|&at| at % step == 0 || at + 1 == ops) {
+                // The walk: every alloc up to `at` still held, the latest one per address.
+                let mut walk: std::collections::HashMap<u64, u32> =
+                    std::collections::HashMap::new();
+                for a in 0..=at {
+                    if let Some(Outcome::Served(addr)) = outcomes.get(a)
+                        && trace.ops.live_after(a, at)
+                    {
+                        walk.insert(*addr, a as u32);
+                    }
+                }
+                let l = layout(&mut engine, slot as u32, at as u32);
+                for b in &l.blocks {
+                    let want =
+                        if matches!(b.state, block_state::ALLOCATED | block_state::PENDING_FREE) {
+                            walk.get(&b.addr).copied().unwrap_or(wire::NO_OP)
+                        } else {
+                            wire::NO_OP
+                        };
+                    assert_eq!(
+                        b.alloc, want,
+                        "{} {spec}: block at {:#x} after op {at}",
+                        ex.file, b.addr
+                    );
+                    linked += usize::from(want != wire::NO_OP);
+                }
+            }
+        }
+    }
+    assert!(linked > 1000, "{linked} blocks linked");
+}
+
 #[test]
 #[allow(clippy::many_single_char_names)]
 fn the_layout_at_the_oom_shows_the_holes_and_links_blocks_to_their_allocations() {
@@ -486,5 +541,124 @@ fn host_memory_of_a_newer_snapshot_is_listed_apart_from_device_memory() {
         r.summary.peak_reserved_bytes,
         2 << 20,
         "host memory is not device memory"
+    );
+}
+
+/// What the file records reaches the UI before its trace, and it is what the trace and the
+/// PyTorch model's replay say: at every alloc op the live requested bytes of the ops (for
+/// a trace that starts empty) and the replay's reserved bytes (for an exact recording),
+/// and the end state is the replay's layout after the last op.
+#[test]
+fn the_recorded_timeline_comes_first_and_agrees_with_the_trace_and_the_replay() {
+    let mut checked_end_states = 0;
+    for ex in EXAMPLES {
+        let mut e = Engine::new();
+        let out = run(
+            &mut e,
+            Request::Load {
+                job: 1,
+                name: ex.file.into(),
+                bytes: ex.bytes.to_vec(),
+            },
+        );
+        let rec_at = out
+            .iter()
+            .position(|r| matches!(r, Response::Recorded { .. }))
+            .unwrap_or_else(|| panic!("{}: no recorded timeline", ex.file));
+        let loaded_at = out
+            .iter()
+            .position(|r| matches!(r, Response::Loaded { .. }))
+            .unwrap_or_else(|| panic!("{}: not loaded", ex.file));
+        assert!(
+            rec_at < loaded_at,
+            "{}: the recorded timeline comes first",
+            ex.file
+        );
+        let (Response::Recorded { recorded, .. }, Response::Loaded { trace, .. }) =
+            (&out[rec_at], &out[loaded_at])
+        else {
+            unreachable!()
+        };
+        assert_eq!(recorded.name, ex.file);
+        assert_eq!(
+            recorded.device, trace.device,
+            "{}: the device shown",
+            ex.file
+        );
+        let events = trace.devices[trace.device as usize].0 as usize;
+        assert_eq!(recorded.reserved_bytes.len(), events, "{}", ex.file);
+        assert_eq!(recorded.requested_bytes.len(), events, "{}", ex.file);
+        let ops = &trace.ops;
+        let live = bands::live_bytes_per_op(ops);
+        let replay = replayed(&mut e, 0, "pytorch", ex.cap_bytes());
+        let mut compared = 0;
+        for (k, &live_bytes) in live.iter().enumerate() {
+            if ops.kind[k] != wire::op_kind::ALLOC {
+                continue;
+            }
+            let ev = ops.event_index[k] as usize;
+            if ev >= events {
+                continue;
+            }
+            if !trace.starts_mid_program {
+                assert_eq!(
+                    recorded.requested_bytes[ev], live_bytes,
+                    "{}: live requested bytes at op {k} (event {ev})",
+                    ex.file
+                );
+            }
+            if trace.exact && k < replay.reserved_bytes.len() {
+                assert_eq!(
+                    recorded.reserved_bytes[ev], replay.reserved_bytes[k],
+                    "{}: reserved bytes at op {k} (event {ev})",
+                    ex.file
+                );
+                compared += 1;
+            }
+        }
+        assert!(
+            compared > 0 || !trace.exact,
+            "{}: nothing compared",
+            ex.file
+        );
+        if trace.exact && replay.summary.ops_done as usize == ops.len() && !ops.is_empty() {
+            let l = layout(&mut e, 0, ops.len() as u32 - 1);
+            let segs = |l: &LayoutData| {
+                let mut v: Vec<_> = l.segments.iter().map(|s| (s.addr, s.size_bytes)).collect();
+                v.sort_unstable();
+                v
+            };
+            let blocks = |l: &LayoutData| {
+                let mut v: Vec<_> = l
+                    .blocks
+                    .iter()
+                    .filter(|b| b.state != block_state::UNMAPPED)
+                    .map(|b| (b.addr, b.size_bytes, b.requested_bytes, b.state))
+                    .collect();
+                v.sort_unstable();
+                v
+            };
+            // An expandable segment is one range of address space in the model, and its
+            // mapped pieces in the file: the blocks agree, the segments only without it.
+            if !l.segments.iter().any(|s| s.expandable) {
+                assert_eq!(
+                    segs(&recorded.end_state),
+                    segs(&l),
+                    "{}: end-state segments",
+                    ex.file
+                );
+            }
+            assert_eq!(
+                blocks(&recorded.end_state),
+                blocks(&l),
+                "{}: end-state blocks",
+                ex.file
+            );
+            checked_end_states += 1;
+        }
+    }
+    assert!(
+        checked_end_states >= 3,
+        "{checked_end_states} end states checked"
     );
 }

@@ -140,6 +140,12 @@ pub enum Response {
         stage: String,
         fraction: f32,
     },
+    /// What the file records, sent as soon as it is decoded, before [`Response::Loaded`]:
+    /// the app draws it while the trace is built and replayed.
+    Recorded {
+        job: u64,
+        recorded: Box<RecordedData>,
+    },
     Loaded {
         job: u64,
         trace: Box<TraceData>,
@@ -211,6 +217,7 @@ impl Response {
     pub fn job(&self) -> u64 {
         match self {
             Response::Progress { job, .. }
+            | Response::Recorded { job, .. }
             | Response::Loaded { job, .. }
             | Response::Replayed { job, .. }
             | Response::Layout { job, .. }
@@ -493,6 +500,22 @@ pub struct BlockView {
     /// The alloc op of the allocation in it ([`NO_OP`] for free space or a block that
     /// was already alive when the trace starts and has no alloc op).
     pub alloc: u32,
+}
+
+/// What a snapshot records for one device, read from the decoded file alone
+/// (`engine::recorded`): one value per trace entry of `device_traces[device]`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RecordedData {
+    pub name: String,
+    pub device: u32,
+    /// Bytes reserved from the device after each entry (`segment_*` entries).
+    pub reserved_bytes: Vec<u64>,
+    /// Requested bytes of the live allocations after each entry (`alloc` up to
+    /// `free_completed`).
+    pub requested_bytes: Vec<u64>,
+    /// The file's `segments` of the device: the layout after its last entry (`op` is that
+    /// entry's index; no block is linked to an alloc op).
+    pub end_state: LayoutData,
 }
 
 /// The memory layout after ops `0..=op` (segments sorted by pool, stream, address).

@@ -363,12 +363,52 @@ pub(crate) fn side_panel_ui(ui: &mut Ui, app: &mut AllocsimApp) {
     app.side_panel_width = shown.response.rect.width();
 }
 
+/// A file whose trace is being built: what it records (timeline and end state), drawn as
+/// soon as it is decoded.
+fn recorded_preview_ui(ui: &mut Ui, app: &mut AllocsimApp) {
+    let Some(r) = &app.recorded else { return };
+    ui.horizontal_wrapped(|ui| {
+        ui.label(RichText::new(&r.name).strong());
+        ui.weak("as recorded; building the trace and replaying");
+        ui.spinner();
+    });
+    let h = (ui.available_height() * 0.42).max(140.0);
+    ui.allocate_ui(egui::vec2(ui.available_width(), h), |ui| {
+        crate::gui::views::timeline::recorded::recorded_timeline_ui(
+            ui,
+            &mut app.timeline,
+            r,
+            app.wgpu,
+        );
+    });
+    ui.horizontal_wrapped(|ui| {
+        crate::gui::views::map::tab::recorded_summary_ui(ui, r);
+    });
+    crate::gui::views::map::memory_map_ui(
+        ui,
+        &mut app.map,
+        &r.no_ops,
+        &r.layout,
+        app.wgpu,
+        0,
+        None,
+    );
+}
+
 pub(crate) fn central_ui(ui: &mut Ui, app: &mut AllocsimApp) {
     egui::CentralPanel::default()
         .frame(unfilled(ui, true))
         .show(ui, |ui| {
             if app.multi.view.is_some() {
                 crate::gui::views::multi::central_ui(ui, app);
+                return;
+            }
+            if app
+                .recorded
+                .as_ref()
+                .is_some_and(|r| app.load_job == Some(r.job))
+            {
+                recorded_preview_ui(ui, app);
                 return;
             }
             if app.doc.is_none() {

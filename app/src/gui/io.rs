@@ -74,6 +74,10 @@ enum Inner {
     Inline {
         engine: Box<crate::engine::Engine>,
         queue: Vec<Request>,
+        /// Answers not handed out yet ([`EngineHandle::inline_paced`]).
+        held: std::collections::VecDeque<Response>,
+        /// One answer per poll.
+        paced: bool,
     },
     #[cfg(not(target_arch = "wasm32"))]
     Thread {
@@ -96,8 +100,22 @@ impl EngineHandle {
             inner: Inner::Inline {
                 engine: Box::new(crate::engine::Engine::new()),
                 queue: Vec::new(),
+                held: std::collections::VecDeque::new(),
+                paced: false,
             },
         }
+    }
+
+    /// An inline engine that hands out one answer per [`EngineHandle::poll`], so that a
+    /// frame is drawn between any two answers, as with a thread or a worker engine that
+    /// answers slower than frames (tests of what is drawn before the replays answer).
+    #[must_use]
+    pub fn inline_paced() -> EngineHandle {
+        let mut e = EngineHandle::inline();
+        if let Inner::Inline { paced, .. } = &mut e.inner {
+            *paced = true;
+        }
+        e
     }
 
     /// An engine off the UI thread: a thread natively, a Web Worker in the browser (or
@@ -201,12 +219,20 @@ impl EngineHandle {
     /// The answers that arrived since the last call (inline: runs the queued requests).
     pub fn poll(&mut self) -> Vec<Response> {
         match &mut self.inner {
-            Inner::Inline { engine, queue } => {
-                let mut out = Vec::new();
+            Inner::Inline {
+                engine,
+                queue,
+                held,
+                paced,
+            } => {
                 for req in coalesce(std::mem::take(queue)) {
-                    engine.handle(req, &mut |r| out.push(r));
+                    engine.handle(req, &mut |r| held.push_back(r));
                 }
-                out
+                if *paced {
+                    held.pop_front().into_iter().collect()
+                } else {
+                    held.drain(..).collect()
+                }
             }
             #[cfg(not(target_arch = "wasm32"))]
             Inner::Thread { rx, .. } => rx.try_iter().collect(),
@@ -230,7 +256,7 @@ impl EngineHandle {
     /// Whether requests wait in an inline queue (tests poll until this is false).
     #[must_use]
     pub fn has_queued(&self) -> bool {
-        matches!(&self.inner, Inner::Inline { queue, .. } if !queue.is_empty())
+        matches!(&self.inner, Inner::Inline { queue, held, .. } if !queue.is_empty() || !held.is_empty())
     }
 }
 

@@ -200,6 +200,11 @@ impl AllocsimApp {
                 }
                 self.progress = Some((job, stage, fraction));
             }
+            Response::Recorded { job, recorded } => {
+                if self.load_job == Some(job) {
+                    self.recorded = Some(state::RecordedView::new(job, *recorded));
+                }
+            }
             Response::Loaded { job, trace } => {
                 if self.load_job != Some(job) {
                     return;
@@ -227,8 +232,18 @@ impl AllocsimApp {
                 self.explained = None;
                 // The band quads are built once the stacked view is shown, a slice per
                 // frame (`build_bands`).
+                let recorded = self
+                    .recorded
+                    .take()
+                    .filter(|r| r.job == job)
+                    .and_then(|r| r.per_op(&trace));
+                // Until the main replay puts it on its OOM or peak, the cursor shows the
+                // recorded end state (after the last op).
+                self.cursor = recorded.as_ref().map_or(0, |r| r.layout.data.op);
                 self.doc = Some(Document::new(Arc::new(*trace)));
-                self.cursor = 0;
+                if let Some(doc) = &mut self.doc {
+                    doc.recorded = recorded;
+                }
                 self.cursor_pending = true;
                 // The new document's first layout is marked even at the op marked last.
                 self.marked_layout = None;
@@ -294,6 +309,10 @@ impl AllocsimApp {
                     view.set_blockers(&blocker_picker(self.explained.as_ref()));
                 }
                 s.layout = Some(view);
+                if slot == 0 {
+                    // The main configuration's own layout replaces the recorded end state.
+                    doc.recorded = None;
+                }
             }
             Response::AddressHits { job, hits, .. } => {
                 if self.search.job == Some(job) {
@@ -363,6 +382,7 @@ impl AllocsimApp {
                 if self.load_job == Some(job) {
                     self.load_job = None;
                     self.opening = None;
+                    self.recorded = None;
                     self.errors.push(message);
                     return;
                 }

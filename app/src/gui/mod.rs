@@ -57,6 +57,8 @@ pub(crate) struct LoadTiming {
     started_ms: f64,
     name: String,
     done: bool,
+    /// The first frame with the file's recorded timeline and end state was marked.
+    recorded_done: bool,
 }
 
 /// The call sites at a replay's peak (keyed by the replay's address): (stack, bytes, count).
@@ -111,6 +113,9 @@ pub struct AllocsimApp {
     /// What the engine is doing: (job, stage, fraction).
     progress: Option<(u64, String, f32)>,
     doc: Option<Document>,
+    /// What the file in flight records, shown until its trace arrives (then kept, per op,
+    /// in the document until the replays arrive).
+    recorded: Option<crate::gui::state::RecordedView>,
     pub config: ConfigState,
     /// The op after which the layout is shown.
     pub cursor: u32,
@@ -154,6 +159,8 @@ pub struct AllocsimApp {
     timing: LoadTiming,
     /// Last first-frame time, in milliseconds.
     pub last_load_ms: Option<f64>,
+    /// Last time to the first frame with the recorded timeline, in milliseconds.
+    pub last_recorded_ms: Option<f64>,
     marked_layout: Option<u32>,
     /// The live CUDA replay panel (desktop builds with CUDA support only).
     #[cfg(feature = "cuda")]
@@ -191,6 +198,7 @@ impl AllocsimApp {
                 started_ms: crate::gui::io::now_ms(),
                 name: url.clone(),
                 done: false,
+                recorded_done: false,
             };
             crate::gui::io::fetch(&cc.egui_ctx, &app.inbox, &url);
         } else {
@@ -210,6 +218,7 @@ impl AllocsimApp {
             opening: None,
             progress: None,
             doc: None,
+            recorded: None,
             config: ConfigState::default(),
             cursor: 0,
             cursor_pending: false,
@@ -239,6 +248,7 @@ impl AllocsimApp {
             open_capacity: None,
             timing: LoadTiming::default(),
             last_load_ms: None,
+            last_recorded_ms: None,
             marked_layout: None,
             multi: crate::gui::views::multi::MultiState::default(),
             #[cfg(feature = "cuda")]
@@ -319,6 +329,7 @@ impl AllocsimApp {
                 started_ms: crate::gui::io::now_ms(),
                 name: name.clone(),
                 done: false,
+                recorded_done: false,
             };
         }
         #[cfg(feature = "cuda")]
@@ -410,6 +421,7 @@ impl AllocsimApp {
             started_ms: crate::gui::io::now_ms(),
             name: spec.to_string(),
             done: false,
+            recorded_done: false,
         };
         #[cfg(feature = "cuda")]
         self.live
@@ -466,6 +478,21 @@ impl AllocsimApp {
 
     /// Emits the first-full-frame and layout markers the browser test waits for.
     pub(crate) fn mark_frames(&mut self) {
+        let shown = self
+            .recorded_shown()
+            .filter(|r| self.timing.name.ends_with(r.name.as_str()))
+            .map(|r| format!("recorded:{}:{}", r.name, r.len()));
+        if let Some(marker) = shown
+            && !self.timing.recorded_done
+        {
+            self.timing.recorded_done = true;
+            let ms = crate::gui::io::now_ms() - self.timing.started_ms;
+            self.last_recorded_ms = Some(ms);
+            log::info!(
+                "allocsim: first frame with the recorded timeline ({marker}) after {ms:.0} ms"
+            );
+            crate::gui::io::mark_frame(&marker);
+        }
         let Some(doc) = &self.doc else { return };
         // Settled: no load in flight, and every configuration's layout at the cursor (or
         // its error) is on screen.
@@ -512,6 +539,28 @@ impl AllocsimApp {
     #[must_use]
     pub fn marked_layout(&self) -> Option<u32> {
         self.marked_layout
+    }
+
+    /// What the file in flight records, while it is shown in place of a document (its
+    /// trace is being built).
+    #[must_use]
+    pub fn recorded_shown(&self) -> Option<&crate::gui::state::RecordedView> {
+        self.recorded
+            .as_ref()
+            .filter(|r| self.load_job == Some(r.job))
+    }
+
+    /// The document's recorded timeline and end state, while its replays are on the way.
+    #[must_use]
+    pub fn recorded_in_document(&self) -> Option<&crate::gui::state::RecordedView> {
+        self.doc.as_ref().and_then(|d| d.recorded.as_ref())
+    }
+
+    /// Whether the first frame with the recorded timeline of the file opened last was
+    /// marked.
+    #[must_use]
+    pub fn recorded_frame_marked(&self) -> bool {
+        self.timing.recorded_done
     }
 
     /// Whether the first full frame of the file opened last was marked.
@@ -584,6 +633,8 @@ pub fn run_native(paths: Vec<std::path::PathBuf>) -> Result<(), String> {
     }
 }
 
+#[cfg(test)]
+mod recorded_tests;
 #[cfg(test)]
 mod tests;
 

@@ -63,6 +63,24 @@ pub struct Transform {
     pub pad: f32,
 }
 
+impl Transform {
+    /// `px = (data − origin) × scale` into a viewport of `viewport` pixels, no smallest
+    /// size, gap or alternative x.
+    #[must_use]
+    pub fn new(origin: [f32; 2], scale: [f32; 2], viewport: [f32; 2]) -> Transform {
+        Transform {
+            origin,
+            scale,
+            viewport,
+            min_px: [0.0, 0.0],
+            gap_px: 0.0,
+            use_alt_x: 0.0,
+            linear_target: 0.0,
+            pad: 0.0,
+        }
+    }
+}
+
 /// The instances of one view, shared with the callback without copying.
 #[derive(Debug, Clone, Default)]
 pub struct QuadSet {
@@ -156,25 +174,18 @@ pub struct MeshCallback {
 }
 
 impl LayerDraw for MeshCallback {
-    fn layer(&self) -> u64 {
-        self.layer
-    }
-    fn generation(&self) -> u64 {
-        self.mesh.generation
-    }
-    fn transform(&self) -> Transform {
-        self.transform
-    }
-    fn cached(&self) -> Option<[u32; 2]> {
-        self.cached
+    fn head(&self) -> Head {
+        Head {
+            layer: self.layer,
+            generation: self.mesh.generation,
+            transform: self.transform,
+            cached: self.cached,
+        }
     }
     fn upload(&self, device: &wgpu::Device, queue: &wgpu::Queue, layer: &mut Layer) {
-        upload(
+        layer.upload_vertices(
             device,
             queue,
-            &mut layer.buffer,
-            &mut layer.capacity,
-            wgpu::BufferUsages::VERTEX,
             bytemuck::cast_slice(self.mesh.vertices.as_slice()),
         );
         upload(
@@ -193,9 +204,7 @@ impl LayerDraw for MeshCallback {
         if self.mesh.is_empty() {
             return;
         }
-        pass.set_pipeline(&res.mesh_pipeline);
-        pass.set_bind_group(0, &layer.bind_group, &[]);
-        pass.set_vertex_buffer(0, vb.slice(..));
+        layer.bind(pass, &res.mesh_pipeline, vb);
         pass.set_index_buffer(ib.slice(..), wgpu::IndexFormat::Uint32);
         pass.draw_indexed(0..self.mesh.indices.len() as u32, 0, 0..1);
     }
@@ -227,14 +236,20 @@ impl<T: LayerDraw + Send + Sync + 'static> egui_wgpu::CallbackTrait for Drawn<T>
     }
 }
 
+/// Where a [`LayerDraw`] draws and what it shows.
+#[derive(Debug, Clone, Copy)]
+struct Head {
+    layer: u64,
+    /// Changes whenever the data to upload changes.
+    generation: u64,
+    transform: Transform,
+    /// Drawn once into a texture of this size and copied from it after (see the callbacks).
+    cached: Option<[u32; 2]>,
+}
+
 /// A drawing into a layer of [`Resources`] (see [`Drawn`]).
 trait LayerDraw {
-    fn layer(&self) -> u64;
-    /// Changes whenever the data to upload changes.
-    fn generation(&self) -> u64;
-    fn transform(&self) -> Transform;
-    /// Drawn once into a texture of this size and copied from it after (see the callbacks).
-    fn cached(&self) -> Option<[u32; 2]>;
+    fn head(&self) -> Head;
     /// What else, beside the generation and the transform, makes a cached picture stale.
     fn cache_key(&self, key: &mut Vec<u8>) {
         let _ = key;
@@ -257,25 +272,26 @@ fn prepare_layer(
     let Some(res) = resources.get_mut::<Resources>() else {
         return Vec::new();
     };
+    let head = d.head();
     let linear = res.linear_target;
     let layout = &res.bind_group_layout;
     let layer = res
         .layers
-        .entry(d.layer())
+        .entry(head.layer)
         .or_insert_with(|| Layer::new(device, layout));
-    if layer.generation != d.generation() {
+    if layer.generation != head.generation {
         d.upload(device, queue, layer);
-        layer.generation = d.generation();
+        layer.generation = head.generation;
     }
-    let mut t = d.transform();
+    let mut t = head.transform;
     t.linear_target = if linear { 1.0 } else { 0.0 };
     queue.write_buffer(&layer.uniforms, 0, bytemuck::bytes_of(&t));
-    if let Some(size) = d.cached() {
-        let mut key = d.generation().to_le_bytes().to_vec();
+    if let Some(size) = head.cached {
+        let mut key = head.generation.to_le_bytes().to_vec();
         d.cache_key(&mut key);
         key.extend_from_slice(bytemuck::bytes_of(&t));
         if let Some(view) = layer.cache_target(device, &res.cache, size, key) {
-            let layer = &res.layers[&d.layer()];
+            let layer = &res.layers[&head.layer];
             d.draw(res, layer, &mut cache_pass(encoder, &view));
         }
     }
@@ -291,10 +307,11 @@ fn paint_layer(
     let Some(res) = resources.get::<Resources>() else {
         return;
     };
-    let Some(layer) = res.layers.get(&d.layer()) else {
+    let head = d.head();
+    let Some(layer) = res.layers.get(&head.layer) else {
         return;
     };
-    if d.cached().is_some() {
+    if head.cached.is_some() {
         layer.blit(res, pass);
     } else {
         d.draw(res, layer, pass);
@@ -320,16 +337,11 @@ pub fn paint_mesh(
         return;
     }
     let ppp = painter.ctx().pixels_per_point();
-    let transform = Transform {
-        origin: [rect.left(), rect.top()],
-        scale: [ppp, ppp],
-        viewport: [rect.width() * ppp, rect.height() * ppp],
-        min_px: [0.0, 0.0],
-        gap_px: 0.0,
-        use_alt_x: 0.0,
-        linear_target: 0.0,
-        pad: 0.0,
-    };
+    let transform = Transform::new(
+        [rect.left(), rect.top()],
+        [ppp, ppp],
+        [rect.width() * ppp, rect.height() * ppp],
+    );
     painter.add(egui::Shape::Callback(
         egui_wgpu::Callback::new_paint_callback(
             rect,
@@ -546,6 +558,30 @@ impl Layer {
         }
     }
 
+    /// Writes `bytes` into the layer's vertex (or instance) buffer, grown as needed.
+    fn upload_vertices(&mut self, device: &wgpu::Device, queue: &wgpu::Queue, bytes: &[u8]) {
+        upload(
+            device,
+            queue,
+            &mut self.buffer,
+            &mut self.capacity,
+            wgpu::BufferUsages::VERTEX,
+            bytes,
+        );
+    }
+
+    /// Sets `pipeline` with this layer's uniforms and `vertices` in `pass`.
+    fn bind(
+        &self,
+        pass: &mut wgpu::RenderPass<'_>,
+        pipeline: &wgpu::RenderPipeline,
+        vertices: &wgpu::Buffer,
+    ) {
+        pass.set_pipeline(pipeline);
+        pass.set_bind_group(0, &self.bind_group, &[]);
+        pass.set_vertex_buffer(0, vertices.slice(..));
+    }
+
     /// Makes sure the layer's texture is `size` pixels and shows `key`: when it does not,
     /// returns the texture to draw into (cleared to transparent by the caller's pass).
     fn cache_target(
@@ -699,29 +735,22 @@ impl QuadCallback {
 }
 
 impl LayerDraw for QuadCallback {
-    fn layer(&self) -> u64 {
-        self.layer
-    }
-    fn generation(&self) -> u64 {
-        self.set.generation
-    }
-    fn transform(&self) -> Transform {
-        self.transform
-    }
-    fn cached(&self) -> Option<[u32; 2]> {
-        self.cached
+    fn head(&self) -> Head {
+        Head {
+            layer: self.layer,
+            generation: self.set.generation,
+            transform: self.transform,
+            cached: self.cached,
+        }
     }
     fn cache_key(&self, key: &mut Vec<u8>) {
         key.extend_from_slice(&self.range.start.to_le_bytes());
         key.extend_from_slice(&self.range.end.to_le_bytes());
     }
     fn upload(&self, device: &wgpu::Device, queue: &wgpu::Queue, layer: &mut Layer) {
-        upload(
+        layer.upload_vertices(
             device,
             queue,
-            &mut layer.buffer,
-            &mut layer.capacity,
-            wgpu::BufferUsages::VERTEX,
             bytemuck::cast_slice(self.set.quads.as_slice()),
         );
     }
@@ -731,124 +760,15 @@ impl LayerDraw for QuadCallback {
         if self.range.start >= end {
             return;
         }
-        pass.set_pipeline(&res.pipeline);
-        pass.set_bind_group(0, &layer.bind_group, &[]);
-        pass.set_vertex_buffer(0, buffer.slice(..));
+        layer.bind(pass, &res.pipeline, buffer);
         pass.draw(0..4, self.range.start..end);
     }
 }
 
 /// Copies a cached view's texture to the callback's viewport, pixel for pixel.
-const BLIT_SHADER: &str = r"
-@group(0) @binding(0) var tex: texture_2d<f32>;
+const BLIT_SHADER: &str = include_str!("shaders/blit.wgsl");
 
-struct BlitOut {
-    @builtin(position) pos: vec4<f32>,
-    @location(0) uv: vec2<f32>,
-};
-
-@vertex
-fn vs_blit(@builtin(vertex_index) vi: u32) -> BlitOut {
-    let corner = vec2<f32>(f32(vi & 1u), f32((vi >> 1u) & 1u));
-    var out: BlitOut;
-    out.pos = vec4<f32>(corner.x * 2.0 - 1.0, 1.0 - corner.y * 2.0, 0.0, 1.0);
-    out.uv = corner;
-    return out;
-}
-
-@fragment
-fn fs_blit(in: BlitOut) -> @location(0) vec4<f32> {
-    let size = vec2<i32>(textureDimensions(tex));
-    let texel = min(vec2<i32>(in.uv * vec2<f32>(size)), size - vec2<i32>(1, 1));
-    return textureLoad(tex, texel, 0);
-}
-";
-
-const SHADER: &str = r"
-struct Transform {
-    origin: vec2<f32>,
-    scale: vec2<f32>,
-    viewport: vec2<f32>,
-    min_px: vec2<f32>,
-    gap_px: f32,
-    use_alt_x: f32,
-    linear_target: f32,
-    pad: f32,
-};
-
-@group(0) @binding(0) var<uniform> t: Transform;
-
-struct VsOut {
-    @builtin(position) pos: vec4<f32>,
-    @location(0) color: vec4<f32>,
-};
-
-fn widen(a: f32, b: f32, min_size: f32) -> vec2<f32> {
-    var lo = min(a, b);
-    var hi = max(a, b);
-    if (hi - lo < min_size) {
-        let c = 0.5 * (lo + hi);
-        lo = c - 0.5 * min_size;
-        hi = c + 0.5 * min_size;
-    }
-    return vec2<f32>(lo, hi);
-}
-
-@vertex
-fn vs_main(@builtin(vertex_index) vi: u32, @location(0) rect: vec4<f32>, @location(1) alt_x: vec2<f32>, @location(2) color: vec4<f32>) -> VsOut {
-    var x0 = rect.x;
-    var x1 = rect.z;
-    if (t.use_alt_x > 0.5) {
-        x0 = alt_x.x;
-        x1 = alt_x.y;
-    }
-    var xs = widen((x0 - t.origin.x) * t.scale.x, (x1 - t.origin.x) * t.scale.x, t.min_px.x);
-    let ys = widen((rect.y - t.origin.y) * t.scale.y, (rect.w - t.origin.y) * t.scale.y, t.min_px.y);
-    if (xs.y - xs.x > 3.0 * t.gap_px) {
-        xs.y = xs.y - t.gap_px;
-    }
-    // Keep far-away corners finite: clamp to a margin around the viewport.
-    let lo = vec2<f32>(-8.0, -8.0);
-    let hi = t.viewport + vec2<f32>(8.0, 8.0);
-    let corner = vec2<f32>(f32(vi & 1u), f32((vi >> 1u) & 1u));
-    let p = clamp(mix(vec2<f32>(xs.x, ys.x), vec2<f32>(xs.y, ys.y), corner), lo, hi);
-    var out: VsOut;
-    out.pos = vec4<f32>(p.x / t.viewport.x * 2.0 - 1.0, 1.0 - p.y / t.viewport.y * 2.0, 0.0, 1.0);
-    // A quad is one colour: convert it here, once per corner, not per pixel (a software
-    // rasterizer runs both sides of a per-pixel branch, and `pow` is dear there).
-    var c = color;
-    if (t.linear_target > 0.5) {
-        c = vec4<f32>(to_linear(color.rgb), color.a);
-    }
-    out.color = c;
-    return out;
-}
-
-@vertex
-fn vs_mesh(@location(0) pos: vec2<f32>, @location(1) color: vec4<f32>) -> VsOut {
-    let p = (pos - t.origin) * t.scale;
-    var out: VsOut;
-    out.pos = vec4<f32>(p.x / t.viewport.x * 2.0 - 1.0, 1.0 - p.y / t.viewport.y * 2.0, 0.0, 1.0);
-    var c = color;
-    if (t.linear_target > 0.5) {
-        c = vec4<f32>(to_linear(color.rgb), color.a);
-    }
-    out.color = c;
-    return out;
-}
-
-fn to_linear(c: vec3<f32>) -> vec3<f32> {
-    let cutoff = c < vec3<f32>(0.04045);
-    let lower = c / vec3<f32>(12.92);
-    let higher = pow((c + vec3<f32>(0.055)) / vec3<f32>(1.055), vec3<f32>(2.4));
-    return select(higher, lower, cutoff);
-}
-
-@fragment
-fn fs_main(in: VsOut) -> @location(0) vec4<f32> {
-    return in.color;
-}
-";
+const SHADER: &str = include_str!("shaders/quads.wgsl");
 
 /// Draws `range` of `set` into `rect`: through the wgpu pipeline when it is installed,
 /// else as an egui mesh of the quads that fall inside (at most `CPU_QUAD_LIMIT`), so the
@@ -961,16 +881,8 @@ pub fn fill_rect(painter: &egui::Painter, rect: Rect, color: Color32, wgpu: bool
         return;
     }
     let ppp = painter.ctx().pixels_per_point();
-    let t = Transform {
-        origin: [0.0, 0.0],
-        scale: [rect.width() * ppp, rect.height() * ppp],
-        viewport: [rect.width() * ppp, rect.height() * ppp],
-        min_px: [0.0, 0.0],
-        gap_px: 0.0,
-        use_alt_x: 0.0,
-        linear_target: 0.0,
-        pad: 0.0,
-    };
+    let size_px = [rect.width() * ppp, rect.height() * ppp];
+    let t = Transform::new([0.0, 0.0], size_px, size_px);
     FILLS.with(|f| {
         let mut f = f.borrow_mut();
         let set = f
@@ -987,3 +899,32 @@ thread_local! {
 
 /// Layer ids of the flat fills (plot backgrounds), apart from every view's quad layers.
 pub const LAYER_FILLS: u64 = 1 << 40;
+
+#[cfg(test)]
+mod tests {
+    use super::wgpu::naga;
+
+    /// Both shaders parse and validate as the GPU's WGSL front end does (a broken shader
+    /// would otherwise show only when a window or the browser creates the pipeline).
+    #[test]
+    fn the_shaders_are_valid_wgsl_with_their_entry_points() {
+        for (source, entries) in [
+            (super::SHADER, &["vs_main", "vs_mesh", "fs_main"][..]),
+            (super::BLIT_SHADER, &["vs_blit", "fs_blit"][..]),
+        ] {
+            let module = naga::front::wgsl::parse_str(source).expect("parses");
+            naga::valid::Validator::new(
+                naga::valid::ValidationFlags::all(),
+                naga::valid::Capabilities::empty(),
+            )
+            .validate(&module)
+            .expect("validates");
+            let names: Vec<&str> = module
+                .entry_points
+                .iter()
+                .map(|e| e.name.as_str())
+                .collect();
+            assert_eq!(names, entries);
+        }
+    }
+}

@@ -11,7 +11,7 @@ use super::envelope::Envelope;
 use super::render::{Quad, QuadSet};
 use super::theme;
 use crate::engine::wire::{
-    LayoutData, NO_OP, OpsTable, ReplayData, TraceData, block_state, format_frame,
+    LayoutData, NO_OP, OpsTable, RecordedData, ReplayData, TraceData, block_state, format_frame,
 };
 
 /// Bytes per data unit on the byte axes of the GPU views (f32 keeps 24 bits: MiB units
@@ -43,6 +43,8 @@ pub struct Document {
     pub bounds: Option<allocsim_core::offline::BestPossible>,
     /// The bounds job in flight.
     pub bounds_job: Option<u64>,
+    /// What the file records, per op, shown until the replays arrive.
+    pub recorded: Option<RecordedView>,
 }
 
 /// Pieces converted between two looks at the clock.
@@ -67,6 +69,7 @@ impl Document {
             slots: Vec::new(),
             bounds: None,
             bounds_job: None,
+            recorded: None,
         }
     }
 
@@ -108,6 +111,89 @@ impl Document {
             self.bands = QuadSet::new(self.bands_building.clone());
         }
         false
+    }
+}
+
+/// What a file records ([`RecordedData`]), drawn as soon as it is decoded: its reserved
+/// and live requested bytes (bytes as f32) and its end state as a memory map. Over the
+/// file's trace entries while the trace is built; over the ops once it is
+/// ([`RecordedView::per_op`]), until the replays arrive.
+#[derive(Debug)]
+pub struct RecordedView {
+    /// The load job it came with.
+    pub job: u64,
+    pub name: String,
+    pub device: u32,
+    pub reserved: Envelope,
+    pub requested: Envelope,
+    pub peak_reserved_bytes: u64,
+    /// The end state (`data.op`: the last entry, or the last op once per op).
+    pub layout: LayoutView,
+    /// A trace without ops for the map's hover (no block is linked to an op yet).
+    pub no_ops: Arc<TraceData>,
+}
+
+impl RecordedView {
+    #[must_use]
+    pub fn new(job: u64, data: RecordedData) -> RecordedView {
+        let env = |v: &[u64]| Envelope::new(v.iter().map(|&b| b as f32).collect());
+        RecordedView {
+            job,
+            reserved: env(&data.reserved_bytes),
+            requested: env(&data.requested_bytes),
+            peak_reserved_bytes: data.reserved_bytes.iter().copied().max().unwrap_or(0),
+            layout: LayoutView::new(data.end_state, &|_, _| false),
+            no_ops: Arc::new(TraceData {
+                name: data.name.clone(),
+                device: data.device,
+                ..TraceData::default()
+            }),
+            name: data.name,
+            device: data.device,
+        }
+    }
+
+    /// Entries shown.
+    #[must_use]
+    pub fn len(&self) -> usize {
+        self.reserved.len()
+    }
+
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The same over the ops of `ops` (each op at its trace entry; the end state at the
+    /// last op), or `None` when `ops` is of another file or device.
+    #[must_use]
+    pub fn per_op(self, trace: &TraceData) -> Option<RecordedView> {
+        if self.name != trace.name || self.device != trace.device {
+            return None;
+        }
+        // An op the recording has no entry of (one inferred) keeps the value before it.
+        let at = |env: &Envelope| {
+            let mut last = 0.0;
+            Envelope::new(
+                trace
+                    .ops
+                    .event_index
+                    .iter()
+                    .map(|&e| {
+                        last = env.get(e as usize).unwrap_or(last);
+                        last
+                    })
+                    .collect(),
+            )
+        };
+        let mut layout = self.layout;
+        layout.data.op = trace.ops.len().saturating_sub(1) as u32;
+        Some(RecordedView {
+            reserved: at(&self.reserved),
+            requested: at(&self.requested),
+            layout,
+            ..self
+        })
     }
 }
 

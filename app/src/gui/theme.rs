@@ -24,6 +24,8 @@ pub const OFFLINE_PEAK: Color32 = Color32::from_rgb(250, 200, 90);
 pub const FOLDED: Color32 = Color32::from_rgb(92, 98, 112);
 
 pub const HOVER_OUTLINE: Color32 = Color32::WHITE;
+/// What the file itself records (drawn until the replays arrive).
+pub const RECORDED: Color32 = Color32::from_rgb(190, 196, 210);
 /// The cursor line.
 pub const CURSOR: Color32 = Color32::from_rgb(255, 80, 80);
 /// OOM markers.

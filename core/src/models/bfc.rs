@@ -33,8 +33,8 @@
 //! `garbage_collection` (False), `fragmentation_fraction` (0: the 128 MiB default).
 
 use super::AllocatorKind;
-use super::common::{self, Arena, FreeKey, State, device_bytes, round_down, round_up};
-use super::common::{ArenaPolicy, Block, Refusal};
+use super::common::{self, Arena, FreeKey, State, round_down, round_up};
+use super::common::{ArenaPolicy, Refusal};
 use super::{AllocRequest, ModelEvent};
 use crate::device::Device;
 use crate::models::common::policy::arena_accessors;
@@ -109,23 +109,15 @@ impl BfcConfig {
     /// The options that differ from the defaults, as `key:value,…`.
     #[must_use]
     pub fn canonical(&self) -> String {
-        let mut parts = Vec::new();
-        if !self.allow_growth {
-            parts.push("allow_growth:False".to_string());
-        }
-        if (self.memory_fraction - self.default_fraction()).abs() > f64::EPSILON {
-            parts.push(format!("memory_fraction:{}", self.memory_fraction));
-        }
-        if self.garbage_collection {
-            parts.push("garbage_collection:True".to_string());
-        }
-        if self.fragmentation_fraction > 0.0 {
-            parts.push(format!(
-                "fragmentation_fraction:{}",
-                self.fragmentation_fraction
-            ));
-        }
-        parts.join(",")
+        common::join_options([
+            (!self.allow_growth).then(|| "allow_growth:False".to_string()),
+            ((self.memory_fraction - self.default_fraction()).abs() > f64::EPSILON)
+                .then(|| format!("memory_fraction:{}", self.memory_fraction)),
+            self.garbage_collection
+                .then(|| "garbage_collection:True".to_string()),
+            (self.fragmentation_fraction > 0.0)
+                .then(|| format!("fragmentation_fraction:{}", self.fragmentation_fraction)),
+        ])
     }
 }
 
@@ -258,16 +250,7 @@ impl BfcModel {
             self.curr_region_bytes *= 2;
         }
         self.pool_bytes += bytes;
-        let (_, b) = self.arena.add_segment(
-            addr,
-            bytes,
-            device_bytes(bytes),
-            stream,
-            false,
-            false,
-            0,
-            State::Free,
-        );
+        let b = self.arena.add_free_segment(addr, bytes, stream, 0);
         let k = self.key(b);
         self.arena.insert_free(b, k);
         true
@@ -369,10 +352,6 @@ impl ArenaPolicy for BfcModel {
         self.arena.insert_free(m, k);
     }
 
-    fn adjacent_free_ok(&self, _: &Block, _: &Block) -> bool {
-        false
-    }
-
     fn check_policy(&self) -> Result<(), String> {
         let mut regions = 0u64;
         for (s, seg) in self.arena.segments() {
@@ -416,50 +395,14 @@ impl ArenaPolicy for BfcModel {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::device::SimulatedDevice;
-    use crate::models::{Allocator, OomInfo};
-    use crate::models::{LayoutBlockState, PoolId};
+    use crate::models::common::testing::Run;
+    use crate::models::{Allocator, LayoutBlockState};
 
     const MIB: u64 = 1 << 20;
 
-    struct Run {
-        m: BfcModel,
-        dev: SimulatedDevice,
-        out: Vec<ModelEvent>,
-    }
-
-    impl Run {
-        fn new(conf: &str, cap: Option<u64>) -> Run {
-            Run {
-                m: BfcModel::new(BfcConfig::parse(conf).unwrap()),
-                dev: SimulatedDevice::new(1 << 40, cap),
-                out: Vec::new(),
-            }
-        }
-        fn alloc(&mut self, size: u64) -> Result<u64, OomInfo> {
-            let r = self.m.malloc(
-                &mut self.dev,
-                &AllocRequest {
-                    size_bytes: size,
-                    stream: 0,
-                    pool: PoolId::DEFAULT,
-                },
-                &mut self.out,
-            );
-            self.m.check_invariants().unwrap();
-            r
-        }
-        fn free(&mut self, a: u64) {
-            self.m.free(&mut self.dev, a, false, &mut self.out).unwrap();
-            self.m.check_invariants().unwrap();
-        }
-        fn blocks(&self) -> Vec<(u64, LayoutBlockState)> {
-            self.m
-                .layout()
-                .segments
-                .iter()
-                .flat_map(|s| s.blocks.iter().map(|b| (b.size_bytes, b.state)))
-                .collect()
+    impl Run<BfcModel> {
+        fn with(conf: &str, cap: Option<u64>) -> Self {
+            Run::new(BfcModel::new(BfcConfig::parse(conf).unwrap()), cap)
         }
     }
 
@@ -476,7 +419,7 @@ mod tests {
 
     #[test]
     fn split_rule_splits_at_twice_the_request_and_hands_out_the_whole_chunk_below() {
-        let mut r = Run::new("", None);
+        let mut r = Run::with("", None);
         let a = r.alloc(1000).unwrap();
         // The first region is 2 MiB; 2 MiB ≥ 2 × 1024: split, the allocation at the low end.
         assert_eq!(
@@ -503,7 +446,7 @@ mod tests {
 
     #[test]
     fn split_rule_splits_when_the_excess_reaches_128_mib() {
-        let mut r = Run::new("allow_growth:False,memory_fraction:1", Some(1024 * MIB));
+        let mut r = Run::with("allow_growth:False,memory_fraction:1", Some(1024 * MIB));
         r.alloc(600 * MIB).unwrap();
         // 1 GiB < 2 × 600 MiB but 424 MiB over it ≥ 128 MiB: split.
         assert_eq!(
@@ -513,7 +456,7 @@ mod tests {
                 (424 * MIB, LayoutBlockState::Free)
             ]
         );
-        let mut r = Run::new("allow_growth:False,memory_fraction:1", Some(1024 * MIB));
+        let mut r = Run::with("allow_growth:False,memory_fraction:1", Some(1024 * MIB));
         r.alloc(900 * MIB).unwrap();
         // 124 MiB over: not split, the whole region is allocated.
         assert_eq!(r.blocks(), vec![(1024 * MIB, LayoutBlockState::Allocated)]);
@@ -522,7 +465,7 @@ mod tests {
 
     #[test]
     fn preallocation_takes_the_fraction_at_the_first_request() {
-        let mut r = Run::new("allow_growth:False", Some(1024 * MIB));
+        let mut r = Run::with("allow_growth:False", Some(1024 * MIB));
         r.alloc(1).unwrap();
         assert_eq!(r.m.memory_limit(), Some(768 * MIB));
         assert_eq!(r.m.stats().reserved_bytes, 768 * MIB);
@@ -537,7 +480,7 @@ mod tests {
 
     #[test]
     fn regions_double_until_the_request_fits() {
-        let mut r = Run::new("", None);
+        let mut r = Run::with("", None);
         r.alloc(1).unwrap(); // region 2 MiB, next 4 MiB
         r.alloc(2 * MIB).unwrap(); // region 4 MiB, next 8 MiB
         r.alloc(20 * MIB).unwrap(); // doubled to 32 MiB first; 12 MiB over: handed out whole
@@ -553,7 +496,7 @@ mod tests {
     fn garbage_collection_returns_free_regions_so_a_bigger_one_fits() {
         for (gc, ok) in [(false, false), (true, true)] {
             let conf = if gc { "garbage_collection:True" } else { "" };
-            let mut r = Run::new(conf, Some(6 * MIB));
+            let mut r = Run::with(conf, Some(6 * MIB));
             let a = r.alloc(3 * MIB / 2).unwrap();
             r.free(a);
             let b = r.alloc(5 * MIB);

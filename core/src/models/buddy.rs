@@ -18,7 +18,7 @@
 //! `heap_size_mb` (a power of two ≥ 2; default 256).
 
 use super::AllocatorKind;
-use super::common::{self, Arena, FreeKey, State};
+use super::common::{self, Arena, FreeKey};
 use super::common::{ArenaPolicy, Block, Refusal};
 use super::{AllocRequest, ModelEvent};
 use crate::device::Device;
@@ -44,26 +44,9 @@ impl BuddyConfig {
         let mut c = BuddyConfig::DEFAULT;
         for (k, v) in kv {
             if k == "min_block" {
-                c.min_block_bytes = common::parse_u64(AllocatorKind::Buddy, k, v, 256, 1 << 30)?;
-                if !c.min_block_bytes.is_power_of_two() {
-                    return Err(common::out_of_range(
-                        AllocatorKind::Buddy,
-                        k,
-                        "a power of two",
-                        &v,
-                    ));
-                }
+                c.min_block_bytes = common::parse_pow2(AllocatorKind::Buddy, k, v, 256, 1 << 30)?;
             } else {
-                let mb = common::parse_u64(AllocatorKind::Buddy, k, v, 2, 1 << 20)?;
-                if !mb.is_power_of_two() {
-                    return Err(common::out_of_range(
-                        AllocatorKind::Buddy,
-                        k,
-                        "a power of two",
-                        &v,
-                    ));
-                }
-                c.heap_bytes = mb << 20;
+                c.heap_bytes = common::parse_pow2(AllocatorKind::Buddy, k, v, 2, 1 << 20)? << 20;
             }
         }
         if c.min_block_bytes > c.heap_bytes {
@@ -78,14 +61,11 @@ impl BuddyConfig {
     /// The options that differ from the defaults.
     #[must_use]
     pub fn canonical(&self) -> String {
-        let mut parts = Vec::new();
-        if self.min_block_bytes != BuddyConfig::DEFAULT.min_block_bytes {
-            parts.push(format!("min_block:{}", self.min_block_bytes));
-        }
-        if self.heap_bytes != BuddyConfig::DEFAULT.heap_bytes {
-            parts.push(format!("heap_size_mb:{}", self.heap_bytes >> 20));
-        }
-        parts.join(",")
+        let d = BuddyConfig::DEFAULT;
+        common::join_options([
+            common::changed("min_block", self.min_block_bytes, d.min_block_bytes),
+            common::changed("heap_size_mb", self.heap_bytes >> 20, d.heap_bytes >> 20),
+        ])
     }
 }
 
@@ -131,19 +111,7 @@ impl BuddyModel {
 
     /// Returns every entirely free heap to the device.
     fn release_free_heaps(&mut self, dev: &mut dyn Device, out: &mut Vec<ModelEvent>) -> bool {
-        let free: Vec<u32> = self
-            .arena
-            .segments()
-            .filter(|(_, s)| {
-                let h = self.arena.b(s.head);
-                h.state == State::Free && h.size == s.size
-            })
-            .map(|(s, _)| s)
-            .collect();
-        for &s in &free {
-            let _ = self.arena.dev_free(dev, s, out);
-        }
-        !free.is_empty()
+        self.arena.release_free_segments(dev, out, |_| true)
     }
 
     fn new_heap(
@@ -157,16 +125,7 @@ impl BuddyModel {
         let Ok(addr) = self.arena.dev_malloc(dev, size, stream, out) else {
             return false;
         };
-        let (_, b) = self.arena.add_segment(
-            addr,
-            size,
-            common::device_bytes(size),
-            stream,
-            false,
-            false,
-            0,
-            State::Free,
-        );
+        let b = self.arena.add_free_segment(addr, size, stream, 0);
         let k = key(self.arena.b(b));
         self.arena.insert_free(b, k);
         true
@@ -277,59 +236,32 @@ impl ArenaPolicy for BuddyModel {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::device::SimulatedDevice;
-    use crate::models::{Allocator, OomInfo};
-    use crate::models::{LayoutBlockState, PoolId};
+    use crate::models::common::testing::Run;
+    use crate::models::{Allocator, LayoutBlockState};
 
     const MIB: u64 = 1 << 20;
 
-    struct Run {
-        m: BuddyModel,
-        dev: SimulatedDevice,
-        out: Vec<ModelEvent>,
-    }
+    impl Run<BuddyModel> {
+        fn with(conf: &str, cap: Option<u64>) -> Self {
+            Run::new(BuddyModel::new(BuddyConfig::parse(conf).unwrap()), cap)
+        }
 
-    impl Run {
-        fn new(conf: &str, cap: Option<u64>) -> Run {
-            Run {
-                m: BuddyModel::new(BuddyConfig::parse(conf).unwrap()),
-                dev: SimulatedDevice::new(1 << 40, cap),
-                out: Vec::new(),
-            }
-        }
-        fn alloc(&mut self, size: u64) -> Result<u64, OomInfo> {
-            let r = self.m.malloc(
-                &mut self.dev,
-                &AllocRequest {
-                    size_bytes: size,
-                    stream: 0,
-                    pool: PoolId::DEFAULT,
-                },
-                &mut self.out,
-            );
-            self.m.check_invariants().unwrap();
-            r
-        }
-        fn free(&mut self, a: u64) {
-            self.m.free(&mut self.dev, a, false, &mut self.out).unwrap();
-            self.m.check_invariants().unwrap();
-        }
-        fn blocks(&self) -> Vec<(u64, bool)> {
-            self.m.layout().segments[0]
-                .blocks
-                .iter()
-                .map(|b| (b.size_bytes, b.state == LayoutBlockState::Free))
+        /// The blocks, each as its size and whether it is free.
+        fn free_map(&self) -> Vec<(u64, bool)> {
+            self.blocks()
+                .into_iter()
+                .map(|(size, state)| (size, state == LayoutBlockState::Free))
                 .collect()
         }
     }
 
     #[test]
     fn halving_then_merging_restores_the_heap() {
-        let mut r = Run::new("heap_size_mb:2", None);
+        let mut r = Run::with("heap_size_mb:2", None);
         let a = r.alloc(100 * 1024).unwrap(); // 128 KiB block: 2 MiB halved four times
         let k = 1024;
         assert_eq!(
-            r.blocks(),
+            r.free_map(),
             vec![
                 (128 * k, false),
                 (128 * k, true),
@@ -347,12 +279,12 @@ mod tests {
         assert_eq!(r.m.stats().free_holes, 4);
         r.free(b);
         // Now a+b merge, then with 256 KiB, 512 KiB and 1 MiB: one free heap again.
-        assert_eq!(r.blocks(), vec![(2 * MIB, true)]);
+        assert_eq!(r.free_map(), vec![(2 * MIB, true)]);
     }
 
     #[test]
     fn free_neighbours_that_are_not_buddies_stay_apart() {
-        let mut r = Run::new("heap_size_mb:2,min_block:262144", None);
+        let mut r = Run::with("heap_size_mb:2,min_block:262144", None);
         let q: Vec<u64> = (0..4).map(|_| r.alloc(256 * 1024).unwrap()).collect();
         let base = q[0];
         assert_eq!(q, (0..4).map(|i| base + i * 256 * 1024).collect::<Vec<_>>());
@@ -364,12 +296,12 @@ mod tests {
         r.free(q[0]);
         assert_eq!(r.m.stats().largest_free_bytes, MIB);
         r.free(q[3]);
-        assert_eq!(r.blocks(), vec![(2 * MIB, true)]);
+        assert_eq!(r.free_map(), vec![(2 * MIB, true)]);
     }
 
     #[test]
     fn big_requests_get_their_own_heap_and_free_heaps_are_released_on_failure() {
-        let mut r = Run::new("heap_size_mb:2", Some(8 * MIB));
+        let mut r = Run::with("heap_size_mb:2", Some(8 * MIB));
         let a = r.alloc(3 * MIB).unwrap();
         assert_eq!(r.m.stats().reserved_bytes, 4 * MIB);
         assert_eq!(r.m.stats().allocated_bytes, 4 * MIB);

@@ -22,8 +22,8 @@
 //! Config keys: none.
 
 use super::AllocatorKind;
-use super::common::{self, Arena, FreeKey, PAGE_BYTES, State, device_bytes, round_up};
-use super::common::{ArenaPolicy, Block, Refusal};
+use super::common::{self, Arena, FreeKey, PAGE_BYTES, State, round_up};
+use super::common::{ArenaPolicy, Refusal};
 use super::{AllocRequest, ModelEvent};
 use crate::device::Device;
 use crate::models::common::policy::arena_accessors;
@@ -59,10 +59,6 @@ impl ArenaPolicy for CudaMallocModel {
     const KIND: AllocatorKind = AllocatorKind::CudaMalloc;
 
     arena_accessors!();
-
-    fn canonical_config(&self) -> String {
-        String::new()
-    }
 
     #[inline]
     fn find(
@@ -102,17 +98,7 @@ impl ArenaPolicy for CudaMallocModel {
                 .dev_malloc(dev, rounded, stream, out)
                 .map_err(|_| refusal(dev, rounded, rounded))?;
             self.arena
-                .add_segment(
-                    addr,
-                    rounded,
-                    device_bytes(rounded),
-                    stream,
-                    false,
-                    false,
-                    TAG_LARGE,
-                    State::Free,
-                )
-                .1
+                .add_free_segment(addr, rounded, stream, TAG_LARGE)
         };
         if self.arena.b(i).size > rounded {
             let t = self.arena.split(i, rounded);
@@ -135,10 +121,6 @@ impl ArenaPolicy for CudaMallocModel {
             let k = self.key(m);
             self.arena.insert_free(m, k);
         }
-    }
-
-    fn adjacent_free_ok(&self, _: &Block, _: &Block) -> bool {
-        false
     }
 
     fn check_policy(&self) -> Result<(), String> {
@@ -191,14 +173,10 @@ mod tests {
     use super::*;
     use crate::device::SimulatedDevice;
     use crate::models::Allocator;
-    use crate::models::PoolId;
+    use crate::models::common::testing;
 
     fn req(size: u64) -> AllocRequest {
-        AllocRequest {
-            size_bytes: size,
-            stream: 0,
-            pool: PoolId::DEFAULT,
-        }
+        testing::req(size, 0)
     }
 
     #[test]

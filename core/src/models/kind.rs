@@ -308,6 +308,45 @@ mod tests {
         }
     }
 
+    /// A model's effective config names only what differs from its defaults, in the
+    /// model's own key order whatever order it was given in (the strings `main` printed
+    /// before the canonical strings were built by `common::join_options`).
+    #[test]
+    fn effective_configs_name_what_differs_in_the_models_order() {
+        for (spec, effective) in [
+            (
+                "buddy@heap_size_mb:64,min_block:1024",
+                "min_block:1024,heap_size_mb:64",
+            ),
+            ("buddy@min_block:512,heap_size_mb:256", ""),
+            ("tlsf@pool_size_mb:128,sli:5", "sli:5,pool_size_mb:128"),
+            (
+                "rmm-binning@blocks_to_preallocate:64,min_size_exponent:16",
+                "min_size_exponent:16,blocks_to_preallocate:64",
+            ),
+            (
+                "rmm-pool@maximum_pool_size_mb:128,initial_pool_size_mb:64",
+                "initial_pool_size_mb:64,maximum_pool_size_mb:128",
+            ),
+            (
+                "bfc@garbage_collection:True,allow_growth:False,fragmentation_fraction:0.5",
+                "allow_growth:False,garbage_collection:True,fragmentation_fraction:0.5",
+            ),
+        ] {
+            let m = ModelSpec::parse(spec)
+                .unwrap()
+                .build(&RawSettings::default(), None)
+                .unwrap();
+            assert_eq!(m.config_string(), effective, "{spec}");
+        }
+        let e = ModelSpec::parse("buddy@heap_size_mb:48")
+            .unwrap()
+            .build(&RawSettings::default(), None)
+            .err()
+            .unwrap();
+        assert!(e.to_string().contains("a power of two"), "{e}");
+    }
+
     #[test]
     fn specs_serialise_with_the_cli_names() {
         let spec = ModelSpec::with_config(AllocatorKind::RmmPool, "initial_pool_size_mb:2");

@@ -30,7 +30,7 @@ use crate::models::common::policy::arena_accessors;
 use std::collections::BTreeMap;
 
 use super::AllocatorKind;
-use super::common::{self, Arena, FreeKey, State, device_bytes, round_down, round_up};
+use super::common::{self, Arena, FreeKey, State, round_down, round_up};
 use super::common::{ArenaPolicy, Block, Refusal};
 use super::{AllocRequest, ModelEvent};
 use crate::device::Device;
@@ -218,16 +218,7 @@ impl RmmArenaModel {
         }
         match self.arena.dev_malloc(dev, size, stream, out) {
             Ok(addr) => {
-                let (_, b) = self.arena.add_segment(
-                    addr,
-                    size,
-                    device_bytes(size),
-                    stream,
-                    false,
-                    false,
-                    0,
-                    State::Free,
-                );
+                let b = self.arena.add_free_segment(addr, size, stream, 0);
                 let sb = self.new_sb(Superblock {
                     base: addr,
                     size,
@@ -758,48 +749,20 @@ impl ArenaPolicy for RmmArenaModel {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::device::SimulatedDevice;
-    use crate::models::PoolId;
-    use crate::models::{Allocator, OomInfo};
+    use crate::models::Allocator;
+    use crate::models::common::testing::Run;
 
     const MIB: u64 = 1 << 20;
 
-    struct Run {
-        m: RmmArenaModel,
-        dev: SimulatedDevice,
-        out: Vec<ModelEvent>,
-    }
-
-    impl Run {
-        fn new(conf: &str, cap: Option<u64>) -> Run {
-            Run {
-                m: RmmArenaModel::new(conf).unwrap(),
-                dev: SimulatedDevice::new(1 << 40, cap),
-                out: Vec::new(),
-            }
-        }
-        fn alloc_on(&mut self, size: u64, stream: u64) -> Result<u64, OomInfo> {
-            let r = self.m.malloc(
-                &mut self.dev,
-                &AllocRequest {
-                    size_bytes: size,
-                    stream,
-                    pool: PoolId::DEFAULT,
-                },
-                &mut self.out,
-            );
-            self.m.check_invariants().unwrap();
-            r
-        }
-        fn free(&mut self, a: u64) {
-            self.m.free(&mut self.dev, a, false, &mut self.out).unwrap();
-            self.m.check_invariants().unwrap();
+    impl Run<RmmArenaModel> {
+        fn with(conf: &str, cap: Option<u64>) -> Self {
+            Run::new(RmmArenaModel::new(conf).unwrap(), cap)
         }
     }
 
     #[test]
     fn the_arena_is_half_the_free_memory_up_front() {
-        let mut r = Run::new("", Some(1024 * MIB));
+        let mut r = Run::with("", Some(1024 * MIB));
         r.alloc_on(1000, 0).unwrap();
         assert_eq!(r.m.stats().reserved_bytes, 512 * MIB);
         assert_eq!(r.m.stats().allocated_bytes, 1024);
@@ -807,7 +770,7 @@ mod tests {
 
     #[test]
     fn small_requests_share_a_stream_superblock_large_ones_get_their_own() {
-        let mut r = Run::new("arena_size_mb:64", None);
+        let mut r = Run::with("arena_size_mb:64", None);
         let a = r.alloc_on(1000, 1).unwrap();
         let b = r.alloc_on(1000, 1).unwrap();
         assert_eq!(b, a + 1024, "first fit inside stream 1's 1 MiB superblock");
@@ -831,7 +794,7 @@ mod tests {
 
     #[test]
     fn a_failure_defragments_the_stream_arenas_first() {
-        let mut r = Run::new("arena_size_mb:4", None);
+        let mut r = Run::with("arena_size_mb:4", None);
         let small: Vec<u64> = (0..4)
             .map(|s| r.alloc_on(1000, s))
             .collect::<Result<_, _>>()

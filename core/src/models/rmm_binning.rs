@@ -26,7 +26,7 @@
 
 use super::AllocatorKind;
 use super::common::{self, Arena, FreeKey, State, device_bytes};
-use super::common::{ArenaPolicy, Block, Refusal};
+use super::common::{ArenaPolicy, Block, Refusal, StreamLists};
 use super::{AllocRequest, ModelEvent};
 use crate::device::Device;
 use crate::models::common::policy::arena_accessors;
@@ -94,20 +94,23 @@ impl RmmBinningConfig {
     #[must_use]
     pub fn canonical(&self) -> String {
         let d = RmmBinningConfig::DEFAULT;
-        let mut parts = Vec::new();
-        if self.min_size_exponent != d.min_size_exponent {
-            parts.push(format!("min_size_exponent:{}", self.min_size_exponent));
-        }
-        if self.max_size_exponent != d.max_size_exponent {
-            parts.push(format!("max_size_exponent:{}", self.max_size_exponent));
-        }
-        if self.blocks_to_preallocate != d.blocks_to_preallocate {
-            parts.push(format!(
-                "blocks_to_preallocate:{}",
-                self.blocks_to_preallocate
-            ));
-        }
-        parts.join(",")
+        common::join_options([
+            common::changed(
+                "min_size_exponent",
+                self.min_size_exponent,
+                d.min_size_exponent,
+            ),
+            common::changed(
+                "max_size_exponent",
+                self.max_size_exponent,
+                d.max_size_exponent,
+            ),
+            common::changed(
+                "blocks_to_preallocate",
+                self.blocks_to_preallocate,
+                d.blocks_to_preallocate,
+            ),
+        ])
     }
 
     fn bins(&self) -> u64 {
@@ -144,7 +147,7 @@ pub struct RmmBinningModel {
     seq: u64,
     /// The streams in the order they first appeared; a stream's lists are named by its
     /// index here (a block's `owner`).
-    streams: Vec<u64>,
+    streams: StreamLists,
 }
 
 impl RmmBinningModel {
@@ -157,27 +160,14 @@ impl RmmBinningModel {
             initialized: false,
             init_error: None,
             seq: 0,
-            streams: Vec::new(),
+            streams: StreamLists::default(),
         }
-    }
-
-    /// The list index of `stream`.
-    fn list_of(&mut self, stream: u64) -> u64 {
-        let i = self
-            .streams
-            .iter()
-            .position(|&s| s == stream)
-            .unwrap_or_else(|| {
-                self.streams.push(stream);
-                self.streams.len() - 1
-            });
-        i as u64
     }
 
     /// Appends free block `i` to the back of `stream`'s list of `bin`.
     fn push_back(&mut self, i: u32, bin: u64, stream: u64) {
         self.seq += 1;
-        let list = self.list_of(stream);
+        let list = self.streams.list_of(stream);
         self.arena.bm(i).owner = list;
         self.arena.insert_free(i, FreeKey::new(bin, list, self.seq));
     }
@@ -217,7 +207,7 @@ impl RmmBinningModel {
     /// The front of `stream`'s list of `bin`, else of another stream's list (in the order
     /// the streams first appeared).
     fn front(&mut self, bin: u64, stream: u64) -> Option<u32> {
-        let list = self.list_of(stream);
+        let list = self.streams.list_of(stream);
         if let Some((k, i)) = self.arena.first_free_from(FreeKey::new(bin, list, 0))
             && k.a() == bin
             && k.b() == list
@@ -302,17 +292,7 @@ impl ArenaPolicy for RmmBinningModel {
                 return Err(refusal(size, size, &reason, dev));
             };
             self.arena
-                .add_segment(
-                    addr,
-                    size,
-                    device_bytes(size),
-                    stream,
-                    false,
-                    false,
-                    TAG_UPSTREAM,
-                    State::Free,
-                )
-                .1
+                .add_free_segment(addr, size, stream, TAG_UPSTREAM)
         };
         Ok(i)
     }
@@ -376,7 +356,7 @@ mod tests {
     use super::*;
     use crate::device::SimulatedDevice;
     use crate::models::Allocator;
-    use crate::models::PoolId;
+    use crate::models::common::testing::req;
 
     const KIB: u64 = 1 << 10;
     const MIB: u64 = 1 << 20;
@@ -387,14 +367,6 @@ mod tests {
             SimulatedDevice::new(1 << 40, cap),
             Vec::new(),
         )
-    }
-
-    fn req(size: u64, stream: u64) -> AllocRequest {
-        AllocRequest {
-            size_bytes: size,
-            stream,
-            pool: PoolId::DEFAULT,
-        }
     }
 
     #[test]

@@ -30,8 +30,8 @@
 //! Config keys: `initial_pool_size_mb` (0), `maximum_pool_size_mb` (unset).
 
 use super::AllocatorKind;
-use super::common::{self, Arena, FreeKey, State, device_bytes, round_up};
-use super::common::{ArenaPolicy, Block, Refusal};
+use super::common::{self, Arena, FreeKey, State, round_up};
+use super::common::{ArenaPolicy, Block, Refusal, StreamLists};
 use super::{AllocRequest, ModelEvent};
 use crate::device::Device;
 use crate::models::common::policy::arena_accessors;
@@ -81,17 +81,16 @@ impl RmmPoolConfig {
     /// The options that differ from the defaults.
     #[must_use]
     pub fn canonical(&self) -> String {
-        let mut parts = Vec::new();
-        if self.initial_pool_bytes > 0 {
-            parts.push(format!(
-                "initial_pool_size_mb:{}",
-                common::fmt_mib(self.initial_pool_bytes)
-            ));
-        }
-        if let Some(m) = self.maximum_pool_bytes {
-            parts.push(format!("maximum_pool_size_mb:{}", common::fmt_mib(m)));
-        }
-        parts.join(",")
+        common::join_options([
+            (self.initial_pool_bytes > 0).then(|| {
+                format!(
+                    "initial_pool_size_mb:{}",
+                    common::fmt_mib(self.initial_pool_bytes)
+                )
+            }),
+            self.maximum_pool_bytes
+                .map(|m| format!("maximum_pool_size_mb:{}", common::fmt_mib(m))),
+        ])
     }
 }
 
@@ -103,9 +102,9 @@ pub struct RmmPoolModel {
     initialized: bool,
     /// `current_pool_size_`: Σ upstream block sizes.
     pool_bytes: u64,
-    /// The streams in the order they first appeared; a free list is named by its index
-    /// here (a block's `owner`).
-    streams: Vec<u64>,
+    /// The streams in the order they first appeared; a free list is named by its rank
+    /// there (a block's `owner`).
+    streams: StreamLists,
 }
 
 fn key(b: &common::Block) -> FreeKey {
@@ -121,21 +120,8 @@ impl RmmPoolModel {
             arena: Arena::new(),
             initialized: false,
             pool_bytes: 0,
-            streams: Vec::new(),
+            streams: StreamLists::default(),
         }
-    }
-
-    /// The free list of `stream`.
-    fn list_of(&mut self, stream: u64) -> u64 {
-        let i = self
-            .streams
-            .iter()
-            .position(|&s| s == stream)
-            .unwrap_or_else(|| {
-                self.streams.push(stream);
-                self.streams.len() - 1
-            });
-        i as u64
     }
 
     /// Inserts free block `i` into `list`, merging with contiguous blocks of that list.
@@ -190,17 +176,8 @@ impl RmmPoolModel {
         while try_size >= min_size && try_size > 0 {
             if let Ok(addr) = self.arena.dev_malloc(dev, try_size, stream, out) {
                 self.pool_bytes += try_size;
-                let (_, b) = self.arena.add_segment(
-                    addr,
-                    try_size,
-                    device_bytes(try_size),
-                    stream,
-                    false,
-                    false,
-                    0,
-                    State::Free,
-                );
-                let list = self.list_of(stream);
+                let b = self.arena.add_free_segment(addr, try_size, stream, 0);
+                let list = self.streams.list_of(stream);
                 self.arena.bm(b).owner = list;
                 return Ok(b);
             }
@@ -249,7 +226,7 @@ impl RmmPoolModel {
         stream: u64,
         out: &mut Vec<ModelEvent>,
     ) -> Result<u32, String> {
-        let list = self.list_of(stream);
+        let list = self.streams.list_of(stream);
         if let Some(i) = self.best_fit(list, size) {
             return Ok(self.take(i, size));
         }
@@ -330,7 +307,7 @@ impl ArenaPolicy for RmmPoolModel {
 
     fn put_back(&mut self, _dev: &mut dyn Device, i: u32, _out: &mut Vec<ModelEvent>) {
         let stream = self.arena.b(i).stream;
-        let list = self.list_of(stream);
+        let list = self.streams.list_of(stream);
         self.insert_block(i, list);
     }
 
@@ -377,46 +354,16 @@ impl ArenaPolicy for RmmPoolModel {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::device::SimulatedDevice;
-    use crate::models::PoolId;
-    use crate::models::{Allocator, OomInfo};
+    use crate::models::Allocator;
+    use crate::models::common::testing::Run;
 
     const MIB: u64 = 1 << 20;
 
-    struct Run {
-        m: RmmPoolModel,
-        dev: SimulatedDevice,
-        out: Vec<ModelEvent>,
-    }
+    impl Run<RmmPoolModel> {
+        fn with(conf: &str, cap: Option<u64>) -> Self {
+            Run::new(RmmPoolModel::new(RmmPoolConfig::parse(conf).unwrap()), cap)
+        }
 
-    impl Run {
-        fn new(conf: &str, cap: Option<u64>) -> Run {
-            Run {
-                m: RmmPoolModel::new(RmmPoolConfig::parse(conf).unwrap()),
-                dev: SimulatedDevice::new(1 << 40, cap),
-                out: Vec::new(),
-            }
-        }
-        fn alloc_on(&mut self, size: u64, stream: u64) -> Result<u64, OomInfo> {
-            let r = self.m.malloc(
-                &mut self.dev,
-                &AllocRequest {
-                    size_bytes: size,
-                    stream,
-                    pool: PoolId::DEFAULT,
-                },
-                &mut self.out,
-            );
-            self.m.check_invariants().unwrap();
-            r
-        }
-        fn alloc(&mut self, size: u64) -> Result<u64, OomInfo> {
-            self.alloc_on(size, 0)
-        }
-        fn free(&mut self, a: u64) {
-            self.m.free(&mut self.dev, a, false, &mut self.out).unwrap();
-            self.m.check_invariants().unwrap();
-        }
         fn upstream_sizes(&self) -> Vec<u64> {
             let mut v: Vec<(u64, u64)> = self
                 .m
@@ -432,7 +379,7 @@ mod tests {
 
     #[test]
     fn growth_doubles_without_a_maximum() {
-        let mut r = Run::new("", None);
+        let mut r = Run::with("", None);
         r.alloc(MIB).unwrap(); // grow by max(1 MiB, 0)
         r.alloc(MIB).unwrap(); // grow by max(1 MiB, 1 MiB)
         r.alloc(MIB).unwrap(); // grow by max(1 MiB, 2 MiB): 1 MiB left over
@@ -444,7 +391,7 @@ mod tests {
 
     #[test]
     fn growth_takes_half_the_remaining_room_under_a_maximum() {
-        let mut r = Run::new("maximum_pool_size_mb:100", None);
+        let mut r = Run::with("maximum_pool_size_mb:100", None);
         r.alloc(MIB).unwrap(); // max(1 MiB, 100/2) = 50 MiB
         assert_eq!(r.upstream_sizes(), vec![50 * MIB]);
         let e = r.alloc(60 * MIB).unwrap_err(); // 60 MiB > the 50 MiB that remain
@@ -456,7 +403,7 @@ mod tests {
 
     #[test]
     fn growth_halves_the_try_when_the_device_refuses() {
-        let mut r = Run::new("", Some(10 * MIB));
+        let mut r = Run::with("", Some(10 * MIB));
         r.alloc(4 * MIB).unwrap();
         r.alloc(4 * MIB).unwrap();
         // Try 8 MiB (refused: 2 MiB left), then 4 MiB (refused), then 2 MiB.
@@ -467,7 +414,7 @@ mod tests {
 
     #[test]
     fn blocks_never_merge_across_upstream_blocks() {
-        let mut r = Run::new("", None);
+        let mut r = Run::with("", None);
         let a = r.alloc(MIB).unwrap();
         let b = r.alloc(MIB).unwrap();
         r.free(a);
@@ -479,7 +426,7 @@ mod tests {
 
     #[test]
     fn other_streams_are_stolen_from_then_merged() {
-        let mut r = Run::new("initial_pool_size_mb:4", None);
+        let mut r = Run::with("initial_pool_size_mb:4", None);
         let a = r.alloc_on(2 * MIB, 1).unwrap(); // from the default stream's list
         let b = r.alloc_on(2 * MIB, 2).unwrap();
         r.free(a); // stream 1's list: [a]

@@ -28,7 +28,7 @@
 
 use super::AllocatorKind;
 use super::common::{self, Arena, FreeKey, PAGE_BYTES, State, round_up};
-use super::common::{ArenaPolicy, Block, Refusal};
+use super::common::{ArenaPolicy, Refusal};
 use super::{AllocRequest, ModelEvent};
 use crate::device::Device;
 use crate::models::common::policy::arena_accessors;
@@ -67,14 +67,11 @@ impl TlsfConfig {
     /// The options that differ from the defaults.
     #[must_use]
     pub fn canonical(&self) -> String {
-        let mut parts = Vec::new();
-        if self.sli != TlsfConfig::DEFAULT.sli {
-            parts.push(format!("sli:{}", self.sli));
-        }
-        if self.pool_bytes != TlsfConfig::DEFAULT.pool_bytes {
-            parts.push(format!("pool_size_mb:{}", self.pool_bytes >> 20));
-        }
-        parts.join(",")
+        let d = TlsfConfig::DEFAULT;
+        common::join_options([
+            common::changed("sli", self.sli, d.sli),
+            common::changed("pool_size_mb", self.pool_bytes >> 20, d.pool_bytes >> 20),
+        ])
     }
 
     /// The class a free block of `granules` is filed under (`mapping_insert`).
@@ -175,34 +172,13 @@ impl TlsfModel {
         let Ok(addr) = self.arena.dev_malloc(dev, size, stream, out) else {
             return false;
         };
-        let (_, b) = self.arena.add_segment(
-            addr,
-            size,
-            common::device_bytes(size),
-            stream,
-            false,
-            false,
-            0,
-            State::Free,
-        );
+        let b = self.arena.add_free_segment(addr, size, stream, 0);
         self.push(b);
         true
     }
 
     fn release_free_pools(&mut self, dev: &mut dyn Device, out: &mut Vec<ModelEvent>) -> bool {
-        let free: Vec<u32> = self
-            .arena
-            .segments()
-            .filter(|(_, s)| {
-                let h = self.arena.b(s.head);
-                h.state == State::Free && h.size == s.size
-            })
-            .map(|(s, _)| s)
-            .collect();
-        for &s in &free {
-            let _ = self.arena.dev_free(dev, s, out);
-        }
-        !free.is_empty()
+        self.arena.release_free_segments(dev, out, |_| true)
     }
 
     /// A free block that fits `rounded` but sits below the search class (the caveat).
@@ -263,10 +239,6 @@ impl ArenaPolicy for TlsfModel {
         self.release_free_pools(dev, out);
     }
 
-    fn adjacent_free_ok(&self, _: &Block, _: &Block) -> bool {
-        false
-    }
-
     fn check_policy(&self) -> Result<(), String> {
         for (s, _) in self.arena.segments() {
             for b in self.arena.seg_blocks(s) {
@@ -296,17 +268,13 @@ mod tests {
     use super::*;
     use crate::device::SimulatedDevice;
     use crate::models::Allocator;
-    use crate::models::PoolId;
+    use crate::models::common::testing;
 
     const G: u64 = GRANULARITY_BYTES;
     const MIB: u64 = 1 << 20;
 
     fn req(size: u64) -> AllocRequest {
-        AllocRequest {
-            size_bytes: size,
-            stream: 0,
-            pool: PoolId::DEFAULT,
-        }
+        testing::req(size, 0)
     }
 
     #[test]

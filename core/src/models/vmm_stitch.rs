@@ -38,7 +38,7 @@ use std::collections::BTreeSet;
 
 use super::AllocatorKind;
 use super::common::{self, Arena, FreeKey, PAGE_BYTES, State, round_up};
-use super::common::{ArenaPolicy, Block, Refusal};
+use super::common::{ArenaPolicy, Refusal};
 use super::{AllocRequest, ModelEvent, ModelStats};
 use crate::device::Device;
 use crate::units::format_size;
@@ -125,21 +125,8 @@ impl VmmStitchModel {
 
     /// Returns entirely free small segments to the device.
     fn release_small(&mut self, dev: &mut dyn Device, out: &mut Vec<ModelEvent>) -> bool {
-        let free: Vec<u32> = self
-            .arena
-            .segments()
-            .filter(|(_, s)| {
-                s.tag == SMALL && {
-                    let h = self.arena.b(s.head);
-                    h.state == State::Free && h.size == s.size
-                }
-            })
-            .map(|(s, _)| s)
-            .collect();
-        for &s in &free {
-            let _ = self.arena.dev_free(dev, s, out);
-        }
-        !free.is_empty()
+        self.arena
+            .release_free_segments(dev, out, |s| s.tag == SMALL)
     }
 
     /// Unmaps every free large block and returns free small segments.
@@ -306,10 +293,6 @@ impl ArenaPolicy for VmmStitchModel {
 
     arena_accessors!();
 
-    fn canonical_config(&self) -> String {
-        String::new()
-    }
-
     #[inline]
     fn find(
         &mut self,
@@ -370,10 +353,6 @@ impl ArenaPolicy for VmmStitchModel {
 
     fn release_cached(&mut self, dev: &mut dyn Device, out: &mut Vec<ModelEvent>) {
         self.release_all_cached(dev, out);
-    }
-
-    fn adjacent_free_ok(&self, _: &Block, _: &Block) -> bool {
-        false
     }
 
     fn check_policy(&self) -> Result<(), String> {
@@ -456,49 +435,21 @@ impl ArenaPolicy for VmmStitchModel {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::device::SimulatedDevice;
-    use crate::models::{Allocator, OomInfo};
-    use crate::models::{LayoutBlockState, PoolId};
+    use crate::models::common::testing::Run;
+    use crate::models::{Allocator, LayoutBlockState};
 
     const MIB: u64 = 1 << 20;
 
-    struct Run {
-        m: VmmStitchModel,
-        dev: SimulatedDevice,
-        out: Vec<ModelEvent>,
-    }
-
-    impl Run {
-        fn new(cap: Option<u64>) -> Run {
-            Run {
-                m: VmmStitchModel::new("").unwrap(),
-                dev: SimulatedDevice::new(1 << 40, cap),
-                out: Vec::new(),
-            }
-        }
-        fn alloc(&mut self, size: u64) -> Result<u64, OomInfo> {
-            let r = self.m.malloc(
-                &mut self.dev,
-                &AllocRequest {
-                    size_bytes: size,
-                    stream: 0,
-                    pool: PoolId::DEFAULT,
-                },
-                &mut self.out,
-            );
-            self.m.check_invariants().unwrap();
-            r
-        }
-        fn free(&mut self, a: u64) {
-            self.m.free(&mut self.dev, a, false, &mut self.out).unwrap();
-            self.m.check_invariants().unwrap();
+    impl Run<VmmStitchModel> {
+        fn with(cap: Option<u64>) -> Self {
+            Run::new(VmmStitchModel::new("").unwrap(), cap)
         }
     }
 
     #[test]
     fn free_blocks_of_separate_ranges_are_stitched_instead_of_new_memory() {
         // 12 MiB of device memory: three 4 MiB blocks, two of them freed, then 8 MiB.
-        let mut r = Run::new(Some(12 * MIB));
+        let mut r = Run::with(Some(12 * MIB));
         let a: Vec<u64> = (0..3).map(|_| r.alloc(4 * MIB).unwrap()).collect();
         assert_eq!(r.m.stats().segment_ops, 3, "three fresh maps");
         r.free(a[0]);
@@ -533,7 +484,7 @@ mod tests {
 
     #[test]
     fn best_fit_splits_at_page_boundaries_and_fresh_pages_fill_the_rest() {
-        let mut r = Run::new(None);
+        let mut r = Run::with(None);
         let a = r.alloc(6 * MIB).unwrap();
         r.free(a);
         let b = r.alloc(3 * MIB + 1).unwrap(); // rounds to 4 MiB: the 6 MiB block split
@@ -561,7 +512,7 @@ mod tests {
 
     #[test]
     fn small_requests_use_two_mib_segments_and_unmap_cached_pages_when_full() {
-        let mut r = Run::new(Some(4 * MIB));
+        let mut r = Run::with(Some(4 * MIB));
         let big = r.alloc(4 * MIB).unwrap();
         let e = r.alloc(1000).unwrap_err();
         assert!(e.reason.contains("small segment"), "{}", e.reason);

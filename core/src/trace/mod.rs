@@ -3,7 +3,7 @@
 //! leaves implicit made explicit, plus the state at the start of a trace whose ring
 //! buffer wrapped (pytorch-allocator.md §13).
 //!
-//! Built by [`crate::validate::annotate`], which replays the recording through the
+//! Built by [`crate::build`] (`build::annotate`), which replays the recording through the
 //! PyTorch model on the recorded device to infer what the file does not say.
 
 use crate::snapshot::{RawEvent, RawSnapshot, StackId};

@@ -4,16 +4,19 @@
 //! (`VmHWM`, sampled every 5 ms until the process ends); `pickle.loads` timed inside
 //! Python on the uncompressed bytes (reading and gunzip excluded).
 //!
-//! Usage: `bench_cli ALLOCSIM FILE... [--runs N] [--no-recommend]` (release builds).
+//! Usage: `bench_cli ALLOCSIM FILE... [--workload SPEC]... [--runs N] [--no-recommend]`
+//! (release builds). `--workload SPEC` benchmarks the synthetic workload written as the
+//! snapshot PyTorch's recorder would have made of it (`gen_snapshot --workload`), in the
+//! temporary directory.
 
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 fn main() -> anyhow::Result<()> {
     let mut args = std::env::args().skip(1);
-    let allocsim = args
-        .next()
-        .ok_or_else(|| anyhow::anyhow!("usage: bench_cli ALLOCSIM FILE... [--runs N]"))?;
+    let allocsim = args.next().ok_or_else(|| {
+        anyhow::anyhow!("usage: bench_cli ALLOCSIM FILE... [--workload SPEC]... [--runs N]")
+    })?;
     let (mut files, mut runs, mut recommend) = (Vec::new(), 3usize, true);
     while let Some(a) = args.next() {
         match a.as_str() {
@@ -24,6 +27,23 @@ fn main() -> anyhow::Result<()> {
                     .parse()?;
             }
             "--no-recommend" => recommend = false,
+            "--workload" => {
+                let spec = args
+                    .next()
+                    .ok_or_else(|| anyhow::anyhow!("--workload needs a SPEC"))?;
+                let file: String = spec
+                    .chars()
+                    .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+                    .collect();
+                let path = std::env::temp_dir().join(format!("bench_cli_{file}.pickle"));
+                let w = allocsim_tests::generate::write_workload(&spec, &path)?;
+                println!(
+                    "workload {spec}: {} entries, written to {}",
+                    w.entries,
+                    path.display()
+                );
+                files.push(path.display().to_string());
+            }
             _ => files.push(a),
         }
     }

@@ -7,18 +7,30 @@
 //!
 //! Usage: `gen_snapshot FROM.pickle(.gz) OUT.pickle [--bytes N] [--max-entries M]`
 //! (`N` like `1.2GB`; default: the source size). Prints what it wrote.
+//!
+//! `gen_snapshot --workload SPEC OUT.pickle` writes a synthetic workload
+//! (`allocsim_core::workloads`, e.g. `kvcache:tokens=3000`: over a million entries) as the
+//! snapshot PyTorch's recorder would have written of it (`allocsim_core::record`: the
+//! PyTorch model's decisions under its default config, the end state, the settings).
 
 use std::io::BufWriter;
 
 use allocsim_core::snapshot::write::write_snapshot_streamed;
 use allocsim_core::snapshot::{RawEvent, import};
-use allocsim_tests::generate::{repeated_entry, steady_window};
+use allocsim_tests::generate::{repeated_entry, steady_window, write_workload};
 
 fn main() -> anyhow::Result<()> {
     let mut args = std::env::args().skip(1);
     let (mut from, mut out, mut bytes, mut max_entries) = (None, None, None, None);
+    let mut workload = None;
     while let Some(a) = args.next() {
         match a.as_str() {
+            "--workload" => {
+                workload = Some(
+                    args.next()
+                        .ok_or_else(|| anyhow::anyhow!("--workload needs a SPEC"))?,
+                );
+            }
             "--bytes" => {
                 let v = args
                     .next()
@@ -36,6 +48,23 @@ fn main() -> anyhow::Result<()> {
             _ if out.is_none() => out = Some(a),
             _ => anyhow::bail!("unexpected argument '{a}'"),
         }
+    }
+    if let Some(spec) = workload {
+        // The one file argument is OUT.
+        let (Some(out), None) = (from, out) else {
+            anyhow::bail!("usage: gen_snapshot --workload SPEC OUT.pickle");
+        };
+        anyhow::ensure!(
+            bytes.is_none() && max_entries.is_none(),
+            "--bytes and --max-entries take a FROM snapshot, not --workload"
+        );
+        let w = write_workload(&spec, std::path::Path::new(&out))?;
+        println!(
+            "{out}: {} bytes, {} entries on device 0 and {} segments at the end (workload \
+             {spec} recorded through PyTorch's default allocator)",
+            w.bytes, w.entries, w.segments
+        );
+        return Ok(());
     }
     let (Some(from), Some(out)) = (from, out) else {
         anyhow::bail!(

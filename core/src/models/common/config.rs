@@ -153,6 +153,38 @@ pub fn out_of_range(
     }
 }
 
+/// A power-of-two integer config value within `[min, max]`.
+pub fn parse_pow2(
+    model: AllocatorKind,
+    key: &str,
+    v: &str,
+    min: u64,
+    max: u64,
+) -> Result<u64, ConfigError> {
+    let n = parse_u64(model, key, v, min, max)?;
+    if !n.is_power_of_two() {
+        return Err(out_of_range(model, key, "a power of two", &v));
+    }
+    Ok(n)
+}
+
+/// `key:value` where `value` differs from the default, for [`join_options`].
+#[must_use]
+pub fn changed<T: PartialEq + Copy + std::fmt::Display>(
+    key: &str,
+    value: T,
+    default: T,
+) -> Option<String> {
+    (value != default).then(|| format!("{key}:{value}"))
+}
+
+/// A model's canonical config string: the options set (`key:value`), in order, joined by
+/// commas; empty when all are the defaults.
+#[must_use]
+pub fn join_options<const N: usize>(options: [Option<String>; N]) -> String {
+    options.into_iter().flatten().collect::<Vec<_>>().join(",")
+}
+
 /// A `True`/`False` config value (also `true`/`false`, `1`/`0`).
 pub fn parse_bool(model: AllocatorKind, key: &str, v: &str) -> Result<bool, ConfigError> {
     match v {

@@ -58,3 +58,25 @@ impl FreeKey {
         (self.packed() as u64) & Self::C_MAX
     }
 }
+/// The streams of a model in the order they first asked for memory: a stream's free list
+/// is named by its rank here (the first part of its [`FreeKey`]s), so lists are ordered by
+/// first appearance, as RMM's per-stream maps are walked.
+#[derive(Debug, Clone, Default)]
+pub struct StreamLists {
+    streams: Vec<u64>,
+}
+
+impl StreamLists {
+    /// The list of `stream`: its rank, a new list at the end for a stream not seen before.
+    pub fn list_of(&mut self, stream: u64) -> u64 {
+        let i = self
+            .streams
+            .iter()
+            .position(|&s| s == stream)
+            .unwrap_or_else(|| {
+                self.streams.push(stream);
+                self.streams.len() - 1
+            });
+        i as u64
+    }
+}

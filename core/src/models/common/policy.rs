@@ -95,8 +95,11 @@ pub trait ArenaPolicy: Clone + Send + 'static {
     /// The model's arena, mutable.
     fn arena_mut(&mut self) -> &mut Arena;
 
-    /// The effective configuration as a canonical `key:value,…` string (empty: defaults).
-    fn canonical_config(&self) -> String;
+    /// The effective configuration as a canonical `key:value,…` string (empty: defaults;
+    /// the default: a model without a config).
+    fn canonical_config(&self) -> String {
+        String::new()
+    }
 
     /// Find and grow: a free block for `req`, already out of the free index and cut to
     /// the size the model hands out (asking the device for more as the model does), or
@@ -118,8 +121,12 @@ pub trait ArenaPolicy: Clone + Send + 'static {
         let _ = (dev, out);
     }
 
-    /// Whether free neighbours `a` < `b` may stay unmerged under the model's rules.
-    fn adjacent_free_ok(&self, a: &Block, b: &Block) -> bool;
+    /// Whether free neighbours `a` < `b` may stay unmerged under the model's rules
+    /// (default: never — every free block merges with its free neighbours).
+    fn adjacent_free_ok(&self, a: &Block, b: &Block) -> bool {
+        let _ = (a, b);
+        false
+    }
 
     /// Extra checks: the model's own invariants beyond the arena's.
     fn check_policy(&self) -> Result<(), String> {

@@ -2,6 +2,7 @@
 
 use super::*;
 use crate::device::SimulatedDevice;
+use crate::snapshot::Action;
 
 const MIB: u64 = 1 << 20;
 

@@ -119,7 +119,7 @@ pub(crate) fn compare_maps_ui(ui: &mut Ui, app: &mut AllocsimApp, full_width: f3
                         let r = memory_map_ui(
                             ui,
                             &mut app.map,
-                            doc,
+                            &doc.trace,
                             l,
                             app.wgpu,
                             i as u64 + 1,

@@ -9,9 +9,9 @@ use std::fmt::Write as _;
 
 use egui::{Align2, Color32, FontId, Rect, Sense, Stroke, pos2};
 
-use crate::engine::wire::{BlockView, NO_OP, block_state};
+use crate::engine::wire::{BlockView, NO_OP, TraceData, block_state};
 use crate::gui::render::{self, Transform};
-use crate::gui::state::{Document, LayoutView, MIB, Row};
+use crate::gui::state::{LayoutView, MIB, Row};
 use crate::gui::theme;
 use allocsim_core::units::format_size;
 
@@ -64,24 +64,21 @@ pub struct MapInput {
     pub hovered_block: Option<usize>,
 }
 
-/// Draws the map of `layout`; `layer` is the GPU layer id of this map.
+/// Draws the map of `layout` (its blocks' allocations are ops of `trace`); `layer` is the
+/// GPU layer id of this map.
 pub fn memory_map_ui(
     ui: &mut egui::Ui,
     st: &mut MapState,
-    doc: &Document,
+    trace: &TraceData,
     layout: &LayoutView,
     wgpu: bool,
     layer: u64,
     selected_alloc: Option<u32>,
 ) -> MapInput {
     let mut input = MapInput::default();
-    let avail = ui.available_rect_before_wrap();
-    let (outer, response) = ui.allocate_exact_size(avail.size(), Sense::click_and_drag());
-    let painter = ui.painter_at(outer);
-    render::fill_rect(
-        &painter,
-        outer,
-        theme::PLOT_BG,
+    let (outer, response, painter) = crate::gui::views::plot_area(
+        ui,
+        Sense::click_and_drag(),
         wgpu,
         render::LAYER_FILLS + 16 + layer,
     );
@@ -228,14 +225,13 @@ pub fn memory_map_ui(
     // Blocks: one instanced quad each (GPU), highlighted ones again on top.
     let ppp = ui.ctx().pixels_per_point();
     let t = Transform {
-        origin: [(st.pan_bytes / MIB) as f32, st.scroll_rows],
-        scale: [(MIB / bpp) as f32 * ppp, pitch * ppp],
-        viewport: [content.width() * ppp, content.height() * ppp],
         min_px: [1.0, 0.0],
         gap_px: 1.0,
-        use_alt_x: 0.0,
-        linear_target: 0.0,
-        pad: 0.0,
+        ..Transform::new(
+            [(st.pan_bytes / MIB) as f32, st.scroll_rows],
+            [(MIB / bpp) as f32 * ppp, pitch * ppp],
+            [content.width() * ppp, content.height() * ppp],
+        )
     };
     let clip = ui.painter_at(content);
     render::paint_quads(
@@ -352,7 +348,7 @@ pub fn memory_map_ui(
                             "a blocker of the OOM explained: without the blockers the request would fit",
                         );
                     }
-                    block_details_ui(ui, doc, layout, *index, &b);
+                    block_details_ui(ui, trace, layout, *index, &b);
                 });
                 if response.clicked() && b.alloc != NO_OP {
                     input.picked_alloc = Some(b.alloc);
@@ -438,7 +434,7 @@ fn ruler(painter: &egui::Painter, outer: Rect, content: Rect, h: f32, pan: f64, 
 /// and freed its allocation, and its stack.
 pub fn block_details_ui(
     ui: &mut egui::Ui,
-    doc: &Document,
+    trace: &TraceData,
     layout: &LayoutView,
     seg: usize,
     b: &BlockView,
@@ -477,7 +473,7 @@ pub fn block_details_ui(
         s.stream,
         if s.small { "small" } else { "large" }
     ));
-    let ops = &doc.trace.ops;
+    let ops = &trace.ops;
     if b.alloc != NO_OP {
         let a = b.alloc as usize;
         let ev = |k: u32| ops.event_index.get(k as usize).copied().unwrap_or(0);
@@ -495,10 +491,7 @@ pub fn block_details_ui(
             _ => life.push_str(", never freed in the trace"),
         }
         ui.label(life);
-        let frames = doc
-            .trace
-            .stacks
-            .format(ops.stack.get(a).copied().unwrap_or(0));
+        let frames = trace.stacks.format(ops.stack.get(a).copied().unwrap_or(0));
         if frames.is_empty() {
             ui.weak("no stack frames recorded");
         } else {
@@ -509,6 +502,8 @@ pub fn block_details_ui(
                 ui.weak(format!("… {} more frames", frames.len() - 16));
             }
         }
+    } else if b.state == block_state::ALLOCATED && ops.is_empty() {
+        ui.weak("as the file's end state records it (the trace is being built)");
     } else if b.state == block_state::ALLOCATED {
         ui.weak("alive before the trace starts");
     }

@@ -33,34 +33,51 @@ pub(crate) fn map_header_ui(ui: &mut Ui, app: &AllocsimApp, i: usize) {
         ui.painter().rect_filled(rect, 2.0, theme::slot(i));
         ui.label(RichText::new(&s.spec).monospace().strong());
         if let Some(l) = &s.layout {
-            let t = l.totals();
-            ui.label(format!(
-                "reserved {} in {} segments",
-                format_size(l.reserved_bytes),
-                l.data.segments.len()
-            ));
-            for (state, bytes, name) in [
-                (0u8, t[0], "allocated"),
-                (1, t[1], "cached free"),
-                (2, t[2], "pending free"),
-                (3, t[3], "unmapped"),
-            ] {
-                if bytes > 0 || state < 2 {
-                    let (rect, _) =
-                        ui.allocate_exact_size(egui::vec2(10.0, 10.0), egui::Sense::hover());
-                    ui.painter().rect_filled(rect, 1.0, theme::block(state));
-                    ui.label(format!("{name} {}", format_size(bytes)));
-                }
-            }
-            if let Some(at) = l.data.clamped_to {
-                ui.colored_label(theme::OOM, format!("replay stopped by the OOM at op {at}"));
-            }
+            layout_summary_ui(ui, l);
         } else if let Some(e) = &s.error {
             ui.colored_label(theme::BAD_TEXT, e);
+        } else if i == 0
+            && let Some(r) = &doc.recorded
+        {
+            recorded_summary_ui(ui, r);
         } else {
             ui.spinner();
         }
     });
+}
+
+/// What a layout holds: reserved bytes and segments, bytes by block state.
+fn layout_summary_ui(ui: &mut Ui, l: &state::LayoutView) {
+    let t = l.totals();
+    ui.label(format!(
+        "reserved {} in {} segments",
+        format_size(l.reserved_bytes),
+        l.data.segments.len()
+    ));
+    for (state, bytes, name) in [
+        (0u8, t[0], "allocated"),
+        (1, t[1], "cached free"),
+        (2, t[2], "pending free"),
+        (3, t[3], "unmapped"),
+    ] {
+        if bytes > 0 || state < 2 {
+            let (rect, _) = ui.allocate_exact_size(egui::vec2(10.0, 10.0), egui::Sense::hover());
+            ui.painter().rect_filled(rect, 1.0, theme::block(state));
+            ui.label(format!("{name} {}", format_size(bytes)));
+        }
+    }
+    if let Some(at) = l.data.clamped_to {
+        ui.colored_label(theme::OOM, format!("replay stopped by the OOM at op {at}"));
+    }
+}
+
+/// The header of the file's recorded end state, shown until the main configuration's
+/// layout arrives.
+pub(crate) fn recorded_summary_ui(ui: &mut Ui, r: &state::RecordedView) {
+    ui.label(RichText::new("recorded end state").strong())
+        .on_hover_text("the file's own segments after its last event; the replays follow");
+    layout_summary_ui(ui, &r.layout);
+    ui.spinner();
 }
 
 pub(crate) fn map_tab_ui(ui: &mut Ui, app: &mut AllocsimApp) {
@@ -68,9 +85,22 @@ pub(crate) fn map_tab_ui(ui: &mut Ui, app: &mut AllocsimApp) {
     let picked = {
         let Some(doc) = &app.doc else { return };
         let Some(l) = doc.slots.first().and_then(|s| s.layout.as_ref()) else {
+            // Until the main configuration's layout arrives: the recorded end state.
+            if let Some(r) = &doc.recorded {
+                memory_map_ui(ui, &mut app.map, &r.no_ops, &r.layout, app.wgpu, 0, None);
+            }
             return;
         };
-        memory_map_ui(ui, &mut app.map, doc, l, app.wgpu, 0, app.selected_alloc).picked_alloc
+        memory_map_ui(
+            ui,
+            &mut app.map,
+            &doc.trace,
+            l,
+            app.wgpu,
+            0,
+            app.selected_alloc,
+        )
+        .picked_alloc
     };
     if let Some(a) = picked {
         app.selected_alloc = Some(a);

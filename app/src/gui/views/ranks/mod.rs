@@ -6,6 +6,7 @@
 use allocsim_core::units::format_size;
 use egui::{RichText, Ui};
 
+use crate::engine::multi;
 use crate::gui::AllocsimApp;
 use crate::gui::theme;
 
@@ -69,10 +70,7 @@ pub fn ranks_ui(ui: &mut Ui, app: &mut AllocsimApp) {
             }
             ui.end_row();
             for row in &r.ranks {
-                let outlier = r
-                    .outlier
-                    .as_ref()
-                    .is_some_and(|o| o.rank == row.rank && o.file == row.file);
+                let outlier = multi::is_outlier(r, row);
                 ui.label(row.rank.to_string());
                 if ui
                     .link(RichText::new(&row.file).monospace())
@@ -100,15 +98,7 @@ pub fn ranks_ui(ui: &mut Ui, app: &mut AllocsimApp) {
                     row.min_capacity_bytes
                         .map_or_else(|| "-".to_string(), format_size),
                 );
-                let w = format!(
-                    "{}, {}",
-                    if row.what_if.served_all {
-                        "fits"
-                    } else {
-                        "OOM"
-                    },
-                    format_size(row.what_if.peak_reserved_bytes)
-                );
+                let w = multi::what_if_cell(row);
                 ui.colored_label(
                     if row.what_if.served_all {
                         theme::OK_TEXT

@@ -3,7 +3,11 @@
 //! cap; or every live allocation stacked as a band. Click or drag moves the cursor; the
 //! wheel zooms, shift+wheel or a right-drag pans, a double-click shows everything.
 
+mod axes;
+pub mod recorded;
 pub mod stack_lod;
+
+pub use axes::format_seconds;
 
 use egui::{Align2, Color32, FontId, Pos2, Rect, Sense, Shape, Stroke, pos2};
 
@@ -243,29 +247,16 @@ pub fn timeline_ui(
     bands_highlight: &render::QuadSet,
 ) -> TimelineInput {
     let mut input = TimelineInput::default();
-    let avail = ui.available_rect_before_wrap();
-    let (outer, response) = ui.allocate_exact_size(avail.size(), Sense::click_and_drag());
-    let painter = ui.painter_at(outer);
-    render::fill_rect(
-        &painter,
-        outer,
-        theme::PLOT_BG,
-        wgpu,
-        render::LAYER_FILLS + 1,
-    );
+    let (outer, response, painter) =
+        crate::gui::views::plot_area(ui, Sense::click_and_drag(), wgpu, render::LAYER_FILLS + 1);
     let frag_h = if st.show_fragmentation && st.mode == Mode::Metrics {
         (outer.height() * 0.18).clamp(28.0, 70.0)
     } else {
         0.0
     };
-    let plot = Rect::from_min_max(
-        pos2(outer.left() + 78.0, outer.top() + 8.0),
-        pos2(outer.right() - 10.0, outer.bottom() - 22.0 - frag_h),
-    );
-    if plot.width() < 20.0 || plot.height() < 20.0 {
+    let Some(plot) = plot_rect(st, outer, frag_h) else {
         return input;
-    }
-    st.last_plot = Some(plot);
+    };
     let frag_rect = Rect::from_min_max(
         pos2(plot.left(), plot.bottom() + 12.0),
         pos2(plot.right(), outer.bottom() - 22.0),
@@ -286,6 +277,9 @@ pub fn timeline_ui(
     if let Some(b) = &doc.bounds {
         ymax = ymax.max(b.live_peak_bytes.max(b.offline_peak_bytes) as f64);
     }
+    if let Some(r) = &doc.recorded {
+        ymax = ymax.max(r.peak_reserved_bytes as f64);
+    }
     if st.mode == Mode::Bands {
         ymax = ymax.max(doc.trace.bands.peak_bytes as f64);
     } else {
@@ -296,14 +290,15 @@ pub fn timeline_ui(
     let ymax = if ymax <= 0.0 { MIB } else { ymax * 1.06 };
     let to_y = |bytes: f64| plot.bottom() - (bytes / ymax * f64::from(plot.height())) as f32;
 
-    grid(
+    let timed = st.axis == Axis::Time && !doc.seconds.is_empty();
+    axes::grid(
         &painter,
         plot,
         outer.bottom() - 19.0,
         ymax,
         &xm,
-        st.axis,
-        doc,
+        &|x| x_label(doc, timed, x),
+        if timed { "time" } else { "event" },
     );
 
     let key = CacheKey {
@@ -459,7 +454,7 @@ pub fn timeline_ui(
         }
     }
 
-    st.last_references = reference_lines(&painter, plot, doc, &to_y);
+    st.last_references = axes::reference_lines(&painter, plot, doc, &to_y);
 
     // Memory caps and OOM markers.
     for (i, s) in doc.slots.iter().enumerate() {
@@ -582,60 +577,6 @@ const LAYER_LINES: u64 = 3;
 const LAYER_BANDS_FOLDED: u64 = 4;
 
 /// The reserved line of each configuration, drawn over the bands.
-/// The best any allocator could do, as two dashed lines labelled at the left: the
-/// live-bytes peak (no allocator needs less) and the offline placement's peak (what
-/// knowing every lifetime in advance achieves). Returns what it drew.
-fn reference_lines(
-    painter: &egui::Painter,
-    plot: Rect,
-    doc: &Document,
-    to_y: &dyn Fn(f64) -> f32,
-) -> Vec<(String, u64)> {
-    let Some(b) = &doc.bounds else {
-        return Vec::new();
-    };
-    let lines = [
-        (
-            format!("live bytes peak {}", format_size(b.live_peak_bytes)),
-            b.live_peak_bytes,
-            theme::LIVE_PEAK,
-        ),
-        (
-            format!(
-                "offline placement peak {}",
-                format_size(b.offline_peak_bytes)
-            ),
-            b.offline_peak_bytes,
-            theme::OFFLINE_PEAK,
-        ),
-    ];
-    let mut drawn = Vec::new();
-    for (k, (label, bytes, color)) in lines.into_iter().enumerate() {
-        let y = to_y(bytes as f64);
-        painter.extend(Shape::dashed_line(
-            &[pos2(plot.left(), y), pos2(plot.right(), y)],
-            Stroke::new(1.0, color),
-            6.0,
-            4.0,
-        ));
-        // Equal peaks: the second label goes under the line, not over the first.
-        let (anchor, dy) = if k == 0 {
-            (Align2::LEFT_BOTTOM, -2.0)
-        } else {
-            (Align2::LEFT_TOP, 2.0)
-        };
-        painter.text(
-            pos2(plot.left() + 4.0, y + dy),
-            anchor,
-            &label,
-            FontId::proportional(11.0),
-            color,
-        );
-        drawn.push((label, bytes));
-    }
-    drawn
-}
-
 fn reserved_shapes(st: &TimelineState, doc: &Document, xm: &XMap, ymax: f64) -> Vec<Shape> {
     let plot = xm.rect;
     let to_y =
@@ -662,6 +603,13 @@ fn metric_shapes(
     let to_y =
         |bytes: f32| plot.bottom() - (f64::from(bytes) / ymax * f64::from(plot.height())) as f32;
     let mut shapes = Vec::new();
+    // Until a replay arrives: what the file records.
+    if let Some(r) = &doc.recorded
+        && doc.slots.iter().all(|s| s.replay.is_none())
+    {
+        let ops_in = |a, b| st.ops_in(doc, a, b);
+        shapes.extend(recorded::recorded_shapes(r, xm, &ops_in, &to_y));
+    }
     for (i, s) in doc.slots.iter().enumerate() {
         let Some(r) = &s.replay else { continue };
         let c = theme::slot(i);
@@ -757,13 +705,25 @@ fn overlay_shapes(
     }
 }
 
-/// The envelope of `env` over the visible range, one min/max pair per point column.
-#[allow(clippy::many_single_char_names)]
+/// The envelope of `env` (one value per op) over the visible range, one min/max pair per
+/// point column.
 fn envelope_points(
     st: &TimelineState,
     doc: &Document,
     xm: &XMap,
     env: &crate::gui::envelope::Envelope,
+    to_y: &dyn Fn(f32) -> f32,
+) -> Vec<Pos2> {
+    envelope_points_in(xm, env, &|a, b| st.ops_in(doc, a, b), to_y)
+}
+
+/// The envelope of `env` over the visible range, one min/max pair per point column;
+/// `samples_in(a, b)` is the range of samples drawn between x `a` and `b`.
+#[allow(clippy::many_single_char_names)]
+fn envelope_points_in(
+    xm: &XMap,
+    env: &crate::gui::envelope::Envelope,
+    samples_in: &dyn Fn(f64, f64) -> (usize, usize),
     to_y: &dyn Fn(f32) -> f32,
 ) -> Vec<Pos2> {
     let w = xm.rect.width().max(1.0) as usize;
@@ -775,7 +735,7 @@ fn envelope_points(
     for col in 0..w {
         let a = xm.lo + (xm.hi - xm.lo) * col as f64 / w as f64;
         let b = xm.lo + (xm.hi - xm.lo) * (col + 1) as f64 / w as f64;
-        let (lo, hi) = st.ops_in(doc, a, b);
+        let (lo, hi) = samples_in(a, b);
         if lo >= n {
             break;
         }
@@ -793,97 +753,31 @@ fn envelope_points(
     pts
 }
 
-fn grid(
-    painter: &egui::Painter,
-    plot: Rect,
-    labels_y: f32,
-    ymax: f64,
-    xm: &XMap,
-    axis: Axis,
-    doc: &Document,
-) {
-    let font = FontId::proportional(11.0);
-    // Bytes: a power-of-two step giving 3–8 lines.
-    let mut step = 1024f64;
-    while ymax / step > 8.0 {
-        step *= 2.0;
-    }
-    let mut v = 0.0;
-    while v <= ymax {
-        let y = plot.bottom() - (v / ymax * f64::from(plot.height())) as f32;
-        painter.line_segment(
-            [pos2(plot.left(), y), pos2(plot.right(), y)],
-            Stroke::new(1.0, theme::GRID),
-        );
-        painter.text(
-            pos2(plot.left() - 6.0, y),
-            Align2::RIGHT_CENTER,
-            format_size(v as u64),
-            font.clone(),
-            theme::AXIS_TEXT,
-        );
-        v += step;
-    }
-    // x: a 1-2-5 step giving about one label per 110 points.
-    let span = (xm.hi - xm.lo).max(1e-9);
-    let target = (f64::from(plot.width()) / 110.0).max(1.0);
-    let raw = span / target;
-    let mag = 10f64.powf(raw.log10().floor());
-    let step = [1.0, 2.0, 5.0, 10.0]
-        .iter()
-        .map(|m| m * mag)
-        .find(|s| *s >= raw)
-        .unwrap_or(10.0 * mag);
-    let mut x = (xm.lo / step).ceil() * step;
-    while x <= xm.hi {
-        let sx = xm.to_screen(x);
-        painter.line_segment(
-            [pos2(sx, plot.top()), pos2(sx, plot.bottom())],
-            Stroke::new(1.0, theme::GRID.gamma_multiply(0.6)),
-        );
-        let label = match axis {
-            Axis::Time if !doc.seconds.is_empty() => format_seconds(x),
-            _ => {
-                let op = (x as usize).min(doc.trace.ops.len().saturating_sub(1));
-                doc.trace
-                    .ops
-                    .event_index
-                    .get(op)
-                    .map_or_else(|| format!("{x}"), |e| format!("{e}"))
-            }
-        };
-        painter.text(
-            pos2(sx, labels_y),
-            Align2::CENTER_TOP,
-            label,
-            font.clone(),
-            theme::AXIS_TEXT,
-        );
-        x += step;
-    }
-    let unit = match axis {
-        Axis::Time if !doc.seconds.is_empty() => "time",
-        _ => "event",
-    };
-    painter.text(
-        pos2(plot.left() - 6.0, labels_y),
-        Align2::RIGHT_TOP,
-        unit,
-        font,
-        theme::AXIS_TEXT,
+/// The plot inside the timeline's area `outer`, `below` points kept under it (the
+/// fragmentation strip); `None` when too small to draw. Kept for tests in `st`.
+fn plot_rect(st: &mut TimelineState, outer: Rect, below: f32) -> Option<Rect> {
+    let plot = Rect::from_min_max(
+        pos2(outer.left() + 78.0, outer.top() + 8.0),
+        pos2(outer.right() - 10.0, outer.bottom() - 22.0 - below),
     );
+    if plot.width() < 20.0 || plot.height() < 20.0 {
+        return None;
+    }
+    st.last_plot = Some(plot);
+    Some(plot)
 }
 
-/// Seconds as `1.234 s` or `12 ms`.
-#[must_use]
-pub fn format_seconds(s: f64) -> String {
-    if s.abs() >= 1.0 {
-        format!("{s:.3} s")
-    } else if s.abs() >= 1e-3 {
-        format!("{:.2} ms", s * 1e3)
-    } else {
-        format!("{:.0} µs", s * 1e6)
+/// The label of x on the events axis (the op's trace entry) or the time axis.
+fn x_label(doc: &Document, timed: bool, x: f64) -> String {
+    if timed {
+        return format_seconds(x);
     }
+    let op = (x as usize).min(doc.trace.ops.len().saturating_sub(1));
+    doc.trace
+        .ops
+        .event_index
+        .get(op)
+        .map_or_else(|| format!("{x}"), |e| format!("{e}"))
 }
 
 /// Tooltip for the sample under the mouse; returns the band's alloc op in band mode.

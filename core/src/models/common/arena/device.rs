@@ -1,8 +1,9 @@
 //! The device calls: each counts a segment op and emits its trace event.
 
-use super::Arena;
+use super::{Arena, Segment, State};
 use crate::device::{Device, DeviceOom};
 use crate::models::ModelEvent;
+use crate::models::common::rounding::device_bytes;
 use crate::snapshot::Action;
 
 impl Arena {
@@ -93,5 +94,45 @@ impl Arena {
         });
         let held = self.seg(s).held.saturating_sub(size);
         self.set_held(s, held);
+    }
+
+    /// A new ordinary segment of `size` bytes at `addr` (a `cudaMalloc` just made), one
+    /// free block not yet indexed, under `tag`: the block.
+    pub fn add_free_segment(&mut self, addr: u64, size: u64, stream: u64, tag: u64) -> u32 {
+        self.add_segment(
+            addr,
+            size,
+            device_bytes(size),
+            stream,
+            false,
+            false,
+            tag,
+            State::Free,
+        )
+        .1
+    }
+
+    /// Returns to the device every entirely free segment that `which` accepts, in segment
+    /// order; whether there was any.
+    pub fn release_free_segments(
+        &mut self,
+        dev: &mut dyn Device,
+        out: &mut Vec<ModelEvent>,
+        which: impl Fn(&Segment) -> bool,
+    ) -> bool {
+        let free: Vec<u32> = self
+            .segments()
+            .filter(|(_, s)| {
+                which(s) && {
+                    let h = self.b(s.head);
+                    h.state == State::Free && h.size == s.size
+                }
+            })
+            .map(|(s, _)| s)
+            .collect();
+        for &s in &free {
+            let _ = self.dev_free(dev, s, out);
+        }
+        !free.is_empty()
     }
 }

@@ -1,0 +1,128 @@
+//! The first frames of a file (issue 17): what the file records is drawn before its trace
+//! is built and before any replay answers, then replaced by the replays.
+
+use egui_kittest::Harness;
+
+use super::io::EngineHandle;
+use super::tests::{has_text, settle};
+use super::{AllocsimApp, Startup};
+use crate::engine::examples::OOM_STORY;
+use crate::engine::wire::block_state;
+
+/// The app on an engine that answers one message per frame, started once the harness is
+/// built (building it runs frames).
+fn paced_harness(startup: Startup) -> Harness<'static, AllocsimApp> {
+    let app = AllocsimApp::with_engine(EngineHandle::inline_paced(), false);
+    let mut h = Harness::builder()
+        .with_size([1400.0, 900.0])
+        .with_max_steps(400)
+        .build_ui_state(|ui, app: &mut AllocsimApp| app.ui(ui), app);
+    h.state_mut().start(startup);
+    h
+}
+
+#[test]
+fn the_recorded_timeline_and_end_state_are_drawn_before_the_replays_answer() {
+    let mut h = paced_harness(Startup::Example(&OOM_STORY));
+    // Frames until the decoded file's own timeline is on screen.
+    for _ in 0..20 {
+        if h.state().recorded_frame_marked() {
+            break;
+        }
+        h.step();
+    }
+    let app = h.state();
+    assert!(
+        app.recorded_frame_marked(),
+        "the recorded timeline was drawn"
+    );
+    assert!(app.document().is_none(), "drawn before the trace is built");
+    assert!(!app.first_frame_marked());
+    let r = app.recorded_shown().expect("the recorded view is shown");
+    assert_eq!(r.name, OOM_STORY.file);
+    assert!(r.len() > 10, "{} entries", r.len());
+    // The end state the map shows: the file's one 2 GiB segment under the 2.2 GiB cap.
+    assert_eq!(r.layout.data.segments.len(), 1);
+    assert_eq!(r.layout.data.segments[0].size_bytes, 2 << 30);
+    assert_eq!(r.peak_reserved_bytes, 2 << 30);
+    assert_eq!(
+        r.layout
+            .data
+            .blocks
+            .iter()
+            .map(|b| b.size_bytes)
+            .sum::<u64>(),
+        2 << 30,
+        "the blocks tile the segment"
+    );
+    // The program freed its tensors before the snapshot: nothing live at the end.
+    assert_eq!(r.requested.get(r.len() - 1), Some(0.0));
+    assert!(
+        r.layout
+            .data
+            .blocks
+            .iter()
+            .all(|b| b.state == block_state::FREE)
+    );
+    assert!(
+        app.timeline.last_plot.is_some(),
+        "the timeline was laid out"
+    );
+    assert!(
+        app.map.last_content.is_some(),
+        "the memory map was laid out"
+    );
+    assert!(has_text(&h, "recorded end state"));
+    assert!(has_text(&h, "reserved 2.00 GiB in 1 segments"));
+
+    // Once the trace is built, the same lines and map stay until the main replay's layout.
+    for _ in 0..40 {
+        if h.state().document().is_some() {
+            break;
+        }
+        h.step();
+    }
+    let app = h.state();
+    let doc = app.document().expect("the trace arrived");
+    assert!(
+        doc.slots.iter().all(|s| s.replay.is_none()),
+        "no replay yet"
+    );
+    let rd = app
+        .recorded_in_document()
+        .expect("the recorded lines over the ops");
+    assert_eq!(rd.reserved.len(), doc.trace.ops.len());
+    assert_eq!(rd.layout.data.op as usize, doc.trace.ops.len() - 1);
+    assert_eq!(
+        app.cursor, rd.layout.data.op,
+        "the cursor shows the end state"
+    );
+    h.step();
+    assert!(has_text(&h, "recorded end state"));
+
+    // The replays replace them: the cursor on the OOM, its layout from the replay.
+    // One answer a frame: the what-if's progress alone is some hundred.
+    let mut frames = 0;
+    while h.state().busy() {
+        frames += 1;
+        assert!(frames < 2000, "the app never settled");
+        h.step();
+    }
+    settle(&mut h);
+    let app = h.state();
+    assert!(app.first_frame_marked());
+    assert!(app.recorded_in_document().is_none());
+    let doc = app.document().expect("loaded");
+    let oom = doc.slots[0]
+        .replay
+        .as_ref()
+        .and_then(|r| r.data.summary.oom.as_ref())
+        .expect("the default allocator fails under the cap");
+    assert_eq!(app.cursor, oom.op_index);
+    assert_eq!(
+        doc.slots[0].layout.as_ref().map(|l| l.data.op),
+        Some(oom.op_index)
+    );
+    assert!(!has_text(&h, "recorded end state"));
+    assert!(app.errors.is_empty(), "{:?}", app.errors);
+}

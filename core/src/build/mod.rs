@@ -1,0 +1,421 @@
+//! `build`: a recording → its replayable trace. Each device's events are replayed through
+//! the PyTorch model on the recorded device ([`RecordedDevice`]: the recording's own
+//! addresses and refusals), compared event by event with what PyTorch did
+//! ([`crate::validate::Comparison`]), and what the snapshot leaves implicit is inferred in
+//! the same pass ([`infer`]: private pools, `empty_cache()` points, pool releases and
+//! CUDA-graph checkpoint restores). Where two pools explain a malloc equally the default is
+//! taken; a later release that contradicts it revises it to a private pool in a new pass
+//! from the start, kept only if it follows the recording further.
+//!
+//! Above the models (it runs the PyTorch model) and beside [`crate::validate`], whose
+//! comparison and report it fills: so it is not in `trace/`, which sits below the models.
+
+mod infer;
+mod recorded;
+#[cfg(test)]
+mod tests;
+
+use std::collections::{BTreeMap, HashMap};
+
+pub use recorded::RecordedDevice;
+
+use crate::device::SimulatedDevice;
+use crate::models::pytorch::{PyTorchConfig, PyTorchModel};
+use crate::models::{Allocator, ConfigError, PoolId};
+use crate::snapshot::{Action, RawEvent, RawSnapshot};
+use crate::trace::{DeviceTrace, Inference, Op, OpKind, StartSegment, Trace, TraceError};
+use crate::validate::{
+    Comparison, DeviceReport, Validation, compared, end_state_difference, peak_reserved_recorded,
+};
+
+/// A pool choice revisited: the malloc group ending at the event this is keyed by used a
+/// private pool, not the default pool it was first given. Both explain the group's own
+/// events; the default pool leads to a release the recording contradicts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Revision {
+    /// The recorded event where the default-pool choice first left the recording.
+    release_at: usize,
+    /// The segment the default pool would have released there, out of the recorded order.
+    segment_addr: u64,
+}
+
+/// A segment created by a malloc group, and whether a private pool was left untried
+/// because the default pool, tried first, already explained the group.
+#[derive(Debug, Clone, Copy)]
+struct Creation {
+    group_end: usize,
+    segment_addr: u64,
+    default_over_private: bool,
+}
+
+struct Annotator<'a> {
+    snap: &'a RawSnapshot,
+    device: u32,
+    events: &'a [RawEvent],
+    capacity: Option<u64>,
+    model: PyTorchModel,
+    synth: SimulatedDevice,
+    ops: Vec<Op>,
+    inferred: Vec<Inference>,
+    live: HashMap<u64, u32>,
+    pending: HashMap<u64, u32>,
+    scope: BTreeMap<u64, PoolId>,
+    renames: BTreeMap<PoolId, PoolId>,
+    next_provisional: u64,
+    cmp: Comparison,
+    peak_sim: u64,
+    /// Every segment created so far, in event order (see [`Self::revision`]).
+    creations: Vec<Creation>,
+    /// The pool choices revisited in this pass, by the index of the group's last event.
+    revised: BTreeMap<usize, Revision>,
+    /// The ops of the blocks alive at the start (the first ops).
+    initial_ops: usize,
+}
+
+impl Annotator<'_> {
+    fn err(&self, i: usize, m: String) -> TraceError {
+        TraceError {
+            device: self.device,
+            event_index: i,
+            message: m,
+        }
+    }
+
+    fn op(&mut self, i: usize, kind: OpKind, recorded_addr: u64) -> u32 {
+        let e = &self.events[i];
+        self.ops.push(Op {
+            kind,
+            event_index: i as u32,
+            recorded_addr,
+            stack: e.stack,
+            time_us: e.time_us,
+        });
+        (self.ops.len() - 1) as u32
+    }
+
+    fn note_peak(&mut self) {
+        self.peak_sim = self.peak_sim.max(self.model.stats().reserved_bytes);
+    }
+
+    /// The events of `from..to` the recorded device hands out (segment events and OOMs).
+    fn segment_group(&self, from: usize, to: usize) -> Vec<RawEvent> {
+        self.events[from..to]
+            .iter()
+            .filter(|e| compared(e.action) && e.action != Action::Alloc)
+            .copied()
+            .collect()
+    }
+
+    fn run(&mut self) -> Result<(), TraceError> {
+        let n = self.events.len();
+        let mut i = 0;
+        while i < n {
+            let e = self.events[i];
+            match e.action {
+                Action::Alloc
+                | Action::Oom
+                | Action::SegmentAlloc
+                | Action::SegmentMap
+                | Action::SegmentFree
+                | Action::SegmentUnmap => {
+                    let mut j = i;
+                    while j < n
+                        && matches!(
+                            self.events[j].action,
+                            Action::SegmentAlloc
+                                | Action::SegmentMap
+                                | Action::SegmentFree
+                                | Action::SegmentUnmap
+                        )
+                    {
+                        j += 1;
+                    }
+                    if j == i
+                        && let Some((end, pool, stream)) = self.restore_run(i)
+                    {
+                        self.restore_segment(i, end, pool, stream);
+                        i = end;
+                    } else if j < n && matches!(self.events[j].action, Action::Alloc | Action::Oom)
+                    {
+                        self.malloc_group(i, j);
+                        i = j + 1;
+                    } else {
+                        if let Some(k) = (i..j).find(|&k| {
+                            matches!(
+                                self.events[k].action,
+                                Action::SegmentAlloc | Action::SegmentMap
+                            )
+                        }) {
+                            return Err(self.err(
+                                k,
+                                format!("{} outside any malloc", self.events[k].action.as_str()),
+                            ));
+                        }
+                        self.empty_cache_group(i, j);
+                        i = j;
+                    }
+                }
+                Action::FreeRequested => {
+                    let deferred = !self
+                        .events
+                        .get(i + 1)
+                        .is_some_and(|x| x.action == Action::FreeCompleted && x.addr == e.addr);
+                    let Some(alloc) = self.live.remove(&e.addr) else {
+                        return Err(self.err(i, format!("free of address {:#x}, which holds no live allocation (unknown address or double free)", e.addr)));
+                    };
+                    self.op(i, OpKind::Free { alloc, deferred }, e.addr);
+                    if deferred {
+                        self.pending.insert(e.addr, alloc);
+                    }
+                    let mut out = Vec::new();
+                    let mut dev = RecordedDevice::new(Vec::new(), false, self.synth.clone());
+                    if let Err(m) = self.model.free(&mut dev, e.addr, deferred, &mut out) {
+                        self.cmp.diverge_input(i, &e, &m.to_string());
+                    }
+                    i += if deferred { 1 } else { 2 };
+                }
+                Action::FreeCompleted => {
+                    let Some(alloc) = self.pending.remove(&e.addr) else {
+                        return Err(self.err(
+                            i,
+                            format!("free_completed at {:#x} without a pending free", e.addr),
+                        ));
+                    };
+                    self.op(i, OpKind::CompleteFree { alloc }, e.addr);
+                    let mut out = Vec::new();
+                    let mut dev = RecordedDevice::new(Vec::new(), false, self.synth.clone());
+                    if let Err(m) = self.model.complete_free(&mut dev, e.addr, &mut out) {
+                        self.cmp.diverge_input(i, &e, &m.to_string());
+                    }
+                    i += 1;
+                }
+                Action::Snapshot | Action::Other => i += 1,
+            }
+        }
+        Ok(())
+    }
+
+    /// The pool choice the first divergence contradicts, if any. The model released a
+    /// segment where the recording released another; that segment was created by a malloc
+    /// group given the default pool while a private pool, left untried, explained the group
+    /// as well. Had the segment been the default pool's, `release_cached_blocks` (which
+    /// frees the default pools' whole cached segments before any private pool's, and never
+    /// those of a private pool still in use) would have freed it there: so it is the
+    /// private pool's. The caller checks the revision by running the pass again with it.
+    fn revision(&self) -> Option<(usize, Revision)> {
+        let d = self.cmp.divergence.as_ref()?;
+        let sim = d.simulated?;
+        if sim.action != Action::SegmentFree.as_str() {
+            return None;
+        }
+        let c = self
+            .creations
+            .iter()
+            .rev()
+            .find(|c| c.group_end < d.event_index && c.segment_addr == sim.addr)?;
+        (c.default_over_private && !self.revised.contains_key(&c.group_end)).then_some((
+            c.group_end,
+            Revision {
+                release_at: d.event_index,
+                segment_addr: sim.addr,
+            },
+        ))
+    }
+
+    /// Whether this pass follows the recording further than `other` (no divergence at all
+    /// counts as furthest).
+    fn diverges_later_than(&self, other: &Annotator<'_>) -> bool {
+        self.cmp.diverges_at() > other.cmp.diverges_at()
+    }
+}
+
+/// One pass of the annotation over device `device`'s events from the rebuilt start state,
+/// with the pool choices of `revised`.
+fn pass<'a>(
+    snap: &'a RawSnapshot,
+    device: u32,
+    events: &'a [RawEvent],
+    cfg: &PyTorchConfig,
+    capacity: Option<u64>,
+    start: &[StartSegment],
+    revised: BTreeMap<usize, Revision>,
+) -> Result<Annotator<'a>, TraceError> {
+    let mut model = PyTorchModel::new(cfg.clone(), capacity);
+    model.load_start(start);
+    let mut a = Annotator {
+        snap,
+        device,
+        events,
+        capacity,
+        model,
+        synth: SimulatedDevice::new(cfg.device_total_bytes, capacity),
+        ops: Vec::new(),
+        inferred: Vec::new(),
+        live: HashMap::new(),
+        pending: HashMap::new(),
+        scope: BTreeMap::new(),
+        renames: BTreeMap::new(),
+        next_provisional: 1,
+        cmp: Comparison::new(device),
+        peak_sim: start.iter().map(|s| s.size_bytes).sum(),
+        creations: Vec::new(),
+        revised,
+        initial_ops: 0,
+    };
+    // Blocks alive at the start become the first ops, so every model can replay them.
+    for s in start {
+        for b in &s.blocks {
+            a.ops.push(Op {
+                kind: OpKind::Alloc {
+                    size_bytes: b.requested_bytes,
+                    stream: s.stream,
+                    pool: s.pool,
+                    recorded_oom: false,
+                    restored: false,
+                },
+                event_index: u32::MAX,
+                recorded_addr: b.addr,
+                stack: crate::snapshot::StackId::EMPTY,
+                time_us: 0,
+            });
+            let op = (a.ops.len() - 1) as u32;
+            if b.pending {
+                a.pending.insert(b.addr, op);
+            } else {
+                a.live.insert(b.addr, op);
+            }
+            a.initial_ops += 1;
+        }
+    }
+    if !start.is_empty() {
+        a.inferred.push(Inference {
+            event_index: 0,
+            kind: "start_state",
+            detail: format!(
+                "the trace does not start empty: {} segments and {} live blocks rebuilt from the end state",
+                start.len(),
+                a.initial_ops
+            ),
+        });
+    }
+    a.run()?;
+    Ok(a)
+}
+
+/// Replays device `device` of a snapshot through the PyTorch model on the recorded device:
+/// builds the replayable requests and the validation report.
+pub fn annotate(
+    snap: &RawSnapshot,
+    device: u32,
+    cfg: &PyTorchConfig,
+    capacity: Option<u64>,
+) -> Result<(DeviceTrace, DeviceReport), TraceError> {
+    let events = snap
+        .device_traces
+        .get(device as usize)
+        .map_or(&[][..], Vec::as_slice);
+    let start =
+        crate::start::rebuild_start(snap, device, &PyTorchModel::new(cfg.clone(), capacity))?;
+    let start_reserved: u64 = start.iter().map(|s| s.size_bytes).sum();
+    let mut a = pass(snap, device, events, cfg, capacity, &start, BTreeMap::new())?;
+    // Revisit a pool choice the recording contradicts later, by a pass from the start with
+    // the other choice, kept only where it follows the recording further. Each revision is
+    // a different malloc group and moves the first divergence later, so this ends; an
+    // exact trace takes one pass.
+    while let Some((group_end, revision)) = a.revision() {
+        let mut revised = a.revised.clone();
+        revised.insert(group_end, revision);
+        match pass(snap, device, events, cfg, capacity, &start, revised) {
+            Ok(b) if b.diverges_later_than(&a) => a = b,
+            _ => break,
+        }
+    }
+    let initial = a.initial_ops;
+    let peak_rec = peak_reserved_recorded(events, start_reserved);
+    let end_diff = end_state_difference(snap, device, &a.model, &a.renames);
+    // Rename provisional pools that were identified later.
+    let renames = a.renames.clone();
+    let resolve = |p: PoolId| {
+        let mut p = p;
+        while let Some(&q) = renames.get(&p) {
+            p = q;
+        }
+        p
+    };
+    for op in &mut a.ops {
+        if let OpKind::Alloc { pool, .. } | OpKind::ReleasePool { pool } = &mut op.kind {
+            *pool = resolve(*pool);
+        }
+    }
+    let report = a.cmp.report(
+        end_diff,
+        peak_rec,
+        a.peak_sim,
+        a.inferred.clone(),
+        start.is_empty(),
+    );
+    let trace = DeviceTrace {
+        device,
+        ops: a.ops,
+        start,
+        inferred: a.inferred,
+        events: events.len(),
+        initial_ops: initial,
+        segment_events: events
+            .iter()
+            .filter(|e| matches!(e.action, Action::SegmentAlloc | Action::SegmentMap))
+            .copied()
+            .collect(),
+        capacity: crate::capacity::CapacityEvidence::default(),
+    };
+    Ok((trace, report))
+}
+
+/// The largest device index PyTorch can record (`c10::DeviceIndex` is an `int8_t`).
+pub const MAX_DEVICE: u32 = 127;
+
+/// Builds the replayable trace of every device, validating each on the way.
+pub fn build(snap: RawSnapshot, capacity: Option<u64>) -> Result<Validation, crate::Error> {
+    let cfg = PyTorchConfig::from_settings(&snap.settings).map_err(ConfigError::from)?;
+    // PyTorch's device index is an `int8_t` (`c10::DeviceIndex`): no recording has a
+    // device above 127, and one claiming it would make every device up to it a trace.
+    if let Some(s) = snap.segments.iter().find(|s| s.device > MAX_DEVICE) {
+        return Err(crate::Error::Impossible(format!(
+            "segment at {:#x}: device {} is not a CUDA device index (PyTorch's are 0 to {MAX_DEVICE})",
+            s.address, s.device
+        )));
+    }
+    if snap.device_traces.len() > MAX_DEVICE as usize + 1 {
+        return Err(crate::Error::Impossible(format!(
+            "device_traces has {} devices; PyTorch's device indexes are 0 to {MAX_DEVICE}",
+            snap.device_traces.len()
+        )));
+    }
+    crate::impossible::check(&snap)?;
+    let mut devices = Vec::new();
+    let mut reports = Vec::new();
+    let n = snap.device_traces.len().max(
+        snap.segments
+            .iter()
+            .map(|s| s.device as usize + 1)
+            .max()
+            .unwrap_or(0),
+    );
+    for d in 0..n as u32 {
+        let (mut t, r) = annotate(&snap, d, &cfg, capacity)?;
+        if let Some(events) = snap.device_traces.get(d as usize) {
+            t.capacity = crate::capacity::infer(events, &t, &cfg);
+        }
+        if t.events > 0 || !t.start.is_empty() {
+            reports.push(r);
+        }
+        devices.push(t);
+    }
+    Ok(Validation {
+        trace: Trace {
+            snapshot: snap,
+            devices,
+        },
+        devices: reports,
+    })
+}

@@ -1,0 +1,229 @@
+//! The malloc path (§5): `get_free_block` (best fit by (stream, size, address) with the
+//! oversize rules), `alloc_block` (a new segment or expandable pages, under the memory
+//! limit and `throw_on_cudamalloc_oom`), `malloc` itself with its OOM ladder, and the
+//! in-place allocation of a CUDA-graph checkpoint restore.
+
+use super::free_index::FreePos;
+use super::{Block, NIL, PyTorchModel, SMALL_SIZE_BYTES, Segment};
+use crate::device::Device;
+use crate::models::common::rounding::MAX_REQUEST_BYTES;
+use crate::models::{AllocRequest, ModelEvent, OomInfo};
+use crate::snapshot::Action;
+
+impl PyTorchModel {
+    /// `get_free_block` (§5.2).
+    /// The block found and where its entry stands in the pool's index.
+    pub(super) fn get_free_block(
+        &mut self,
+        pool: u32,
+        stream: u64,
+        size: u64,
+    ) -> Option<(u32, FreePos)> {
+        if self.gc_enabled() {
+            self.pools[pool as usize].get_free_blocks_call_count += 1;
+        }
+        let (bsize, idx, at) = {
+            let p = &self.pools[pool as usize];
+            let mut it = p.blocks.at_least(stream, size);
+            let (mut bsize, mut idx) = it.next().map(|(s, _, v)| (s, v))?;
+            let mut at = it.pos();
+            if self.segments[self.b(idx).seg as usize].expandable {
+                if self.cfg.expandable_segments {
+                    let xsize = |m: &PyTorchModel, i: u32| {
+                        let b = m.b(i);
+                        b.size
+                            + if b.next != NIL && !m.b(b.next).mapped {
+                                m.b(b.next).size
+                            } else {
+                                0
+                            }
+                    };
+                    loop {
+                        if !self.segments[self.b(idx).seg as usize].expandable {
+                            break;
+                        }
+                        let Some((ns, nv)) = it.next().map(|(s, _, v)| (s, v)) else {
+                            break;
+                        };
+                        if xsize(self, nv) >= xsize(self, idx) {
+                            break;
+                        }
+                        bsize = ns;
+                        idx = nv;
+                        at = it.pos();
+                    }
+                } else {
+                    while self.segments[self.b(idx).seg as usize].expandable {
+                        let (ns, nv) = it.next().map(|(s, _, v)| (s, v))?;
+                        bsize = ns;
+                        idx = nv;
+                        at = it.pos();
+                    }
+                }
+            }
+            (bsize, idx, at)
+        };
+        let m = self.cfg.max_split_size_bytes;
+        if size < m && bsize >= m {
+            return None;
+        }
+        if size >= m && bsize >= size.saturating_add(self.cfg.max_non_split_rounding_bytes) {
+            return None;
+        }
+        // Still in the pool: `alloc_found_block` takes it out (or moves its entry to the
+        // remainder of a split).
+        Some((idx, at))
+    }
+
+    /// `alloc_block` (§5.5): a new segment (or mapped pages) for the request.
+    #[allow(clippy::too_many_arguments)] // mirrors PyTorch's AllocParams fields one for one
+    pub(super) fn alloc_block(
+        &mut self,
+        dev: &mut dyn Device,
+        pool: u32,
+        stream: u64,
+        size: u64,
+        alloc_size: u64,
+        is_retry: bool,
+        out: &mut Vec<ModelEvent>,
+    ) -> Option<u32> {
+        if is_retry {
+            self.num_alloc_retries += 1;
+        }
+        if let Some(limit) = self.limit_bytes
+            && self.reserved_bytes + alloc_size > limit
+        {
+            return None;
+        }
+        // After the cap (whose failure still runs the ladder): PyTorch truncates
+        // fraction × totalGlobalMem here, where the cap rounds it.
+        if self.cfg.throw_on_cudamalloc_oom
+            && self.reserved_bytes + alloc_size > self.rejection_limit_bytes()
+        {
+            self.num_oom_rejections += 1;
+            self.rejected = true;
+            return None;
+        }
+        if self.cfg.expandable_segments {
+            return self.try_allocate_expandable_block(dev, pool, stream, size, out);
+        }
+        let addr = dev.malloc(alloc_size, stream).ok()?;
+        self.reserved_bytes += alloc_size;
+        self.segment_ops += 1;
+        let seg = self.new_segment(Segment {
+            base: addr,
+            size: alloc_size,
+            stream,
+            pool,
+            expandable: false,
+            page: 0,
+            live: true,
+        });
+        let b = self.new_block(Block {
+            addr,
+            size: alloc_size,
+            stream,
+            pool,
+            seg,
+            ..Block::FREE
+        });
+        out.push(ModelEvent {
+            action: Action::SegmentAlloc,
+            addr,
+            size: alloc_size,
+            stream,
+        });
+        Some(b)
+    }
+
+    /// `malloc` (§5): round, find a free block or a new segment (after garbage collection
+    /// and, failing that, the release-and-retry ladder), split it, or report the OOM.
+    pub(super) fn allocate(
+        &mut self,
+        dev: &mut dyn Device,
+        req: &AllocRequest,
+        out: &mut Vec<ModelEvent>,
+    ) -> Result<u64, OomInfo> {
+        let orig = req.size_bytes;
+        let stream = req.stream;
+        if orig > MAX_REQUEST_BYTES {
+            return Err(self.too_large(dev, orig, stream, out));
+        }
+        let size = self.round_size(orig);
+        let small = size <= SMALL_SIZE_BYTES;
+        let pool = self.pool_index(req.pool, small);
+        let alloc_size = self.allocation_size(size);
+        let hit = self.get_free_block(pool, stream, size);
+        let indexed = hit.map(|(_, at)| at);
+        let mut found = hit.map(|(i, _)| i);
+        self.rejected = false;
+        if found.is_none() {
+            if self.gc_enabled() {
+                self.garbage_collect(dev, out);
+            }
+            found = self.alloc_block(dev, pool, stream, size, alloc_size, false, out);
+            // A first attempt rejected by throw_on_cudamalloc_oom skips the
+            // release-and-retry ladder; a rejection inside the ladder does not stop it.
+            if found.is_none() && !self.rejected {
+                if self.release_available_cached_blocks(dev, pool, stream, size, out) {
+                    found = self.alloc_block(dev, pool, stream, size, alloc_size, false, out);
+                }
+                if found.is_none() {
+                    self.release_cached_blocks(dev, out);
+                    found = self.alloc_block(dev, pool, stream, size, alloc_size, true, out);
+                }
+            }
+        }
+        if found.is_none() && self.rejected {
+            // PyTorch returns without an `oom` entry and without counting `num_ooms`.
+            return Err(self.rejected_oom(pool, stream, size, alloc_size));
+        }
+        let Some(i) = found else {
+            return Err(self.out_of_memory(dev, pool, stream, size, alloc_size, out));
+        };
+        let split = self.should_split(i, size);
+        let blk = self.alloc_found_block(i, orig, size, split, indexed);
+        let addr = self.b(blk).addr;
+        out.push(ModelEvent {
+            action: Action::Alloc,
+            addr,
+            size: orig,
+            stream: self.b(blk).stream,
+        });
+        Ok(addr)
+    }
+
+    /// `setSegmentStateToCheckpoint`: the block of `req.size_bytes` at `addr` is taken
+    /// straight from the free block that starts there, in that block's own pool (small or
+    /// large by the segment, not by the size), split whenever bytes remain
+    /// (`split = curr_block->size - block_state.size > 0`, not `should_split`), and its
+    /// requested size is the block size. Where no such block of the request's pool and
+    /// stream is free (a what-if replay laid memory out differently), a malloc serves it.
+    pub(super) fn allocate_at(
+        &mut self,
+        dev: &mut dyn Device,
+        req: &AllocRequest,
+        addr: u64,
+        out: &mut Vec<ModelEvent>,
+    ) -> Result<u64, OomInfo> {
+        let size = req.size_bytes;
+        let found = self.free_block_starting_at(addr).filter(|&(i, _, bsize)| {
+            let b = self.b(i);
+            bsize >= size
+                && size > 0
+                && b.stream == req.stream
+                && self.pools[b.pool as usize].id == req.pool
+        });
+        let Some((i, at, bsize)) = found else {
+            return self.allocate(dev, req, out);
+        };
+        let blk = self.alloc_found_block(i, size, size, bsize > size, Some(at));
+        out.push(ModelEvent {
+            action: Action::Alloc,
+            addr,
+            size,
+            stream: self.b(blk).stream,
+        });
+        Ok(addr)
+    }
+}
