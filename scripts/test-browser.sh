@@ -6,12 +6,16 @@
 # playwright-core (no browser download) through web/tests/browser.mjs: the first-frame
 # marker, a canvas that is not blank, a real snapshot dropped on it, arrow keys moving the
 # shown event, `?trace=<url>`, no request leaving the local server, no frame frozen while a
-# big trace loads, no console error. Screenshots, the console and the figures are kept in
+# big trace loads, Diff and Ranks (the ranks in a pool of workers, the table equal to
+# `allocsim ranks --json`), What would fit? cancelled by terminating its worker, no console
+# error. Screenshots, the console and the figures are kept in
 # $ALLOCSIM_ARTIFACTS (default /tmp/allocsim-artifacts).
 #
 # `scripts/test-browser.sh --bench` runs web/tests/bench.mjs instead (the README's browser
 # figures: kvcache_decode opened to its first full frame, the layout at another event, the
-# tab's memory).
+# tab's memory); `--bench-workers [ARGS]` runs web/tests/bench_workers.mjs (What would fit?
+# against pickle.loads and the CLI's recommend, a set of ranks on 1 and 2 workers; ARGS go to
+# it, e.g. `--extra /tmp/kvcache_1m.pickle --runs 2`).
 #
 # Installs what it lacks, quietly, and skips what is there: Debian's chromium, nodejs and
 # npm (apt-get), the wasm32 target (rustup), playwright-core (npm ci, pinned by
@@ -27,6 +31,7 @@ artifacts="${ALLOCSIM_ARTIFACTS:-/tmp/allocsim-artifacts}"
 site="$CARGO_TARGET_DIR/allocsim-site"
 mode=test
 [ "${1:-}" = "--bench" ] && mode=bench
+[ "${1:-}" = "--bench-workers" ] && mode=bench-workers
 
 if [ ! -f "$traces/multistream_pub.pickle.gz" ] || [ ! -f "$traces/kvcache_decode.pickle.gz" ]; then
   echo "skipped: no real snapshots in $traces (set ALLOCSIM_TRACES)"
@@ -53,6 +58,8 @@ fi
 # dependencies there already.
 t0=$(date +%s)
 cargo build --profile ci -p allocsim-web --bins
+# The CLI, whose answers the page's are compared with (built by scripts/test.sh's tests).
+cargo build --profile ci -p allocsim-app --bin allocsim
 "$CARGO_TARGET_DIR/ci/build-web" --out "$site"
 echo "site built in $(($(date +%s) - t0)) s"
 
@@ -69,8 +76,14 @@ done
 [ -n "$url" ] || { echo "the local server did not start"; cat "$port_file"; exit 1; }
 
 mkdir -p "$artifacts"
-if [ "$mode" = bench ]; then
+if [ "$mode" = bench-workers ]; then
+  shift
+  # ARGS first: an --allocsim among them (a release build) is taken over the ci one.
+  node web/tests/bench_workers.mjs "$@" --url "$url" --traces "$traces" --out "$artifacts" \
+    --chromium /usr/bin/chromium --allocsim "$CARGO_TARGET_DIR/ci/allocsim"
+elif [ "$mode" = bench ]; then
   node web/tests/bench.mjs --url "$url" --site "$site" --traces "$traces" --out "$artifacts" --chromium /usr/bin/chromium
 else
-  node web/tests/browser.mjs --url "$url" --site "$site" --traces "$traces" --out "$artifacts" --chromium /usr/bin/chromium
+  node web/tests/browser.mjs --url "$url" --site "$site" --traces "$traces" --out "$artifacts" --chromium /usr/bin/chromium \
+    --allocsim "$CARGO_TARGET_DIR/ci/allocsim"
 fi

@@ -1,6 +1,7 @@
 //! The WebAssembly entry points of the allocsim app. Thin: the page (`static/index.html`)
 //! calls [`start`] with its canvas; the engine's Web Worker (`static/worker.js`, the same
-//! wasm) calls [`worker_handle`] with each request. All app logic lives in `allocsim-app`.
+//! wasm) calls [`worker_handle`] with each request, as do the workers of the ranks' pool;
+//! the search worker calls [`search_handle`]. All app logic lives in `allocsim-app`.
 //! The site is built by `cargo run -p allocsim-web --bin build-web` and served locally by
 //! `cargo run -p allocsim-web --bin serve-web`.
 
@@ -69,7 +70,7 @@ mod entry {
     #[wasm_bindgen]
     pub fn worker_init() {
         std::panic::set_hook(Box::new(|info| {
-            let message = format!("the engine crashed: {info}");
+            let message = format!("{}: {info}", wire::CRASHED);
             web_sys::console::error_1(&message.clone().into());
             post(&wire::Response::Failed {
                 job: JOB.with(std::cell::Cell::get),
@@ -81,10 +82,24 @@ mod entry {
     /// Handles one engine request in the worker; every answer is posted back as bytes.
     #[wasm_bindgen]
     pub fn worker_handle(msg: &[u8]) {
+        handle_with(msg, Engine::handle);
+    }
+
+    /// Handles one request in the search worker (`allocsim-search`: a load only sets the
+    /// trace, [`Engine::handle_search`]), which the page terminates to cancel a search.
+    #[wasm_bindgen]
+    pub fn search_handle(msg: &[u8]) {
+        handle_with(msg, Engine::handle_search);
+    }
+
+    fn handle_with(
+        msg: &[u8],
+        handle: fn(&mut Engine, wire::Request, &mut dyn FnMut(wire::Response)),
+    ) {
         match wire::decode::<wire::Request>(msg) {
             Ok(req) => {
                 JOB.with(|j| j.set(req.job()));
-                ENGINE.with(|e| e.borrow_mut().handle(req, &mut |r| post(&r)));
+                ENGINE.with(|e| handle(&mut e.borrow_mut(), req, &mut |r| post(&r)));
             }
             Err(message) => post(&wire::Response::Failed { job: 0, message }),
         }
@@ -109,8 +124,19 @@ mod entry {
         CANCELLED.with(|c| c.borrow_mut().remove(&job));
         ENGINE.with(|e| {
             e.borrow_mut()
-                .open_decoded(job, name, decoded, &mut |r| post(&r))
+                .open_decoded(job, name, decoded, &mut |r| post(&r));
         });
+    }
+
+    /// The search worker's open of a dropped `File` (the same slices as [`worker_open`]):
+    /// only its trace is set ([`Engine::search_adopt`]), for the searches that follow.
+    #[wasm_bindgen]
+    pub async fn search_open(job: f64, name: String, file: web_sys::File) {
+        let job = job as u64;
+        JOB.with(|j| j.set(job));
+        let decoded = read_file(job, &name, &file).await;
+        CANCELLED.with(|c| c.borrow_mut().remove(&job));
+        ENGINE.with(|e| e.borrow_mut().search_adopt(name, decoded));
     }
 
     async fn slice(file: &web_sys::File, from: u64, to: u64) -> Result<Vec<u8>, String> {

@@ -1,11 +1,17 @@
 // The allocsim engine in a Web Worker: the same wasm as the page (the page posts its
 // compiled module first), answering the page's requests in order without blocking the
-// page's frames. A dropped file arrives as {open, name, file} and is read here in
-// slices; {cancel} stops it at once (not queued behind it). If the wasm stops (an
-// allocation past its memory runs no panic hook) while it opens a file, the page hears
-// {crashed, job}.
-import init, { worker_init, worker_handle, worker_open, worker_cancel } from "./allocsim_web.js";
+// page's frames. The page starts three kinds (app/src/gui/workers.rs): the engine's, the
+// workers of the ranks' pool (the same handler), and the search worker, named
+// "allocsim-search", which keeps a trace for "What would fit?" and the capacity searches
+// and which the page terminates to cancel one. A dropped file arrives as {open, name,
+// file} and is read here in slices; {cancel} stops it at once (not queued behind it). If
+// the wasm stops (an allocation past its memory runs no panic hook) while it opens a
+// file, the page hears {crashed, job}.
+import init, { worker_init, worker_handle, worker_open, worker_cancel, search_handle, search_open } from "./allocsim_web.js";
 
+const search = self.name === "allocsim-search";
+const handle = search ? search_handle : worker_handle;
+const open = search ? search_open : worker_open;
 let chain = null;
 
 function crashed(e, job) {
@@ -30,11 +36,11 @@ self.onmessage = (event) => {
   }
   if (msg && msg.open !== undefined) {
     chain = chain
-      .then(() => worker_open(msg.open, msg.name, msg.file))
+      .then(() => open(msg.open, msg.name, msg.file))
       .catch((e) => crashed(e, msg.open));
     return;
   }
   chain = chain
-    .then(() => worker_handle(msg))
+    .then(() => handle(msg))
     .catch((e) => console.error("allocsim engine:", e));
 };

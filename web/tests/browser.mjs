@@ -7,13 +7,17 @@
 // marker); a big snapshot loads without a frozen frame, the worker reporting its progress; a
 // truncated big pickle fails with the file and the byte offset; `?trace=<url>` opens that trace; a
 // broken file leaves the app working; several snapshots dropped at once open the Diff (two)
-// and Ranks (four) views with the right answers; no request leaves the local server (the page works
-// offline from the built folder); no console error in the page or its worker.
+// and Ranks (four) views with the right answers — the ranks replayed in a pool of at least two
+// workers, the table equal to `allocsim ranks --json` —; "What would fit?" on a big trace
+// under a cap runs in its own worker, which Cancel (Escape) terminates while layouts are
+// answered before and after; no request leaves the local server (the page works offline from
+// the built folder); no console error in the page or its workers.
 // Screenshots, the console and the figures go to --out.
 //
-// node browser.mjs --url http://127.0.0.1:PORT/ --site DIR --traces DIR --out DIR [--chromium PATH]
+// node browser.mjs --url http://127.0.0.1:PORT/ --site DIR --traces DIR --out DIR --allocsim BIN [--chromium PATH]
 
 import { readFileSync, writeFileSync, mkdirSync } from "node:fs";
+import { execFileSync } from "node:child_process";
 import { join } from "node:path";
 import { gzipSync, gunzipSync, brotliCompressSync, constants as zc } from "node:zlib";
 import {
@@ -52,6 +56,7 @@ const site = arg("--site");
 const traces = arg("--traces");
 const out = arg("--out", "/tmp/allocsim-artifacts");
 const chromiumPath = arg("--chromium", "/usr/bin/chromium");
+const allocsim = arg("--allocsim");
 mkdirSync(out, { recursive: true });
 
 /// The issue's bound on the compressed wasm, embedded examples included.
@@ -70,6 +75,11 @@ const SMALL = "multistream_pub.pickle.gz";
 const BIG = "kvcache_decode.pickle.gz";
 /// The trace `?trace=` fetches (served by the test under the local origin).
 const BY_URL = "mlp_train.pickle.gz";
+/// The big trace "What would fit?" is cancelled on, and a cap under which PyTorch's
+/// defaults run out of memory (they need 4.70 GiB) while other settings fit: the sweep then
+/// starts by itself and replays the whole trace per setting.
+const SWEPT = "big_gpt_long_stacks_s9.pickle.gz";
+const SWEPT_CAP = "4.6GiB";
 
 const failures = [];
 const fail = (msg) => {
@@ -254,8 +264,24 @@ try {
   const s6 = await shot(page, "6-diff.png");
   if (s6.colours < 20 || s6.differing < 0.05) fail("the canvas looks blank in the Diff view");
   log("two snapshots dropped at once: the Diff names the input that grew by 12 MiB");
-  await dropMany(page, [0, 1, 2, 3].map((r) => join(repoTraces, "ranks", `ddp4_rank${r}.pickle.gz`)));
+  const rankFiles = [0, 1, 2, 3].map((r) => `ddp4_rank${r}.pickle.gz`);
+  await dropMany(page, rankFiles.map((f) => join(repoTraces, "ranks", f)));
   await waitFrame(page, "ranks:4:outlier=2:failed=0");
+  // Replayed in a pool of workers, and the table is the CLI's.
+  const rankWorkers = Number(await page.evaluate(() => document.body.getAttribute("data-allocsim-rank-workers")));
+  results.rank_workers = rankWorkers;
+  if (!(rankWorkers >= 2)) fail(`the ranks were replayed by ${rankWorkers} worker(s), not a pool of at least 2`);
+  const pageRanks = JSON.parse(await page.evaluate(() => document.body.getAttribute("data-allocsim-ranks")));
+  const cliRanks = JSON.parse(
+    execFileSync(allocsim, ["ranks", "--json", ...rankFiles], { cwd: join(repoTraces, "ranks"), encoding: "utf8" }),
+  );
+  delete cliRanks.schema;
+  if (JSON.stringify(pageRanks) !== JSON.stringify(cliRanks)) {
+    writeFileSync(join(out, "ranks-page.json"), JSON.stringify(pageRanks, null, 2));
+    writeFileSync(join(out, "ranks-cli.json"), JSON.stringify(cliRanks, null, 2));
+    fail("the Ranks table differs from `allocsim ranks --json` (ranks-page.json, ranks-cli.json)");
+  }
+  log(`the ranks ran on ${rankWorkers} workers; the table equals allocsim ranks --json (outlier rank ${pageRanks.outlier?.rank})`);
   const s7 = await shot(page, "7-ranks.png");
   if (s7.colours < 20 || s7.differing < 0.05) fail("the canvas looks blank in the Ranks view");
   log("four snapshots dropped at once: Ranks names rank 2 as the outlier");
@@ -273,6 +299,43 @@ try {
   if (s8.colours < 20 || s8.differing < 0.05) fail(`the canvas looks blank after ?trace=…/${BY_URL}`);
   log(`?trace= opened ${await byUrl.evaluate(() => document.body.getAttribute("data-allocsim-frame"))}`);
   await byUrl.close();
+
+  // 8. "What would fit?" in its own worker: a big trace under a cap its defaults overrun
+  // starts the sweep by itself; a layout is answered while it runs; Cancel (Escape)
+  // terminates the search worker, the panel says cancelled, and layouts are still answered.
+  const swept = await context.newPage();
+  swept.on("console", (m) => {
+    s.console.push(`[sweep ${m.type()}] ${m.text()}`);
+    if (m.type() === "error") s.errors.push("sweep page: " + m.text());
+  });
+  swept.on("pageerror", (e) => s.errors.push("sweep page error: " + e.message));
+  const attr = (name) => swept.evaluate((n) => document.body.getAttribute(n), name);
+  await swept.goto(`${url}?trace=${encodeURIComponent(`${origin}/test-traces/${SWEPT}`)}&capacity=${SWEPT_CAP}`, { waitUntil: "load" });
+  await waitFrame(swept, `ready:${SWEPT}`, 300000);
+  await swept.waitForFunction(() => document.body.getAttribute("data-allocsim-search") === "running", null, { timeout: 120000 });
+  await swept.mouse.move(700, 890);
+  const step = async () => {
+    const from = Number(await attr("data-allocsim-layout"));
+    await swept.keyboard.press(from > 0 ? "ArrowLeft" : "ArrowRight");
+    const want = from > 0 ? from - 1 : from + 1;
+    await waitLayout(swept, want, 120000);
+    return want;
+  };
+  const during = await step();
+  const stillRunning = (await attr("data-allocsim-search")) === "running";
+  if (!stillRunning) fail(`the sweep ended before the test could cancel it (${await attr("data-allocsim-search")})`);
+  const workersBefore = await attr("data-allocsim-search-workers");
+  await swept.keyboard.press("Escape");
+  await swept.waitForFunction(() => document.body.getAttribute("data-allocsim-search") === "cancelled", null, { timeout: 10000 });
+  await swept.waitForFunction(() => /terminated=[1-9]/.test(document.body.getAttribute("data-allocsim-search-workers") || ""), null, {
+    timeout: 10000,
+  });
+  const workersAfter = await attr("data-allocsim-search-workers");
+  const after = await step();
+  await shot(swept, "9-sweep-cancelled.png");
+  results.sweep_cancel = { workers_before: workersBefore, workers_after: workersAfter, layout_during: during, layout_after: after };
+  log(`What would fit? on ${SWEPT} under ${SWEPT_CAP}: a layout answered while it ran (event ${during}); Escape: search workers ${workersBefore} → ${workersAfter}, the panel says cancelled, a layout answered after (event ${after})`);
+  await swept.close();
 } catch (e) {
   fail(String(e && e.stack ? e.stack : e));
   await page.screenshot({ path: join(out, "failure.png") }).catch(() => {});

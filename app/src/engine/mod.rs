@@ -166,7 +166,8 @@ impl Engine {
             | Request::Explain { .. }
             | Request::Bounds { .. }
             | Request::Diff { .. }
-            | Request::Ranks { .. }) => {
+            | Request::Ranks { .. }
+            | Request::Rank { .. }) => {
                 // Run here, in order (the web worker, tests); natively the host runs it
                 // beside the engine.
                 if let Ok(work) = self.detached(req) {
@@ -182,10 +183,7 @@ impl Engine {
                 });
                 match workloads::generate(&spec) {
                     Ok(trace) => {
-                        self.trace = Some(Arc::new(trace));
-                        self.reports = Vec::new();
-                        self.name = spec;
-                        self.device = 0;
+                        self.adopt(trace, Vec::new(), spec, 0);
                         self.show_device(job, emit);
                     }
                     Err(e) => emit(Response::Failed {
@@ -206,6 +204,64 @@ impl Engine {
                 emit(r);
             }
         }
+    }
+
+    /// The engine of a worker that runs only searches (the browser's search worker, which
+    /// Cancel terminates, beside the engine that answers the UI): a load, a workload or a
+    /// device choice sets its trace without the UI's copy of it and answers nothing (the
+    /// engine beside it answers them); any other request is handled as by
+    /// [`Engine::handle`].
+    pub fn handle_search(&mut self, req: Request, emit: &mut dyn FnMut(Response)) {
+        match req {
+            Request::Load { name, bytes, .. } => {
+                let decoded =
+                    allocsim_core::snapshot::decode_snapshot(&bytes).map_err(|e| e.to_string());
+                self.search_adopt(name, decoded);
+            }
+            Request::Workload { spec, .. } => match workloads::generate(&spec) {
+                Ok(trace) => self.adopt(trace, Vec::new(), spec, 0),
+                Err(_) => self.trace = None,
+            },
+            Request::SelectDevice { device, .. } => {
+                if self
+                    .trace
+                    .as_ref()
+                    .is_some_and(|t| (device as usize) < t.devices.len())
+                {
+                    self.device = device as usize;
+                    self.forget();
+                }
+            }
+            other => self.handle(other, emit),
+        }
+    }
+
+    /// The search worker's trace from a snapshot decoded elsewhere (a load, or in the
+    /// browser a `File` read in slices): set, nothing sent (the engine's worker shows it).
+    pub fn search_adopt(
+        &mut self,
+        name: String,
+        decoded: Result<allocsim_core::snapshot::RawSnapshot, String>,
+    ) {
+        match decoded
+            .and_then(|snap| allocsim_core::build::build(snap, None).map_err(|e| e.to_string()))
+        {
+            Ok(v) => {
+                let device = v.trace.busiest_device();
+                self.adopt(v.trace, v.devices, name, device);
+            }
+            Err(_) => self.trace = None,
+        }
+    }
+
+    /// Takes `trace` (decoded from `name`, with its validation reports) as the one shown,
+    /// on device `device`, and forgets what was computed before.
+    fn adopt(&mut self, trace: Trace, reports: Vec<DeviceReport>, name: String, device: usize) {
+        self.device = device;
+        self.trace = Some(Arc::new(trace));
+        self.reports = reports;
+        self.name = name;
+        self.forget();
     }
 
     /// Shows device `self.device` of the trace: what was computed for the one shown before
@@ -297,10 +353,8 @@ impl Engine {
     ) {
         match loaded {
             Ok(v) => {
-                self.device = v.trace.busiest_device();
-                self.trace = Some(Arc::new(v.trace));
-                self.reports = v.devices;
-                self.name = name;
+                let device = v.trace.busiest_device();
+                self.adopt(v.trace, v.devices, name, device);
                 self.show_device(job, emit);
             }
             Err(message) => emit(Response::Failed { job, message }),
@@ -533,7 +587,7 @@ impl Engine {
         let cache = self.cache.clone();
         let generation = self.cache.lock().map_or(0, |c| c.generation);
         match req {
-            req @ (Request::Diff { .. } | Request::Ranks { .. }) => {
+            req @ (Request::Diff { .. } | Request::Ranks { .. } | Request::Rank { .. }) => {
                 Ok(Box::new(move |emit: &mut dyn FnMut(Response)| {
                     multi::handle(req, emit);
                 }))

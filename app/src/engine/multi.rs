@@ -11,7 +11,9 @@ use allocsim_core::ranks::{self, RankFailure, RankOptions, RankRow, RanksReport}
 use allocsim_core::session;
 use allocsim_core::units::format_size;
 
-use super::wire::{CURVE_POINTS, CurveData, DiffData, NamedBytes, RanksData, Request, Response};
+use super::wire::{
+    CURVE_POINTS, CurveData, DiffData, NamedBytes, RankOutcome, RanksData, Request, Response,
+};
 use crate::engine::parallel;
 
 /// A rank's what-if cell, as the CLI and the Ranks view show it: `fits, 1.50 GiB` or
@@ -35,7 +37,8 @@ pub fn is_outlier(report: &RanksReport, row: &RankRow) -> bool {
         .is_some_and(|o| o.rank == row.rank && o.file == row.file)
 }
 
-/// Runs a [`Request::Diff`] or [`Request::Ranks`]; any other request is ignored.
+/// Runs a [`Request::Diff`], [`Request::Ranks`] or [`Request::Rank`]; any other request is
+/// ignored.
 pub fn handle(req: Request, emit: &mut dyn FnMut(Response)) {
     match req {
         Request::Diff {
@@ -74,6 +77,17 @@ pub fn handle(req: Request, emit: &mut dyn FnMut(Response)) {
                 data: Box::new(data),
             });
         }
+        Request::Rank {
+            job,
+            index,
+            rank,
+            file,
+            what_if,
+        } => emit(Response::RankDone {
+            job,
+            index,
+            outcome: Box::new(rank_one(&file, rank, &options(what_if))),
+        }),
         _ => {}
     }
 }
@@ -122,23 +136,70 @@ pub fn diff_of(
 pub fn ranks_of(files: &[NamedBytes], what_if: String) -> RanksData {
     let names: Vec<String> = files.iter().map(|f| f.name.clone()).collect();
     let rank_of = ranks::assign_ranks(&names);
-    let opts = RankOptions {
+    let opts = options(what_if);
+    let results = parallel::map_local(files.len(), &|i| rank_one(&files[i], rank_of[i], &opts));
+    gather_ranks(results, &opts.what_if)
+}
+
+/// A [`Request::Ranks`] as one [`Request::Rank`] per file (the rank numbers read from the
+/// names of all of them), for a host that runs the ranks apart (the browser's pool of
+/// workers); [`gather_ranks`] puts the answers together.
+#[must_use]
+pub fn split_ranks(job: u64, files: Vec<NamedBytes>, what_if: &str) -> Vec<Request> {
+    let names: Vec<String> = files.iter().map(|f| f.name.clone()).collect();
+    let rank_of = ranks::assign_ranks(&names);
+    files
+        .into_iter()
+        .zip(rank_of)
+        .enumerate()
+        .map(|(i, (file, rank))| Request::Rank {
+            job,
+            index: u32::try_from(i).unwrap_or(u32::MAX),
+            rank,
+            file,
+            what_if: what_if.to_string(),
+        })
+        .collect()
+}
+
+fn options(what_if: String) -> RankOptions {
+    RankOptions {
         what_if,
         ..RankOptions::default()
-    };
-    let results = parallel::map_local(files.len(), &|i| {
-        ranks::rank(&files[i].name, rank_of[i], &files[i].bytes, &opts)
-    });
-    let mut rows: Vec<RankRow> = Vec::new();
-    let mut failed = Vec::new();
-    for (i, r) in results.into_iter().enumerate() {
-        match r {
-            Ok(row) => rows.push(row),
-            Err(e) => failed.push(RankFailure {
-                file: files[i].name.clone(),
-                rank: rank_of[i],
+    }
+}
+
+/// One rank's work: its row, or why its file could not be read.
+fn rank_one(file: &NamedBytes, rank: u32, opts: &RankOptions) -> RankOutcome {
+    match ranks::rank(&file.name, rank, &file.bytes, opts) {
+        Ok(row) => RankOutcome {
+            devices: u32::try_from(row.devices).unwrap_or(u32::MAX),
+            row: Ok(row),
+        },
+        Err(e) => RankOutcome {
+            row: Err(RankFailure {
+                file: file.name.clone(),
+                rank,
                 error: e.to_string(),
             }),
+            devices: 0,
+        },
+    }
+}
+
+/// The ranks' answers (in file order) together: the rows summarized, the unreadable ranks
+/// apart.
+#[must_use]
+pub fn gather_ranks(results: Vec<RankOutcome>, what_if: &str) -> RanksData {
+    let mut rows: Vec<RankRow> = Vec::new();
+    let mut failed = Vec::new();
+    for r in results {
+        match r.row {
+            Ok(mut row) => {
+                row.devices = r.devices as usize;
+                rows.push(row);
+            }
+            Err(f) => failed.push(f),
         }
     }
     if rows.is_empty() {
@@ -148,7 +209,7 @@ pub fn ranks_of(files: &[NamedBytes], what_if: String) -> RanksData {
             error: None,
         };
     }
-    match ranks::summarize(rows, &opts) {
+    match ranks::summarize(rows, &options(what_if.to_string())) {
         Ok(report) => RanksData {
             report: Some(report),
             failed,

@@ -9,6 +9,10 @@ use allocsim_core::explain::Explanation;
 use allocsim_core::offline::BestPossible;
 use serde::{Deserialize, Serialize};
 
+/// How the message of a [`Response::Failed`] begins when the engine panicked (in the
+/// browser: a worker whose wasm instance cannot run again).
+pub const CRASHED: &str = "the engine crashed";
+
 /// `u32::MAX`: no op (an allocation never freed, an op that is no allocation).
 pub const NO_OP: u32 = u32::MAX;
 
@@ -90,6 +94,17 @@ pub enum Request {
         files: Vec<NamedBytes>,
         what_if: String,
     },
+    /// Rank `index` of a [`Request::Ranks`] alone (decode, replay, smallest capacity,
+    /// what-if), answered with [`Response::RankDone`]: the browser runs the ranks of a set
+    /// in a pool of workers and puts the rows together itself
+    /// ([`crate::engine::multi::gather_ranks`]).
+    Rank {
+        job: u64,
+        index: u32,
+        rank: u32,
+        file: NamedBytes,
+        what_if: String,
+    },
 }
 
 /// A file's name and bytes.
@@ -117,7 +132,8 @@ impl Request {
             | Request::Workload { job, .. }
             | Request::MinCapacity { job, .. }
             | Request::Diff { job, .. }
-            | Request::Ranks { job, .. } => *job,
+            | Request::Ranks { job, .. }
+            | Request::Rank { job, .. } => *job,
             Request::DropSlot { .. } | Request::Cancel { .. } => 0,
         }
     }
@@ -190,6 +206,12 @@ pub enum Response {
         job: u64,
         data: Box<RanksData>,
     },
+    /// The answer to [`Request::Rank`]: its row, or why it could not be read.
+    RankDone {
+        job: u64,
+        index: u32,
+        outcome: Box<RankOutcome>,
+    },
     /// The job failed; `message` is shown in the app as it is.
     Failed {
         job: u64,
@@ -215,6 +237,7 @@ impl Response {
             | Response::MinCapacity { job, .. }
             | Response::Diffed { job, .. }
             | Response::Ranked { job, .. }
+            | Response::RankDone { job, .. }
             | Response::Failed { job, .. } => *job,
         }
     }
@@ -596,4 +619,13 @@ pub struct RanksData {
     pub failed: Vec<allocsim_core::ranks::RankFailure>,
     /// Why the readable ranks do not make one set (different devices), if so.
     pub error: Option<String>,
+}
+
+/// One rank's answer ([`Response::RankDone`]).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RankOutcome {
+    pub row: Result<allocsim_core::ranks::RankRow, allocsim_core::ranks::RankFailure>,
+    /// The row's `devices` (the GPUs its process saw), which the row does not serialize:
+    /// ranks of different devices make no set.
+    pub devices: u32,
 }

@@ -55,10 +55,14 @@ impl AllocsimApp {
         }
     }
 
-    /// Handles the keyboard: arrows step one event, PageUp/PageDown jump, Home/End.
+    /// Handles the keyboard: arrows step one event, PageUp/PageDown jump, Home/End;
+    /// Escape cancels "What would fit?" while it runs.
     pub(crate) fn keys(&mut self, ctx: &egui::Context) {
         if ctx.egui_wants_keyboard_input() {
             return;
+        }
+        if ctx.input(|i| i.key_pressed(egui::Key::Escape)) {
+            self.cancel_what_if();
         }
         let Some(doc) = &self.doc else { return };
         let n = doc.trace.ops.len() as i64;

@@ -182,7 +182,8 @@ pub(crate) fn top_bar_ui(ui: &mut Ui, app: &mut AllocsimApp) {
             }
             if let Some((job, stage, f)) = &app.progress {
                 let job = *job;
-                ui.add(egui::ProgressBar::new(*f).desired_width(220.0).text(stage.clone()).animate(true));
+                // Not animated (a repaint every frame): each progress message repaints it.
+                ui.add(egui::ProgressBar::new(*f).desired_width(220.0).text(stage.clone()));
                 // Opening a file can take a while: it can be stopped.
                 if app.load_job == Some(job) && app.load_cancellable == Some(job) && ui.small_button("Cancel").clicked() {
                     app.engine.send(super::Request::Cancel { job });

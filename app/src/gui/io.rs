@@ -101,8 +101,12 @@ enum Inner {
         /// Cancels a job the engine thread is busy with (an open), not behind it.
         cancels: crate::engine::Cancels,
     },
+    /// The engine's worker, and the workers beside it (ranks, searches).
     #[cfg(target_arch = "wasm32")]
-    Worker(web::WorkerEngine),
+    Worker(
+        web::WorkerEngine,
+        Box<crate::gui::workers::Host<crate::gui::workers::web::WebWorkers>>,
+    ),
 }
 
 impl EngineHandle {
@@ -197,7 +201,13 @@ impl EngineHandle {
         {
             match web::WorkerEngine::start(ctx) {
                 Ok(w) => EngineHandle {
-                    inner: Inner::Worker(w),
+                    inner: Inner::Worker(
+                        w,
+                        Box::new(crate::gui::workers::Host::new(
+                            crate::gui::workers::web::WebWorkers::new(ctx),
+                            web::pool_size(),
+                        )),
+                    ),
                 },
                 Err(e) => {
                     log::warn!(
@@ -221,18 +231,21 @@ impl EngineHandle {
                 let _ = tx.send(req);
             }
             #[cfg(target_arch = "wasm32")]
-            Inner::Worker(w) => {
+            Inner::Worker(w, beside) => {
                 if let Request::Cancel { job } = &req {
                     // At once: the worker may be busy reading a file (a request would wait).
                     w.cancel(*job);
                 }
-                w.send(&req);
+                if let Some(req) = beside.route(req) {
+                    w.send(&req);
+                }
             }
         }
     }
 
     /// Opens the snapshot `file` for job `job`: the engine reads it in pieces (natively
-    /// [`Request::Open`]; in the browser the worker reads the `File` in slices).
+    /// [`Request::Open`]; in the browser the worker reads the `File` in slices, and the
+    /// search worker is given the same `File` for its next search).
     #[allow(clippy::needless_pass_by_value)] // moved into the future on the web
     pub fn open_file(&mut self, job: u64, name: String, file: FileRef) {
         #[cfg(not(target_arch = "wasm32"))]
@@ -243,7 +256,13 @@ impl EngineHandle {
         });
         #[cfg(target_arch = "wasm32")]
         match &mut self.inner {
-            Inner::Worker(w) => w.open_file(job, &name, &file),
+            Inner::Worker(w, beside) => match web::open_message(job, &name, &file) {
+                Ok(msg) => {
+                    w.post(&msg);
+                    beside.opening(msg);
+                }
+                Err(e) => log::error!("cannot post the file to the engine worker: {e:?}"),
+            },
             Inner::Inline { late, .. } => {
                 // No worker: the page reads the file whole, then the engine decodes it.
                 let late = late.clone();
@@ -287,7 +306,12 @@ impl EngineHandle {
             #[cfg(not(target_arch = "wasm32"))]
             Inner::Thread { rx, .. } => rx.try_iter().collect(),
             #[cfg(target_arch = "wasm32")]
-            Inner::Worker(w) => w.poll(),
+            Inner::Worker(w, beside) => {
+                let mut out = w.poll();
+                out.extend(beside.poll());
+                web::mark_workers(beside.counts());
+                out
+            }
         }
     }
 
@@ -596,6 +620,8 @@ impl log::Log for DesktopLogger {
 }
 
 /// Saves `bytes` as `file_name` (a save dialog natively, a download in the browser).
+// Natively the bytes move into the dialog's future; the web build downloads a copy.
+#[cfg_attr(target_arch = "wasm32", allow(clippy::needless_pass_by_value))]
 pub fn save_file(file_name: &str, bytes: Vec<u8>) {
     #[cfg(not(target_arch = "wasm32"))]
     {
@@ -659,6 +685,29 @@ pub fn trace_url_parameter() -> Option<String> {
     }
 }
 
+/// The `?capacity=SIZE` of the page (`none` for the whole GPU; web only): the memory cap
+/// the first file opened (`?trace=`'s) opens under in place of the capacity as recorded,
+/// so that a link opens a trace under the cap it ran out of memory at (the what-if then
+/// starts at once).
+#[must_use]
+pub fn capacity_url_parameter() -> Option<allocsim_core::capacity::CapacityArg> {
+    #[cfg(target_arch = "wasm32")]
+    {
+        let text = web::query_parameter("capacity")?;
+        match allocsim_core::capacity::CapacityArg::parse(text.trim()) {
+            Ok(arg) => Some(arg),
+            Err(e) => {
+                log::warn!("?capacity={text}: {e}");
+                None
+            }
+        }
+    }
+    #[cfg(not(target_arch = "wasm32"))]
+    {
+        None
+    }
+}
+
 /// Fetches `url`; the bytes arrive in `inbox` (web only).
 pub fn fetch(ctx: &egui::Context, inbox: &Inbox, url: &str) {
     #[cfg(target_arch = "wasm32")]
@@ -701,6 +750,27 @@ pub fn mark_progress(stage: &str, fraction: f32) {
     web::mark("data-allocsim-progress", &format!("{stage}:{fraction:.3}"));
     #[cfg(not(target_arch = "wasm32"))]
     log::trace!("progress: {stage} {fraction:.3}");
+}
+
+/// Tells the page what "What would fit?" shows (`running`, `cancelled`, `done`,
+/// `failed`): the browser test and benchmark wait for it.
+pub fn mark_search(what: &str) {
+    #[cfg(target_arch = "wasm32")]
+    web::mark("data-allocsim-search", what);
+    #[cfg(not(target_arch = "wasm32"))]
+    log::trace!("what would fit: {what}");
+}
+
+/// Gives the page the Ranks view's table as `allocsim ranks --json` writes it, without
+/// `"schema"` (`data-allocsim-ranks`: the browser test compares it with the CLI's).
+pub fn mark_ranks(report: &allocsim_core::ranks::RanksReport) {
+    #[cfg(target_arch = "wasm32")]
+    match serde_json::to_string(report) {
+        Ok(json) => web::mark("data-allocsim-ranks", &json),
+        Err(e) => log::error!("cannot write the ranks as JSON: {e}"),
+    }
+    #[cfg(not(target_arch = "wasm32"))]
+    log::trace!("ranks: {}", report.summary);
 }
 
 /// Tells the page which op's layout is on screen (the browser benchmark waits for it).
@@ -776,15 +846,10 @@ mod web {
 
         /// Hands the worker a dropped file to read in slices (a `File` crosses to a
         /// worker as a reference; its bytes are read there).
-        pub fn open_file(&self, job: u64, name: &str, file: &web_sys::File) {
-            let msg = js_sys::Object::new();
-            let set = |k: &str, v: &JsValue| js_sys::Reflect::set(&msg, &k.into(), v);
-            let posted = set("open", &JsValue::from_f64(job as f64))
-                .and_then(|_| set("name", &name.into()))
-                .and_then(|_| set("file", file))
-                .and_then(|_| self.worker.post_message(&msg));
-            if let Err(e) = posted {
-                log::error!("cannot post the file to the engine worker: {e:?}");
+        /// Posts `msg` as it is (an open: [`open_message`]).
+        pub fn post(&self, msg: &JsValue) {
+            if let Err(e) = self.worker.post_message(msg) {
+                log::error!("cannot post to the engine worker: {e:?}");
             }
         }
 
@@ -826,6 +891,17 @@ mod web {
         }
     }
 
+    /// `{open: job, name, file}`: what worker.js reads a dropped `File` from (the engine's
+    /// worker, and the search worker for its copy of the trace).
+    pub fn open_message(job: u64, name: &str, file: &web_sys::File) -> Result<JsValue, JsValue> {
+        let msg = js_sys::Object::new();
+        let set = |k: &str, v: &JsValue| js_sys::Reflect::set(&msg, &k.into(), v);
+        set("open", &JsValue::from_f64(job as f64))?;
+        set("name", &name.into())?;
+        set("file", file)?;
+        Ok(msg.into())
+    }
+
     /// The worker's `{crashed, job}` message as the failure of that job.
     fn crashed(data: &JsValue) -> Option<Response> {
         let what = js_sys::Reflect::get(data, &"crashed".into())
@@ -842,6 +918,14 @@ mod web {
                  reload the page, and open big snapshots in the desktop app"
             ),
         })
+    }
+
+    /// The size of the ranks' pool: the page's `?workers=N`, else the browser's
+    /// `navigator.hardwareConcurrency` ([`crate::gui::workers::pool_size`]).
+    pub fn pool_size() -> usize {
+        let hardware = web_sys::window().map(|w| w.navigator().hardware_concurrency() as usize);
+        let asked = query_parameter("workers").and_then(|v| v.trim().parse().ok());
+        crate::gui::workers::pool_size(hardware.filter(|&n| n > 0), asked)
     }
 
     pub fn query_parameter(key: &str) -> Option<String> {
@@ -889,23 +973,39 @@ mod web {
         }
     }
 
-    /// Sets the attribute `attr` of the page's body (what the browser test reads).
-    pub fn mark(attr: &str, what: &str) {
-        if let Some(body) = web_sys::window()
+    fn body() -> Option<web_sys::HtmlElement> {
+        web_sys::window()
             .and_then(|w| w.document())
             .and_then(|d| d.body())
+    }
+
+    /// Sets `name` on the page's body to `value` where it differs (a marker set each
+    /// frame).
+    pub fn mark(name: &str, value: &str) {
+        if let Some(body) = body()
+            && body.get_attribute(name).as_deref() != Some(value)
         {
-            let _ = body.set_attribute(attr, what);
+            let _ = body.set_attribute(name, value);
         }
     }
 
     pub fn mark_layout(op: u32) {
-        if let Some(body) = web_sys::window()
-            .and_then(|w| w.document())
-            .and_then(|d| d.body())
-        {
+        if let Some(body) = body() {
             let _ = body.set_attribute("data-allocsim-layout", &op.to_string());
         }
+    }
+
+    /// `data-allocsim-rank-workers`: the workers that answered ranks of the last set;
+    /// `data-allocsim-search-workers`: `started=S terminated=T` search workers.
+    pub fn mark_workers(c: crate::gui::workers::Counts) {
+        mark("data-allocsim-rank-workers", &c.rank_workers.to_string());
+        mark(
+            "data-allocsim-search-workers",
+            &format!(
+                "started={} terminated={}",
+                c.search_started, c.search_terminated
+            ),
+        );
     }
 }
 

@@ -136,7 +136,8 @@ impl AllocsimApp {
                     let ex = examples::by_file(&f.name);
                     let cap = ex.and_then(Example::cap_bytes);
                     let cmp: &[&str] = ex.map_or(&[], |e| e.compare_with);
-                    let opening = Opening::new(CapacityArg::AsRecorded, cap, cmp);
+                    let capacity = self.open_capacity.take().unwrap_or(CapacityArg::AsRecorded);
+                    let opening = Opening::new(capacity, cap, cmp);
                     let source = match f.file {
                         Some(file) => OpenSource::File(file),
                         None => OpenSource::Bytes(f.bytes),
@@ -383,7 +384,7 @@ impl AllocsimApp {
                 }
             }
             // Taken by the Diff and Ranks views above.
-            Response::Diffed { .. } | Response::Ranked { .. } => {}
+            Response::Diffed { .. } | Response::Ranked { .. } | Response::RankDone { .. } => {}
             Response::Failed { job, message } => {
                 if self.load_job == Some(job) {
                     self.load_job = None;
@@ -518,7 +519,7 @@ impl AllocsimApp {
     }
 
     /// Stops the what-if sweep in flight (natively the engine skips the replays not yet
-    /// started; the browser's worker finishes it, and its answer is dropped).
+    /// started; the browser terminates the search worker running it, `gui::workers`).
     pub fn cancel_what_if(&mut self) {
         if let Some(w) = &mut self.what_if
             && w.running()

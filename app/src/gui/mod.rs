@@ -14,6 +14,7 @@ pub mod render;
 pub mod state;
 pub mod theme;
 pub mod views;
+pub mod workers;
 
 use crate::engine::examples::Example;
 use crate::engine::wire::Request;
@@ -163,6 +164,9 @@ pub struct AllocsimApp {
     wgpu: bool,
     /// What draws the big views (shown in the status line).
     pub renderer: String,
+    /// The capacity the next file opens under in place of the capacity as recorded (the
+    /// page's `?capacity=SIZE`).
+    pub(crate) open_capacity: Option<CapacityArg>,
     timing: LoadTiming,
     /// Last first-frame time, in milliseconds.
     pub last_load_ms: Option<f64>,
@@ -198,6 +202,7 @@ impl AllocsimApp {
         let mut app =
             AllocsimApp::with_engine(crate::gui::io::EngineHandle::spawn(&cc.egui_ctx), wgpu);
         app.renderer = renderer;
+        app.open_capacity = crate::gui::io::capacity_url_parameter();
         if let (Startup::Example(_), Some(url)) = (&startup, crate::gui::io::trace_url_parameter())
         {
             app.timing = LoadTiming {
@@ -252,6 +257,7 @@ impl AllocsimApp {
             } else {
                 "egui meshes".into()
             },
+            open_capacity: None,
             timing: LoadTiming::default(),
             last_load_ms: None,
             last_recorded_ms: None,

@@ -14,12 +14,17 @@ use crate::engine::wire::{NO_OP, block_state};
 pub(super) fn harness(startup: Startup) -> Harness<'static, AllocsimApp> {
     let mut app = AllocsimApp::with_engine(EngineHandle::inline(), false);
     app.start(startup);
-    let mut h = Harness::builder()
-        .with_size([1400.0, 900.0])
-        .with_max_steps(400)
-        .build_ui_state(|ui, app: &mut AllocsimApp| app.ui(ui), app);
+    let mut h = window(app);
     settle(&mut h);
     h
+}
+
+/// `app` in a 1400 × 900 window.
+fn window(app: AllocsimApp) -> Harness<'static, AllocsimApp> {
+    Harness::builder()
+        .with_size([1400.0, 900.0])
+        .with_max_steps(400)
+        .build_ui_state(|ui, app: &mut AllocsimApp| app.ui(ui), app)
 }
 
 /// Runs frames until the engine has answered everything.
@@ -510,6 +515,27 @@ fn a_what_if_can_be_cancelled_and_asked_again() {
     settle(&mut h);
     let w = h.state().what_if.as_ref().expect("asked again");
     assert!(!w.cancelled && w.answer.is_some());
+}
+
+#[test]
+fn escape_cancels_a_running_what_if() {
+    // The engine on its thread, as in the app: the sweep runs while frames go on.
+    let mut app = AllocsimApp::with_engine(EngineHandle::spawn(&egui::Context::default()), false);
+    app.open_workload("kvcache:tokens=500", None);
+    let mut h = window(app);
+    for _ in 0..2000 {
+        h.step();
+        if h.state().doc.is_some() && !h.state().busy() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    assert!(h.state().doc.is_some(), "the workload opened");
+    h.state_mut().request_what_if();
+    h.key_press(egui::Key::Escape);
+    h.step();
+    let w = h.state().what_if.as_ref().expect("the what-if");
+    assert!(w.cancelled && w.answer.is_none(), "Escape cancelled it");
 }
 
 #[test]

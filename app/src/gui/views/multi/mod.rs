@@ -189,6 +189,9 @@ pub fn on_response(app: &mut AllocsimApp, r: Response) -> Option<Response> {
                     .map_or_else(|| "none".to_string(), |o| o.rank.to_string()),
                 data.failed.len()
             ));
+            if let Some(r) = report {
+                io::mark_ranks(r);
+            }
             m.ranks = Some(*data);
             None
         }
@@ -202,8 +205,9 @@ pub fn on_response(app: &mut AllocsimApp, r: Response) -> Option<Response> {
             m.errors.push(message);
             None
         }
-        // Answers to questions no longer asked.
-        Response::Diffed { .. } | Response::Ranked { .. } => None,
+        // Answers to questions no longer asked (and one rank's, which the browser's pool
+        // of workers gathers before the UI sees it).
+        Response::Diffed { .. } | Response::Ranked { .. } | Response::RankDone { .. } => None,
         other => Some(other),
     }
 }

@@ -54,24 +54,30 @@ pub(crate) fn would_fit_ui(ui: &mut Ui, app: &mut AllocsimApp) -> Option<String>
                 .clicked();
         }
         Some(w) if w.running() => {
+            crate::gui::io::mark_search("running");
             ui.horizontal(|ui| {
                 let (stage, f) = w
                     .progress
                     .clone()
                     .unwrap_or_else(|| ("trying PyTorch's settings…".into(), 0.0));
-                ui.add(
-                    egui::ProgressBar::new(f)
-                        .desired_width(200.0)
-                        .text(stage)
-                        .animate(true),
-                );
+                // Not animated: each replay's progress repaints it, and an animation would
+                // repaint the window every frame, which a software rasterizer (the browser
+                // without a GPU) pays a core for, taken from the sweep.
+                ui.add(egui::ProgressBar::new(f).desired_width(200.0).text(stage));
                 cancel = ui
                     .button("Cancel")
-                    .on_hover_text("stop the sweep")
+                    .on_hover_text("stop the sweep (Esc)")
                     .clicked();
             });
         }
         Some(w) => {
+            crate::gui::io::mark_search(if w.cancelled {
+                "cancelled"
+            } else if w.error.is_some() {
+                "failed"
+            } else {
+                "done"
+            });
             if w.cancelled {
                 ui.horizontal(|ui| {
                     ui.weak("the sweep was cancelled");

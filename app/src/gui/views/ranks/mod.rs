@@ -30,10 +30,9 @@ pub fn ranks_ui(ui: &mut Ui, app: &mut AllocsimApp) {
         }
     });
     if app.multi.ranks_job.is_some() {
-        ui.horizontal(|ui| {
-            ui.spinner();
-            ui.label(format!("replaying {} ranks…", app.multi.files.len()));
-        });
+        // No spinner (a repaint every frame): the progress bar above moves as ranks come
+        // back.
+        ui.label(format!("replaying {} ranks…", app.multi.files.len()));
         return;
     }
     let Some(data) = &app.multi.ranks else {

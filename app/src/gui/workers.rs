@@ -1,0 +1,538 @@
+//! The browser's Web Workers beside the engine's (`io`'s `WorkerEngine`): a pool that runs
+//! the ranks of a set in parallel, a rank per worker at a time, and the search worker that
+//! runs "What would fit?", the other runtimes and the min-capacity searches — which Cancel
+//! terminates at once (a fresh one takes the next search), so the sweep stops mid-replay
+//! and the engine's worker keeps answering layouts throughout. Natively the engine runs
+//! each search on its own thread and the ranks on every core: none of this is used.
+//!
+//! [`Host`] is the scheduling, plain logic over [`Workers`] (spawn, post, terminate, take
+//! the answers), tested natively with workers that are engines on the test's thread;
+//! [`web::WebWorkers`] implements [`Workers`] with Web Workers running the page's wasm
+//! (`worker.js`: a worker named [`SEARCH_WORKER`] keeps a trace for searches, the others
+//! answer as the engine does).
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+
+use crate::engine::multi;
+use crate::engine::parallel::CANCELLED;
+use crate::engine::wire::{CRASHED, RankOutcome, Request, Response};
+
+/// A worker, as [`Workers`] names it.
+pub type WorkerId = u32;
+
+/// The name of the search worker (`worker.js` gives it the search entry point).
+pub const SEARCH_WORKER: &str = "allocsim-search";
+/// The name of a worker of the ranks' pool.
+pub const RANK_WORKER: &str = "allocsim-rank";
+
+/// The most workers the ranks' pool starts: each holds a wasm instance whose memory grows
+/// to its rank's trace and never shrinks until the worker ends.
+pub const MAX_POOL: usize = 8;
+
+/// The size of the ranks' pool: `asked` (the page's `?workers=N`) if given, else the
+/// browser's `navigator.hardwareConcurrency` (`hardware`), at least 2; at most
+/// [`MAX_POOL`] either way.
+#[must_use]
+pub fn pool_size(hardware: Option<usize>, asked: Option<usize>) -> usize {
+    match asked {
+        Some(n) => n.clamp(1, MAX_POOL),
+        None => hardware.unwrap_or(2).clamp(2, MAX_POOL),
+    }
+}
+
+/// Workers that run the engine's requests: Web Workers in the browser.
+pub trait Workers {
+    /// A request as it is posted (encoded once; the web keeps it outside wasm's memory,
+    /// as a load's bytes are kept for the next search worker).
+    type Msg: Clone;
+    fn encode(&self, req: &Request) -> Result<Self::Msg, String>;
+    /// Starts a worker: a search worker (`search`) or one of the ranks' pool.
+    fn spawn(&mut self, search: bool) -> Result<WorkerId, String>;
+    fn post(&mut self, w: WorkerId, msg: &Self::Msg);
+    /// Ends `w` at once, wherever it is in its work; what it sent and was not taken is
+    /// dropped.
+    fn terminate(&mut self, w: WorkerId);
+    /// The answers that arrived since the last call, each with its worker.
+    fn take(&mut self) -> Vec<(WorkerId, Response)>;
+}
+
+/// What the workers did, for the page's markers.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Counts {
+    /// Workers that answered ranks of the last set of ranks.
+    pub rank_workers: usize,
+    /// Search workers started and terminated (by Cancel, or a crash) so far.
+    pub search_started: usize,
+    pub search_terminated: usize,
+}
+
+/// A set of ranks in flight in the pool.
+struct RankJob {
+    job: u64,
+    what_if: String,
+    /// The ranks not yet posted, in file order.
+    queue: VecDeque<Request>,
+    /// Each busy worker's rank (index), with its file and rank number.
+    busy: BTreeMap<WorkerId, (u32, String, u32)>,
+    results: Vec<Option<RankOutcome>>,
+    answered_by: BTreeSet<WorkerId>,
+    workers: usize,
+}
+
+/// The search worker and what it must know first.
+struct Search<M> {
+    /// The last load or workload, then the device chosen (as posted to the engine).
+    setup: Vec<M>,
+    /// Bumped when `setup` changes.
+    generation: u64,
+    /// The worker and the setup generation it was given.
+    worker: Option<(WorkerId, u64)>,
+    /// Searches posted and not answered yet, in order.
+    in_flight: Vec<(u64, M)>,
+}
+
+/// Routes the requests that run beside the engine's worker and gathers their answers.
+pub struct Host<W: Workers> {
+    workers: W,
+    pool_size: usize,
+    ranks: Option<RankJob>,
+    search: Search<W::Msg>,
+    outbox: Vec<Response>,
+    counts: Counts,
+}
+
+impl<W: Workers> Host<W> {
+    #[must_use]
+    pub fn new(workers: W, pool_size: usize) -> Host<W> {
+        Host {
+            workers,
+            pool_size: pool_size.max(1),
+            ranks: None,
+            search: Search {
+                setup: Vec::new(),
+                generation: 0,
+                worker: None,
+                in_flight: Vec::new(),
+            },
+            outbox: Vec::new(),
+            counts: Counts::default(),
+        }
+    }
+
+    /// What the workers did so far.
+    #[must_use]
+    pub fn counts(&self) -> Counts {
+        self.counts
+    }
+
+    /// Takes `req` if it runs here (a set of ranks, a search, the cancel of a search);
+    /// hands back what the engine's worker must run (everything else; a load, a workload
+    /// and a device choice are also kept for the search worker; a request that cannot
+    /// run here, no worker starting, is handed back too).
+    pub fn route(&mut self, req: Request) -> Option<Request> {
+        match req {
+            Request::Ranks {
+                job,
+                files,
+                what_if,
+            } => self.start_ranks(job, files, what_if),
+            Request::Load { .. } | Request::Workload { .. } => {
+                self.set_trace(self.workers.encode(&req).into_iter().collect());
+                Some(req)
+            }
+            Request::SelectDevice { .. } => {
+                self.search.setup.truncate(1);
+                self.search.setup.extend(self.workers.encode(&req));
+                self.search.generation += 1;
+                Some(req)
+            }
+            Request::WhatIf { job, .. }
+            | Request::Runtimes { job, .. }
+            | Request::MinCapacity { job, .. } => {
+                let Ok(msg) = self.workers.encode(&req) else {
+                    return Some(req);
+                };
+                match self.search_worker() {
+                    Ok(w) => {
+                        self.workers.post(w, &msg);
+                        self.search.in_flight.push((job, msg));
+                        None
+                    }
+                    Err(e) => {
+                        log::warn!("cannot start a search worker ({e}): the engine runs it");
+                        Some(req)
+                    }
+                }
+            }
+            Request::Cancel { job } if self.search.in_flight.iter().any(|(j, _)| *j == job) => {
+                self.search.in_flight.retain(|(j, _)| *j != job);
+                self.restart_search();
+                self.outbox.push(Response::Failed {
+                    job,
+                    message: CANCELLED.to_string(),
+                });
+                None
+            }
+            other => Some(other),
+        }
+    }
+
+    /// A file the engine's worker opens by itself (not a [`Request`]: in the browser a
+    /// `File` it reads in slices): `msg` opens it in the next search worker too.
+    pub fn opening(&mut self, msg: W::Msg) {
+        self.set_trace(vec![msg]);
+    }
+
+    /// What a search worker must be told first from now on: a new trace.
+    fn set_trace(&mut self, setup: Vec<W::Msg>) {
+        self.search.setup = setup;
+        self.search.generation += 1;
+        // An idle search worker holds the old trace: let its memory go.
+        if self.search.in_flight.is_empty()
+            && let Some((w, _)) = self.search.worker.take()
+        {
+            self.workers.terminate(w);
+        }
+    }
+
+    /// The answers that arrived (ranks gathered into one answer).
+    pub fn poll(&mut self) -> Vec<Response> {
+        for (w, r) in self.workers.take() {
+            if self.ranks.as_ref().is_some_and(|j| j.busy.contains_key(&w)) {
+                self.on_rank_answer(w, r);
+            } else if self.search.worker.is_some_and(|(s, _)| s == w) {
+                self.on_search_answer(r);
+            }
+        }
+        std::mem::take(&mut self.outbox)
+    }
+
+    /// The search worker, started and told the trace if needed.
+    fn search_worker(&mut self) -> Result<WorkerId, String> {
+        let (w, had) = if let Some(s) = self.search.worker {
+            s
+        } else {
+            let w = self.workers.spawn(true)?;
+            self.counts.search_started += 1;
+            (w, 0)
+        };
+        if had != self.search.generation {
+            for m in &self.search.setup {
+                self.workers.post(w, m);
+            }
+        }
+        self.search.worker = Some((w, self.search.generation));
+        Ok(w)
+    }
+
+    /// Terminates the search worker; the searches still in flight go to a fresh one.
+    fn restart_search(&mut self) {
+        if let Some((w, _)) = self.search.worker.take() {
+            self.workers.terminate(w);
+            self.counts.search_terminated += 1;
+        }
+        if self.search.in_flight.is_empty() {
+            return;
+        }
+        match self.search_worker() {
+            Ok(w) => {
+                for (_, m) in &self.search.in_flight {
+                    self.workers.post(w, m);
+                }
+            }
+            Err(e) => {
+                for (job, _) in std::mem::take(&mut self.search.in_flight) {
+                    self.outbox.push(Response::Failed {
+                        job,
+                        message: format!("cannot start a search worker: {e}"),
+                    });
+                }
+            }
+        }
+    }
+
+    fn on_search_answer(&mut self, r: Response) {
+        let job = r.job();
+        if !self.search.in_flight.iter().any(|(j, _)| *j == job) {
+            // The setup's answers (the engine's worker gives those), or a cancelled job's.
+            return;
+        }
+        let crashed =
+            matches!(&r, Response::Failed { message, .. } if message.starts_with(CRASHED));
+        if !matches!(r, Response::Progress { .. }) {
+            self.search.in_flight.retain(|(j, _)| *j != job);
+        }
+        self.outbox.push(r);
+        if crashed {
+            // A wasm instance that panicked cannot run again.
+            self.restart_search();
+        }
+    }
+
+    fn start_ranks(
+        &mut self,
+        job: u64,
+        files: Vec<crate::engine::wire::NamedBytes>,
+        what_if: String,
+    ) -> Option<Request> {
+        if let Some(old) = self.ranks.take() {
+            for w in old.busy.keys() {
+                self.workers.terminate(*w);
+            }
+        }
+        let n = files.len();
+        let mut spawned = Vec::new();
+        for _ in 0..self.pool_size.min(n) {
+            match self.workers.spawn(false) {
+                Ok(w) => spawned.push(w),
+                Err(e) => {
+                    log::warn!("cannot start a rank worker ({e})");
+                    break;
+                }
+            }
+        }
+        if spawned.is_empty() && n > 0 {
+            return Some(Request::Ranks {
+                job,
+                files,
+                what_if,
+            });
+        }
+        self.outbox.push(Response::Progress {
+            job,
+            stage: format!("replaying {n} ranks on {} workers", spawned.len()),
+            fraction: 0.05,
+        });
+        let mut j = RankJob {
+            job,
+            queue: multi::split_ranks(job, files, &what_if).into(),
+            what_if,
+            busy: BTreeMap::new(),
+            results: vec![None; n],
+            answered_by: BTreeSet::new(),
+            workers: spawned.len(),
+        };
+        for w in spawned {
+            self.next_rank(&mut j, w);
+        }
+        self.finish_ranks(j);
+        None
+    }
+
+    /// Posts the next rank to `w`, or ends `w` when none is left.
+    fn next_rank(&mut self, j: &mut RankJob, w: WorkerId) {
+        while let Some(req) = j.queue.pop_front() {
+            let Request::Rank {
+                index,
+                rank,
+                ref file,
+                ..
+            } = req
+            else {
+                continue;
+            };
+            match self.workers.encode(&req) {
+                Ok(msg) => {
+                    j.busy.insert(w, (index, file.name.clone(), rank));
+                    self.workers.post(w, &msg);
+                    return;
+                }
+                Err(e) => j.results[index as usize] = Some(failure(&file.name, rank, e)),
+            }
+        }
+        self.workers.terminate(w);
+    }
+
+    fn on_rank_answer(&mut self, w: WorkerId, r: Response) {
+        let Some(mut j) = self.ranks.take() else {
+            return;
+        };
+        let done = match r {
+            Response::RankDone { index, outcome, .. } => Some((index, *outcome, false)),
+            Response::Failed { message, .. } => j
+                .busy
+                .get(&w)
+                .map(|(index, file, rank)| (*index, failure(file, *rank, message), true)),
+            _ => None,
+        };
+        if let Some((index, outcome, crashed)) = done
+            && j.busy.remove(&w).is_some()
+        {
+            if let Some(slot) = j.results.get_mut(index as usize) {
+                *slot = Some(outcome);
+            }
+            j.answered_by.insert(w);
+            let finished = j.results.iter().filter(|r| r.is_some()).count();
+            self.outbox.push(Response::Progress {
+                job: j.job,
+                stage: format!(
+                    "ranks: {finished} of {} replayed on {} workers",
+                    j.results.len(),
+                    j.workers
+                ),
+                fraction: finished as f32 / j.results.len().max(1) as f32,
+            });
+            let next = if crashed {
+                // A wasm instance that panicked cannot run again: a fresh one goes on.
+                self.workers.terminate(w);
+                if j.queue.is_empty() {
+                    None
+                } else {
+                    self.workers.spawn(false).ok()
+                }
+            } else {
+                Some(w)
+            };
+            if let Some(w) = next {
+                self.next_rank(&mut j, w);
+            }
+        }
+        self.finish_ranks(j);
+    }
+
+    /// Gathers the set once every rank answered; else keeps it in flight.
+    fn finish_ranks(&mut self, mut j: RankJob) {
+        if j.busy.is_empty() && !j.queue.is_empty() {
+            // No worker left (none could be started again): the rest fail.
+            for req in std::mem::take(&mut j.queue) {
+                if let Request::Rank {
+                    index, rank, file, ..
+                } = req
+                {
+                    j.results[index as usize] = Some(failure(
+                        &file.name,
+                        rank,
+                        "no worker could run it".to_string(),
+                    ));
+                }
+            }
+        }
+        if j.results.iter().all(Option::is_some) {
+            self.counts.rank_workers = j.answered_by.len();
+            let results = j.results.into_iter().flatten().collect();
+            self.outbox.push(Response::Ranked {
+                job: j.job,
+                data: Box::new(multi::gather_ranks(results, &j.what_if)),
+            });
+        } else {
+            self.ranks = Some(j);
+        }
+    }
+}
+
+fn failure(file: &str, rank: u32, error: String) -> RankOutcome {
+    RankOutcome {
+        row: Err(allocsim_core::ranks::RankFailure {
+            file: file.to_string(),
+            rank,
+            error,
+        }),
+        devices: 0,
+    }
+}
+
+#[cfg(target_arch = "wasm32")]
+pub mod web {
+    //! [`Workers`] as Web Workers running the page's wasm (`worker.js`).
+
+    use std::cell::RefCell;
+    use std::collections::BTreeMap;
+    use std::rc::Rc;
+
+    use wasm_bindgen::JsCast;
+    use wasm_bindgen::prelude::*;
+
+    use super::{RANK_WORKER, SEARCH_WORKER, WorkerId, Workers};
+    use crate::engine::wire::{self, Request, Response};
+
+    type Inbox = Rc<RefCell<Vec<(WorkerId, Vec<u8>)>>>;
+    /// A worker and its message handler (kept alive as long as the worker).
+    type Live = (web_sys::Worker, Closure<dyn FnMut(web_sys::MessageEvent)>);
+
+    /// Web Workers, each with its message handler.
+    pub struct WebWorkers {
+        ctx: egui::Context,
+        live: BTreeMap<WorkerId, Live>,
+        inbox: Inbox,
+        next: WorkerId,
+    }
+
+    impl WebWorkers {
+        #[must_use]
+        pub fn new(ctx: &egui::Context) -> WebWorkers {
+            WebWorkers {
+                ctx: ctx.clone(),
+                live: BTreeMap::new(),
+                inbox: Rc::default(),
+                next: 0,
+            }
+        }
+    }
+
+    impl Workers for WebWorkers {
+        /// Outside wasm's memory (a load's bytes are kept for the next search worker): an
+        /// encoded request, or an open of a `File` (`io::web::open_message`).
+        type Msg = JsValue;
+
+        fn encode(&self, req: &Request) -> Result<JsValue, String> {
+            wire::encode(req).map(|b| js_sys::Uint8Array::from(b.as_slice()).into())
+        }
+
+        fn spawn(&mut self, search: bool) -> Result<WorkerId, String> {
+            let opts = web_sys::WorkerOptions::new();
+            opts.set_type(web_sys::WorkerType::Module);
+            opts.set_name(if search { SEARCH_WORKER } else { RANK_WORKER });
+            let worker = web_sys::Worker::new_with_options("./worker.js", &opts)
+                .map_err(|e| format!("{e:?}"))?;
+            self.next += 1;
+            let id = self.next;
+            let (sink, ctx) = (self.inbox.clone(), self.ctx.clone());
+            let on_message = Closure::<dyn FnMut(web_sys::MessageEvent)>::new(
+                move |e: web_sys::MessageEvent| {
+                    if let Some(a) = e.data().dyn_ref::<js_sys::Uint8Array>() {
+                        sink.borrow_mut().push((id, a.to_vec()));
+                    }
+                    ctx.request_repaint();
+                },
+            );
+            worker.set_onmessage(Some(on_message.as_ref().unchecked_ref()));
+            worker
+                .post_message(&wasm_bindgen::module())
+                .map_err(|e| format!("{e:?}"))?;
+            self.live.insert(id, (worker, on_message));
+            Ok(id)
+        }
+
+        fn post(&mut self, w: WorkerId, msg: &JsValue) {
+            if let Some((worker, _)) = self.live.get(&w)
+                && let Err(e) = worker.post_message(msg)
+            {
+                log::error!("cannot post to a worker: {e:?}");
+            }
+        }
+
+        fn terminate(&mut self, w: WorkerId) {
+            if let Some((worker, _)) = self.live.remove(&w) {
+                worker.terminate();
+            }
+            self.inbox.borrow_mut().retain(|(from, _)| *from != w);
+        }
+
+        fn take(&mut self) -> Vec<(WorkerId, Response)> {
+            let raw = std::mem::take(&mut *self.inbox.borrow_mut());
+            raw.into_iter()
+                .filter_map(|(w, b)| match wire::decode::<Response>(&b) {
+                    Ok(r) => Some((w, r)),
+                    Err(e) => {
+                        log::error!("{e}");
+                        None
+                    }
+                })
+                .collect()
+        }
+    }
+}
+
+#[cfg(test)]
+#[path = "workers_tests.rs"]
+mod tests;

@@ -1,0 +1,293 @@
+//! The workers' scheduling ([`Host`]) with workers that are engines on the test's thread:
+//! each request and answer crosses as the wire's bytes, as to a Web Worker, and each call
+//! of `take` lets every live worker run one request (so the workers interleave).
+
+use std::collections::{BTreeMap, VecDeque};
+
+use super::{Host, WorkerId, Workers, pool_size};
+use crate::engine::Engine;
+use crate::engine::multi::ranks_of;
+use crate::engine::wire::{self, NamedBytes, Request, Response};
+
+#[derive(Default)]
+struct Fake {
+    live: BTreeMap<WorkerId, (bool, Engine, VecDeque<Vec<u8>>)>,
+    next: WorkerId,
+    spawned: Vec<WorkerId>,
+    terminated: Vec<WorkerId>,
+    /// Requests each worker ran.
+    ran: BTreeMap<WorkerId, Vec<String>>,
+}
+
+impl Workers for &mut Fake {
+    type Msg = Vec<u8>;
+
+    fn encode(&self, req: &Request) -> Result<Vec<u8>, String> {
+        wire::encode(req)
+    }
+
+    fn spawn(&mut self, search: bool) -> Result<WorkerId, String> {
+        self.next += 1;
+        self.live
+            .insert(self.next, (search, Engine::new(), VecDeque::new()));
+        self.spawned.push(self.next);
+        Ok(self.next)
+    }
+
+    fn post(&mut self, w: WorkerId, msg: &Vec<u8>) {
+        self.live
+            .get_mut(&w)
+            .expect("a live worker")
+            .2
+            .push_back(msg.clone());
+    }
+
+    fn terminate(&mut self, w: WorkerId) {
+        assert!(self.live.remove(&w).is_some(), "worker {w} ended twice");
+        self.terminated.push(w);
+    }
+
+    fn take(&mut self) -> Vec<(WorkerId, Response)> {
+        let mut out = Vec::new();
+        for (w, (search, engine, queue)) in &mut self.live {
+            let Some(msg) = queue.pop_front() else {
+                continue;
+            };
+            let req: Request = wire::decode(&msg).expect("a request");
+            let name = format!("{req:?}").chars().take(24).collect();
+            self.ran.entry(*w).or_default().push(name);
+            let mut emit = |r: Response| {
+                let bytes = wire::encode(&r).expect("encodes");
+                out.push((*w, wire::decode(&bytes).expect("decodes")));
+            };
+            if *search {
+                engine.handle_search(req, &mut emit);
+            } else {
+                engine.handle(req, &mut emit);
+            }
+        }
+        out
+    }
+}
+
+fn rank_files(names: &[&str]) -> Vec<NamedBytes> {
+    names
+        .iter()
+        .map(|n| NamedBytes {
+            name: (*n).to_string(),
+            bytes: std::fs::read(format!(
+                "{}/../tests/traces/ranks/{n}.pickle.gz",
+                env!("CARGO_MANIFEST_DIR")
+            ))
+            .expect("a rank of the repository"),
+        })
+        .collect()
+}
+
+/// Polls until `done` holds of an answer (at most `rounds` rounds); every answer.
+fn poll_until(
+    host: &mut Host<&mut Fake>,
+    rounds: usize,
+    done: impl Fn(&Response) -> bool,
+) -> Vec<Response> {
+    let mut all = Vec::new();
+    for _ in 0..rounds {
+        let got = host.poll();
+        let finished = got.iter().any(&done);
+        all.extend(got);
+        if finished {
+            return all;
+        }
+    }
+    panic!("no answer after {rounds} rounds: {all:?}");
+}
+
+#[test]
+fn the_pool_is_the_hardware_concurrency_at_least_two_and_at_most_eight() {
+    assert_eq!(pool_size(Some(1), None), 2);
+    assert_eq!(pool_size(None, None), 2);
+    assert_eq!(pool_size(Some(6), None), 6);
+    assert_eq!(pool_size(Some(64), None), 8);
+    assert_eq!(pool_size(Some(6), Some(1)), 1, "the page asked for one");
+    assert_eq!(pool_size(Some(6), Some(0)), 1);
+    assert_eq!(pool_size(Some(6), Some(99)), 8);
+}
+
+#[test]
+fn ranks_in_a_pool_of_two_workers_answer_as_the_engine_does() {
+    let names = ["ddp4_rank0", "ddp4_rank1", "ddp4_rank2", "ddp4_rank3"];
+    let mut files = rank_files(&names);
+    // A corrupt file among them: named among the failed, the others shown.
+    files.insert(
+        1,
+        NamedBytes {
+            name: "ddp4_rank9.pickle".into(),
+            bytes: vec![0x80, 0x04, 1, 2, 3],
+        },
+    );
+    let what_if = allocsim_core::ranks::DEFAULT_WHAT_IF.to_string();
+    let want = ranks_of(&files, what_if.clone());
+    let mut fake = Fake::default();
+    let mut host = Host::new(&mut fake, 2);
+    let routed = host.route(Request::Ranks {
+        job: 7,
+        files,
+        what_if,
+    });
+    assert!(routed.is_none(), "the pool runs the ranks");
+    let answers = poll_until(&mut host, 20, |r| matches!(r, Response::Ranked { .. }));
+    assert_eq!(host.counts().rank_workers, 2, "both workers answered ranks");
+    let Some(Response::Ranked { job: 7, data }) = answers.last() else {
+        panic!("{answers:?}");
+    };
+    let (report, want_report) = (data.report.as_ref(), want.report.as_ref());
+    assert_eq!(report, want_report);
+    assert_eq!(data.failed, want.failed);
+    assert_eq!(data.failed.len(), 1);
+    assert_eq!(data.failed[0].file, "ddp4_rank9.pickle");
+    let report = report.expect("a report");
+    assert_eq!(report.ranks.len(), 4);
+    assert_eq!(report.outlier.as_ref().map(|o| o.rank), Some(2));
+    // Progress as the ranks came back, the last at 1.
+    let progress: Vec<f32> = answers
+        .iter()
+        .filter_map(|r| match r {
+            Response::Progress { fraction, .. } => Some(*fraction),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(progress.len(), 6, "{progress:?}");
+    assert!((progress[5] - 1.0).abs() < f32::EPSILON);
+    drop(host);
+    // Each worker ran ranks; both ended once the queue was empty.
+    assert_eq!(fake.spawned.len(), 2);
+    assert!(fake.live.is_empty(), "every worker ended");
+    assert!(fake.ran.values().all(|r| r.len() >= 2), "{:?}", fake.ran);
+}
+
+#[test]
+fn ranks_of_different_devices_are_refused_through_the_pool_too() {
+    // The rows do not carry how many devices each process saw; the answer does.
+    let mut files = rank_files(&["ddp4_rank0"]);
+    files.push(NamedBytes {
+        name: "two_gpu_pipeline.pickle.gz".into(),
+        bytes: std::fs::read(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../shared/traces/two_gpu_pipeline.pickle.gz"
+        ))
+        .expect("the shared traces"),
+    });
+    let what_if = allocsim_core::ranks::DEFAULT_WHAT_IF.to_string();
+    let want = ranks_of(&files, what_if.clone());
+    assert!(want.error.is_some(), "{want:?}");
+    let mut fake = Fake::default();
+    let mut host = Host::new(&mut fake, 4);
+    assert!(
+        host.route(Request::Ranks {
+            job: 1,
+            files,
+            what_if,
+        })
+        .is_none()
+    );
+    let answers = poll_until(&mut host, 20, |r| matches!(r, Response::Ranked { .. }));
+    let Some(Response::Ranked { data, .. }) = answers.last() else {
+        panic!("{answers:?}");
+    };
+    assert_eq!(data.error, want.error);
+    drop(host);
+    assert_eq!(fake.spawned.len(), 2, "no more workers than ranks");
+}
+
+#[test]
+fn cancel_terminates_the_search_worker_and_the_other_searches_go_on_in_a_fresh_one() {
+    let mut fake = Fake::default();
+    let mut host = Host::new(&mut fake, 2);
+    let spec = "kvcache:tokens=500";
+    // The load goes to the engine's worker and is kept for the search worker.
+    assert!(matches!(
+        host.route(Request::Workload {
+            job: 1,
+            spec: spec.into()
+        }),
+        Some(Request::Workload { .. })
+    ));
+    assert!(
+        host.route(Request::Layout {
+            job: 2,
+            slot: 0,
+            op: 3
+        })
+        .is_some(),
+        "layouts stay with the engine"
+    );
+    assert!(
+        host.route(Request::WhatIf {
+            job: 3,
+            capacity_bytes: None
+        })
+        .is_none()
+    );
+    assert!(
+        host.route(Request::MinCapacity {
+            job: 4,
+            slot: 0,
+            spec: "pytorch".into()
+        })
+        .is_none()
+    );
+    // The search worker builds the trace; the sweep has not answered yet.
+    assert!(host.poll().is_empty());
+    assert!(
+        host.route(Request::Cancel { job: 99 }).is_some(),
+        "not a search of the worker: the engine's"
+    );
+    assert!(host.route(Request::Cancel { job: 3 }).is_none());
+    assert_eq!(host.counts().search_terminated, 1);
+    assert_eq!(
+        host.counts().search_started,
+        2,
+        "a fresh worker took the rest"
+    );
+    let answers = poll_until(&mut host, 10, |r| {
+        matches!(r, Response::MinCapacity { job: 4, .. })
+    });
+    assert!(
+        matches!(&answers[0], Response::Failed { job: 3, message } if message == "cancelled"),
+        "{answers:?}"
+    );
+    assert!(
+        !answers
+            .iter()
+            .any(|r| matches!(r, Response::WhatIf { .. } | Response::Loaded { .. })),
+        "no answer of the cancelled sweep, none of the setup: {answers:?}"
+    );
+    // The next sweep runs in the same (second) worker, which has the trace.
+    assert!(
+        host.route(Request::WhatIf {
+            job: 5,
+            capacity_bytes: None
+        })
+        .is_none()
+    );
+    let answers = poll_until(&mut host, 10, |r| matches!(r, Response::WhatIf { .. }));
+    assert!(
+        matches!(answers.last(), Some(Response::WhatIf { job: 5, answer }) if answer.candidates_tried > 100),
+        "{answers:?}"
+    );
+    assert_eq!(host.counts().search_started, 2);
+    // A new trace lets the idle worker go.
+    host.route(Request::Workload {
+        job: 6,
+        spec: spec.into(),
+    });
+    drop(host);
+    let first = fake.spawned[0];
+    assert_eq!(
+        fake.ran[&first].len(),
+        1,
+        "the first worker ran the setup only"
+    );
+    assert_eq!(fake.terminated.len(), 2);
+    assert!(fake.live.is_empty());
+}

@@ -1,0 +1,161 @@
+// The README's figures for the browser's workers (scripts/test-browser.sh --bench-workers),
+// in Debian's headless Chromium, each run a fresh browser:
+//
+// - `recommend` in the browser: a snapshot opened by `?trace=` under `?capacity=` (a cap its
+//   PyTorch defaults overrun, so "What would fit?" starts by itself) — the time from the
+//   panel showing the sweep running to its trade-off table (the search worker starting,
+//   decoding and validating the snapshot, then the sweep) — against CPython's
+//   `pickle.loads` of the same snapshot's bytes (gunzip not counted), timed in the same run;
+//   with `--allocsim BIN`, the CLI's `recommend --capacity` of the same file too.
+// - a set of ranks (N copies of one snapshot dropped at once) replayed by the pool of
+//   workers (`?workers=K` for each K of --workers) — drop to the Ranks table.
+//
+// node bench_workers.mjs --url URL --traces DIR --out DIR [--trace NAME] [--capacity SIZE]
+//   [--extra PATH] [--extra-capacity SIZE] [--ranks N] [--workers 1,2] [--runs N]
+//   [--allocsim BIN] [--chromium PATH]
+
+import { writeFileSync, mkdirSync, readFileSync } from "node:fs";
+import { execFileSync } from "node:child_process";
+import { join, basename, dirname } from "node:path";
+import { arg, launch, waitFrame, markTime } from "./lib.mjs";
+
+const url = arg("--url");
+const traces = arg("--traces");
+const out = arg("--out", "/tmp/allocsim-artifacts");
+const trace = arg("--trace", "big_gpt_long_stacks_s9.pickle.gz");
+const capacity = arg("--capacity", "4.6GiB");
+/// Another snapshot (any path) for the recommend figure, e.g. the 1 M-event kvcache pickle.
+const extra = arg("--extra");
+const extraCapacity = arg("--extra-capacity", capacity);
+const nRanks = Number(arg("--ranks", "8"));
+const poolSizes = arg("--workers", "1,2").split(",").map(Number);
+const runs = Number(arg("--runs", "3"));
+const allocsim = arg("--allocsim");
+const chromiumPath = arg("--chromium", "/usr/bin/chromium");
+mkdirSync(out, { recursive: true });
+const log = (msg) => console.log(msg);
+const loadavg = () => readFileSync("/proc/loadavg", "utf8").split(" ").slice(0, 3).join(" ");
+
+/// CPython's `pickle.loads` of the snapshot's bytes, best of 3 (seconds).
+function pickleLoads(path) {
+  const py = `
+import gzip, pickle, sys, time
+raw = open(sys.argv[1], "rb").read()
+if raw[:2] == b"\\x1f\\x8b":
+    raw = gzip.decompress(raw)
+best = min((lambda t: (pickle.loads(raw), time.perf_counter() - t)[1])(time.perf_counter()) for _ in range(3))
+print(best)`;
+  return Number(execFileSync("python3", ["-c", py, path], { encoding: "utf8" }).trim());
+}
+
+/// The CLI's `recommend --capacity` of the same file, best of 3 (seconds).
+function cliRecommend(path, cap) {
+  let best = Infinity;
+  for (let i = 0; i < 3; i++) {
+    const t = process.hrtime.bigint();
+    execFileSync(allocsim, ["recommend", "--capacity", cap, path], { stdio: "ignore" });
+    best = Math.min(best, Number(process.hrtime.bigint() - t) / 1e9);
+  }
+  return best;
+}
+
+/// One browser: `name` (served from `dir`) opened under `cap`; the sweep's time (ms).
+async function recommendOnce(dir, name, cap) {
+  const s = await launch(chromiumPath);
+  const { page, context } = s;
+  await context.route(`${new URL(url).origin}/bench-traces/*`, (route) =>
+    route.fulfill({ status: 200, contentType: "application/octet-stream", body: readFileSync(join(dir, name)) }),
+  );
+  const r = { load_average: loadavg() };
+  await page.goto(`${url}?trace=${encodeURIComponent(`${new URL(url).origin}/bench-traces/${name}`)}&capacity=${cap}`, {
+    waitUntil: "load",
+  });
+  await waitFrame(page, `ready:${name}`, 600000);
+  await page.waitForFunction(() => ["done", "failed"].includes(document.body.getAttribute("data-allocsim-search")), null, {
+    timeout: 600000,
+    polling: 20,
+  });
+  const state = await page.evaluate(() => document.body.getAttribute("data-allocsim-search"));
+  if (state !== "done") throw new Error(`What would fit? on ${name} ended ${state}`);
+  const running = await markTime(page, "data-allocsim-search", 0, "v === 'running'");
+  const done = await markTime(page, "data-allocsim-search", running, "v === 'done'");
+  r.sweep_ms = Math.round(done - running);
+  r.load_average_after = loadavg();
+  await s.close();
+  return r;
+}
+
+/// One browser: `n` copies of the trace dropped at once as ranks, replayed by a pool of
+/// `workers`; drop to the Ranks table (ms).
+async function ranksOnce(workers, n) {
+  const s = await launch(chromiumPath);
+  const { page } = s;
+  const r = { workers, load_average: loadavg() };
+  await page.goto(`${url}?workers=${workers}`, { waitUntil: "load" });
+  await waitFrame(page, "ready:oom_story");
+  const b64 = readFileSync(join(traces, trace)).toString("base64");
+  const t0 = await page.evaluate(
+    ([b64, n]) => {
+      const bin = atob(b64);
+      const bytes = new Uint8Array(bin.length);
+      for (let i = 0; i < bin.length; i++) bytes[i] = bin.charCodeAt(i);
+      const dt = new DataTransfer();
+      for (let i = 0; i < n; i++) dt.items.add(new File([bytes], `copy_rank${i}.pickle.gz`));
+      const canvas = document.getElementById("allocsim_canvas");
+      const t = performance.now();
+      for (const type of ["dragenter", "dragover", "drop"]) {
+        canvas.dispatchEvent(new DragEvent(type, { dataTransfer: dt, bubbles: true, cancelable: true }));
+      }
+      return t;
+    },
+    [b64, n],
+  );
+  await waitFrame(page, `ranks:${n}:`, 900000);
+  const t1 = await markTime(page, "data-allocsim-frame", t0, `v.startsWith('ranks:${n}:')`);
+  r.drop_to_table_ms = Math.round(t1 - t0);
+  r.rank_workers = Number(await page.evaluate(() => document.body.getAttribute("data-allocsim-rank-workers")));
+  r.load_average_after = loadavg();
+  await s.close();
+  return r;
+}
+
+const results = { url, trace, capacity, started: new Date().toISOString() };
+const targets = [[traces, trace, capacity]];
+if (extra) targets.push([dirname(extra), basename(extra), extraCapacity]);
+results.recommend = [];
+for (const [dir, name, cap] of targets) {
+  const path = join(dir, name);
+  const row = { trace: name, capacity: cap, runs: [] };
+  row.pickle_loads_s = pickleLoads(path);
+  log(`${name}: CPython pickle.loads ${row.pickle_loads_s.toFixed(3)} s (best of 3; load ${loadavg()})`);
+  if (allocsim) {
+    row.cli_recommend_s = cliRecommend(path, cap);
+    log(`${name}: allocsim recommend --capacity ${cap} ${row.cli_recommend_s.toFixed(3)} s (best of 3)`);
+  }
+  for (let i = 0; i < runs; i++) {
+    const r = await recommendOnce(dir, name, cap);
+    row.runs.push(r);
+    log(`${name} under ${cap}, run ${i + 1}: What would fit? ${r.sweep_ms} ms in the browser (load ${r.load_average} → ${r.load_average_after})`);
+  }
+  row.best_sweep_ms = Math.min(...row.runs.map((r) => r.sweep_ms));
+  row.ratio_to_pickle_loads = row.best_sweep_ms / 1000 / row.pickle_loads_s;
+  log(`${name}: best ${row.best_sweep_ms} ms = ${row.ratio_to_pickle_loads.toFixed(2)} × pickle.loads (target ≤ 5×)`);
+  results.recommend.push(row);
+}
+
+results.ranks = [];
+if (nRanks > 0) {
+  for (const k of poolSizes) {
+    const row = { workers: k, ranks: nRanks, runs: [] };
+    for (let i = 0; i < runs; i++) {
+      const r = await ranksOnce(k, nRanks);
+      row.runs.push(r);
+      log(`${nRanks} ranks of ${trace}, ?workers=${k}, run ${i + 1}: ${r.drop_to_table_ms} ms, ${r.rank_workers} workers answered (load ${r.load_average} → ${r.load_average_after})`);
+    }
+    row.best_ms = Math.min(...row.runs.map((r) => r.drop_to_table_ms));
+    results.ranks.push(row);
+  }
+  log(`ranks: ${results.ranks.map((r) => `${r.workers} worker(s) ${r.best_ms} ms`).join(", ")}`);
+}
+writeFileSync(join(out, "bench-workers.json"), JSON.stringify(results, null, 2) + "\n");
+log(`figures in ${join(out, "bench-workers.json")}`);
