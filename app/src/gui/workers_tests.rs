@@ -291,3 +291,66 @@ fn cancel_terminates_the_search_worker_and_the_other_searches_go_on_in_a_fresh_o
     assert_eq!(fake.terminated.len(), 2);
     assert!(fake.live.is_empty());
 }
+
+#[test]
+fn a_file_the_engine_opens_itself_is_opened_by_the_next_search_worker_too() {
+    let mut fake = Fake::default();
+    let mut host = Host::new(&mut fake, 2);
+    host.route(Request::Workload {
+        job: 1,
+        spec: "kvcache:tokens=200".into(),
+    });
+    assert!(
+        host.route(Request::WhatIf {
+            job: 2,
+            capacity_bytes: None
+        })
+        .is_none()
+    );
+    poll_until(&mut host, 10, |r| matches!(r, Response::WhatIf { .. }));
+    // A dropped file: the engine's worker reads it itself (no request passes the host);
+    // the open is what a search worker must run first from now on. Here the fake's
+    // workers read it as the load of the same bytes.
+    let ex = &crate::engine::examples::EXAMPLES[0];
+    let load = Request::Load {
+        job: 3,
+        name: ex.file.into(),
+        bytes: ex.bytes.to_vec(),
+    };
+    let mut direct = Engine::new();
+    direct.handle(load.clone(), &mut |_| {});
+    host.opening(wire::encode(&load).expect("encodes"));
+    assert!(
+        host.route(Request::WhatIf {
+            job: 4,
+            capacity_bytes: None
+        })
+        .is_none()
+    );
+    let answers = poll_until(&mut host, 10, |r| matches!(r, Response::WhatIf { .. }));
+    let mut expected = Vec::new();
+    direct.handle(
+        Request::WhatIf {
+            job: 4,
+            capacity_bytes: None,
+        },
+        &mut |r| expected.push(r),
+    );
+    assert_eq!(
+        format!("{:?}", answers.last()),
+        format!("{:?}", expected.last()),
+        "the sweep ran on the opened file's trace"
+    );
+    drop(host);
+    assert_eq!(
+        fake.terminated.len(),
+        1,
+        "the idle search worker with the old trace went"
+    );
+    let second = fake.spawned[1];
+    assert!(
+        fake.ran[&second][0].starts_with("Load"),
+        "the fresh worker opened the file first: {:?}",
+        fake.ran[&second]
+    );
+}
