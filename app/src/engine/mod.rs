@@ -11,6 +11,7 @@ pub mod multi;
 pub mod open;
 pub mod parallel;
 pub mod recorded;
+pub mod search;
 pub mod wire;
 
 use std::collections::BTreeMap;
@@ -18,19 +19,17 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use allocsim_core::capacity::CapacityArg;
-use allocsim_core::explain::{self, ExplainOptions, Explanation};
-use allocsim_core::models::{Layout, LayoutBlockState, MODEL_NAMES, ModelSpec};
+use allocsim_core::explain::Explanation;
+use allocsim_core::models::{LayoutBlockState, ModelSpec};
 use allocsim_core::offline::{self, BestPossible};
 use allocsim_core::replay::{self, OomReport, Outcome, ReplayOptions, ReplayResult};
 use allocsim_core::trace::{DeviceTrace, OpKind, Trace};
 use allocsim_core::validate::DeviceReport;
-use allocsim_core::{session, whatif, workloads};
+use allocsim_core::{session, workloads};
 
-use parallel::Cancellable;
 use wire::{
     AddressHit, BlockView, LayoutData, NO_OP, OomData, OpsTable, ReplayData, ReplaySummary,
-    Request, Response, SegmentView, StackTable, TraceData, WhatIfData, WhatIfRow, block_state,
-    op_kind,
+    Request, Response, SegmentView, StackTable, TraceData, block_state, op_kind,
 };
 
 /// The cancel flags of an engine's jobs in flight ([`Engine::cancels`]).
@@ -83,7 +82,7 @@ struct Cache {
     explained: BTreeMap<ExplainKey, (u32, Arc<Explanation>)>,
 }
 
-type ExplainKey = (String, Option<u64>, u64);
+use search::{ExplainKey, explain_at, min_capacity_response, runtimes, what_if};
 
 /// At most this many explanations are kept (one per OOM and configuration asked about).
 const EXPLAINED_KEPT: usize = 64;
@@ -700,171 +699,6 @@ impl Engine {
 
 /// Work [`Engine::detached`] hands out: run it with the sink for its answers.
 pub type DetachedWork = Box<dyn FnOnce(&mut dyn FnMut(Response)) + Send + 'static>;
-
-/// The answer to [`Request::WhatIf`]: `recommend`'s sweep of PyTorch's settings under
-/// `capacity`, on every core natively, stopped between replays once `cancel` is set.
-fn what_if(
-    trace: Option<&Trace>,
-    device: usize,
-    job: u64,
-    capacity: Option<u64>,
-    cancel: &AtomicBool,
-    emit: &mut dyn FnMut(Response),
-) -> Result<WhatIfData, String> {
-    let trace = trace.ok_or("no trace is loaded")?;
-    let local = parallel::local();
-    let runner = Cancellable {
-        inner: local.as_ref(),
-        cancel,
-    };
-    let rec = whatif::recommend_with(trace, device, capacity, &runner, &mut |done, total| {
-        emit(Response::Progress {
-            job,
-            stage: format!("what would fit: {done} of {total} settings replayed"),
-            fraction: done as f32 / total.max(1) as f32,
-        });
-    })
-    .map_err(|e| e.to_string())?;
-    let pytorch_spec = |r: &ReplayResult| {
-        if r.config.is_empty() {
-            "pytorch".to_string()
-        } else {
-            format!("pytorch@{}", r.config)
-        }
-    };
-    Ok(WhatIfData {
-        capacity_bytes: capacity,
-        recorded: Some(row(pytorch_spec(&rec.default), &rec.default, false)),
-        tradeoffs: rec
-            .tradeoffs
-            .iter()
-            .enumerate()
-            .map(|(i, r)| row(pytorch_spec(r), r, i == 0 && whatif::served_all(r)))
-            .collect(),
-        candidates_tried: rec.candidates_tried as u32,
-        candidates_replayed: rec.candidates_replayed as u32,
-        candidates_fitting: rec.candidates_fitting as u32,
-    })
-}
-
-/// The answer to [`Request::Runtimes`]: every model but PyTorch's under `capacity`.
-fn runtimes(
-    trace: Option<&Trace>,
-    device: usize,
-    job: u64,
-    capacity: Option<u64>,
-    emit: &mut dyn FnMut(Response),
-) -> Result<Vec<WhatIfRow>, String> {
-    let trace = trace.ok_or("no trace is loaded")?;
-    let labels: Vec<&str> = MODEL_NAMES
-        .iter()
-        .copied()
-        .filter(|m| *m != "pytorch")
-        .collect();
-    let specs: Vec<ModelSpec> = labels
-        .iter()
-        .map(|l| ModelSpec::parse(l))
-        .collect::<Result<_, _>>()
-        .map_err(|e| e.to_string())?;
-    let local = parallel::local();
-    let results = whatif::compare_with(
-        trace,
-        device,
-        &specs,
-        capacity,
-        local.as_ref(),
-        &mut |done, total| {
-            emit(Response::Progress {
-                job,
-                stage: format!("other runtimes: {done} of {total}"),
-                fraction: done as f32 / total.max(1) as f32,
-            });
-        },
-    )
-    .map_err(|e| e.to_string())?;
-    Ok(labels
-        .into_iter()
-        .zip(&results)
-        .map(|(spec, r)| row(spec.to_string(), r, false))
-        .collect())
-}
-
-/// Explains the request at event `at_event` (an OOM's: that OOM) of device `device` under
-/// `(spec, capacity, at_event)`: the op explained and the explanation, without its layout.
-fn explain_at(
-    trace: Option<&Trace>,
-    device: usize,
-    (spec, capacity, at_event): &ExplainKey,
-) -> Result<(u32, Explanation), String> {
-    let trace = trace.ok_or("no trace is loaded")?;
-    let parsed = ModelSpec::parse(spec).map_err(|e| e.to_string())?;
-    let opts = ExplainOptions {
-        at_event: Some(*at_event),
-        what_if: false,
-    };
-    let mut e = explain::explain(
-        trace,
-        device,
-        &parsed,
-        *capacity,
-        opts,
-        &whatif::InOrder,
-        &mut |_, _| {},
-    )
-    .map_err(|e| format!("explain {spec}: {e}"))?;
-    e.layout = Layout::default();
-    Ok((e.op_index as u32, e))
-}
-
-/// The answer to [`Request::MinCapacity`].
-fn min_capacity_response(
-    trace: Option<&Trace>,
-    device: usize,
-    job: u64,
-    slot: u32,
-    spec: &str,
-    emit: &mut dyn FnMut(Response),
-) -> Response {
-    match min_capacity_of(trace, device, job, spec, emit) {
-        Ok(bytes) => Response::MinCapacity { job, slot, bytes },
-        Err(message) => Response::Failed { job, message },
-    }
-}
-
-/// The smallest capacity on which `spec` runs device `device` of `trace`, with progress.
-fn min_capacity_of(
-    trace: Option<&Trace>,
-    device: usize,
-    job: u64,
-    spec: &str,
-    emit: &mut dyn FnMut(Response),
-) -> Result<u64, String> {
-    let trace = trace.ok_or("no trace is loaded")?;
-    let parsed = ModelSpec::parse(spec).map_err(|e| e.to_string())?;
-    let m = whatif::min_capacity(trace, device, &parsed, &mut |done, total| {
-        emit(Response::Progress {
-            job,
-            stage: format!("min capacity of {spec}"),
-            fraction: done as f32 / total.max(1) as f32,
-        });
-    })
-    .map_err(|e| e.to_string())?;
-    Ok(m.min_capacity_bytes)
-}
-
-fn row(spec: String, r: &ReplayResult, recommended: bool) -> WhatIfRow {
-    WhatIfRow {
-        spec,
-        recommended,
-        fits: whatif::served_all(r),
-        peak_reserved_bytes: r.peak_reserved_bytes,
-        oom_event: r.oom.as_ref().map(|o| o.event_index),
-        segment_ops: r.segment_ops,
-        synchronizing_ops: r.driver.synchronizing,
-        driver_time_us: r.driver.driver_time_us,
-        error: String::new(),
-    }
-}
 
 /// The ops of a device as columns.
 #[must_use]

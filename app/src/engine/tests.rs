@@ -1,6 +1,9 @@
 use super::wire::{self, Request, Response, block_state};
 use super::*;
 use crate::engine::examples::{self, EXAMPLES, OOM_STORY};
+use allocsim_core::explain::{self, ExplainOptions};
+use allocsim_core::models::MODEL_NAMES;
+use allocsim_core::whatif;
 
 fn run(engine: &mut Engine, req: Request) -> Vec<Response> {
     let mut out = Vec::new();

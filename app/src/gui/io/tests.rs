@@ -1,0 +1,186 @@
+use super::{DesktopLogger, EngineHandle, Request, Response};
+
+#[test]
+fn rfd_errors_are_kept_as_the_reason_a_dialog_failed_and_winit_noise_is_filtered() {
+    use log::Log;
+    let logger = DesktopLogger::new(None);
+    let meta =
+        |target: &'static str, level| log::Metadata::builder().target(target).level(level).build();
+    let portal = "rfd::backend::xdg_desktop_portal";
+    assert!(logger.enabled(&meta(portal, log::Level::Error)));
+    logger.log(
+        &log::Record::builder()
+            .metadata(meta(portal, log::Level::Error))
+            .args(format_args!(
+                "Failed to pick file with zenity: No such file"
+            ))
+            .build(),
+    );
+    // Only rfd's errors are kept; other lines only go to the terminal.
+    logger.log(
+        &log::Record::builder()
+            .metadata(meta("allocsim", log::Level::Error))
+            .args(format_args!("cannot save"))
+            .build(),
+    );
+    assert_eq!(
+        super::take_dialog_errors().as_deref(),
+        Some("Failed to pick file with zenity: No such file")
+    );
+    assert_eq!(super::take_dialog_errors(), None, "taken once");
+    // XRandR's "certifiably insane" line and the XSETTINGS one are not printed;
+    // other warnings are.
+    let randr = "winit::platform_impl::linux::x11::util::randr";
+    assert!(!logger.prints(&meta(randr, log::Level::Warn)));
+    assert!(!logger.prints(&meta(
+        "winit::platform_impl::linux::x11::xdisplay",
+        log::Level::Warn
+    )));
+    assert!(logger.prints(&meta("egui_wgpu", log::Level::Warn)));
+    assert!(!logger.prints(&meta("egui_wgpu", log::Level::Info)));
+    // RUST_LOG still shows everything asked for.
+    assert!(DesktopLogger::new(Some("debug")).prints(&meta(randr, log::Level::Warn)));
+}
+
+#[test]
+#[cfg(target_os = "linux")]
+fn a_missing_or_relative_runtime_dir_gets_a_private_one_in_tmp() {
+    use std::os::unix::fs::PermissionsExt;
+    let tmp = std::env::temp_dir().join(format!("allocsim-rt-test-{}", std::process::id()));
+    std::fs::create_dir_all(&tmp).expect("tmp");
+    let good = tmp.join("good");
+    std::fs::create_dir_all(&good).expect("dir");
+    // A valid one is kept.
+    assert_eq!(
+        super::runtime_dir_fallback(Some(good.as_os_str()), &tmp),
+        None
+    );
+    // Unset, relative, or not there: a private directory under tmp.
+    for current in [None, Some("run/user"), Some("/no/such/runtime/dir")] {
+        let dir = super::runtime_dir_fallback(current.map(std::ffi::OsStr::new), &tmp)
+            .expect("a fallback");
+        assert!(
+            dir.starts_with(&tmp) && dir.is_absolute() && dir.is_dir(),
+            "{dir:?}"
+        );
+        let mode = std::fs::metadata(&dir).expect("made").permissions().mode();
+        assert_eq!(mode & 0o777, 0o700, "{current:?}");
+    }
+    // One that others can read is not a runtime directory.
+    let dir = super::runtime_dir_fallback(None, &tmp).expect("a fallback");
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    assert_eq!(super::runtime_dir_fallback(None, &tmp), None);
+    std::fs::remove_dir_all(&tmp).expect("clean up");
+}
+
+#[test]
+fn a_typed_path_is_read_and_a_bad_one_says_why() {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../tests/traces/oom_story.pickle.gz"
+    );
+    let f = super::read_path(&format!("  {path} ")).expect("readable");
+    assert_eq!(f.name, "oom_story.pickle.gz");
+    assert!(!f.bytes.is_empty());
+    let e = super::read_path("/no/such/file.pickle").expect_err("missing");
+    assert!(e.starts_with("cannot read /no/such/file.pickle: "), "{e}");
+}
+
+#[test]
+fn layouts_are_answered_while_a_min_capacity_search_runs() {
+    let ctx = egui::Context::default();
+    let mut e = EngineHandle::spawn(&ctx);
+    e.send(Request::Workload {
+        job: 1,
+        spec: "kvcache:tokens=500".into(),
+    });
+    e.send(Request::Replay {
+        job: 2,
+        slot: 0,
+        spec: "pytorch".into(),
+        capacity_bytes: None,
+    });
+    // The search replays the trace a dozen times beside the engine; the layout asked
+    // after it is answered first.
+    e.send(Request::MinCapacity {
+        job: 3,
+        slot: 0,
+        spec: "pytorch".into(),
+    });
+    e.send(Request::Layout {
+        job: 4,
+        slot: 0,
+        op: 10,
+    });
+    let mut order = Vec::new();
+    let start = std::time::Instant::now();
+    while order.len() < 2 {
+        assert!(start.elapsed().as_secs() < 120, "no answer: {order:?}");
+        for r in e.poll() {
+            match r {
+                Response::Layout { job: 4, layout, .. } => {
+                    assert_eq!(layout.op, 10);
+                    order.push(4);
+                }
+                Response::MinCapacity {
+                    job: 3,
+                    bytes,
+                    slot,
+                } => {
+                    assert_eq!(slot, 0);
+                    assert!(bytes > 0);
+                    order.push(3);
+                }
+                Response::Failed { job, message } => panic!("job {job}: {message}"),
+                _ => {}
+            }
+        }
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
+    assert_eq!(order, [4, 3]);
+}
+
+#[test]
+fn layouts_are_answered_while_a_what_if_runs() {
+    let ctx = egui::Context::default();
+    let mut e = EngineHandle::spawn(&ctx);
+    e.send(Request::Workload {
+        job: 1,
+        spec: "kvcache:tokens=500".into(),
+    });
+    e.send(Request::Replay {
+        job: 2,
+        slot: 0,
+        spec: "pytorch".into(),
+        capacity_bytes: None,
+    });
+    // The what-if sweeps PyTorch's settings beside the engine.
+    e.send(Request::WhatIf {
+        job: 3,
+        capacity_bytes: None,
+    });
+    e.send(Request::Layout {
+        job: 4,
+        slot: 0,
+        op: 10,
+    });
+    let mut order = Vec::new();
+    let start = std::time::Instant::now();
+    while order.len() < 2 {
+        assert!(start.elapsed().as_secs() < 120, "no answer: {order:?}");
+        for r in e.poll() {
+            match r {
+                Response::Layout { job: 4, .. } => order.push(4),
+                Response::WhatIf { job: 3, answer } => {
+                    assert!(answer.candidates_tried > 100, "{answer:?}");
+                    assert!(answer.tradeoffs.iter().all(|r| r.fits), "no capacity");
+                    order.push(3);
+                }
+                Response::Failed { job, message } => panic!("job {job}: {message}"),
+                _ => {}
+            }
+        }
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
+    assert_eq!(order, [4, 3]);
+}

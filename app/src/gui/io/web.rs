@@ -1,0 +1,216 @@
+//! The browser's side of the engine host: the engine's Web Worker, fetching, downloads and
+//! the page markers the browser tests read.
+
+use std::cell::RefCell;
+use std::rc::Rc;
+
+use wasm_bindgen::JsCast;
+use wasm_bindgen::prelude::*;
+
+use crate::engine::wire::{self, Request, Response};
+
+/// The engine in a Web Worker (`worker.js` beside the page, same wasm).
+pub struct WorkerEngine {
+    worker: web_sys::Worker,
+    inbox: Rc<RefCell<Vec<Vec<u8>>>>,
+    _on_message: Closure<dyn FnMut(web_sys::MessageEvent)>,
+}
+
+impl WorkerEngine {
+    pub fn start(ctx: &egui::Context) -> Result<WorkerEngine, String> {
+        let opts = web_sys::WorkerOptions::new();
+        opts.set_type(web_sys::WorkerType::Module);
+        let worker = web_sys::Worker::new_with_options("./worker.js", &opts)
+            .map_err(|e| format!("{e:?}"))?;
+        let inbox: Rc<RefCell<Vec<Vec<u8>>>> = Rc::default();
+        let sink = inbox.clone();
+        let ctx = ctx.clone();
+        let on_message =
+            Closure::<dyn FnMut(web_sys::MessageEvent)>::new(move |e: web_sys::MessageEvent| {
+                let data = e.data();
+                if let Some(a) = data.dyn_ref::<js_sys::Uint8Array>() {
+                    sink.borrow_mut().push(a.to_vec());
+                } else if let Some(b) = data.dyn_ref::<js_sys::ArrayBuffer>() {
+                    sink.borrow_mut().push(js_sys::Uint8Array::new(b).to_vec());
+                } else if let Some(failed) = crashed(&data) {
+                    // The worker's wasm stopped (an allocation past its memory: no
+                    // panic hook runs): the job it ran fails with a message.
+                    if let Ok(bytes) = wire::encode(&failed) {
+                        sink.borrow_mut().push(bytes);
+                    }
+                }
+                ctx.request_repaint();
+            });
+        worker.set_onmessage(Some(on_message.as_ref().unchecked_ref()));
+        // The worker instantiates the module this page already compiled.
+        worker
+            .post_message(&wasm_bindgen::module())
+            .map_err(|e| format!("{e:?}"))?;
+        Ok(WorkerEngine {
+            worker,
+            inbox,
+            _on_message: on_message,
+        })
+    }
+
+    /// Hands the worker a dropped file to read in slices (a `File` crosses to a
+    /// worker as a reference; its bytes are read there).
+    /// Posts `msg` as it is (an open: [`open_message`]).
+    pub fn post(&self, msg: &JsValue) {
+        if let Err(e) = self.worker.post_message(msg) {
+            log::error!("cannot post to the engine worker: {e:?}");
+        }
+    }
+
+    /// Cancels job `job` at once (the worker handles it beside the job it runs).
+    pub fn cancel(&self, job: u64) {
+        let msg = js_sys::Object::new();
+        let posted = js_sys::Reflect::set(&msg, &"cancel".into(), &JsValue::from_f64(job as f64))
+            .and_then(|_| self.worker.post_message(&msg));
+        if let Err(e) = posted {
+            log::error!("cannot post to the engine worker: {e:?}");
+        }
+    }
+
+    pub fn send(&self, req: &Request) {
+        match wire::encode(req) {
+            Ok(bytes) => {
+                let arr = js_sys::Uint8Array::from(bytes.as_slice());
+                let transfer = js_sys::Array::of1(&arr.buffer());
+                if let Err(e) = self.worker.post_message_with_transfer(&arr, &transfer) {
+                    log::error!("cannot post to the engine worker: {e:?}");
+                }
+            }
+            Err(e) => log::error!("{e}"),
+        }
+    }
+
+    pub fn poll(&self) -> Vec<Response> {
+        let raw = std::mem::take(&mut *self.inbox.borrow_mut());
+        raw.iter()
+            .filter_map(|b| match wire::decode::<Response>(b) {
+                Ok(r) => Some(r),
+                Err(e) => {
+                    log::error!("{e}");
+                    None
+                }
+            })
+            .collect()
+    }
+}
+
+/// `{open: job, name, file}`: what worker.js reads a dropped `File` from (the engine's
+/// worker, and the search worker for its copy of the trace).
+pub fn open_message(job: u64, name: &str, file: &web_sys::File) -> Result<JsValue, JsValue> {
+    let msg = js_sys::Object::new();
+    let set = |k: &str, v: &JsValue| js_sys::Reflect::set(&msg, &k.into(), v);
+    set("open", &JsValue::from_f64(job as f64))?;
+    set("name", &name.into())?;
+    set("file", file)?;
+    Ok(msg.into())
+}
+
+/// The worker's `{crashed, job}` message as the failure of that job.
+fn crashed(data: &JsValue) -> Option<Response> {
+    let what = js_sys::Reflect::get(data, &"crashed".into())
+        .ok()?
+        .as_string()?;
+    let job = js_sys::Reflect::get(data, &"job".into())
+        .ok()
+        .and_then(|j| j.as_f64())
+        .map_or(0, |j| j as u64);
+    Some(Response::Failed {
+        job,
+        message: format!(
+            "the engine stopped ({what}): out of memory? WebAssembly has at most 4 GiB; \
+             reload the page, and open big snapshots in the desktop app"
+        ),
+    })
+}
+
+/// The size of the ranks' pool: the page's `?workers=N`, else the browser's
+/// `navigator.hardwareConcurrency` ([`crate::gui::workers::pool_size`]).
+pub fn pool_size() -> usize {
+    let hardware = web_sys::window().map(|w| w.navigator().hardware_concurrency() as usize);
+    let asked = query_parameter("workers").and_then(|v| v.trim().parse().ok());
+    crate::gui::workers::pool_size(hardware.filter(|&n| n > 0), asked)
+}
+
+pub fn query_parameter(key: &str) -> Option<String> {
+    let search = web_sys::window()?.location().search().ok()?;
+    web_sys::UrlSearchParams::new_with_str(&search)
+        .ok()?
+        .get(key)
+}
+
+pub async fn fetch_bytes(url: &str) -> Result<Vec<u8>, String> {
+    let window = web_sys::window().ok_or("no window")?;
+    let resp = wasm_bindgen_futures::JsFuture::from(window.fetch_with_str(url))
+        .await
+        .map_err(|e| format!("{e:?}"))?;
+    let resp: web_sys::Response = resp.dyn_into().map_err(|e| format!("{e:?}"))?;
+    if !resp.ok() {
+        return Err(format!("HTTP {}", resp.status()));
+    }
+    let buf =
+        wasm_bindgen_futures::JsFuture::from(resp.array_buffer().map_err(|e| format!("{e:?}"))?)
+            .await
+            .map_err(|e| format!("{e:?}"))?;
+    Ok(js_sys::Uint8Array::new(&buf).to_vec())
+}
+
+pub fn download(file_name: &str, bytes: &[u8]) {
+    let result = (|| -> Result<(), JsValue> {
+        let document = web_sys::window()
+            .ok_or("no window")?
+            .document()
+            .ok_or("no document")?;
+        let parts = js_sys::Array::of1(&js_sys::Uint8Array::from(bytes));
+        let blob = web_sys::Blob::new_with_u8_array_sequence(&parts)?;
+        let url = web_sys::Url::create_object_url_with_blob(&blob)?;
+        let a: web_sys::HtmlAnchorElement = document.create_element("a")?.dyn_into()?;
+        a.set_href(&url);
+        a.set_download(file_name);
+        a.click();
+        web_sys::Url::revoke_object_url(&url)?;
+        Ok(())
+    })();
+    if let Err(e) = result {
+        log::error!("cannot download {file_name}: {e:?}");
+    }
+}
+
+fn body() -> Option<web_sys::HtmlElement> {
+    web_sys::window()
+        .and_then(|w| w.document())
+        .and_then(|d| d.body())
+}
+
+/// Sets `name` on the page's body to `value` where it differs (a marker set each
+/// frame).
+pub fn mark(name: &str, value: &str) {
+    if let Some(body) = body()
+        && body.get_attribute(name).as_deref() != Some(value)
+    {
+        let _ = body.set_attribute(name, value);
+    }
+}
+
+pub fn mark_layout(op: u32) {
+    if let Some(body) = body() {
+        let _ = body.set_attribute("data-allocsim-layout", &op.to_string());
+    }
+}
+
+/// `data-allocsim-rank-workers`: the workers that answered ranks of the last set;
+/// `data-allocsim-search-workers`: `started=S terminated=T` search workers.
+pub fn mark_workers(c: crate::gui::workers::Counts) {
+    mark("data-allocsim-rank-workers", &c.rank_workers.to_string());
+    mark(
+        "data-allocsim-search-workers",
+        &format!(
+            "started={} terminated={}",
+            c.search_started, c.search_terminated
+        ),
+    );
+}
