@@ -119,9 +119,7 @@ mod entry {
     #[wasm_bindgen]
     pub async fn worker_open(job: f64, name: String, file: web_sys::File) {
         let job = job as u64;
-        JOB.with(|j| j.set(job));
-        let decoded = read_file(job, &name, &file).await;
-        CANCELLED.with(|c| c.borrow_mut().remove(&job));
+        let decoded = read_job(job, &name, &file).await;
         ENGINE.with(|e| {
             e.borrow_mut()
                 .open_decoded(job, name, decoded, &mut |r| post(&r));
@@ -132,11 +130,20 @@ mod entry {
     /// only its trace is set ([`Engine::search_adopt`]), for the searches that follow.
     #[wasm_bindgen]
     pub async fn search_open(job: f64, name: String, file: web_sys::File) {
-        let job = job as u64;
-        JOB.with(|j| j.set(job));
-        let decoded = read_file(job, &name, &file).await;
-        CANCELLED.with(|c| c.borrow_mut().remove(&job));
+        let decoded = read_job(job as u64, &name, &file).await;
         ENGINE.with(|e| e.borrow_mut().search_adopt(name, decoded));
+    }
+
+    /// Reads and decodes `file` as job `job` ([`read_file`]); its cancel flag is spent.
+    async fn read_job(
+        job: u64,
+        name: &str,
+        file: &web_sys::File,
+    ) -> Result<allocsim_core::snapshot::RawSnapshot, String> {
+        JOB.with(|j| j.set(job));
+        let decoded = read_file(job, name, file).await;
+        CANCELLED.with(|c| c.borrow_mut().remove(&job));
+        decoded
     }
 
     async fn slice(file: &web_sys::File, from: u64, to: u64) -> Result<Vec<u8>, String> {

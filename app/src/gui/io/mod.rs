@@ -410,10 +410,7 @@ pub fn read_dropped(
 /// open (no xdg-desktop-portal and no zenity), the reason does
 /// ([`Inbox::dialog_failed`]).
 pub fn open_file_dialog(ctx: &egui::Context, inbox: &Inbox) {
-    let dialog = rfd::AsyncFileDialog::new()
-        .set_title("Open a PyTorch memory snapshot")
-        .add_filter("PyTorch memory snapshot", &["pickle", "gz", "json", "pkl"])
-        .add_filter("All files", &["*"]);
+    let dialog = snapshot_dialog("Open a PyTorch memory snapshot");
     let ctx = ctx.clone();
     let inbox = inbox.clone();
     spawn(async move {
@@ -431,6 +428,14 @@ pub fn open_file_dialog(ctx: &egui::Context, inbox: &Inbox) {
     });
 }
 
+/// A file dialog titled `title` for snapshots (PyTorch's endings first).
+fn snapshot_dialog(title: &str) -> rfd::AsyncFileDialog {
+    rfd::AsyncFileDialog::new()
+        .set_title(title)
+        .add_filter("PyTorch memory snapshot", &["pickle", "gz", "json", "pkl"])
+        .add_filter("All files", &["*"])
+}
+
 /// A chosen file's name and bytes.
 async fn read_handle(handle: &rfd::FileHandle) -> Opened {
     Opened {
@@ -444,10 +449,7 @@ async fn read_handle(handle: &rfd::FileHandle) -> Opened {
 /// chosen file arrives in `inbox` (a dialog that could not open: its reason, as
 /// [`open_file_dialog`]).
 pub fn open_files_dialog(ctx: &egui::Context, inbox: &Inbox) {
-    let dialog = rfd::AsyncFileDialog::new()
-        .set_title("Open PyTorch memory snapshots")
-        .add_filter("PyTorch memory snapshot", &["pickle", "gz", "json", "pkl"])
-        .add_filter("All files", &["*"]);
+    let dialog = snapshot_dialog("Open PyTorch memory snapshots");
     let ctx = ctx.clone();
     let inbox = inbox.clone();
     spawn(async move {
