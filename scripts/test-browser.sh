@@ -12,6 +12,9 @@
 # `scripts/test-browser.sh --bench` runs web/tests/bench.mjs instead (the README's browser
 # figures: kvcache_decode opened to its first full frame, the layout at another event, the
 # tab's memory).
+# `scripts/test-browser.sh --memviz [ARGS]` runs web/tests/bench-memviz.mjs: ours and
+# PyTorch's memory_viz alternately in the same browser (web/tests/memviz-setup.sh puts
+# memory_viz in place; it says `skipped` without it); ARGS go to it (--trace, --runs, ...).
 #
 # Installs what it lacks, quietly, and skips what is there: Debian's chromium, nodejs and
 # npm (apt-get), the wasm32 target (rustup), playwright-core (npm ci, pinned by
@@ -27,6 +30,8 @@ artifacts="${ALLOCSIM_ARTIFACTS:-/tmp/allocsim-artifacts}"
 site="$CARGO_TARGET_DIR/allocsim-site"
 mode=test
 [ "${1:-}" = "--bench" ] && mode=bench
+[ "${1:-}" = "--memviz" ] && mode=memviz
+[ $# -gt 0 ] && shift
 
 if [ ! -f "$traces/multistream_pub.pickle.gz" ] || [ ! -f "$traces/kvcache_decode.pickle.gz" ]; then
   echo "skipped: no real snapshots in $traces (set ALLOCSIM_TRACES)"
@@ -69,7 +74,9 @@ done
 [ -n "$url" ] || { echo "the local server did not start"; cat "$port_file"; exit 1; }
 
 mkdir -p "$artifacts"
-if [ "$mode" = bench ]; then
+if [ "$mode" = memviz ]; then
+  node web/tests/bench-memviz.mjs --url "$url" --traces "$traces" --out "$artifacts/memviz" --chromium /usr/bin/chromium "$@"
+elif [ "$mode" = bench ]; then
   node web/tests/bench.mjs --url "$url" --site "$site" --traces "$traces" --out "$artifacts" --chromium /usr/bin/chromium
 else
   node web/tests/browser.mjs --url "$url" --site "$site" --traces "$traces" --out "$artifacts" --chromium /usr/bin/chromium
