@@ -1,7 +1,8 @@
 // Our web app and PyTorch's memory_viz measured side by side (scripts/test-browser.sh
 // --memviz): the same headless Chromium, machine and session, runs alternating between the
 // two (one cold browser a run), each given the same raw pickle (a `.pickle.gz` is
-// gunzipped first: memory_viz reads raw pickles only).
+// gunzipped first: memory_viz reads raw pickles only); with `--tools ours,memviz,ours-gz`
+// ours is also given the `.pickle.gz` itself in each round.
 //
 // Ours: web/tests/bench.mjs, one run at a time (the recorded-timeline frame, the first full
 // frame, the layout at another event painted, the renderer's RSS).
@@ -17,7 +18,7 @@
 //
 // node bench-memviz.mjs --url OUR_SITE_URL --traces DIR --out DIR [--runs 3]
 //   [--trace NAME_OR_PATH,...] [--open-only NAME,...] [--clicks 5] [--timeout-s 300]
-//   [--tools ours,memviz] [--chromium PATH]
+//   [--tools ours,memviz,ours-gz] [--chromium PATH]
 
 import { createServer } from "node:http";
 import { spawnSync } from "node:child_process";
@@ -38,7 +39,8 @@ const openOnly = new Set(arg("--open-only", "").split(",").filter((x) => x));
 const clicks = Number(arg("--clicks", "5"));
 const timeoutMs = Number(arg("--timeout-s", "300")) * 1000;
 const chromiumPath = arg("--chromium", "/usr/bin/chromium");
-/// `--tools memviz` (or `ours`): one side alone.
+/// Which runs make a round: `ours` and `memviz` on the raw pickle, and `ours-gz`, ours given
+/// the `.pickle.gz` itself (what a user drops; memory_viz cannot read it) for a gzipped trace.
 const tools = arg("--tools", "ours,memviz").split(",");
 const memvizDir = join(here, "memviz");
 const log = (msg) => console.log(msg);
@@ -235,6 +237,7 @@ async function memvizRun(file, name, i) {
 
 function oursRun(dir, name, i) {
   const runOut = join(out, `ours-${name}-${i}`);
+  mkdirSync(runOut, { recursive: true });
   const args = [join(here, "bench.mjs"), "--url", ourUrl, "--traces", dir, "--trace", name, "--runs", "1", "--out", runOut];
   if (openOnly.has(name)) args.push("--open-only", "1");
   args.push("--chromium", chromiumPath);
@@ -266,17 +269,19 @@ const results = [];
 for (const t of traceArgs) {
   const { dir, name, bytes } = rawPickle(t);
   const file = join(dir, name);
+  const gz = t.endsWith(".gz") ? (t.includes("/") ? t : join(traces, t)) : null;
   const ours = [];
+  const oursGz = [];
   const theirs = [];
   for (let i = 1; i <= runs; i++) {
     // Alternating, and each tool first in every other round.
-    const order = i % 2 === 1 ? ["ours", "memviz"] : ["memviz", "ours"];
-    for (const who of order.filter((w) => tools.includes(w))) {
-      if (who === "ours") {
-        const r = oursRun(dir, name, i);
-        ours.push(r);
+    const order = i % 2 === 1 ? ["ours", "memviz", "ours-gz"] : ["ours-gz", "memviz", "ours"];
+    for (const who of order.filter((w) => tools.includes(w) && (w !== "ours-gz" || gz))) {
+      if (who === "ours" || who === "ours-gz") {
+        const r = who === "ours" ? oursRun(dir, name, i) : oursRun(dirname(gz), basename(gz), i);
+        (who === "ours" ? ours : oursGz).push(r);
         log(
-          `${name} run ${i} ours (load ${r.load_average}): recorded ${r.open_to_recorded_frame_ms} ms, full ${r.open_to_first_full_frame_ms} ms, ` +
+          `${name} run ${i} ${who} (load ${r.load_average}): recorded ${r.open_to_recorded_frame_ms} ms, full ${r.open_to_first_full_frame_ms} ms, ` +
             `layout painted median ${median((r.layout || []).map((l) => l.painted_ms))} ms, renderer RSS ` +
             `${r.memory_before_mib?.renderer} → ${r.memory_after_open_mib?.renderer} MiB${r.did_not_finish ? "; DID NOT FINISH: " + r.did_not_finish : ""}`,
         );
@@ -292,21 +297,23 @@ for (const t of traceArgs) {
       }
     }
   }
+  const oursSummary = (rs) => ({
+    recorded_frame_ms_min: minOf(rs.map((r) => r.open_to_recorded_frame_ms)),
+    recorded_frame_ms_all: rs.map((r) => r.open_to_recorded_frame_ms ?? null),
+    first_full_frame_ms_min: minOf(rs.map((r) => r.open_to_first_full_frame_ms)),
+    first_full_frame_ms_all: rs.map((r) => r.open_to_first_full_frame_ms ?? null),
+    layout_painted_ms_median: median(rs.flatMap((r) => (r.layout || []).map((l) => l.painted_ms))),
+    layout_built_ms_median: median(rs.flatMap((r) => (r.layout || []).map((l) => l.ms))),
+    renderer_rss_growth_open_mib: range(rs.map((r) => grow(r, "memory_after_open_mib"))),
+    did_not_finish: rs.map((r) => r.did_not_finish).filter((x) => x),
+  });
   const summary = {
     trace: name,
     pickle_bytes: bytes,
     runs,
-    load_average_during: [...ours, ...theirs].map((r) => r.load_average).filter((x) => x),
-    ours: {
-      recorded_frame_ms_min: minOf(ours.map((r) => r.open_to_recorded_frame_ms)),
-      recorded_frame_ms_all: ours.map((r) => r.open_to_recorded_frame_ms ?? null),
-      first_full_frame_ms_min: minOf(ours.map((r) => r.open_to_first_full_frame_ms)),
-      first_full_frame_ms_all: ours.map((r) => r.open_to_first_full_frame_ms ?? null),
-      layout_painted_ms_median: median(ours.flatMap((r) => (r.layout || []).map((l) => l.painted_ms))),
-      layout_built_ms_median: median(ours.flatMap((r) => (r.layout || []).map((l) => l.ms))),
-      renderer_rss_growth_open_mib: range(ours.map((r) => grow(r, "memory_after_open_mib"))),
-      did_not_finish: ours.map((r) => r.did_not_finish).filter((x) => x),
-    },
+    load_average_during: [...ours, ...oursGz, ...theirs].map((r) => r.load_average).filter((x) => x),
+    ours: oursSummary(ours),
+    ours_gz: oursGz.length ? oursSummary(oursGz) : null,
     memory_viz: {
       first_render_ms_min: minOf(theirs.map((r) => r.open_to_first_render_ms)),
       first_render_ms_all: theirs.map((r) => r.open_to_first_render_ms ?? null),
@@ -320,7 +327,7 @@ for (const t of traceArgs) {
       did_not_finish: theirs.map((r) => r.did_not_finish).filter((x) => x),
     },
   };
-  results.push({ summary, ours, memory_viz: theirs });
+  results.push({ summary, ours, ours_gz: oursGz, memory_viz: theirs });
   log(JSON.stringify(summary, null, 2));
   writeFileSync(join(out, "memviz-results.json"), JSON.stringify(results, null, 2) + "\n");
 }
