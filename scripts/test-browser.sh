@@ -16,6 +16,9 @@
 # tab's memory); `--bench-workers [ARGS]` runs web/tests/bench_workers.mjs (What would fit?
 # against pickle.loads and the CLI's recommend, a set of ranks on 1 and 2 workers; ARGS go to
 # it, e.g. `--extra /tmp/kvcache_1m.pickle --runs 2`).
+# `scripts/test-browser.sh --memviz [ARGS]` runs web/tests/bench-memviz.mjs: ours and
+# PyTorch's memory_viz alternately in the same browser (web/tests/memviz-setup.sh puts
+# memory_viz in place; it says `skipped` without it); ARGS go to it (--trace, --runs, ...).
 #
 # Installs what it lacks, quietly, and skips what is there: Debian's chromium, nodejs and
 # npm (apt-get), the wasm32 target (rustup), playwright-core (npm ci, pinned by
@@ -32,6 +35,8 @@ site="$CARGO_TARGET_DIR/allocsim-site"
 mode=test
 [ "${1:-}" = "--bench" ] && mode=bench
 [ "${1:-}" = "--bench-workers" ] && mode=bench-workers
+[ "${1:-}" = "--memviz" ] && mode=memviz
+[ $# -gt 0 ] && shift
 
 if [ ! -f "$traces/multistream_pub.pickle.gz" ] || [ ! -f "$traces/kvcache_decode.pickle.gz" ]; then
   echo "skipped: no real snapshots in $traces (set ALLOCSIM_TRACES)"
@@ -77,10 +82,11 @@ done
 
 mkdir -p "$artifacts"
 if [ "$mode" = bench-workers ]; then
-  shift
   # ARGS first: an --allocsim among them (a release build) is taken over the ci one.
   node web/tests/bench_workers.mjs "$@" --url "$url" --traces "$traces" --out "$artifacts" \
     --chromium /usr/bin/chromium --allocsim "$CARGO_TARGET_DIR/ci/allocsim"
+elif [ "$mode" = memviz ]; then
+  node web/tests/bench-memviz.mjs --url "$url" --traces "$traces" --out "$artifacts/memviz" --chromium /usr/bin/chromium "$@"
 elif [ "$mode" = bench ]; then
   node web/tests/bench.mjs --url "$url" --site "$site" --traces "$traces" --out "$artifacts" --chromium /usr/bin/chromium
 else

@@ -24,6 +24,7 @@ import {
   dropFile,
   processMemory,
   jsHeap,
+  paintedAfter,
 } from "./lib.mjs";
 
 const url = arg("--url");
@@ -80,21 +81,8 @@ async function oneRun(i) {
     const to = await layoutMarker(page);
     const shown = await markTime(page, "data-allocsim-layout", t, `Number(v) === ${to}`);
     // The marker is set while the app builds the frame that shows the layout; that frame
-    // is drawn after. The page's second animation frame after the marker starts once the
-    // browser has taken the drawn frame (a software rasterizer holds the next frame back
-    // until then): the layout on screen, painting included.
-    const painted = await page.evaluate(
-      (after) =>
-        new Promise((resolve) => {
-          const look = () => {
-            const f = window.__frames.filter((t) => t > after);
-            if (f.length >= 2) resolve(f[1]);
-            else setTimeout(look, 5);
-          };
-          look();
-        }),
-      shown,
-    );
+    // is drawn after: the layout on screen, painting included.
+    const painted = await paintedAfter(page, shown);
     r.layout.push({ key, from, to, ms: Math.round(shown - t), painted_ms: Math.round(painted - t) });
   }
   await page.waitForTimeout(500);

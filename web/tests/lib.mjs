@@ -163,30 +163,30 @@ export async function canvasStats(page, file) {
   }, png.toString("base64"));
 }
 
-/// Drops `bytes` as a file named `name` on the canvas, as a user's drag-and-drop does;
-/// returns the page time of the drop.
-export async function dropBytes(page, bytes, name) {
+/// Drops `bytes` as a file named `name` on the canvas (or the element `selector` names), as
+/// a user's drag-and-drop does; returns the page time of the drop.
+export async function dropBytes(page, bytes, name, selector = "#allocsim_canvas") {
   return page.evaluate(
-    ([b64, name]) => {
+    ([b64, name, selector]) => {
       const bin = atob(b64);
       const bytes = new Uint8Array(bin.length);
       for (let i = 0; i < bin.length; i++) bytes[i] = bin.charCodeAt(i);
       const dt = new DataTransfer();
       dt.items.add(new File([bytes], name));
-      const canvas = document.getElementById("allocsim_canvas");
+      const target = document.querySelector(selector);
       const t = performance.now();
       for (const type of ["dragenter", "dragover", "drop"]) {
-        canvas.dispatchEvent(new DragEvent(type, { dataTransfer: dt, bubbles: true, cancelable: true }));
+        target.dispatchEvent(new DragEvent(type, { dataTransfer: dt, bubbles: true, cancelable: true }));
       }
       return t;
     },
-    [Buffer.from(bytes).toString("base64"), name],
+    [Buffer.from(bytes).toString("base64"), name, selector],
   );
 }
 
-/// Drops the file at `path` on the canvas (see [`dropBytes`]).
-export async function dropFile(page, path, name) {
-  return dropBytes(page, readFileSync(path), name);
+/// Drops the file at `path` on the canvas or `selector` (see [`dropBytes`]).
+export async function dropFile(page, path, name, selector = "#allocsim_canvas") {
+  return dropBytes(page, readFileSync(path), name, selector);
 }
 
 /// Resident memory (MiB) of this Chromium's processes by kind, from /proc: the browser
@@ -237,4 +237,22 @@ export async function jsHeap(session) {
   await cdp.detach();
   const m = Object.fromEntries(metrics.map((x) => [x.name, x.value]));
   return { used_mib: Math.round(m.JSHeapUsedSize / 2 ** 20), total_mib: Math.round(m.JSHeapTotalSize / 2 ** 20) };
+}
+
+/// The page time when the frame drawn after page time `after` was on screen: the start of
+/// the page's second animation frame after it (a software rasterizer holds the next frame
+/// back until the browser has taken the drawn one), from the frame records.
+export async function paintedAfter(page, after) {
+  return page.evaluate(
+    (after) =>
+      new Promise((resolve) => {
+        const look = () => {
+          const f = window.__frames.filter((t) => t > after);
+          if (f.length >= 2) resolve(f[1]);
+          else setTimeout(look, 5);
+        };
+        look();
+      }),
+    after,
+  );
 }
