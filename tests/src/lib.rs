@@ -15,6 +15,13 @@ pub fn traces_dir() -> Option<PathBuf> {
     p.is_dir().then_some(p)
 }
 
+/// The snapshot a benchmark runs on: `file` if given, else `big_gpt_long_stacks_s9` from
+/// [`traces_dir`]; `None` (the caller prints `skipped: …`) when neither is there.
+#[must_use]
+pub fn bench_trace(file: Option<PathBuf>) -> Option<PathBuf> {
+    file.or_else(|| traces_dir().map(|d| d.join("big_gpt_long_stacks_s9.pickle.gz")))
+}
+
 /// One shared trace and the facts recorded beside it.
 #[derive(Debug, Clone)]
 pub struct CorpusTrace {

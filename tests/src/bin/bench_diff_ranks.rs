@@ -57,10 +57,7 @@ fn time(rounds: usize, mut f: impl FnMut() -> anyhow::Result<()>) -> anyhow::Res
 }
 
 fn main() -> anyhow::Result<()> {
-    let path = std::env::args().nth(1).map_or_else(
-        || allocsim_tests::traces_dir().map(|d| d.join("big_gpt_long_stacks_s9.pickle.gz")),
-        |p| Some(p.into()),
-    );
+    let path = allocsim_tests::bench_trace(std::env::args().nth(1).map(Into::into));
     let Some(path) = path else {
         println!("skipped: no trace (pass a FILE or provide ../shared/traces)");
         return Ok(());

@@ -55,9 +55,7 @@ fn main() -> anyhow::Result<()> {
             allocsim_core::workloads::generate(&spec)?,
         )
     } else {
-        let Some(path) = file.or_else(|| {
-            allocsim_tests::traces_dir().map(|d| d.join("big_gpt_long_stacks_s9.pickle.gz"))
-        }) else {
+        let Some(path) = allocsim_tests::bench_trace(file) else {
             println!("skipped: no trace (pass a FILE or provide ../shared/traces)");
             return Ok(());
         };

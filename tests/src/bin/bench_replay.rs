@@ -12,10 +12,7 @@ use allocsim_core::session;
 
 #[allow(clippy::many_single_char_names, clippy::similar_names)] // t, d, r, opts: time, device, result, options
 fn main() -> anyhow::Result<()> {
-    let path = std::env::args().nth(1).map_or_else(
-        || allocsim_tests::traces_dir().map(|d| d.join("big_gpt_long_stacks_s9.pickle.gz")),
-        |p| Some(p.into()),
-    );
+    let path = allocsim_tests::bench_trace(std::env::args().nth(1).map(Into::into));
     let Some(path) = path else {
         println!("skipped: no trace (pass a FILE or provide ../shared/traces)");
         return Ok(());

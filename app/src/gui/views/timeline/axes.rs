@@ -8,6 +8,15 @@ use crate::gui::state::Document;
 use crate::gui::theme;
 use allocsim_core::units::format_size;
 
+/// The top of the plot for data peaking at `peak` bytes: 6 % above it (1 MiB for none).
+pub(super) fn y_max(peak: f64) -> f64 {
+    if peak <= 0.0 {
+        crate::gui::state::MIB
+    } else {
+        peak * 1.06
+    }
+}
+
 /// The byte lines and x labels of a plot: `x_label` names an x, `unit` the axis.
 pub(super) fn grid(
     painter: &egui::Painter,

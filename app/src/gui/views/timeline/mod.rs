@@ -287,7 +287,7 @@ pub fn timeline_ui(
             ymax = o.points.iter().fold(ymax, |m, p| m.max(p.1 as f64));
         }
     }
-    let ymax = if ymax <= 0.0 { MIB } else { ymax * 1.06 };
+    let ymax = axes::y_max(ymax);
     let to_y = |bytes: f64| plot.bottom() - (bytes / ymax * f64::from(plot.height())) as f32;
 
     let timed = st.axis == Axis::Time && !doc.seconds.is_empty();

@@ -7,7 +7,7 @@ use egui::{Align2, FontId, Sense, Shape, Stroke, pos2};
 
 use super::{CacheKey, LAYER_LINES, Mode, TimelineState, XMap, axes, envelope_points_in};
 use crate::gui::render;
-use crate::gui::state::{MIB, RecordedView};
+use crate::gui::state::RecordedView;
 use crate::gui::theme;
 
 /// The recorded reserved (thick) and live requested (thin) bytes of `r`;
@@ -49,11 +49,7 @@ pub fn recorded_timeline_ui(
         lo: 0.0,
         hi: n.max(1) as f64,
     };
-    let ymax = if r.peak_reserved_bytes == 0 {
-        MIB
-    } else {
-        r.peak_reserved_bytes as f64 * 1.06
-    };
+    let ymax = axes::y_max(r.peak_reserved_bytes as f64);
     axes::grid(
         &painter,
         plot,
