@@ -50,7 +50,8 @@ pub fn internal_waste_bytes(s: &ModelStats) -> u64 {
     s.allocated_bytes.saturating_sub(s.requested_bytes)
 }
 
-/// The metrics timeline: one sample after every op, stored column by column.
+/// The metrics timeline: one sample after every op, stored column by column (36 bytes a
+/// sample; the op's time is the trace's, `Op::time_us`, not kept again here).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Timeline {
     pub reserved_bytes: Vec<u64>,
@@ -58,8 +59,6 @@ pub struct Timeline {
     pub requested_bytes: Vec<u64>,
     pub largest_free_bytes: Vec<u64>,
     pub free_holes: Vec<u32>,
-    /// `time_us` of the op's trace entry (0 when the trace has no times).
-    pub time_us: Vec<i64>,
 }
 
 impl Timeline {
@@ -72,25 +71,33 @@ impl Timeline {
             requested_bytes: Vec::with_capacity(n),
             largest_free_bytes: Vec::with_capacity(n),
             free_holes: Vec::with_capacity(n),
-            time_us: Vec::with_capacity(n),
         }
     }
 
     /// Appends one sample.
-    pub fn push(&mut self, s: &ModelStats, time_us: i64) {
+    pub fn push(&mut self, s: &ModelStats) {
         self.reserved_bytes.push(s.reserved_bytes);
         self.allocated_bytes.push(s.allocated_bytes);
         self.requested_bytes.push(s.requested_bytes);
         self.largest_free_bytes.push(s.largest_free_bytes);
         self.free_holes
             .push(s.free_holes.min(u64::from(u32::MAX)) as u32);
-        self.time_us.push(time_us);
     }
 
     /// Number of samples.
     #[must_use]
     pub fn len(&self) -> usize {
         self.reserved_bytes.len()
+    }
+
+    /// The heap bytes its columns hold (their capacity).
+    #[must_use]
+    pub fn capacity_bytes(&self) -> usize {
+        8 * (self.reserved_bytes.capacity()
+            + self.allocated_bytes.capacity()
+            + self.requested_bytes.capacity()
+            + self.largest_free_bytes.capacity())
+            + 4 * self.free_holes.capacity()
     }
 
     /// Whether there are no samples.
@@ -118,9 +125,10 @@ impl Timeline {
         fragmentation(&self.stats_at(i))
     }
 
-    /// The metrics as CSV (`op,time_us,reserved_bytes,…`).
+    /// The metrics as CSV (`op,time_us,reserved_bytes,…`); `time_us[i]` is sample `i`'s
+    /// time (0 past its end: a trace without times).
     #[must_use]
-    pub fn to_csv(&self) -> String {
+    pub fn to_csv(&self, time_us: &[i64]) -> String {
         let mut s = String::from(
             "op,time_us,reserved_bytes,allocated_bytes,requested_bytes,free_bytes,largest_free_bytes,free_holes,fragmentation\n",
         );
@@ -129,7 +137,7 @@ impl Timeline {
             let _ = writeln!(
                 s,
                 "{i},{},{},{},{},{},{},{},{:.6}",
-                self.time_us[i],
+                time_us.get(i).copied().unwrap_or(0),
                 st.reserved_bytes,
                 st.allocated_bytes,
                 st.requested_bytes,

@@ -3,7 +3,7 @@
 
 use allocsim_core::capacity::CapacityArg;
 use allocsim_core::models::ModelSpec;
-use allocsim_core::replay::{Outcome, ReplayOptions};
+use allocsim_core::replay::{Outcome, Outcomes, ReplayOptions};
 use allocsim_core::session;
 use allocsim_core::trace::{DeviceTrace, OpKind};
 use allocsim_tests::{CorpusTrace, corpus, incoming, repo_traces, skip_without_corpus};
@@ -46,7 +46,7 @@ fn named_incoming(names: &[&str]) -> Vec<CorpusTrace> {
 }
 
 /// Every request the replay served got the address the recording gave it.
-fn assert_served_as_recorded(name: &str, dt: &DeviceTrace, outcomes: &[Outcome]) {
+fn assert_served_as_recorded(name: &str, dt: &DeviceTrace, outcomes: &Outcomes) {
     for (k, op) in dt.ops.iter().enumerate() {
         if let (
             Some(Outcome::Served(addr)),
@@ -56,7 +56,7 @@ fn assert_served_as_recorded(name: &str, dt: &DeviceTrace, outcomes: &[Outcome])
             },
         ) = (outcomes.get(k), op.kind)
         {
-            assert_eq!(*addr, op.recorded_addr, "{name}: op {k}");
+            assert_eq!(addr, op.recorded_addr, "{name}: op {k}");
         }
     }
 }
@@ -326,73 +326,112 @@ fn tempdir_with_traces(n: usize) -> std::path::PathBuf {
 /// every free whose allocation lies before its window's checkpoint (the resumed stepper
 /// looks those up in the replay's outcomes), on every repository trace as recorded: OOMs
 /// the program caught, wrapped ring buffers (a preloaded start state), expandable
-/// segments, CUDA-graph pools.
+/// segments, CUDA-graph pools. Twice: a checkpoint every 64 ops, and a checkpoint after
+/// every op under a budget of 16 checkpoints (spaced as on a gigabyte trace: the budget
+/// decides the spacing, `replay::checkpoint_interval`).
 #[test]
 fn layout_at_equals_a_straight_replay_on_every_repo_trace() {
-    use allocsim_core::replay::{OpStepper, layout_at};
-    const EVERY: usize = 64;
+    use allocsim_core::replay::checkpoint_interval;
     let spec = ModelSpec::parse("pytorch").unwrap();
     let mut frees_across = 0;
-    for t in repo_traces() {
-        let v = session::load(&std::fs::read(&t.path).unwrap(), t.cap_bytes).unwrap();
-        let capacity = session::capacity(&v.trace, 0, CapacityArg::AsRecorded).bytes;
-        let dt = &v.trace.devices[0];
-        let r = session::replay_device(
-            &v.trace,
-            0,
-            &spec,
-            capacity,
-            ReplayOptions {
-                checkpoint_every: EVERY,
-                ..ReplayOptions::default()
-            },
-        )
-        .unwrap();
-        let (mut model, mut dev, preloaded) =
-            session::start_model(&v.trace, 0, &spec, capacity).unwrap();
-        let mut stepper = OpStepper::new(dt, preloaded);
-        let mut out = Vec::new();
-        let n = r.ops_done;
-        let wanted: Vec<usize> = [0, 1, 63, 64, 65, 130, n / 3, n / 2, n.saturating_sub(1), n]
-            .into_iter()
-            .filter(|&k| k <= n)
-            .collect();
-        // Op k - 1 frees (or completes the free of) an allocation made before the
-        // checkpoint that `layout_at(k)` starts from.
-        let frees_before_window = |k: usize| {
-            !k.is_multiple_of(EVERY)
-                && match dt.ops[k - 1].kind {
-                    OpKind::Free { alloc, .. } | OpKind::CompleteFree { alloc } => {
-                        (alloc as usize) < k / EVERY * EVERY
-                    }
-                    _ => false,
-                }
-        };
-        let mut compared = 0;
-        for k in 0..=n {
-            let across = frees_before_window(k);
-            frees_across += usize::from(across);
-            if wanted.contains(&k) || across {
-                let straight = model.layout();
-                assert_eq!(
-                    layout_at(dt, &r, k).unwrap(),
-                    straight,
-                    "{}: layout after {k} ops",
-                    t.name
-                );
-                compared += 1;
+    for (asked, budget) in [(64, 0), (1, 16)] {
+        for t in repo_traces() {
+            let v = session::load(&std::fs::read(&t.path).unwrap(), t.cap_bytes).unwrap();
+            let capacity = session::capacity(&v.trace, 0, CapacityArg::AsRecorded).bytes;
+            let dt = &v.trace.devices[0];
+            let r = session::replay_device(
+                &v.trace,
+                0,
+                &spec,
+                capacity,
+                ReplayOptions {
+                    checkpoint_every: asked,
+                    max_checkpoints: budget,
+                    ..ReplayOptions::default()
+                },
+            )
+            .unwrap();
+            let every = checkpoint_interval(dt.ops.len(), asked, budget);
+            let at: Vec<usize> = r.checkpoints.iter().map(|c| c.ops_done).collect();
+            assert_eq!(
+                at,
+                (0..r.ops_done.max(1)).step_by(every).collect::<Vec<_>>(),
+                "{}: checkpoints every {every} ops",
+                t.name
+            );
+            if budget > 0 {
+                assert!(r.checkpoints.len() <= budget && every > asked, "{}", t.name);
             }
-            if k < n {
-                out.clear();
-                stepper.step(dt, k, &mut *model, &mut dev, &mut out);
-            }
+            frees_across += layouts_equal_straight_replay(&t.name, &v.trace, &r, every, capacity);
         }
-        assert!(compared >= 3, "{}: {compared} layouts compared", t.name);
     }
     assert!(
         frees_across > 100,
         "{frees_across} frees across a checkpoint"
     );
+}
+
+/// Compares `layout_at` of replay `r` (checkpoints `every` ops) with the model stepped
+/// straight from the start; returns how many frees reached across a checkpoint.
+fn layouts_equal_straight_replay(
+    name: &str,
+    trace: &allocsim_core::trace::Trace,
+    r: &allocsim_core::replay::ReplayResult,
+    every: usize,
+    capacity: Option<u64>,
+) -> usize {
+    use allocsim_core::replay::{OpStepper, layout_at};
+    let spec = ModelSpec::parse("pytorch").unwrap();
+    let dt = &trace.devices[0];
+    let (mut model, mut dev, preloaded) = session::start_model(trace, 0, &spec, capacity).unwrap();
+    let mut stepper = OpStepper::new(dt, preloaded);
+    let mut out = Vec::new();
+    let n = r.ops_done;
+    let wanted: Vec<usize> = [
+        0,
+        1,
+        every - 1,
+        every,
+        every + 1,
+        2 * every + 2,
+        n / 3,
+        n / 2,
+    ]
+    .into_iter()
+    .chain([n.saturating_sub(1), n])
+    .filter(|&k| k <= n)
+    .collect();
+    // Op k - 1 frees (or completes the free of) an allocation made before the checkpoint
+    // that `layout_at(k)` starts from.
+    let frees_before_window = |k: usize| {
+        !k.is_multiple_of(every)
+            && match dt.ops[k - 1].kind {
+                OpKind::Free { alloc, .. } | OpKind::CompleteFree { alloc } => {
+                    (alloc as usize) < k / every * every
+                }
+                _ => false,
+            }
+    };
+    let (mut compared, mut frees_across) = (0, 0);
+    for k in 0..=n {
+        let across = frees_before_window(k);
+        frees_across += usize::from(across);
+        if wanted.contains(&k) || across {
+            let straight = model.layout();
+            assert_eq!(
+                layout_at(dt, r, k).unwrap(),
+                straight,
+                "{name}: layout after {k} ops (checkpoints every {every})"
+            );
+            compared += 1;
+        }
+        if k < n {
+            out.clear();
+            stepper.step(dt, k, &mut *model, &mut dev, &mut out);
+        }
+    }
+    assert!(compared >= 3, "{name}: {compared} layouts compared");
+    frees_across
 }
 
 /// Real pickles spend far more than [`pickle::BYTES_PER_ELEMENT`] bytes per snapshot

@@ -510,7 +510,7 @@ impl Engine {
             std::collections::HashMap::with_capacity(held.len());
         for a in held {
             if let Some(Outcome::Served(addr)) = r.outcomes.get(a as usize) {
-                holder.insert(*addr, a);
+                holder.insert(addr, a);
             }
         }
         let mut out = LayoutData {
@@ -558,7 +558,7 @@ impl Engine {
         let (_, s) = self.slot(slot)?;
         let mut hits = Vec::new();
         for (a, o) in s.result.outcomes.iter().enumerate() {
-            if let Outcome::Served(base) = *o {
+            if let Outcome::Served(base) = o {
                 let size = self.ops.size_bytes[a];
                 if base <= addr && addr < base + size.max(1) {
                     hits.push(AddressHit {

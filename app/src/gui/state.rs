@@ -294,7 +294,6 @@ pub fn timeline_of(d: &ReplayData) -> Timeline {
         requested_bytes: d.requested_bytes.clone(),
         largest_free_bytes: d.largest_free_bytes.clone(),
         free_holes: d.free_holes.clone(),
-        time_us: Vec::new(),
     }
 }
 

@@ -354,6 +354,9 @@ pub fn annotate(
         a.inferred.clone(),
         start.is_empty(),
     );
+    // The ops grew by doubling: up to twice their length (1.07 GB of capacity for the
+    // gigabyte snapshot's 9.67 M ops, 0.62 GB of them used).
+    a.ops.shrink_to_fit();
     let trace = DeviceTrace {
         device,
         ops: a.ops,
@@ -413,7 +416,7 @@ pub fn build(snap: RawSnapshot, capacity: Option<u64>) -> Result<Validation, cra
     }
     Ok(Validation {
         trace: Trace {
-            snapshot: snap,
+            snapshot: crate::trace::SnapshotInfo::of(snap),
             devices,
         },
         devices: reports,
