@@ -172,7 +172,7 @@ pub fn run(
         keep_timeline: true,
         ..ReplayOptions::default()
     };
-    let mut r = session::replay_device(trace, device, spec, capacity, opts)?;
+    let r = session::replay_device(trace, device, spec, capacity, opts)?;
     let (x, steps) = axis(trace, device, align)?;
     // The op that first brought reserved memory to its peak; none if the state before the
     // first op was the peak.
@@ -180,7 +180,7 @@ pub fn run(
         .timeline
         .reserved_bytes
         .iter()
-        .position(|&b| b == r.peak_reserved_bytes);
+        .position(|b| b == r.peak_reserved_bytes);
     let ops_done = peak_op.map_or(0, |k| k + 1);
     let by_site = sites_at(trace, dt, &r, ops_done);
     let allocated_at_peak_bytes = by_site.values().sum();
@@ -191,8 +191,8 @@ pub fn run(
     let mut x = x;
     x.truncate(r.timeline.len());
     let curve = Curve {
-        reserved_bytes: std::mem::take(&mut r.timeline.reserved_bytes),
-        allocated_bytes: std::mem::take(&mut r.timeline.allocated_bytes),
+        reserved_bytes: r.timeline.reserved_bytes.to_vec(),
+        allocated_bytes: r.timeline.allocated_bytes.to_vec(),
         x,
     };
     Ok(DiffRun {

@@ -511,11 +511,7 @@ fn replay_in<M: Allocator + ?Sized>(
     } else {
         Outcomes::default()
     };
-    let mut timeline = if opts.keep_timeline {
-        Timeline::with_capacity(trace.ops.len())
-    } else {
-        Timeline::default()
-    };
+    let mut timeline = Timeline::default();
     let mut out: Vec<ModelEvent> = Vec::with_capacity(16);
     let mut checkpoints = Vec::new();
     // The state before the first op counts too: a trace whose segments were all alive
@@ -626,6 +622,7 @@ fn replay_in<M: Allocator + ?Sized>(
         }
     }
     let fin = model.stats();
+    timeline.shrink_to_fit();
     ReplayResult {
         allocator: model.name(),
         config: model.config_string(),

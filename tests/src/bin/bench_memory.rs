@@ -12,7 +12,6 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
-use allocsim_core::metrics::Timeline;
 use allocsim_core::models::ModelSpec;
 use allocsim_core::replay::{self, ReplayOptions};
 use allocsim_core::session;
@@ -116,12 +115,6 @@ fn main() -> anyhow::Result<()> {
     );
 
     let spec = ModelSpec::parse("pytorch").map_err(anyhow::Error::msg)?;
-    println!(
-        "an op's outcome {} bytes (an `Outcome` {}); a timeline sample {:.0} bytes",
-        std::mem::size_of::<u64>(),
-        std::mem::size_of::<replay::Outcome>(),
-        Timeline::with_capacity(1000).capacity_bytes() as f64 / 1000.0,
-    );
     for (what, max_checkpoints) in [
         (
             "at most MAX_CHECKPOINTS checkpoints",
@@ -142,11 +135,13 @@ fn main() -> anyhow::Result<()> {
         let timeline = r.timeline.capacity_bytes();
         let checkpoints = whole - outcomes - timeline;
         println!(
-            "replay (pytorch, {what}) in {secs:.2} s: {:.1} MB = {:.1} bytes an op: outcomes {:.1} MB, timeline {:.1} MB, {} checkpoints and the rest {:.1} MB ({:.1} KB a checkpoint)",
+            "replay (pytorch, {what}) in {secs:.2} s: {:.1} MB = {:.1} bytes an op: outcomes {:.1} MB ({:.1} B/op), timeline {:.1} MB ({:.1} B/op), {} checkpoints and the rest {:.1} MB ({:.1} KB a checkpoint)",
             mb(whole),
             per_op(whole, ops),
             mb(outcomes),
+            per_op(outcomes, ops),
             mb(timeline),
+            per_op(timeline, ops),
             r.checkpoints.len(),
             mb(checkpoints),
             checkpoints as f64 / r.checkpoints.len().max(1) as f64 / 1e3,
