@@ -83,18 +83,26 @@ impl Column {
 
     /// Stores the open block, full, in its narrow form.
     fn seal(&mut self) {
-        let base = self.tail.iter().copied().min().unwrap_or(0);
-        let range = self.tail.iter().map(|&v| v - base).max().unwrap_or(0);
+        let (lo, hi) = self
+            .tail
+            .iter()
+            .fold((u64::MAX, 0), |(lo, hi), &v| (lo.min(v), hi.max(v)));
+        let range = hi - lo;
         let code = WIDTHS
             .iter()
             .position(|&w| w == 8 || range < 1u64 << (8 * w))
             .unwrap_or(WIDTHS.len() - 1);
-        let width = WIDTHS[code];
         self.blocks
-            .push((base, (self.bytes.len() as u64) << 3 | code as u64));
-        for &v in &self.tail {
-            self.bytes
-                .extend_from_slice(&(v - base).to_le_bytes()[..width]);
+            .push((lo, (self.bytes.len() as u64) << 3 | code as u64));
+        self.bytes.reserve(BLOCK * WIDTHS[code]);
+        // One fixed-size write per sample (the replay pushes a sample per op).
+        let d = self.tail.iter().map(|&v| v - lo);
+        match WIDTHS[code] {
+            0 => {}
+            1 => self.bytes.extend(d.map(|x| x as u8)),
+            2 => d.for_each(|x| self.bytes.extend_from_slice(&(x as u16).to_le_bytes())),
+            4 => d.for_each(|x| self.bytes.extend_from_slice(&(x as u32).to_le_bytes())),
+            _ => d.for_each(|x| self.bytes.extend_from_slice(&x.to_le_bytes())),
         }
         self.tail.clear();
     }
@@ -278,15 +286,19 @@ impl Timeline {
 mod tests {
     use super::*;
 
-    #[test]
-    fn the_exact_comparison_finds_the_float_maximum() {
-        let mut x: u64 = 0x2545_F491_4F6C_DD1D;
-        let mut next = || {
+    /// A xorshift generator from `seed` (not 0).
+    fn xorshift(mut x: u64) -> impl FnMut() -> u64 {
+        move || {
             x ^= x << 13;
             x ^= x >> 7;
             x ^= x << 17;
             x
-        };
+        }
+    }
+
+    #[test]
+    fn the_exact_comparison_finds_the_float_maximum() {
+        let mut next = xorshift(0x2545_F491_4F6C_DD1D);
         let mut best = ModelStats::default();
         let mut float_max = 0f64;
         for _ in 0..100_000 {
@@ -315,13 +327,7 @@ mod tests {
 
     #[test]
     fn a_column_gives_back_every_sample_exactly_in_fewer_bytes() {
-        let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
-        let mut next = || {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x
-        };
+        let mut next = xorshift(0x9E37_79B9_7F4A_7C15);
         // Runs of samples whose spread needs each width: constant (0 bytes), < 2^8,
         // < 2^16, < 2^32, the whole u64 range; a run crosses block boundaries.
         let mut want = Vec::new();

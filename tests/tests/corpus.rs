@@ -5,6 +5,7 @@ use allocsim_core::capacity::CapacityArg;
 use allocsim_core::models::ModelSpec;
 use allocsim_core::replay::{Outcome, Outcomes, ReplayOptions};
 use allocsim_core::session;
+use allocsim_core::snapshot::RawSnapshot;
 use allocsim_core::trace::{DeviceTrace, OpKind};
 use allocsim_tests::{CorpusTrace, corpus, incoming, repo_traces, skip_without_corpus};
 
@@ -434,18 +435,11 @@ fn layouts_equal_straight_replay(
     frees_across
 }
 
-/// The trace builder sizes the ops' vector from the entries before it builds them
-/// (`build::expected_ops`, so the gigabyte snapshot's 9.67 M ops take 0.62 GB, not the
-/// 1.07 GB of a vector grown by doubling, while the decoded entries are still held): on
-/// every real trace the estimate holds them all and is at most 1 % and 64 ops above.
-#[test]
-fn the_ops_are_sized_from_the_entries_before_they_are_built() {
-    use allocsim_core::build::expected_ops;
+/// Every shared and repository trace: the trace, its uncompressed size, its snapshot.
+fn every_real_snapshot() -> impl Iterator<Item = (CorpusTrace, usize, RawSnapshot)> {
     use allocsim_core::snapshot::decode_snapshot;
     use allocsim_core::snapshot::import::{gunzip, is_gzip};
-    let mut traces = corpus();
-    traces.extend(repo_traces());
-    for t in traces {
+    corpus().into_iter().chain(repo_traces()).map(|t| {
         let bytes = std::fs::read(&t.path).unwrap();
         let plain = if is_gzip(&bytes) {
             gunzip(&bytes, u64::MAX).unwrap()
@@ -453,6 +447,18 @@ fn the_ops_are_sized_from_the_entries_before_they_are_built() {
             bytes
         };
         let snap = decode_snapshot(&plain).unwrap();
+        (t, plain.len(), snap)
+    })
+}
+
+/// The trace builder sizes the ops' vector from the entries before it builds them
+/// (`build::expected_ops`, so the gigabyte snapshot's 9.67 M ops take 0.62 GB, not the
+/// 1.07 GB of a vector grown by doubling, while the decoded entries are still held): on
+/// every real trace the estimate holds them all and is at most 1 % and 64 ops above.
+#[test]
+fn the_ops_are_sized_from_the_entries_before_they_are_built() {
+    use allocsim_core::build::expected_ops;
+    for (t, _, snap) in every_real_snapshot() {
         let events = snap.device_traces.clone();
         let v = allocsim_core::build::build(snap, t.cap_bytes).unwrap();
         for dt in &v.trace.devices {
@@ -477,23 +483,13 @@ fn the_ops_are_sized_from_the_entries_before_they_are_built() {
 /// references can expand to never refuses one.
 #[test]
 fn pickles_stay_far_within_the_element_budget() {
-    use allocsim_core::snapshot::import::{gunzip, is_gzip};
-    use allocsim_core::snapshot::{decode_snapshot, pickle};
-    let mut traces = corpus();
-    traces.extend(repo_traces());
-    for t in traces {
-        let bytes = std::fs::read(&t.path).unwrap();
-        let plain = if is_gzip(&bytes) {
-            gunzip(&bytes, u64::MAX).unwrap()
-        } else {
-            bytes
-        };
-        let snap = decode_snapshot(&plain).unwrap();
+    use allocsim_core::snapshot::pickle;
+    for (t, plain_len, snap) in every_real_snapshot() {
         let elements = snap.device_traces.len()
             + snap.device_traces.iter().map(Vec::len).sum::<usize>()
             + snap.segments.len()
             + snap.segments.iter().map(|s| s.blocks.len()).sum::<usize>();
-        let per_element = plain.len() as u64 / elements.max(1) as u64;
+        let per_element = plain_len as u64 / elements.max(1) as u64;
         assert!(
             per_element >= 2 * pickle::BYTES_PER_ELEMENT,
             "{}: {per_element} bytes per element ({elements} elements)",

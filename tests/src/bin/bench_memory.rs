@@ -115,6 +115,26 @@ fn main() -> anyhow::Result<()> {
     );
 
     let spec = ModelSpec::parse("pytorch").map_err(anyhow::Error::msg)?;
+    // What keeping the outcomes and the timeline costs in time: best of 5 each.
+    for (what, keep_timeline) in [("summary only", false), ("outcomes and timeline", true)] {
+        let opts = ReplayOptions {
+            checkpoint_every: 0,
+            keep_timeline,
+            ..ReplayOptions::default()
+        };
+        let best = (0..5)
+            .map(|_| {
+                let t = Instant::now();
+                let r = session::replay_device(&v.trace, d, &spec, None, opts);
+                std::hint::black_box(r.map(|r| r.ops_done).unwrap_or(0));
+                t.elapsed().as_secs_f64()
+            })
+            .fold(f64::INFINITY, f64::min);
+        println!(
+            "replay, {what}, no checkpoints: best of 5 {:.1} ms",
+            best * 1e3
+        );
+    }
     for (what, max_checkpoints) in [
         (
             "at most MAX_CHECKPOINTS checkpoints",
