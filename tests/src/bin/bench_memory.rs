@@ -126,7 +126,7 @@ fn main() -> anyhow::Result<()> {
             .map(|_| {
                 let t = Instant::now();
                 let r = session::replay_device(&v.trace, d, &spec, None, opts);
-                std::hint::black_box(r.map(|r| r.ops_done).unwrap_or(0));
+                std::hint::black_box(r.map_or(0, |r| r.ops_done));
                 t.elapsed().as_secs_f64()
             })
             .fold(f64::INFINITY, f64::min);
