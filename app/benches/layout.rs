@@ -2,7 +2,8 @@
 //! several places in it: what the engine does when the cursor moves (`Request::Layout`:
 //! the model rebuilt from the nearest checkpoint, each block linked to its allocation),
 //! and the core's `replay::layout_at` alone. A layout should cost the window from its
-//! checkpoint (at most `checkpoint_every` ops) and the blocks it shows, not the trace.
+//! checkpoint (at most `checkpoint_every` ops, or `ops / MAX_CHECKPOINTS` on a trace of
+//! over a million) and the blocks it shows, not the trace.
 //!
 //! `cargo bench -p allocsim-app --bench layout [-- SPEC [REPEATS]]`
 //! (default `kvcache:tokens=3000`, 15 repeats per place; seeded, so the same trace every run).

@@ -22,7 +22,6 @@ use crate::explain::site_of;
 use crate::models::{LayoutBlockState, ModelSpec};
 use crate::replay::{self, Outcome, ReplayOptions, ReplayResult};
 use crate::session;
-use crate::snapshot::{Action, OtherAction};
 use crate::trace::{DeviceTrace, OpKind, Trace};
 use crate::units::format_size;
 
@@ -173,7 +172,7 @@ pub fn run(
         keep_timeline: true,
         ..ReplayOptions::default()
     };
-    let mut r = session::replay_device(trace, device, spec, capacity, opts)?;
+    let r = session::replay_device(trace, device, spec, capacity, opts)?;
     let (x, steps) = axis(trace, device, align)?;
     // The op that first brought reserved memory to its peak; none if the state before the
     // first op was the peak.
@@ -181,7 +180,7 @@ pub fn run(
         .timeline
         .reserved_bytes
         .iter()
-        .position(|&b| b == r.peak_reserved_bytes);
+        .position(|b| b == r.peak_reserved_bytes);
     let ops_done = peak_op.map_or(0, |k| k + 1);
     let by_site = sites_at(trace, dt, &r, ops_done);
     let allocated_at_peak_bytes = by_site.values().sum();
@@ -192,8 +191,8 @@ pub fn run(
     let mut x = x;
     x.truncate(r.timeline.len());
     let curve = Curve {
-        reserved_bytes: std::mem::take(&mut r.timeline.reserved_bytes),
-        allocated_bytes: std::mem::take(&mut r.timeline.allocated_bytes),
+        reserved_bytes: r.timeline.reserved_bytes.to_vec(),
+        allocated_bytes: r.timeline.allocated_bytes.to_vec(),
         x,
     };
     Ok(DiffRun {
@@ -230,7 +229,7 @@ fn sites_at(
     let mut op_at: std::collections::HashMap<u64, usize> = std::collections::HashMap::new();
     for (k, o) in r.outcomes.iter().enumerate().take(ops_done) {
         if let Outcome::Served(a) = o {
-            op_at.insert(*a, k);
+            op_at.insert(a, k);
         }
     }
     let frames = &trace.snapshot.frames;
@@ -294,18 +293,12 @@ fn axis(
 /// least two), else the first allocation of each run of optimizer allocations.
 pub fn step_starts(trace: &Trace, device: usize) -> Result<(Vec<u64>, StepSource), DiffError> {
     let snap = &trace.snapshot;
-    let events = snap
-        .device_traces
-        .get(device)
-        .map_or(&[][..], Vec::as_slice);
     let mut markers: BTreeMap<&str, Vec<u64>> = BTreeMap::new();
-    for (i, e) in events.iter().enumerate() {
-        let text = snap.frames.str(e.user_metadata);
-        let marker = e.action == Action::Other
-            && matches!(e.other, OtherAction::Annotate | OtherAction::UserDefined);
-        if marker || !text.is_empty() {
-            markers.entry(text).or_default().push(i as u64);
-        }
+    for m in snap.markers.get(device).map_or(&[][..], Vec::as_slice) {
+        markers
+            .entry(snap.frames.str(m.text))
+            .or_default()
+            .push(m.event_index);
     }
     // The most frequent text; among equals the first in order.
     if let Some((text, at)) = markers

@@ -391,7 +391,7 @@ impl Explanation {
 fn target(
     dt: &DeviceTrace,
     oom: Option<&OomReport>,
-    reserved: &[u64],
+    reserved: &crate::metrics::Column,
     at_event: Option<u64>,
 ) -> Result<(usize, Moment), Error> {
     let first_alloc_from = |k: usize| (k..dt.ops.len()).find(|&j| dt.ops[j].is_alloc());
@@ -413,8 +413,8 @@ fn target(
     if let Some(o) = oom {
         return Ok((o.op_index, Moment::Oom));
     }
-    let peak = reserved.iter().copied().max().unwrap_or(0);
-    let k = reserved.iter().position(|&r| r == peak).unwrap_or(0);
+    let peak = reserved.iter().max().unwrap_or(0);
+    let k = reserved.iter().position(|r| r == peak).unwrap_or(0);
     let j = (0..=k.min(dt.ops.len().saturating_sub(1)))
         .rev()
         .find(|&j| dt.ops.get(j).is_some_and(super::trace::Op::is_alloc))

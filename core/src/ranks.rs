@@ -257,7 +257,7 @@ fn row(
             peak_reserved_bytes: w.peak_reserved_bytes,
             served_all: whatif::served_all(w),
         },
-        devices: trace.snapshot.device_traces.len(),
+        devices: trace.snapshot.device_traces,
     }
 }
 

@@ -23,6 +23,72 @@ pub enum Outcome {
     None,
 }
 
+/// The outcome of every op of a replay, 8 bytes an op (an [`Outcome`] is 16): a served
+/// address as itself, [`Outcome::None`] and [`Outcome::Oom`] as the two largest `u64`s,
+/// which no address reaches (a recorded block ends below 2^56, `impossible.rs`, and the
+/// simulated device's synthetic and virtual ranges lie below 2^48).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Outcomes(Vec<u64>);
+
+impl Outcomes {
+    const NONE: u64 = u64::MAX;
+    const OOM: u64 = u64::MAX - 1;
+
+    /// Room for `n` outcomes.
+    #[must_use]
+    pub fn with_capacity(n: usize) -> Outcomes {
+        Outcomes(Vec::with_capacity(n))
+    }
+
+    /// Appends the outcome of the next op.
+    pub fn push(&mut self, o: Outcome) {
+        self.0.push(match o {
+            Outcome::Served(a) => {
+                assert!(
+                    a < Self::OOM,
+                    "served address {a:#x} out of any device's range"
+                );
+                a
+            }
+            Outcome::Oom => Self::OOM,
+            Outcome::None => Self::NONE,
+        });
+    }
+
+    /// The outcome of op `k` (None past the ops replayed).
+    #[must_use]
+    pub fn get(&self, k: usize) -> Option<Outcome> {
+        self.0.get(k).map(|&v| match v {
+            Self::NONE => Outcome::None,
+            Self::OOM => Outcome::Oom,
+            a => Outcome::Served(a),
+        })
+    }
+
+    /// The outcomes in op order.
+    pub fn iter(&self) -> impl Iterator<Item = Outcome> + '_ {
+        (0..self.0.len()).filter_map(|k| self.get(k))
+    }
+
+    /// Number of ops with an outcome.
+    #[must_use]
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// Whether no op has an outcome.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// The heap bytes held (the capacity).
+    #[must_use]
+    pub fn capacity_bytes(&self) -> usize {
+        self.0.capacity() * std::mem::size_of::<u64>()
+    }
+}
+
 /// Where and why the replay ran out of memory.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct OomReport {
@@ -50,11 +116,33 @@ pub struct OomReport {
     pub reason: String,
 }
 
+/// The most checkpoints a replay keeps by default ([`ReplayOptions::max_checkpoints`]).
+/// On a trace of more than `MAX_CHECKPOINTS × checkpoint_every` ops they are spaced
+/// further apart ([`checkpoint_interval`]), so a gigabyte trace (9.67 M ops: 2,361 model
+/// copies at the default spacing) keeps a bounded number, and a layout steps at most
+/// `ops / MAX_CHECKPOINTS` ops from its checkpoint.
+pub const MAX_CHECKPOINTS: usize = 256;
+
+/// The spacing of a replay's checkpoints over `ops` ops when one every `every` ops (0:
+/// none) and at most `max` (0: no limit) are asked for: `every`, or wider where that
+/// would make more than `max`.
+#[must_use]
+pub fn checkpoint_interval(ops: usize, every: usize, max: usize) -> usize {
+    if every == 0 || max == 0 {
+        every
+    } else {
+        every.max(ops.div_ceil(max))
+    }
+}
+
 /// Options of a replay.
 #[derive(Debug, Clone, Copy)]
 pub struct ReplayOptions {
-    /// Keep a copy of the model every this many ops (0: none).
+    /// Keep a copy of the model every this many ops (0: none); on a long trace every
+    /// [`checkpoint_interval`] ops, so that at most `max_checkpoints` are kept.
     pub checkpoint_every: usize,
+    /// The most checkpoints kept (0: no limit); [`MAX_CHECKPOINTS`] by default.
+    pub max_checkpoints: usize,
     /// Check the model's invariants every this many ops (0: never).
     pub check_every: usize,
     /// Keep the per-op timeline and outcomes.
@@ -68,6 +156,7 @@ impl Default for ReplayOptions {
     fn default() -> Self {
         ReplayOptions {
             checkpoint_every: 4096,
+            max_checkpoints: MAX_CHECKPOINTS,
             check_every: 0,
             keep_timeline: true,
             preloaded: false,
@@ -100,7 +189,7 @@ pub struct ReplayResult {
     /// Ops replayed (all of them unless an OOM stopped the replay).
     pub ops_done: usize,
     pub requests: usize,
-    pub outcomes: Vec<Outcome>,
+    pub outcomes: Outcomes,
     pub timeline: Timeline,
     pub peak_reserved_bytes: u64,
     pub peak_allocated_bytes: u64,
@@ -236,8 +325,8 @@ pub enum Step {
 pub struct OpStepper<'r> {
     /// The first op this stepper steps: `addrs` and `dead` are indexed from it.
     base: usize,
-    /// The replay's outcomes of the ops before `base` (empty for a stepper at op 0).
-    before: &'r [Outcome],
+    /// The replay's outcomes, read for the ops before `base` (none for a stepper at op 0).
+    before: &'r Outcomes,
     /// Address served to alloc op `base + i` (0 for other ops).
     addrs: Vec<u64>,
     /// The program never held op `base + i`'s memory.
@@ -246,13 +335,16 @@ pub struct OpStepper<'r> {
     preloaded: bool,
 }
 
+/// No outcomes: what a stepper at op 0 looks up.
+static NO_OUTCOMES: Outcomes = Outcomes(Vec::new());
+
 impl OpStepper<'static> {
     /// A stepper for `trace`, at its first op.
     #[must_use]
     pub fn new(trace: &DeviceTrace, preloaded: bool) -> OpStepper<'static> {
         OpStepper {
             base: 0,
-            before: &[],
+            before: &NO_OUTCOMES,
             addrs: vec![0; trace.ops.len()],
             dead: vec![false; trace.ops.len()],
             preloaded,
@@ -268,14 +360,14 @@ impl<'r> OpStepper<'r> {
     #[must_use]
     pub fn resume(
         trace: &DeviceTrace,
-        outcomes: &'r [Outcome],
+        outcomes: &'r Outcomes,
         window: std::ops::Range<usize>,
         preloaded: bool,
     ) -> OpStepper<'r> {
         let len = window.end.min(trace.ops.len()).saturating_sub(window.start);
         OpStepper {
             base: window.start,
-            before: outcomes.get(..window.start).unwrap_or(outcomes),
+            before: outcomes,
             addrs: vec![0; len],
             dead: vec![false; len],
             preloaded,
@@ -290,7 +382,7 @@ impl<'r> OpStepper<'r> {
             Some(i) => (!self.dead[i]).then(|| self.addrs[i]),
             None => match (self.before.get(alloc), &trace.ops[alloc].kind) {
                 (Some(Outcome::Served(a)), OpKind::Alloc { recorded_oom, .. }) => {
-                    (!recorded_oom).then_some(*a)
+                    (!recorded_oom).then_some(a)
                 }
                 _ => None,
             },
@@ -415,15 +507,11 @@ fn replay_in<M: Allocator + ?Sized>(
     opts: ReplayOptions,
 ) -> ReplayResult {
     let mut outcomes = if opts.keep_timeline {
-        Vec::with_capacity(trace.ops.len())
+        Outcomes::with_capacity(trace.ops.len())
     } else {
-        Vec::new()
+        Outcomes::default()
     };
-    let mut timeline = if opts.keep_timeline {
-        Timeline::with_capacity(trace.ops.len())
-    } else {
-        Timeline::default()
-    };
+    let mut timeline = Timeline::default();
     let mut out: Vec<ModelEvent> = Vec::with_capacity(16);
     let mut checkpoints = Vec::new();
     // The state before the first op counts too: a trace whose segments were all alive
@@ -444,8 +532,9 @@ fn replay_in<M: Allocator + ?Sized>(
     let mut stepper = OpStepper::new(trace, opts.preloaded);
     // Alloc ops replayed: `requests` without a second pass over the ops.
     let mut allocs_seen = 0;
+    let every = checkpoint_interval(trace.ops.len(), opts.checkpoint_every, opts.max_checkpoints);
     for (k, op) in trace.ops.iter().enumerate() {
-        if opts.checkpoint_every > 0 && k % opts.checkpoint_every == 0 {
+        if every > 0 && k % every == 0 {
             checkpoints.push(Checkpoint {
                 ops_done: k,
                 model: model.clone_box(),
@@ -517,7 +606,7 @@ fn replay_in<M: Allocator + ?Sized>(
             max_frag = st;
         }
         if opts.keep_timeline {
-            timeline.push(&st, op.time_us);
+            timeline.push(&st);
             outcomes.push(outcome);
         }
         ops_done = k + 1;
@@ -533,6 +622,7 @@ fn replay_in<M: Allocator + ?Sized>(
         }
     }
     let fin = model.stats();
+    timeline.shrink_to_fit();
     ReplayResult {
         allocator: model.name(),
         config: model.config_string(),
@@ -604,4 +694,51 @@ fn serve_alloc<M: Allocator + ?Sized>(
 #[must_use]
 pub fn device_free_bytes(device: &SimulatedDevice) -> u64 {
     device.free_bytes()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn outcomes_keep_every_outcome_in_eight_bytes() {
+        let all = [
+            Outcome::Served(0x7f00_0000_0000),
+            Outcome::None,
+            Outcome::Oom,
+            Outcome::Served(1),
+            Outcome::Served(Outcomes::OOM - 1),
+            Outcome::None,
+        ];
+        let mut o = Outcomes::with_capacity(all.len());
+        for x in all {
+            o.push(x);
+        }
+        assert_eq!(o.len(), all.len());
+        assert_eq!(o.iter().collect::<Vec<_>>(), all);
+        assert_eq!(o.get(2), Some(Outcome::Oom));
+        assert_eq!(o.get(all.len()), None);
+        assert_eq!(o.capacity_bytes(), 8 * all.len());
+    }
+
+    #[test]
+    #[should_panic(expected = "out of any device's range")]
+    fn an_address_that_would_read_back_as_another_outcome_is_refused() {
+        Outcomes::default().push(Outcome::Served(u64::MAX));
+    }
+
+    #[test]
+    fn checkpoints_are_spaced_so_that_at_most_the_budget_is_kept() {
+        // Short traces keep the asked spacing; long ones at most `max` checkpoints.
+        assert_eq!(checkpoint_interval(1_000, 4096, 256), 4096);
+        assert_eq!(checkpoint_interval(1_048_576, 4096, 256), 4096);
+        assert_eq!(checkpoint_interval(1_048_577, 4096, 256), 4097);
+        assert_eq!(checkpoint_interval(9_670_000, 4096, 256), 37_774);
+        assert_eq!(checkpoint_interval(9_670_000, 0, 256), 0);
+        assert_eq!(checkpoint_interval(9_670_000, 4096, 0), 4096);
+        for ops in [1, 255, 256, 257, 1000, 65_537, 9_670_000] {
+            let every = checkpoint_interval(ops, 1, MAX_CHECKPOINTS);
+            assert!(ops.div_ceil(every) <= MAX_CHECKPOINTS, "{ops} ops");
+        }
+    }
 }

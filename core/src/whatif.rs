@@ -21,6 +21,7 @@ pub const GRID_BYTES: u64 = 2 << 20;
 pub fn summary_options() -> ReplayOptions {
     ReplayOptions {
         checkpoint_every: 0,
+        max_checkpoints: 0,
         check_every: 0,
         keep_timeline: false,
         preloaded: false,

@@ -261,7 +261,7 @@ impl Builder {
     fn finish(self) -> Trace {
         let events = self.ops.len();
         Trace {
-            snapshot: crate::snapshot::RawSnapshot::default(),
+            snapshot: crate::trace::SnapshotInfo::default(),
             devices: vec![DeviceTrace {
                 device: 0,
                 ops: self.ops,

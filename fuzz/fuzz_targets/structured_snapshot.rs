@@ -275,7 +275,7 @@ fuzz_target!(|data: &[u8]| {
             );
             assert!(r.peak_reserved_bytes >= r.final_reserved_bytes, "{kind:?}");
             assert!(r.peak_reserved_bytes >= r.peak_allocated_bytes, "{kind:?}");
-            for (op, out) in dt.ops.iter().zip(&r.outcomes) {
+            for (op, out) in dt.ops.iter().zip(r.outcomes.iter()) {
                 if let (
                     OpKind::Alloc {
                         size_bytes,

@@ -3,8 +3,9 @@
 
 use allocsim_core::capacity::CapacityArg;
 use allocsim_core::models::ModelSpec;
-use allocsim_core::replay::{Outcome, ReplayOptions};
+use allocsim_core::replay::{Outcome, Outcomes, ReplayOptions};
 use allocsim_core::session;
+use allocsim_core::snapshot::RawSnapshot;
 use allocsim_core::trace::{DeviceTrace, OpKind};
 use allocsim_tests::{CorpusTrace, corpus, incoming, repo_traces, skip_without_corpus};
 
@@ -46,7 +47,7 @@ fn named_incoming(names: &[&str]) -> Vec<CorpusTrace> {
 }
 
 /// Every request the replay served got the address the recording gave it.
-fn assert_served_as_recorded(name: &str, dt: &DeviceTrace, outcomes: &[Outcome]) {
+fn assert_served_as_recorded(name: &str, dt: &DeviceTrace, outcomes: &Outcomes) {
     for (k, op) in dt.ops.iter().enumerate() {
         if let (
             Some(Outcome::Served(addr)),
@@ -56,7 +57,7 @@ fn assert_served_as_recorded(name: &str, dt: &DeviceTrace, outcomes: &[Outcome])
             },
         ) = (outcomes.get(k), op.kind)
         {
-            assert_eq!(*addr, op.recorded_addr, "{name}: op {k}");
+            assert_eq!(addr, op.recorded_addr, "{name}: op {k}");
         }
     }
 }
@@ -326,68 +327,44 @@ fn tempdir_with_traces(n: usize) -> std::path::PathBuf {
 /// every free whose allocation lies before its window's checkpoint (the resumed stepper
 /// looks those up in the replay's outcomes), on every repository trace as recorded: OOMs
 /// the program caught, wrapped ring buffers (a preloaded start state), expandable
-/// segments, CUDA-graph pools.
+/// segments, CUDA-graph pools. Twice: a checkpoint every 64 ops, and a checkpoint after
+/// every op under a budget of 16 checkpoints (spaced as on a gigabyte trace: the budget
+/// decides the spacing, `replay::checkpoint_interval`).
 #[test]
 fn layout_at_equals_a_straight_replay_on_every_repo_trace() {
-    use allocsim_core::replay::{OpStepper, layout_at};
-    const EVERY: usize = 64;
+    use allocsim_core::replay::checkpoint_interval;
     let spec = ModelSpec::parse("pytorch").unwrap();
     let mut frees_across = 0;
-    for t in repo_traces() {
-        let v = session::load(&std::fs::read(&t.path).unwrap(), t.cap_bytes).unwrap();
-        let capacity = session::capacity(&v.trace, 0, CapacityArg::AsRecorded).bytes;
-        let dt = &v.trace.devices[0];
-        let r = session::replay_device(
-            &v.trace,
-            0,
-            &spec,
-            capacity,
-            ReplayOptions {
-                checkpoint_every: EVERY,
-                ..ReplayOptions::default()
-            },
-        )
-        .unwrap();
-        let (mut model, mut dev, preloaded) =
-            session::start_model(&v.trace, 0, &spec, capacity).unwrap();
-        let mut stepper = OpStepper::new(dt, preloaded);
-        let mut out = Vec::new();
-        let n = r.ops_done;
-        let wanted: Vec<usize> = [0, 1, 63, 64, 65, 130, n / 3, n / 2, n.saturating_sub(1), n]
-            .into_iter()
-            .filter(|&k| k <= n)
-            .collect();
-        // Op k - 1 frees (or completes the free of) an allocation made before the
-        // checkpoint that `layout_at(k)` starts from.
-        let frees_before_window = |k: usize| {
-            !k.is_multiple_of(EVERY)
-                && match dt.ops[k - 1].kind {
-                    OpKind::Free { alloc, .. } | OpKind::CompleteFree { alloc } => {
-                        (alloc as usize) < k / EVERY * EVERY
-                    }
-                    _ => false,
-                }
-        };
-        let mut compared = 0;
-        for k in 0..=n {
-            let across = frees_before_window(k);
-            frees_across += usize::from(across);
-            if wanted.contains(&k) || across {
-                let straight = model.layout();
-                assert_eq!(
-                    layout_at(dt, &r, k).unwrap(),
-                    straight,
-                    "{}: layout after {k} ops",
-                    t.name
-                );
-                compared += 1;
+    for (asked, budget) in [(64, 0), (1, 16)] {
+        for t in repo_traces() {
+            let v = session::load(&std::fs::read(&t.path).unwrap(), t.cap_bytes).unwrap();
+            let capacity = session::capacity(&v.trace, 0, CapacityArg::AsRecorded).bytes;
+            let dt = &v.trace.devices[0];
+            let r = session::replay_device(
+                &v.trace,
+                0,
+                &spec,
+                capacity,
+                ReplayOptions {
+                    checkpoint_every: asked,
+                    max_checkpoints: budget,
+                    ..ReplayOptions::default()
+                },
+            )
+            .unwrap();
+            let every = checkpoint_interval(dt.ops.len(), asked, budget);
+            let at: Vec<usize> = r.checkpoints.iter().map(|c| c.ops_done).collect();
+            assert_eq!(
+                at,
+                (0..r.ops_done.max(1)).step_by(every).collect::<Vec<_>>(),
+                "{}: checkpoints every {every} ops",
+                t.name
+            );
+            if budget > 0 {
+                assert!(r.checkpoints.len() <= budget && every > asked, "{}", t.name);
             }
-            if k < n {
-                out.clear();
-                stepper.step(dt, k, &mut *model, &mut dev, &mut out);
-            }
+            frees_across += layouts_equal_straight_replay(&t.name, &v.trace, &r, every, capacity);
         }
-        assert!(compared >= 3, "{}: {compared} layouts compared", t.name);
     }
     assert!(
         frees_across > 100,
@@ -395,16 +372,74 @@ fn layout_at_equals_a_straight_replay_on_every_repo_trace() {
     );
 }
 
-/// Real pickles spend far more than [`pickle::BYTES_PER_ELEMENT`] bytes per snapshot
-/// element (device, trace entry, segment, block), so the budget that bounds what shared
-/// references can expand to never refuses one.
-#[test]
-fn pickles_stay_far_within_the_element_budget() {
+/// Compares `layout_at` of replay `r` (checkpoints `every` ops) with the model stepped
+/// straight from the start; returns how many frees reached across a checkpoint.
+fn layouts_equal_straight_replay(
+    name: &str,
+    trace: &allocsim_core::trace::Trace,
+    r: &allocsim_core::replay::ReplayResult,
+    every: usize,
+    capacity: Option<u64>,
+) -> usize {
+    use allocsim_core::replay::{OpStepper, layout_at};
+    let spec = ModelSpec::parse("pytorch").unwrap();
+    let dt = &trace.devices[0];
+    let (mut model, mut dev, preloaded) = session::start_model(trace, 0, &spec, capacity).unwrap();
+    let mut stepper = OpStepper::new(dt, preloaded);
+    let mut out = Vec::new();
+    let n = r.ops_done;
+    let wanted: Vec<usize> = [
+        0,
+        1,
+        every - 1,
+        every,
+        every + 1,
+        2 * every + 2,
+        n / 3,
+        n / 2,
+    ]
+    .into_iter()
+    .chain([n.saturating_sub(1), n])
+    .filter(|&k| k <= n)
+    .collect();
+    // Op k - 1 frees (or completes the free of) an allocation made before the checkpoint
+    // that `layout_at(k)` starts from.
+    let frees_before_window = |k: usize| {
+        !k.is_multiple_of(every)
+            && match dt.ops[k - 1].kind {
+                OpKind::Free { alloc, .. } | OpKind::CompleteFree { alloc } => {
+                    (alloc as usize) < k / every * every
+                }
+                _ => false,
+            }
+    };
+    let (mut compared, mut frees_across) = (0, 0);
+    for k in 0..=n {
+        let across = frees_before_window(k);
+        frees_across += usize::from(across);
+        if wanted.contains(&k) || across {
+            let straight = model.layout();
+            assert_eq!(
+                layout_at(dt, r, k).unwrap(),
+                straight,
+                "{name}: layout after {k} ops (checkpoints every {every})"
+            );
+            compared += 1;
+        }
+        if k < n {
+            out.clear();
+            stepper.step(dt, k, &mut *model, &mut dev, &mut out);
+        }
+    }
+    assert!(compared >= 3, "{name}: {compared} layouts compared");
+    frees_across
+}
+
+/// Every shared and repository trace: the trace, its uncompressed size, its snapshot.
+fn every_real_snapshot() -> impl Iterator<Item = (CorpusTrace, usize, RawSnapshot)> {
+    use allocsim_core::snapshot::decode_snapshot;
     use allocsim_core::snapshot::import::{gunzip, is_gzip};
-    use allocsim_core::snapshot::{decode_snapshot, pickle};
-    let mut traces = corpus();
-    traces.extend(repo_traces());
-    for t in traces {
+    corpus().into_iter().chain(repo_traces()).map(|t| {
         let bytes = std::fs::read(&t.path).unwrap();
         let plain = if is_gzip(&bytes) {
             gunzip(&bytes, u64::MAX).unwrap()
@@ -412,11 +447,49 @@ fn pickles_stay_far_within_the_element_budget() {
             bytes
         };
         let snap = decode_snapshot(&plain).unwrap();
+        (t, plain.len(), snap)
+    })
+}
+
+/// The trace builder sizes the ops' vector from the entries before it builds them
+/// (`build::expected_ops`, so the gigabyte snapshot's 9.67 M ops take 0.62 GB, not the
+/// 1.07 GB of a vector grown by doubling, while the decoded entries are still held): on
+/// every real trace the estimate holds them all and is at most 1 % and 64 ops above.
+#[test]
+fn the_ops_are_sized_from_the_entries_before_they_are_built() {
+    use allocsim_core::build::expected_ops;
+    for (t, _, snap) in every_real_snapshot() {
+        let events = snap.device_traces.clone();
+        let v = allocsim_core::build::build(snap, t.cap_bytes).unwrap();
+        for dt in &v.trace.devices {
+            let entries = events
+                .get(dt.device as usize)
+                .map_or(&[][..], Vec::as_slice);
+            let want = expected_ops(entries, &dt.start);
+            let ops = dt.ops.len();
+            assert!(
+                ops <= want && want <= ops + ops / 100 + 64,
+                "{} device {}: {ops} ops, {want} expected",
+                t.name,
+                dt.device
+            );
+            assert_eq!(dt.ops.capacity(), ops, "{}", t.name);
+        }
+    }
+}
+
+/// Real pickles spend far more than [`pickle::BYTES_PER_ELEMENT`] bytes per snapshot
+/// element (device, trace entry, segment, block), so the budget that bounds what shared
+/// references can expand to never refuses one.
+#[test]
+fn pickles_stay_far_within_the_element_budget() {
+    use allocsim_core::snapshot::pickle;
+    for (t, plain_len, snap) in every_real_snapshot() {
         let elements = snap.device_traces.len()
             + snap.device_traces.iter().map(Vec::len).sum::<usize>()
             + snap.segments.len()
             + snap.segments.iter().map(|s| s.blocks.len()).sum::<usize>();
-        let per_element = plain.len() as u64 / elements.max(1) as u64;
+        let per_element = plain_len as u64 / elements.max(1) as u64;
         assert!(
             per_element >= 2 * pickle::BYTES_PER_ELEMENT,
             "{}: {per_element} bytes per element ({elements} elements)",

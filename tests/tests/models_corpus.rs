@@ -48,6 +48,7 @@ fn every_model_replays_every_trace_without_breaking_an_invariant() {
             let spec = ModelSpec::parse(name).unwrap();
             let opts = ReplayOptions {
                 checkpoint_every: 0,
+                max_checkpoints: 0,
                 check_every,
                 keep_timeline: false,
                 preloaded: false,

@@ -1,7 +1,7 @@
 //! `allocsim validate FILE [--capacity SIZE] [--json]`.
 
 use allocsim_core::models::pytorch::PyTorchConfig;
-use allocsim_core::snapshot::RawSnapshot;
+use allocsim_core::trace::SnapshotInfo;
 use allocsim_core::units::format_size;
 use allocsim_core::validate::{DeviceReport, Divergence, Validation};
 use serde_json::{Value, json};
@@ -46,7 +46,7 @@ fn device_json(r: &DeviceReport) -> Value {
 
 /// What the file holds beyond the device state (host memory, annotations, newer keys):
 /// core's summary, plus the keys of its config string this build does not know.
-fn snapshot_json(s: &RawSnapshot) -> Value {
+fn snapshot_json(s: &SnapshotInfo) -> Value {
     let mut v = serde_json::to_value(s.extras()).unwrap_or(Value::Null);
     if let (Value::Object(m), Ok(cfg)) = (&mut v, PyTorchConfig::from_settings(&s.settings)) {
         m.insert("unknown_config_keys".into(), json!(cfg.unknown_keys));

@@ -510,7 +510,7 @@ impl Engine {
             std::collections::HashMap::with_capacity(held.len());
         for a in held {
             if let Some(Outcome::Served(addr)) = r.outcomes.get(a as usize) {
-                holder.insert(*addr, a);
+                holder.insert(addr, a);
             }
         }
         let mut out = LayoutData {
@@ -558,7 +558,7 @@ impl Engine {
         let (_, s) = self.slot(slot)?;
         let mut hits = Vec::new();
         for (a, o) in s.result.outcomes.iter().enumerate() {
-            if let Outcome::Served(base) = *o {
+            if let Outcome::Served(base) = o {
                 let size = self.ops.size_bytes[a];
                 if base <= addr && addr < base + size.max(1) {
                     hits.push(AddressHit {
@@ -829,11 +829,11 @@ pub fn replay_data(spec: &str, r: &ReplayResult) -> ReplayData {
             oom: r.oom.as_ref().map(oom_data),
             ooms: r.ooms.iter().map(oom_data).collect(),
         },
-        reserved_bytes: r.timeline.reserved_bytes.clone(),
-        allocated_bytes: r.timeline.allocated_bytes.clone(),
-        requested_bytes: r.timeline.requested_bytes.clone(),
-        largest_free_bytes: r.timeline.largest_free_bytes.clone(),
-        free_holes: r.timeline.free_holes.clone(),
+        reserved_bytes: r.timeline.reserved_bytes.to_vec(),
+        allocated_bytes: r.timeline.allocated_bytes.to_vec(),
+        requested_bytes: r.timeline.requested_bytes.to_vec(),
+        largest_free_bytes: r.timeline.largest_free_bytes.to_vec(),
+        free_holes: r.timeline.free_holes.iter().map(|h| h as u32).collect(),
     }
 }
 

@@ -110,7 +110,7 @@ fn layout_blocks_name_the_allocation_the_walk_over_every_op_finds() {
                     if let Some(Outcome::Served(addr)) = outcomes.get(a)
                         && trace.ops.live_after(a, at)
                     {
-                        walk.insert(*addr, a as u32);
+                        walk.insert(addr, a as u32);
                     }
                 }
                 let l = layout(&mut engine, slot as u32, at as u32);

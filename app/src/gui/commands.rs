@@ -109,15 +109,13 @@ impl AllocsimApp {
         let Some(doc) = &self.doc else { return };
         let Some(s) = doc.slots.first() else { return };
         let Some(r) = &s.replay else { return };
-        let mut tl = state::timeline_of(&r.data);
-        tl.time_us = doc.trace.ops.time_us[..tl.len().min(doc.trace.ops.len())].to_vec();
-        tl.time_us.resize(tl.len(), 0);
+        let tl = state::timeline_of(&r.data);
         let name = format!(
             "{}_{}_timeline.csv",
             stem(&doc.trace.name),
             sanitize(&s.spec)
         );
-        crate::gui::io::save_file(&name, tl.to_csv().into_bytes());
+        crate::gui::io::save_file(&name, tl.to_csv(&doc.trace.ops.time_us).into_bytes());
     }
 
     /// The compare summary as JSON (the fields of `allocsim compare --json`).

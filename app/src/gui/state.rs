@@ -289,12 +289,11 @@ impl ReplayView {
 #[must_use]
 pub fn timeline_of(d: &ReplayData) -> Timeline {
     Timeline {
-        reserved_bytes: d.reserved_bytes.clone(),
-        allocated_bytes: d.allocated_bytes.clone(),
-        requested_bytes: d.requested_bytes.clone(),
-        largest_free_bytes: d.largest_free_bytes.clone(),
-        free_holes: d.free_holes.clone(),
-        time_us: Vec::new(),
+        reserved_bytes: d.reserved_bytes.iter().copied().collect(),
+        allocated_bytes: d.allocated_bytes.iter().copied().collect(),
+        requested_bytes: d.requested_bytes.iter().copied().collect(),
+        largest_free_bytes: d.largest_free_bytes.iter().copied().collect(),
+        free_holes: d.free_holes.iter().map(|&h| u64::from(h)).collect(),
     }
 }
 

@@ -249,7 +249,7 @@ fn pass<'a>(
         capacity,
         model,
         synth: SimulatedDevice::new(cfg.device_total_bytes, capacity),
-        ops: Vec::new(),
+        ops: Vec::with_capacity(expected_ops(events, start)),
         inferred: Vec::new(),
         live: HashMap::new(),
         pending: HashMap::new(),
@@ -300,6 +300,27 @@ fn pass<'a>(
     }
     a.run()?;
     Ok(a)
+}
+
+/// About how many ops `events` make, so their vector is allocated once rather than grown by
+/// doubling (up to twice the memory, while the decoded snapshot is still held): an op per
+/// block alive at the start, per malloc (an `alloc` or `oom` entry), per `free_requested`,
+/// and per `free_completed` not right after its `free_requested`; plus room for the
+/// inferred `empty_cache()` points and pool releases (a vector that outgrows it still grows).
+#[must_use]
+pub fn expected_ops(events: &[RawEvent], start: &[StartSegment]) -> usize {
+    let blocks: usize = start.iter().map(|s| s.blocks.len()).sum();
+    let mut n = blocks;
+    for (k, e) in events.iter().enumerate() {
+        n += usize::from(match e.action {
+            Action::Alloc | Action::Oom | Action::FreeRequested => true,
+            Action::FreeCompleted => !k.checked_sub(1).is_some_and(|p| {
+                events[p].action == Action::FreeRequested && events[p].addr == e.addr
+            }),
+            _ => false,
+        });
+    }
+    n + n / 256 + 64
 }
 
 /// Replays device `device` of a snapshot through the PyTorch model on the recorded device:
@@ -354,6 +375,8 @@ pub fn annotate(
         a.inferred.clone(),
         start.is_empty(),
     );
+    // Their room was estimated (`expected_ops`): only what they use is kept.
+    a.ops.shrink_to_fit();
     let trace = DeviceTrace {
         device,
         ops: a.ops,
@@ -413,7 +436,7 @@ pub fn build(snap: RawSnapshot, capacity: Option<u64>) -> Result<Validation, cra
     }
     Ok(Validation {
         trace: Trace {
-            snapshot: snap,
+            snapshot: crate::trace::SnapshotInfo::of(snap),
             devices,
         },
         devices: reports,

@@ -150,3 +150,54 @@ fn a_checkpoint_restore_is_inferred_where_mallocs_cannot_explain_it() {
         .collect();
     assert_eq!(restored, [false, true, true]);
 }
+
+/// The trace keeps what is read after the build — the settings, the frames, the extras'
+/// summary, the number of device traces and the entries a step may start at — and drops
+/// the entries themselves.
+#[test]
+fn the_trace_keeps_of_the_snapshot_what_is_read_after_the_build() {
+    use crate::snapshot::OtherAction;
+    use crate::trace::Marker;
+    let mut snap = ends_with_one_small_segment((0, 0), Vec::new());
+    let step = snap.frames.intern_str("step");
+    let note = snap.frames.intern_str("a note");
+    let marked = |other, text| RawEvent {
+        other,
+        user_metadata: text,
+        ..ev(Action::Other, BASE, 512)
+    };
+    snap.device_traces[0] = vec![
+        ev(Action::SegmentAlloc, BASE, TWO_MIB),
+        RawEvent {
+            user_metadata: step,
+            ..ev(Action::Alloc, BASE, 512)
+        },
+        marked(OtherAction::UserDefined, crate::snapshot::StrId::default()),
+        marked(OtherAction::Annotate, note),
+        marked(OtherAction::Plain, crate::snapshot::StrId::default()),
+        marked(OtherAction::Unknown, step),
+    ];
+    snap.settings.conf = "expandable_segments:False".into();
+    let extras = snap.extras();
+    let v = build(snap, None).unwrap();
+    assert!(v.devices[0].exact, "{:?}", v.devices[0].first_divergence);
+    let kept = &v.trace.snapshot;
+    assert_eq!(kept.extras(), &extras);
+    assert_eq!(
+        (extras.annotate_entries, extras.user_metadata_entries),
+        (1, 3)
+    );
+    assert_eq!(kept.settings.conf, "expandable_segments:False");
+    assert_eq!(kept.device_traces, 1);
+    let at = |event_index, text| Marker { event_index, text };
+    assert_eq!(
+        kept.markers,
+        [vec![
+            at(1, step),
+            at(2, crate::snapshot::StrId::default()),
+            at(3, note),
+            at(5, step)
+        ]]
+    );
+    assert_eq!(kept.frames.str(kept.markers[0][2].text), "a note");
+}

@@ -6,7 +6,10 @@
 //! Built by [`crate::build`] (`build::annotate`), which replays the recording through the
 //! PyTorch model on the recorded device to infer what the file does not say.
 
-use crate::snapshot::{RawEvent, RawSnapshot, StackId};
+use crate::snapshot::{
+    Action, FrameTable, OtherAction, RawEvent, RawSettings, RawSnapshot, SnapshotExtras, StackId,
+    StrId,
+};
 
 pub mod evidence;
 
@@ -152,10 +155,78 @@ impl DeviceTrace {
     }
 }
 
-/// A whole trace: the snapshot it came from and the replayable requests of each device.
+/// An entry a step may start at (`diff`'s `--align steps`): an `annotate` or
+/// `user_defined` entry, or one carrying `user_metadata`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Marker {
+    /// Index of the entry in `device_traces[d]`.
+    pub event_index: u64,
+    /// Its `user_metadata` (the note of an `annotate` entry; "" when it has none).
+    pub text: StrId,
+}
+
+/// What a trace keeps of its snapshot once built: the settings, the frame table (each
+/// string, frame and stack interned once: `explain`'s sites, `diff`'s, the app's stacks),
+/// the summary of what the file holds beyond the device state, and the step markers. Not
+/// the entries themselves: the ops replace them (the gigabyte snapshot's 14.5 M entries
+/// are 0.70 GB decoded), nor the end state's segments, which the build compared.
+#[derive(Debug, Clone, Default)]
+pub struct SnapshotInfo {
+    pub settings: RawSettings,
+    pub frames: FrameTable,
+    /// How many device traces the file has (`len(device_traces)`).
+    pub device_traces: usize,
+    /// Per device trace, its [`Marker`]s in order.
+    pub markers: Vec<Vec<Marker>>,
+    extras: SnapshotExtras,
+}
+
+impl SnapshotInfo {
+    /// What a trace keeps of `snap`; the rest is dropped.
+    #[must_use]
+    pub fn of(snap: RawSnapshot) -> SnapshotInfo {
+        let extras = snap.extras();
+        let markers = snap
+            .device_traces
+            .iter()
+            .map(|events| {
+                let step = |e: &RawEvent| {
+                    (e.action == Action::Other
+                        && matches!(e.other, OtherAction::Annotate | OtherAction::UserDefined))
+                        || !snap.frames.str(e.user_metadata).is_empty()
+                };
+                events
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, e)| step(e))
+                    .map(|(i, e)| Marker {
+                        event_index: i as u64,
+                        text: e.user_metadata,
+                    })
+                    .collect()
+            })
+            .collect();
+        SnapshotInfo {
+            device_traces: snap.device_traces.len(),
+            markers,
+            extras,
+            settings: snap.settings,
+            frames: snap.frames,
+        }
+    }
+
+    /// What the file holds beyond the device state ([`RawSnapshot::extras`]).
+    #[must_use]
+    pub fn extras(&self) -> &SnapshotExtras {
+        &self.extras
+    }
+}
+
+/// A whole trace: what it keeps of the snapshot it came from and the replayable requests
+/// of each device.
 #[derive(Debug, Clone, Default)]
 pub struct Trace {
-    pub snapshot: RawSnapshot,
+    pub snapshot: SnapshotInfo,
     pub devices: Vec<DeviceTrace>,
 }
 

@@ -383,7 +383,7 @@ impl TraceBuilder {
     pub fn build(self) -> Trace {
         let events = self.ops.len();
         Trace {
-            snapshot: allocsim_core::snapshot::RawSnapshot::default(),
+            snapshot: allocsim_core::trace::SnapshotInfo::default(),
             devices: vec![DeviceTrace {
                 device: 0,
                 ops: self.ops,
