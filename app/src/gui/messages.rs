@@ -43,15 +43,22 @@ impl AllocsimApp {
         self.request_replays();
     }
 
-    /// Sends a replay for every slot without one.
+    /// Sends a replay for every slot without one; the other configurations' only once
+    /// the main one is on screen (its replay and its layout, [`Document::main_settled`]):
+    /// the first full frame waits for no other replay, and they do not compete with it
+    /// for the cores.
     pub(crate) fn request_replays(&mut self) {
         let n = self.doc.as_ref().map_or(0, |d| d.slots.len());
+        let mut sent = false;
         for i in 0..n {
-            let needs = self
-                .doc
-                .as_ref()
-                .is_some_and(|d| d.slots[i].replay.is_none() && d.slots[i].replay_job.is_none());
+            let needs = self.doc.as_ref().is_some_and(|d| {
+                d.slots[i].replay.is_none()
+                    && d.slots[i].replay_job.is_none()
+                    && d.slots[i].error.is_none()
+                    && (i == 0 || d.main_settled())
+            });
             if needs {
+                sent = true;
                 let job = self.job();
                 if let Some(doc) = &mut self.doc {
                     let s = &mut doc.slots[i];
@@ -67,7 +74,28 @@ impl AllocsimApp {
                 }
             }
         }
-        self.peak_sites = None;
+        if sent {
+            self.peak_sites = None;
+        }
+    }
+
+    /// What waits for the main configuration's first full frame: the other
+    /// configurations' replays and the best-possible bounds, sent once it is on screen.
+    pub(crate) fn after_main_frame(&mut self) {
+        if !self.doc.as_ref().is_some_and(Document::main_settled) {
+            return;
+        }
+        self.request_replays();
+        if let Some(doc) = &self.doc
+            && !doc.bounds_asked
+        {
+            let job = self.job();
+            if let Some(doc) = &mut self.doc {
+                doc.bounds_asked = true;
+                doc.bounds_job = Some(job);
+            }
+            self.engine.send(Request::Bounds { job });
+        }
     }
 
     /// With the main configuration out of memory, asks what would have fit at the capacity
@@ -173,6 +201,7 @@ impl AllocsimApp {
         for r in self.engine.poll() {
             self.on_response(r);
         }
+        self.after_main_frame();
         self.explain_main_oom();
         self.request_layouts();
     }
@@ -268,12 +297,22 @@ impl AllocsimApp {
                 self.selected_alloc = None;
                 self.bands_highlight = QuadSet::default();
                 self.resimulate();
-                self.apply_search();
+                // The bands are stacked beside the main replay (natively on a thread of
+                // their own; in the browser's worker after it).
                 let job = self.job();
                 if let Some(doc) = &mut self.doc {
-                    doc.bounds_job = Some(job);
+                    doc.bands_job = Some(job);
                 }
-                self.engine.send(Request::Bounds { job });
+                self.engine.send(Request::Bands { job });
+                self.apply_search();
+            }
+            Response::Bands { job, bands } => {
+                if let Some(doc) = &mut self.doc
+                    && doc.bands_job == Some(job)
+                {
+                    doc.bands_job = None;
+                    doc.set_bands(bands);
+                }
             }
             Response::Replayed { job, slot, replay } => {
                 let Some(doc) = &mut self.doc else { return };
@@ -419,9 +458,10 @@ impl AllocsimApp {
                     return;
                 }
                 if let Some(doc) = &mut self.doc
-                    && doc.bounds_job == Some(job)
+                    && (doc.bounds_job == Some(job) || doc.bands_job == Some(job))
                 {
-                    doc.bounds_job = None;
+                    doc.bounds_job = doc.bounds_job.filter(|&j| j != job);
+                    doc.bands_job = doc.bands_job.filter(|&j| j != job);
                     return;
                 }
                 if let Some(doc) = &mut self.doc {

@@ -59,6 +59,8 @@ pub(crate) struct LoadTiming {
     done: bool,
     /// The first frame with the file's recorded timeline and end state was marked.
     recorded_done: bool,
+    /// The first full frame (the main configuration's timeline and layout) was marked.
+    main_done: bool,
 }
 
 /// The call sites at a replay's peak (keyed by the replay's address): (stack, bytes, count).
@@ -168,8 +170,11 @@ pub struct AllocsimApp {
     /// page's `?capacity=SIZE`).
     pub(crate) open_capacity: Option<CapacityArg>,
     timing: LoadTiming,
-    /// Last first-frame time, in milliseconds.
+    /// Last time to the frame with every configuration's layout, in milliseconds.
     pub last_load_ms: Option<f64>,
+    /// Last time to the first full frame (the whole trace's timeline and the memory map
+    /// at an event from the main configuration's replay), in milliseconds.
+    pub last_full_ms: Option<f64>,
     /// Last time to the first frame with the recorded timeline, in milliseconds.
     pub last_recorded_ms: Option<f64>,
     marked_layout: Option<u32>,
@@ -210,6 +215,7 @@ impl AllocsimApp {
                 name: url.clone(),
                 done: false,
                 recorded_done: false,
+                main_done: false,
             };
             crate::gui::io::fetch(&cc.egui_ctx, &app.inbox, &url);
         } else {
@@ -260,6 +266,7 @@ impl AllocsimApp {
             open_capacity: None,
             timing: LoadTiming::default(),
             last_load_ms: None,
+            last_full_ms: None,
             last_recorded_ms: None,
             marked_layout: None,
             multi: crate::gui::views::multi::MultiState::default(),
@@ -358,6 +365,7 @@ impl AllocsimApp {
                 name: name.clone(),
                 done: false,
                 recorded_done: false,
+                main_done: false,
             };
         }
         #[cfg(feature = "cuda")]
@@ -412,7 +420,10 @@ impl AllocsimApp {
             || self.what_if.as_ref().is_some_and(WhatIf::running)
             || self.runtimes.as_ref().is_some_and(|r| r.rows.is_none())
             || self.explained.as_ref().is_some_and(|x| x.answer.is_none())
-            || self.doc.as_ref().is_some_and(|d| d.bounds_job.is_some())
+            || self
+                .doc
+                .as_ref()
+                .is_some_and(|d| d.bounds_job.is_some() || d.bands_job.is_some())
             || (self.timeline.mode == crate::gui::views::timeline::Mode::Bands
                 && self.doc.as_ref().is_some_and(|d| !d.bands_complete()))
     }
@@ -467,6 +478,7 @@ impl AllocsimApp {
             name: spec.to_string(),
             done: false,
             recorded_done: false,
+            main_done: false,
         };
         #[cfg(feature = "cuda")]
         self.live
@@ -539,6 +551,24 @@ impl AllocsimApp {
             crate::gui::io::mark_frame(&marker);
         }
         let Some(doc) = &self.doc else { return };
+        // The first full frame: the main configuration's replay and its layout at the
+        // cursor on screen (the other configurations are replayed after it).
+        let main = self.load_job.is_none()
+            && doc.slots.first().is_some_and(|s| {
+                s.error.is_some()
+                    || (s.replay.is_some()
+                        && s.layout.as_ref().is_some_and(|l| l.data.op == self.cursor))
+            })
+            && self.timing.name.ends_with(doc.trace.name.as_str());
+        if main && !self.timing.main_done {
+            self.timing.main_done = true;
+            let ms = crate::gui::io::now_ms() - self.timing.started_ms;
+            self.last_full_ms = Some(ms);
+            log::info!(
+                "allocsim: first full frame (main configuration) of {} after {ms:.0} ms",
+                doc.trace.name
+            );
+        }
         // Settled: no load in flight, and every configuration's layout at the cursor (or
         // its error) is on screen.
         let settled = self.load_job.is_none()
@@ -608,10 +638,18 @@ impl AllocsimApp {
         self.timing.recorded_done
     }
 
-    /// Whether the first full frame of the file opened last was marked.
+    /// Whether the frame with every configuration's layout of the file opened last was
+    /// marked (the browser's `ready:` marker).
     #[must_use]
     pub fn first_frame_marked(&self) -> bool {
         self.timing.done
+    }
+
+    /// Whether the first full frame of the file opened last (the main configuration's
+    /// timeline and layout) was drawn.
+    #[must_use]
+    pub fn full_frame_marked(&self) -> bool {
+        self.timing.main_done
     }
 
     /// Whether the wgpu pipeline draws the big views.

@@ -43,6 +43,10 @@ pub struct Document {
     pub bounds: Option<allocsim_core::offline::BestPossible>,
     /// The bounds job in flight.
     pub bounds_job: Option<u64>,
+    /// Whether the bounds were asked for (after the main configuration's first frame).
+    pub bounds_asked: bool,
+    /// The bands job in flight (`trace.bands` is empty until it answers).
+    pub bands_job: Option<u64>,
     /// What the file records, per op, shown until the replays arrive.
     pub recorded: Option<RecordedView>,
 }
@@ -69,8 +73,29 @@ impl Document {
             slots: Vec::new(),
             bounds: None,
             bounds_job: None,
+            bounds_asked: false,
+            bands_job: None,
             recorded: None,
         }
+    }
+
+    /// Whether the main configuration is on screen: its replay and a layout, or its error.
+    #[must_use]
+    pub fn main_settled(&self) -> bool {
+        self.slots
+            .first()
+            .is_some_and(|s| s.error.is_some() || (s.replay.is_some() && s.layout.is_some()))
+    }
+
+    /// Takes the trace's bands (stacked by the engine after the trace arrived): the
+    /// trace's other tables stay the ones shared with the engine, and the band quads are
+    /// built anew from them.
+    pub fn set_bands(&mut self, bands: Arc<crate::engine::wire::Bands>) {
+        let mut trace = TraceData::clone(&self.trace);
+        trace.bands = bands;
+        self.trace = Arc::new(trace);
+        self.bands = QuadSet::default();
+        self.bands_building.clear();
     }
 
     /// Whether every band piece has its quad in [`Document::bands`].
@@ -250,9 +275,18 @@ impl ReplayView {
     #[must_use]
     pub fn new(data: ReplayData) -> ReplayView {
         let f = |v: &[u64]| Envelope::new(v.iter().map(|&b| b as f32).collect());
-        let tl = timeline_of(&data);
-        let frag: Vec<f32> = (0..tl.len())
-            .map(|i| tl.fragmentation_at(i) as f32)
+        // Sample by sample, without a copy of the columns (core's definition).
+        let frag: Vec<f32> = (0..data.reserved_bytes.len())
+            .map(|i| {
+                allocsim_core::metrics::fragmentation(&allocsim_core::models::ModelStats {
+                    reserved_bytes: data.reserved_bytes[i],
+                    allocated_bytes: data.allocated_bytes[i],
+                    requested_bytes: data.requested_bytes[i],
+                    largest_free_bytes: data.largest_free_bytes[i],
+                    free_holes: u64::from(data.free_holes[i]),
+                    segment_ops: 0,
+                }) as f32
+            })
             .collect();
         let peak_op = data
             .allocated_bytes
