@@ -63,9 +63,10 @@ pub struct Engine {
     /// Ops table of the device shown (kept for layouts: alloc ↔ end links); the UI's
     /// [`TraceData::ops`] is this very table, shared.
     ops: Arc<OpsTable>,
-    /// Which allocations of `ops` are held after an op: built from `ops` by the first
-    /// layout that needs it.
-    live: OnceLock<live::LiveIndex>,
+    /// Which allocations of `ops` are held after an op: built beside the main replay
+    /// with the bands ([`Request::Bands`]), or by the first layout that needs it first
+    /// (which then waits for the one being built).
+    live: Arc<OnceLock<live::LiveIndex>>,
     slots: Vec<Option<Slot>>,
     /// Answers kept for the trace and device shown (shared with detached work).
     cache: Arc<Mutex<Cache>>,
@@ -381,7 +382,7 @@ impl Engine {
             fraction: 0.7,
         });
         self.ops = Arc::new(ops_table(dt));
-        self.live = OnceLock::new();
+        self.live = Arc::default();
         let report = self.reports.iter().find(|r| r.device == dt.device);
         let mut notes = Vec::new();
         if let Some(r) = report {
@@ -674,8 +675,10 @@ impl Engine {
                 });
             })),
             Request::Bands { job } => {
-                let ops = Arc::clone(&self.ops);
+                let (ops, live) = (Arc::clone(&self.ops), Arc::clone(&self.live));
                 Ok(Box::new(move |emit: &mut dyn FnMut(Response)| {
+                    // The first layout needs it as soon as the main replay is done.
+                    live.get_or_init(|| live::LiveIndex::build(&ops));
                     emit(Response::Bands {
                         job,
                         bands: Arc::new(bands::build(&ops)),
