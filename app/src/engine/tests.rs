@@ -835,7 +835,10 @@ fn the_ui_shares_the_engines_tables_and_takes_the_replays_timeline_without_a_cop
     // The bands are the engine's stacking of that very table, and the job that stacked
     // them built the live index the first layout needs.
     assert_eq!(t.bands.pieces, bands::build(&e.ops).pieces);
-    assert!(e.live.get().is_some(), "the live index is built with the bands");
+    assert!(
+        e.live.get().is_some(),
+        "the live index is built with the bands"
+    );
     let r = replayed(&mut e, 0, "pytorch", OOM_STORY.cap_bytes());
     assert_eq!(r.reserved_bytes.len(), r.summary.ops_done as usize);
     assert!(!r.reserved_bytes.is_empty());
