@@ -79,12 +79,27 @@ impl AllocsimApp {
         }
     }
 
+    /// Asks for the bands of the document's trace, once.
+    fn request_bands(&mut self) {
+        if self.doc.as_ref().is_none_or(|d| d.bands_asked) {
+            return;
+        }
+        let job = self.job();
+        if let Some(doc) = &mut self.doc {
+            doc.bands_asked = true;
+            doc.bands_job = Some(job);
+        }
+        self.engine.send(Request::Bands { job });
+    }
+
     /// What waits for the main configuration's first full frame: the other
-    /// configurations' replays and the best-possible bounds, sent once it is on screen.
+    /// configurations' replays, the bands where the engine runs in order, and the
+    /// best-possible bounds, sent once it is on screen.
     pub(crate) fn after_main_frame(&mut self) {
         if !self.doc.as_ref().is_some_and(Document::main_settled) {
             return;
         }
+        self.request_bands();
         self.request_replays();
         if let Some(doc) = &self.doc
             && !doc.bounds_asked
@@ -297,13 +312,12 @@ impl AllocsimApp {
                 self.selected_alloc = None;
                 self.bands_highlight = QuadSet::default();
                 self.resimulate();
-                // The bands are stacked beside the main replay (natively on a thread of
-                // their own; in the browser's worker after it).
-                let job = self.job();
-                if let Some(doc) = &mut self.doc {
-                    doc.bands_job = Some(job);
+                // Natively the bands are stacked beside the main replay, on a thread of
+                // their own; where the engine runs in order (the browser's worker) they
+                // wait for the first full frame ([`AllocsimApp::after_main_frame`]).
+                if self.engine.runs_beside() {
+                    self.request_bands();
                 }
-                self.engine.send(Request::Bands { job });
                 self.apply_search();
             }
             Response::Bands { job, bands } => {

@@ -45,7 +45,9 @@ pub struct Document {
     pub bounds_job: Option<u64>,
     /// Whether the bounds were asked for (after the main configuration's first frame).
     pub bounds_asked: bool,
-    /// The bands job in flight (`trace.bands` is empty until it answers).
+    /// Whether the bands were asked for, and the job in flight (`trace.bands` is empty
+    /// until it answers).
+    pub bands_asked: bool,
     pub bands_job: Option<u64>,
     /// What the file records, per op, shown until the replays arrive.
     pub recorded: Option<RecordedView>,
@@ -74,6 +76,7 @@ impl Document {
             bounds: None,
             bounds_job: None,
             bounds_asked: false,
+            bands_asked: false,
             bands_job: None,
             recorded: None,
         }
