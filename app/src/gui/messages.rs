@@ -79,17 +79,31 @@ impl AllocsimApp {
         }
     }
 
-    /// Asks for the bands of the document's trace, once.
-    fn request_bands(&mut self) {
-        if self.doc.as_ref().is_none_or(|d| d.bands_asked) {
+    /// Sends `req(job)` once per document: `flags` picks the document's (asked, job in
+    /// flight).
+    fn ask_once(
+        &mut self,
+        flags: fn(&mut Document) -> (&mut bool, &mut Option<u64>),
+        req: fn(u64) -> Request,
+    ) {
+        if self.doc.as_mut().is_none_or(|d| *flags(d).0) {
             return;
         }
         let job = self.job();
         if let Some(doc) = &mut self.doc {
-            doc.bands_asked = true;
-            doc.bands_job = Some(job);
+            let (asked, in_flight) = flags(doc);
+            *asked = true;
+            *in_flight = Some(job);
         }
-        self.engine.send(Request::Bands { job });
+        self.engine.send(req(job));
+    }
+
+    /// Asks for the bands of the document's trace, once.
+    fn request_bands(&mut self) {
+        self.ask_once(
+            |d| (&mut d.bands_asked, &mut d.bands_job),
+            |job| Request::Bands { job },
+        );
     }
 
     /// What waits for the main configuration's first full frame: the other
@@ -101,16 +115,10 @@ impl AllocsimApp {
         }
         self.request_bands();
         self.request_replays();
-        if let Some(doc) = &self.doc
-            && !doc.bounds_asked
-        {
-            let job = self.job();
-            if let Some(doc) = &mut self.doc {
-                doc.bounds_asked = true;
-                doc.bounds_job = Some(job);
-            }
-            self.engine.send(Request::Bounds { job });
-        }
+        self.ask_once(
+            |d| (&mut d.bounds_asked, &mut d.bounds_job),
+            |job| Request::Bounds { job },
+        );
     }
 
     /// With the main configuration out of memory, asks what would have fit at the capacity

@@ -63,6 +63,16 @@ pub(crate) struct LoadTiming {
     main_done: bool,
 }
 
+impl LoadTiming {
+    /// The milliseconds since the open the first time the flag `which` picks is raised
+    /// (raising it), `None` after.
+    fn first(&mut self, which: fn(&mut LoadTiming) -> &mut bool) -> Option<f64> {
+        let started = self.started_ms;
+        let done = which(self);
+        (!std::mem::replace(done, true)).then(|| crate::gui::io::now_ms() - started)
+    }
+}
+
 /// The call sites at a replay's peak (keyed by the replay's address): (stack, bytes, count).
 type PeakSites = (usize, Vec<(u32, u64, u32)>);
 
@@ -540,10 +550,8 @@ impl AllocsimApp {
             .filter(|r| self.timing.name.ends_with(r.name.as_str()))
             .map(|r| format!("recorded:{}:{}", r.name, r.len()));
         if let Some(marker) = shown
-            && !self.timing.recorded_done
+            && let Some(ms) = self.timing.first(|t| &mut t.recorded_done)
         {
-            self.timing.recorded_done = true;
-            let ms = crate::gui::io::now_ms() - self.timing.started_ms;
             self.last_recorded_ms = Some(ms);
             log::info!(
                 "allocsim: first frame with the recorded timeline ({marker}) after {ms:.0} ms"
@@ -551,43 +559,38 @@ impl AllocsimApp {
             crate::gui::io::mark_frame(&marker);
         }
         let Some(doc) = &self.doc else { return };
-        // The first full frame: the main configuration's replay and its layout at the
-        // cursor on screen (the other configurations are replayed after it).
-        let main = self.load_job.is_none()
-            && doc.slots.first().is_some_and(|s| {
-                s.error.is_some()
-                    || (s.replay.is_some()
-                        && s.layout.as_ref().is_some_and(|l| l.data.op == self.cursor))
-            })
-            && self.timing.name.ends_with(doc.trace.name.as_str());
-        if main && !self.timing.main_done {
-            self.timing.main_done = true;
-            let ms = crate::gui::io::now_ms() - self.timing.started_ms;
+        // A configuration is on screen with its layout at the cursor, or its error.
+        let shown = |s: &state::Slot| {
+            s.error.is_some()
+                || (s.replay.is_some()
+                    && s.layout.as_ref().is_some_and(|l| l.data.op == self.cursor))
+        };
+        // Of the file just opened (a file that failed to open leaves the document before
+        // it on screen: its frames were marked already, and its layouts go on being
+        // marked below), with no load in flight.
+        let this_file =
+            self.load_job.is_none() && self.timing.name.ends_with(doc.trace.name.as_str());
+        // The first full frame: the main configuration (the others are replayed after it).
+        if this_file
+            && doc.slots.first().is_some_and(shown)
+            && let Some(ms) = self.timing.first(|t| &mut t.main_done)
+        {
             self.last_full_ms = Some(ms);
             log::info!(
                 "allocsim: first full frame (main configuration) of {} after {ms:.0} ms",
                 doc.trace.name
             );
         }
-        // Settled: no load in flight, and every configuration's layout at the cursor (or
-        // its error) is on screen.
-        let settled = self.load_job.is_none()
-            && !doc.slots.is_empty()
-            && doc.slots.iter().all(|s| {
-                s.error.is_some()
-                    || (s.replay.is_some()
-                        && s.layout.as_ref().is_some_and(|l| l.data.op == self.cursor))
-            });
-        // Complete: settled on the file just opened. A file that failed to open leaves
-        // the document before it on screen: its first frame was marked already, and its
-        // layouts go on being marked below.
-        let complete = settled && self.timing.name.ends_with(doc.trace.name.as_str());
-        if complete && !self.timing.done {
-            self.timing.done = true;
-            let ms = crate::gui::io::now_ms() - self.timing.started_ms;
+        // Settled: every configuration.
+        let settled =
+            self.load_job.is_none() && !doc.slots.is_empty() && doc.slots.iter().all(shown);
+        if settled
+            && this_file
+            && let Some(ms) = self.timing.first(|t| &mut t.done)
+        {
             self.last_load_ms = Some(ms);
             log::info!(
-                "allocsim: first full frame of {} after {ms:.0} ms",
+                "allocsim: every configuration of {} on screen after {ms:.0} ms",
                 doc.trace.name
             );
             crate::gui::io::mark_frame(&format!(

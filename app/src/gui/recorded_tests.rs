@@ -151,7 +151,10 @@ fn the_first_full_frame_waits_for_the_main_replay_alone_and_the_tables_are_share
     // An engine that runs in order (this one, the browser's worker) stacks the bands
     // after this frame too; natively they are stacked beside the main replay.
     assert!(!app.engine.runs_beside());
-    assert!(doc.trace.bands.pieces.is_empty(), "no bands before the full frame");
+    assert!(
+        doc.trace.bands.pieces.is_empty(),
+        "no bands before the full frame"
+    );
     let mut frames = 0;
     while !h.state().first_frame_marked() {
         frames += 1;

@@ -276,21 +276,14 @@ pub struct ReplayView {
 
 impl ReplayView {
     #[must_use]
-    pub fn new(data: ReplayData) -> ReplayView {
+    pub fn new(mut data: ReplayData) -> ReplayView {
         let f = |v: &[u64]| Envelope::new(v.iter().map(|&b| b as f32).collect());
-        // Sample by sample, without a copy of the columns (core's definition).
-        let frag: Vec<f32> = (0..data.reserved_bytes.len())
-            .map(|i| {
-                allocsim_core::metrics::fragmentation(&allocsim_core::models::ModelStats {
-                    reserved_bytes: data.reserved_bytes[i],
-                    allocated_bytes: data.allocated_bytes[i],
-                    requested_bytes: data.requested_bytes[i],
-                    largest_free_bytes: data.largest_free_bytes[i],
-                    free_holes: u64::from(data.free_holes[i]),
-                    segment_ops: 0,
-                }) as f32
-            })
+        // Core's definition over the columns lent to a core timeline (moved, not copied).
+        let tl = into_timeline(&mut data);
+        let frag: Vec<f32> = (0..tl.len())
+            .map(|i| tl.fragmentation_at(i) as f32)
             .collect();
+        restore_timeline(&mut data, tl);
         let peak_op = data
             .allocated_bytes
             .iter()
@@ -322,17 +315,31 @@ impl ReplayView {
     }
 }
 
-/// The core's timeline of a replay (for its CSV and fragmentation definitions).
+/// The core's timeline of a replay (for its CSV definition), a copy.
 #[must_use]
 pub fn timeline_of(d: &ReplayData) -> Timeline {
+    into_timeline(&mut d.clone())
+}
+
+/// The columns of `d` as a core timeline (without times), moved out of `d`.
+fn into_timeline(d: &mut ReplayData) -> Timeline {
     Timeline {
-        reserved_bytes: d.reserved_bytes.clone(),
-        allocated_bytes: d.allocated_bytes.clone(),
-        requested_bytes: d.requested_bytes.clone(),
-        largest_free_bytes: d.largest_free_bytes.clone(),
-        free_holes: d.free_holes.clone(),
+        reserved_bytes: std::mem::take(&mut d.reserved_bytes),
+        allocated_bytes: std::mem::take(&mut d.allocated_bytes),
+        requested_bytes: std::mem::take(&mut d.requested_bytes),
+        largest_free_bytes: std::mem::take(&mut d.largest_free_bytes),
+        free_holes: std::mem::take(&mut d.free_holes),
         time_us: Vec::new(),
     }
+}
+
+/// Moves the columns [`into_timeline`] took back into `d`.
+fn restore_timeline(d: &mut ReplayData, tl: Timeline) {
+    d.reserved_bytes = tl.reserved_bytes;
+    d.allocated_bytes = tl.allocated_bytes;
+    d.requested_bytes = tl.requested_bytes;
+    d.largest_free_bytes = tl.largest_free_bytes;
+    d.free_holes = tl.free_holes;
 }
 
 /// One row of the memory map.
