@@ -327,11 +327,8 @@ impl EngineHandle {
     /// the answers queued after it; in the browser's worker and inline it runs in order.
     #[must_use]
     pub fn runs_beside(&self) -> bool {
-        #[cfg(not(target_arch = "wasm32"))]
-        if matches!(&self.inner, Inner::Thread { .. }) {
-            return true;
-        }
-        false
+        // Natively the engine that is not inline is a thread.
+        cfg!(not(target_arch = "wasm32")) && !matches!(&self.inner, Inner::Inline { .. })
     }
 
     /// Whether requests wait in an inline queue (tests poll until this is false).
