@@ -38,10 +38,10 @@ fn main() {
         std::hint::black_box(prims);
         took
     };
-    // Open: generate, replay both configurations, first layouts.
+    // Open: generate, replay both configurations, first layouts, the bands.
     while app
         .document()
-        .is_none_or(|d| d.slots.iter().any(|s| s.layout.is_none()))
+        .is_none_or(|d| d.bands_job.is_some() || d.slots.iter().any(|s| s.layout.is_none()))
     {
         frame(&mut app);
         std::thread::sleep(Duration::from_millis(2));

@@ -60,11 +60,13 @@ pub struct Engine {
     reports: Vec<DeviceReport>,
     name: String,
     device: usize,
-    /// Ops table of the device shown (kept for layouts: alloc ↔ end links).
-    ops: OpsTable,
-    /// Which allocations of `ops` are held after an op: built from `ops` by the first
-    /// layout that needs it.
-    live: OnceLock<live::LiveIndex>,
+    /// Ops table of the device shown (kept for layouts: alloc ↔ end links); the UI's
+    /// [`TraceData::ops`] is this very table, shared.
+    ops: Arc<OpsTable>,
+    /// Which allocations of `ops` are held after an op: built beside the main replay
+    /// with the bands ([`Request::Bands`]), or by the first layout that needs it first
+    /// (which then waits for the one being built).
+    live: Arc<OnceLock<live::LiveIndex>>,
     slots: Vec<Option<Slot>>,
     /// Answers kept for the trace and device shown (shared with detached work).
     cache: Arc<Mutex<Cache>>,
@@ -164,6 +166,7 @@ impl Engine {
             | Request::Runtimes { .. }
             | Request::Explain { .. }
             | Request::Bounds { .. }
+            | Request::Bands { .. }
             | Request::Diff { .. }
             | Request::Ranks { .. }
             | Request::Rank { .. }) => {
@@ -373,14 +376,13 @@ impl Engine {
             return TraceData::default();
         };
         let dt = &trace.devices[self.device];
-        self.ops = ops_table(dt);
-        self.live = OnceLock::new();
         emit(Response::Progress {
             job,
-            stage: "stacking allocations".into(),
+            stage: "building the ops table".into(),
             fraction: 0.7,
         });
-        let bands = bands::build(&self.ops);
+        self.ops = Arc::new(ops_table(dt));
+        self.live = Arc::default();
         let report = self.reports.iter().find(|r| r.device == dt.device);
         let mut notes = Vec::new();
         if let Some(r) = report {
@@ -417,9 +419,9 @@ impl Engine {
             has_times: dt.ops.iter().any(|o| o.time_us != 0),
             recorded_capacity: (!self.reports.is_empty())
                 .then(|| session::capacity(trace, self.device, CapacityArg::AsRecorded)),
-            ops: self.ops.clone(),
-            stacks: stack_table(&trace.snapshot.frames),
-            bands,
+            ops: Arc::clone(&self.ops),
+            stacks: Arc::new(stack_table(&trace.snapshot.frames)),
+            bands: Arc::default(),
         }
     }
 
@@ -451,7 +453,7 @@ impl Engine {
             stage: format!("replaying {spec}"),
             fraction: 0.1,
         });
-        let result = match session::replay_device(
+        let mut result = match session::replay_device(
             trace,
             self.device,
             &parsed,
@@ -466,7 +468,7 @@ impl Engine {
                 });
             }
         };
-        let data = replay_data(spec, &result);
+        let data = replay_data(spec, &mut result);
         let i = slot as usize;
         if self.slots.len() <= i {
             self.slots.resize_with(i + 1, || None);
@@ -577,7 +579,7 @@ impl Engine {
 
     /// A search that needs nothing of the engine but the trace ([`Request::MinCapacity`],
     /// [`Request::WhatIf`], [`Request::Runtimes`]: each replays the trace a dozen to a few
-    /// hundred times; [`Request::Explain`], [`Request::Bounds`]), as work for a host that
+    /// hundred times; [`Request::Explain`], [`Request::Bounds`], [`Request::Bands`]), as work for a host that
     /// runs it beside the engine (natively: on its own thread), so that layouts keep
     /// coming meanwhile. It emits what [`Engine::handle`] would. Any other request is
     /// handed back.
@@ -672,6 +674,17 @@ impl Engine {
                     Err(message) => Response::Failed { job, message },
                 });
             })),
+            Request::Bands { job } => {
+                let (ops, live) = (Arc::clone(&self.ops), Arc::clone(&self.live));
+                Ok(Box::new(move |emit: &mut dyn FnMut(Response)| {
+                    // The first layout needs it as soon as the main replay is done.
+                    live.get_or_init(|| live::LiveIndex::build(&ops));
+                    emit(Response::Bands {
+                        job,
+                        bands: Arc::new(bands::build(&ops)),
+                    });
+                }))
+            }
             Request::Bounds { job } => Ok(Box::new(move |emit: &mut dyn FnMut(Response)| {
                 let kept = cache.lock().ok().and_then(|c| c.bounds);
                 let r = match (kept, trace.as_deref().and_then(|t| t.devices.get(device))) {
@@ -793,9 +806,11 @@ pub fn stack_table(frames: &allocsim_core::snapshot::FrameTable) -> StackTable {
     t
 }
 
-/// The UI's copy of a replay.
+/// What the UI gets of a replay: its numbers, and its timeline moved out of `r` (no
+/// copy; the engine keeps the outcomes and checkpoints that layouts need, not the
+/// timeline, which nothing of the engine reads after the replay).
 #[must_use]
-pub fn replay_data(spec: &str, r: &ReplayResult) -> ReplayData {
+pub fn replay_data(spec: &str, r: &mut ReplayResult) -> ReplayData {
     let oom_data = |o: &OomReport| OomData {
         event_index: o.event_index,
         op_index: o.op_index as u32,
@@ -810,6 +825,8 @@ pub fn replay_data(spec: &str, r: &ReplayResult) -> ReplayData {
         recorded: o.recorded,
         fatal: o.fatal,
     };
+    // The op times go with it: they are the trace's own (the UI's ops table has them).
+    let timeline = std::mem::take(&mut r.timeline);
     ReplayData {
         spec: spec.to_string(),
         summary: ReplaySummary {
@@ -829,11 +846,11 @@ pub fn replay_data(spec: &str, r: &ReplayResult) -> ReplayData {
             oom: r.oom.as_ref().map(oom_data),
             ooms: r.ooms.iter().map(oom_data).collect(),
         },
-        reserved_bytes: r.timeline.reserved_bytes.to_vec(),
-        allocated_bytes: r.timeline.allocated_bytes.to_vec(),
-        requested_bytes: r.timeline.requested_bytes.to_vec(),
-        largest_free_bytes: r.timeline.largest_free_bytes.to_vec(),
-        free_holes: r.timeline.free_holes.iter().map(|h| h as u32).collect(),
+        reserved_bytes: timeline.reserved_bytes.to_vec(),
+        allocated_bytes: timeline.allocated_bytes.to_vec(),
+        requested_bytes: timeline.requested_bytes.to_vec(),
+        largest_free_bytes: timeline.largest_free_bytes.to_vec(),
+        free_holes: timeline.free_holes.iter().map(|h| h as u32).collect(),
     }
 }
 

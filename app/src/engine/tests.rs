@@ -15,8 +15,9 @@ fn last(mut v: Vec<Response>) -> Response {
     v.pop().expect("the engine answers every request")
 }
 
+/// The trace of `e` as the UI gets it, with its bands (asked for after it, as the UI does).
 fn loaded(engine: &mut Engine, e: &examples::Example) -> Box<TraceData> {
-    match last(run(
+    let mut trace = match last(run(
         engine,
         Request::Load {
             job: 1,
@@ -26,7 +27,12 @@ fn loaded(engine: &mut Engine, e: &examples::Example) -> Box<TraceData> {
     )) {
         Response::Loaded { trace, .. } => trace,
         other => panic!("{}: {other:?}", e.file),
-    }
+    };
+    trace.bands = match last(run(engine, Request::Bands { job: 1 })) {
+        Response::Bands { bands, .. } => bands,
+        other => panic!("{}: {other:?}", e.file),
+    };
+    trace
 }
 
 fn replayed(engine: &mut Engine, slot: u32, spec: &str, cap: Option<u64>) -> Box<ReplayData> {
@@ -708,7 +714,10 @@ fn gunzipped(e: &examples::Example) -> Vec<u8> {
 fn a_file_opened_in_pieces_loads_as_its_bytes_do_with_progress() {
     for e in EXAMPLES {
         let plain = gunzipped(e);
-        let want = serde_json::to_string(&loaded(&mut Engine::new(), e)).expect("json");
+        // As the engine answers an open: the bands come after, asked for apart.
+        let mut want = loaded(&mut Engine::new(), e);
+        want.bands = Arc::default();
+        let want = serde_json::to_string(&want).expect("json");
         for (name, bytes) in [
             (e.file.to_string(), e.bytes.to_vec()),
             ("plain.pickle".into(), plain),
@@ -814,4 +823,35 @@ fn a_snapshot_too_big_for_wasm_is_refused_before_it_is_read() {
     assert!(m.contains("4 GiB") && !m.contains('\n'), "{m}");
     // kvcache_decode (14.6 MB) opens.
     assert_eq!(super::open::too_big_for_wasm("kv.pickle", 14_628_240), None);
+}
+
+#[test]
+fn the_ui_shares_the_engines_tables_and_takes_the_replays_timeline_without_a_copy() {
+    let mut e = Engine::new();
+    let t = loaded(&mut e, &OOM_STORY);
+    // The ops table the UI gets is the engine's own (one allocation, two handles).
+    assert!(Arc::ptr_eq(&t.ops, &e.ops), "the ops table is shared");
+    assert_eq!(Arc::strong_count(&e.ops), 2);
+    // The bands are the engine's stacking of that very table, and the job that stacked
+    // them built the live index the first layout needs.
+    assert_eq!(t.bands.pieces, bands::build(&e.ops).pieces);
+    assert!(
+        e.live.get().is_some(),
+        "the live index is built with the bands"
+    );
+    let r = replayed(&mut e, 0, "pytorch", OOM_STORY.cap_bytes());
+    assert_eq!(r.reserved_bytes.len(), r.summary.ops_done as usize);
+    assert!(!r.reserved_bytes.is_empty());
+    // The engine kept no timeline: the UI's columns are the only ones.
+    let kept = &e.slots[0].as_ref().expect("slot 0").result.timeline;
+    assert_eq!(kept.len(), 0, "the timeline moved to the UI");
+    // Layouts still come from the replay's checkpoints and outcomes.
+    let l = layout(&mut e, 0, r.summary.ops_done - 1);
+    assert_eq!(
+        l.segments.iter().map(|s| s.size_bytes).sum::<u64>(),
+        r.reserved_bytes[r.reserved_bytes.len() - 1]
+    );
+    // Natively the bands are stacked beside the engine (a detached job), so the main
+    // replay does not wait for them.
+    assert!(e.detached(Request::Bands { job: 9 }).is_ok());
 }

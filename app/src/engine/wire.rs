@@ -8,6 +8,7 @@ use allocsim_core::capacity::CapacityChoice;
 use allocsim_core::explain::Explanation;
 use allocsim_core::offline::BestPossible;
 use serde::{Deserialize, Serialize};
+use std::sync::Arc;
 
 /// How the message of a [`Response::Failed`] begins when the engine panicked (in the
 /// browser: a worker whose wasm instance cannot run again).
@@ -72,6 +73,9 @@ pub enum Request {
     /// The best any allocator could do on the device shown (live-bytes peak, offline
     /// placement).
     Bounds { job: u64 },
+    /// The stacked-allocation bands of the device shown ([`Response::Bands`]): natively
+    /// built beside the main replay, so that neither waits for the other.
+    Bands { job: u64 },
     /// Stop job `job` (a what-if sweep: the replays not yet started are skipped). Not
     /// answered; the job answers [`Response::Failed`] if it stopped.
     Cancel { job: u64 },
@@ -129,6 +133,7 @@ impl Request {
             | Request::Runtimes { job, .. }
             | Request::Explain { job, .. }
             | Request::Bounds { job }
+            | Request::Bands { job }
             | Request::Workload { job, .. }
             | Request::MinCapacity { job, .. }
             | Request::Diff { job, .. }
@@ -193,6 +198,11 @@ pub enum Response {
         job: u64,
         bounds: BestPossible,
     },
+    /// The answer to [`Request::Bands`].
+    Bands {
+        job: u64,
+        bands: Arc<Bands>,
+    },
     MinCapacity {
         job: u64,
         slot: u32,
@@ -234,6 +244,7 @@ impl Response {
             | Response::Runtimes { job, .. }
             | Response::Explained { job, .. }
             | Response::Bounds { job, .. }
+            | Response::Bands { job, .. }
             | Response::MinCapacity { job, .. }
             | Response::Diffed { job, .. }
             | Response::Ranked { job, .. }
@@ -414,9 +425,12 @@ pub struct TraceData {
     /// from the recording's refusals, or unlimited with nothing refused (None: a synthetic
     /// workload, which has no recording).
     pub recorded_capacity: Option<CapacityChoice>,
-    pub ops: OpsTable,
-    pub stacks: StackTable,
-    pub bands: Bands,
+    /// The engine's own table, shared (natively no copy: the UI and the engine hold one
+    /// `Arc`; to the browser's worker it crosses as its contents).
+    pub ops: Arc<OpsTable>,
+    pub stacks: Arc<StackTable>,
+    /// Empty until [`Response::Bands`] brings them (stacked beside the main replay).
+    pub bands: Arc<Bands>,
 }
 
 /// Where a replay ran out of memory.

@@ -43,15 +43,22 @@ impl AllocsimApp {
         self.request_replays();
     }
 
-    /// Sends a replay for every slot without one.
+    /// Sends a replay for every slot without one; the other configurations' only once
+    /// the main one is on screen (its replay and its layout, [`Document::main_settled`]):
+    /// the first full frame waits for no other replay, and they do not compete with it
+    /// for the cores.
     pub(crate) fn request_replays(&mut self) {
         let n = self.doc.as_ref().map_or(0, |d| d.slots.len());
+        let mut sent = false;
         for i in 0..n {
-            let needs = self
-                .doc
-                .as_ref()
-                .is_some_and(|d| d.slots[i].replay.is_none() && d.slots[i].replay_job.is_none());
+            let needs = self.doc.as_ref().is_some_and(|d| {
+                d.slots[i].replay.is_none()
+                    && d.slots[i].replay_job.is_none()
+                    && d.slots[i].error.is_none()
+                    && (i == 0 || d.main_settled())
+            });
             if needs {
+                sent = true;
                 let job = self.job();
                 if let Some(doc) = &mut self.doc {
                     let s = &mut doc.slots[i];
@@ -67,7 +74,51 @@ impl AllocsimApp {
                 }
             }
         }
-        self.peak_sites = None;
+        if sent {
+            self.peak_sites = None;
+        }
+    }
+
+    /// Sends `req(job)` once per document: `flags` picks the document's (asked, job in
+    /// flight).
+    fn ask_once(
+        &mut self,
+        flags: fn(&mut Document) -> (&mut bool, &mut Option<u64>),
+        req: fn(u64) -> Request,
+    ) {
+        if self.doc.as_mut().is_none_or(|d| *flags(d).0) {
+            return;
+        }
+        let job = self.job();
+        if let Some(doc) = &mut self.doc {
+            let (asked, in_flight) = flags(doc);
+            *asked = true;
+            *in_flight = Some(job);
+        }
+        self.engine.send(req(job));
+    }
+
+    /// Asks for the bands of the document's trace, once.
+    fn request_bands(&mut self) {
+        self.ask_once(
+            |d| (&mut d.bands_asked, &mut d.bands_job),
+            |job| Request::Bands { job },
+        );
+    }
+
+    /// What waits for the main configuration's first full frame: the other
+    /// configurations' replays, the bands where the engine runs in order, and the
+    /// best-possible bounds, sent once it is on screen.
+    pub(crate) fn after_main_frame(&mut self) {
+        if !self.doc.as_ref().is_some_and(Document::main_settled) {
+            return;
+        }
+        self.request_bands();
+        self.request_replays();
+        self.ask_once(
+            |d| (&mut d.bounds_asked, &mut d.bounds_job),
+            |job| Request::Bounds { job },
+        );
     }
 
     /// With the main configuration out of memory, asks what would have fit at the capacity
@@ -173,6 +224,7 @@ impl AllocsimApp {
         for r in self.engine.poll() {
             self.on_response(r);
         }
+        self.after_main_frame();
         self.explain_main_oom();
         self.request_layouts();
     }
@@ -268,12 +320,21 @@ impl AllocsimApp {
                 self.selected_alloc = None;
                 self.bands_highlight = QuadSet::default();
                 self.resimulate();
-                self.apply_search();
-                let job = self.job();
-                if let Some(doc) = &mut self.doc {
-                    doc.bounds_job = Some(job);
+                // Natively the bands are stacked beside the main replay, on a thread of
+                // their own; where the engine runs in order (the browser's worker) they
+                // wait for the first full frame ([`AllocsimApp::after_main_frame`]).
+                if self.engine.runs_beside() {
+                    self.request_bands();
                 }
-                self.engine.send(Request::Bounds { job });
+                self.apply_search();
+            }
+            Response::Bands { job, bands } => {
+                if let Some(doc) = &mut self.doc
+                    && doc.bands_job == Some(job)
+                {
+                    doc.bands_job = None;
+                    doc.set_bands(bands);
+                }
             }
             Response::Replayed { job, slot, replay } => {
                 let Some(doc) = &mut self.doc else { return };
@@ -419,9 +480,10 @@ impl AllocsimApp {
                     return;
                 }
                 if let Some(doc) = &mut self.doc
-                    && doc.bounds_job == Some(job)
+                    && (doc.bounds_job == Some(job) || doc.bands_job == Some(job))
                 {
-                    doc.bounds_job = None;
+                    doc.bounds_job = doc.bounds_job.filter(|&j| j != job);
+                    doc.bands_job = doc.bands_job.filter(|&j| j != job);
                     return;
                 }
                 if let Some(doc) = &mut self.doc {

@@ -59,6 +59,18 @@ pub(crate) struct LoadTiming {
     done: bool,
     /// The first frame with the file's recorded timeline and end state was marked.
     recorded_done: bool,
+    /// The first full frame (the main configuration's timeline and layout) was marked.
+    main_done: bool,
+}
+
+impl LoadTiming {
+    /// The milliseconds since the open the first time the flag `which` picks is raised
+    /// (raising it), `None` after.
+    fn first(&mut self, which: fn(&mut LoadTiming) -> &mut bool) -> Option<f64> {
+        let started = self.started_ms;
+        let done = which(self);
+        (!std::mem::replace(done, true)).then(|| crate::gui::io::now_ms() - started)
+    }
 }
 
 /// The call sites at a replay's peak (keyed by the replay's address): (stack, bytes, count).
@@ -168,8 +180,11 @@ pub struct AllocsimApp {
     /// page's `?capacity=SIZE`).
     pub(crate) open_capacity: Option<CapacityArg>,
     timing: LoadTiming,
-    /// Last first-frame time, in milliseconds.
+    /// Last time to the frame with every configuration's layout, in milliseconds.
     pub last_load_ms: Option<f64>,
+    /// Last time to the first full frame (the whole trace's timeline and the memory map
+    /// at an event from the main configuration's replay), in milliseconds.
+    pub last_full_ms: Option<f64>,
     /// Last time to the first frame with the recorded timeline, in milliseconds.
     pub last_recorded_ms: Option<f64>,
     marked_layout: Option<u32>,
@@ -210,6 +225,7 @@ impl AllocsimApp {
                 name: url.clone(),
                 done: false,
                 recorded_done: false,
+                main_done: false,
             };
             crate::gui::io::fetch(&cc.egui_ctx, &app.inbox, &url);
         } else {
@@ -260,6 +276,7 @@ impl AllocsimApp {
             open_capacity: None,
             timing: LoadTiming::default(),
             last_load_ms: None,
+            last_full_ms: None,
             last_recorded_ms: None,
             marked_layout: None,
             multi: crate::gui::views::multi::MultiState::default(),
@@ -358,6 +375,7 @@ impl AllocsimApp {
                 name: name.clone(),
                 done: false,
                 recorded_done: false,
+                main_done: false,
             };
         }
         #[cfg(feature = "cuda")]
@@ -412,7 +430,10 @@ impl AllocsimApp {
             || self.what_if.as_ref().is_some_and(WhatIf::running)
             || self.runtimes.as_ref().is_some_and(|r| r.rows.is_none())
             || self.explained.as_ref().is_some_and(|x| x.answer.is_none())
-            || self.doc.as_ref().is_some_and(|d| d.bounds_job.is_some())
+            || self
+                .doc
+                .as_ref()
+                .is_some_and(|d| d.bounds_job.is_some() || d.bands_job.is_some())
             || (self.timeline.mode == crate::gui::views::timeline::Mode::Bands
                 && self.doc.as_ref().is_some_and(|d| !d.bands_complete()))
     }
@@ -467,6 +488,7 @@ impl AllocsimApp {
             name: spec.to_string(),
             done: false,
             recorded_done: false,
+            main_done: false,
         };
         #[cfg(feature = "cuda")]
         self.live
@@ -528,10 +550,8 @@ impl AllocsimApp {
             .filter(|r| self.timing.name.ends_with(r.name.as_str()))
             .map(|r| format!("recorded:{}:{}", r.name, r.len()));
         if let Some(marker) = shown
-            && !self.timing.recorded_done
+            && let Some(ms) = self.timing.first(|t| &mut t.recorded_done)
         {
-            self.timing.recorded_done = true;
-            let ms = crate::gui::io::now_ms() - self.timing.started_ms;
             self.last_recorded_ms = Some(ms);
             log::info!(
                 "allocsim: first frame with the recorded timeline ({marker}) after {ms:.0} ms"
@@ -539,25 +559,38 @@ impl AllocsimApp {
             crate::gui::io::mark_frame(&marker);
         }
         let Some(doc) = &self.doc else { return };
-        // Settled: no load in flight, and every configuration's layout at the cursor (or
-        // its error) is on screen.
-        let settled = self.load_job.is_none()
-            && !doc.slots.is_empty()
-            && doc.slots.iter().all(|s| {
-                s.error.is_some()
-                    || (s.replay.is_some()
-                        && s.layout.as_ref().is_some_and(|l| l.data.op == self.cursor))
-            });
-        // Complete: settled on the file just opened. A file that failed to open leaves
-        // the document before it on screen: its first frame was marked already, and its
-        // layouts go on being marked below.
-        let complete = settled && self.timing.name.ends_with(doc.trace.name.as_str());
-        if complete && !self.timing.done {
-            self.timing.done = true;
-            let ms = crate::gui::io::now_ms() - self.timing.started_ms;
+        // A configuration is on screen with its layout at the cursor, or its error.
+        let shown = |s: &state::Slot| {
+            s.error.is_some()
+                || (s.replay.is_some()
+                    && s.layout.as_ref().is_some_and(|l| l.data.op == self.cursor))
+        };
+        // Of the file just opened (a file that failed to open leaves the document before
+        // it on screen: its frames were marked already, and its layouts go on being
+        // marked below), with no load in flight.
+        let this_file =
+            self.load_job.is_none() && self.timing.name.ends_with(doc.trace.name.as_str());
+        // The first full frame: the main configuration (the others are replayed after it).
+        if this_file
+            && doc.slots.first().is_some_and(shown)
+            && let Some(ms) = self.timing.first(|t| &mut t.main_done)
+        {
+            self.last_full_ms = Some(ms);
+            log::info!(
+                "allocsim: first full frame (main configuration) of {} after {ms:.0} ms",
+                doc.trace.name
+            );
+        }
+        // Settled: every configuration.
+        let settled =
+            self.load_job.is_none() && !doc.slots.is_empty() && doc.slots.iter().all(shown);
+        if settled
+            && this_file
+            && let Some(ms) = self.timing.first(|t| &mut t.done)
+        {
             self.last_load_ms = Some(ms);
             log::info!(
-                "allocsim: first full frame of {} after {ms:.0} ms",
+                "allocsim: every configuration of {} on screen after {ms:.0} ms",
                 doc.trace.name
             );
             crate::gui::io::mark_frame(&format!(
@@ -608,10 +641,18 @@ impl AllocsimApp {
         self.timing.recorded_done
     }
 
-    /// Whether the first full frame of the file opened last was marked.
+    /// Whether the frame with every configuration's layout of the file opened last was
+    /// marked (the browser's `ready:` marker).
     #[must_use]
     pub fn first_frame_marked(&self) -> bool {
         self.timing.done
+    }
+
+    /// Whether the first full frame of the file opened last (the main configuration's
+    /// timeline and layout) was drawn.
+    #[must_use]
+    pub fn full_frame_marked(&self) -> bool {
+        self.timing.main_done
     }
 
     /// Whether the wgpu pipeline draws the big views.

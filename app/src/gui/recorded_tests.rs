@@ -126,3 +126,54 @@ fn the_recorded_timeline_and_end_state_are_drawn_before_the_replays_answer() {
     assert!(!has_text(&h, "recorded end state"));
     assert!(app.errors.is_empty(), "{:?}", app.errors);
 }
+
+#[test]
+fn the_first_full_frame_waits_for_the_main_replay_alone_and_the_tables_are_shared() {
+    let mut h = paced_harness(Startup::Example(&OOM_STORY));
+    let mut frames = 0;
+    while !h.state().full_frame_marked() {
+        frames += 1;
+        assert!(frames < 400, "no full frame");
+        h.step();
+    }
+    let app = h.state();
+    let doc = app.document().expect("loaded");
+    assert_eq!(doc.slots.len(), 2, "OOM_STORY compares two configurations");
+    let main = &doc.slots[0];
+    assert!(main.replay.is_some());
+    assert_eq!(main.layout.as_ref().map(|l| l.data.op), Some(app.cursor));
+    // The other configuration is replayed after this frame, not before it: the engine
+    // answers one message a frame, so a replay asked for with the main one would have
+    // answered before the main layout.
+    assert!(doc.slots[1].replay.is_none(), "the second replay waits");
+    assert!(doc.bounds.is_none(), "the bounds wait too");
+    assert!(!app.first_frame_marked());
+    // An engine that runs in order (this one, the browser's worker) stacks the bands
+    // after this frame too; natively they are stacked beside the main replay.
+    assert!(!app.engine.runs_beside());
+    assert!(
+        doc.trace.bands.pieces.is_empty(),
+        "no bands before the full frame"
+    );
+    let mut frames = 0;
+    while !h.state().first_frame_marked() {
+        frames += 1;
+        assert!(frames < 2000, "the second configuration never arrived");
+        h.step();
+    }
+    settle(&mut h);
+    let app = h.state();
+    let doc = app.document().expect("loaded");
+    assert!(
+        doc.slots
+            .iter()
+            .all(|s| s.replay.is_some() && s.layout.is_some())
+    );
+    assert!(doc.bounds.is_some());
+    assert!(doc.bands_job.is_none() && !doc.trace.bands.pieces.is_empty());
+    let (full, all) = (app.last_full_ms, app.last_load_ms);
+    assert!(
+        full.is_some_and(|f| all.is_some_and(|a| f <= a)),
+        "{full:?} {all:?}"
+    );
+}

@@ -43,6 +43,12 @@ pub struct Document {
     pub bounds: Option<allocsim_core::offline::BestPossible>,
     /// The bounds job in flight.
     pub bounds_job: Option<u64>,
+    /// Whether the bounds were asked for (after the main configuration's first frame).
+    pub bounds_asked: bool,
+    /// Whether the bands were asked for, and the job in flight (`trace.bands` is empty
+    /// until it answers).
+    pub bands_asked: bool,
+    pub bands_job: Option<u64>,
     /// What the file records, per op, shown until the replays arrive.
     pub recorded: Option<RecordedView>,
 }
@@ -69,8 +75,30 @@ impl Document {
             slots: Vec::new(),
             bounds: None,
             bounds_job: None,
+            bounds_asked: false,
+            bands_asked: false,
+            bands_job: None,
             recorded: None,
         }
+    }
+
+    /// Whether the main configuration is on screen: its replay and a layout, or its error.
+    #[must_use]
+    pub fn main_settled(&self) -> bool {
+        self.slots
+            .first()
+            .is_some_and(|s| s.error.is_some() || (s.replay.is_some() && s.layout.is_some()))
+    }
+
+    /// Takes the trace's bands (stacked by the engine after the trace arrived): the
+    /// trace's other tables stay the ones shared with the engine, and the band quads are
+    /// built anew from them.
+    pub fn set_bands(&mut self, bands: Arc<crate::engine::wire::Bands>) {
+        let mut trace = TraceData::clone(&self.trace);
+        trace.bands = bands;
+        self.trace = Arc::new(trace);
+        self.bands = QuadSet::default();
+        self.bands_building.clear();
     }
 
     /// Whether every band piece has its quad in [`Document::bands`].
@@ -250,10 +278,11 @@ impl ReplayView {
     #[must_use]
     pub fn new(data: ReplayData) -> ReplayView {
         let f = |v: &[u64]| Envelope::new(v.iter().map(|&b| b as f32).collect());
-        let tl = timeline_of(&data);
-        let frag: Vec<f32> = (0..tl.len())
-            .map(|i| tl.fragmentation_at(i) as f32)
-            .collect();
+        // Core's definition over a core timeline of the columns (compact, dropped here).
+        let frag: Vec<f32> = {
+            let tl = timeline_of(&data);
+            (0..tl.len()).map(|i| tl.fragmentation_at(i) as f32).collect()
+        };
         let peak_op = data
             .allocated_bytes
             .iter()
@@ -285,7 +314,8 @@ impl ReplayView {
     }
 }
 
-/// The core's timeline of a replay (for its CSV and fragmentation definitions).
+/// The core's timeline of a replay (for its CSV and fragmentation definitions): core's
+/// compact columns, built from the UI's.
 #[must_use]
 pub fn timeline_of(d: &ReplayData) -> Timeline {
     Timeline {

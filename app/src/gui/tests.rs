@@ -36,7 +36,25 @@ pub(super) fn settle(h: &mut Harness<'static, AllocsimApp>) {
             return;
         }
     }
-    panic!("the app never settled");
+    let a = h.state();
+    panic!(
+        "the app never settled: load {:?} queued {} doc {:?}",
+        a.load_job,
+        a.engine.has_queued(),
+        a.doc.as_ref().map(|d| (
+            d.bounds_job,
+            d.bands_job,
+            d.slots
+                .iter()
+                .map(|s| (
+                    s.replay_job,
+                    s.layout_job,
+                    s.min_capacity_job,
+                    s.error.clone()
+                ))
+                .collect::<Vec<_>>()
+        ))
+    );
 }
 
 /// Whether `text` is on screen: in a label, or as the value a combo box shows.
@@ -732,7 +750,7 @@ fn band_quads_are_built_a_slice_per_call_and_published_as_they_double() {
     use super::state::{Document, band_quads};
     use crate::engine::wire::{BandPiece, TraceData};
     let mut trace = TraceData::default();
-    trace.bands.pieces = (0..300_000u32)
+    std::sync::Arc::make_mut(&mut trace.bands).pieces = (0..300_000u32)
         .map(|i| BandPiece {
             x0: i,
             x1: i + 3,

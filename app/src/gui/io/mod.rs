@@ -322,6 +322,15 @@ impl EngineHandle {
         !matches!(&self.inner, Inner::Inline { .. })
     }
 
+    /// Whether work the engine hands out as detached ([`crate::engine::Engine::detached`])
+    /// runs beside it (natively: a thread each), so that asking for it does not delay
+    /// the answers queued after it; in the browser's worker and inline it runs in order.
+    #[must_use]
+    pub fn runs_beside(&self) -> bool {
+        // Natively the engine that is not inline is a thread.
+        cfg!(not(target_arch = "wasm32")) && !matches!(&self.inner, Inner::Inline { .. })
+    }
+
     /// Whether requests wait in an inline queue (tests poll until this is false).
     #[must_use]
     pub fn has_queued(&self) -> bool {

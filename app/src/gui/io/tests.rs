@@ -184,3 +184,47 @@ fn layouts_are_answered_while_a_what_if_runs() {
     }
     assert_eq!(order, [4, 3]);
 }
+
+#[test]
+fn natively_the_bands_are_stacked_beside_the_engine_from_its_own_table() {
+    let ctx = egui::Context::default();
+    assert!(!EngineHandle::inline().runs_beside());
+    let mut e = EngineHandle::spawn(&ctx);
+    assert!(
+        e.runs_beside(),
+        "a thread engine runs detached work beside it"
+    );
+    e.send(Request::Workload {
+        job: 1,
+        spec: "kvcache:tokens=500".into(),
+    });
+    // Asked before the replay, as the app does: both answer, the bands from the very
+    // table the UI was sent.
+    e.send(Request::Bands { job: 2 });
+    e.send(Request::Replay {
+        job: 3,
+        slot: 0,
+        spec: "pytorch".into(),
+        capacity_bytes: None,
+    });
+    let (mut trace, mut bands, mut replayed) = (None, None, false);
+    let start = std::time::Instant::now();
+    while trace.is_none() || bands.is_none() || !replayed {
+        assert!(start.elapsed().as_secs() < 120, "no answer");
+        for r in e.poll() {
+            match r {
+                Response::Loaded { trace: t, .. } => trace = Some(t),
+                Response::Bands { job: 2, bands: b } => bands = Some(b),
+                Response::Replayed { job: 3, .. } => replayed = true,
+                Response::Failed { job, message } => panic!("job {job}: {message}"),
+                _ => {}
+            }
+        }
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
+    let (trace, bands) = (trace.expect("loaded"), bands.expect("bands"));
+    assert!(!bands.pieces.is_empty());
+    assert_eq!(bands.pieces, crate::engine::bands::build(&trace.ops).pieces);
+    // The UI's table is shared with the engine: the engine's handle and the one sent.
+    assert!(std::sync::Arc::strong_count(&trace.ops) >= 2);
+}

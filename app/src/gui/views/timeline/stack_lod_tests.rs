@@ -22,8 +22,12 @@ fn answer(engine: &mut Engine, req: Request) -> Response {
 /// The trace and its PyTorch replay (requested bytes per op).
 fn loaded(req: Request) -> (TraceData, ReplayData) {
     let mut e = Engine::new();
-    let trace = match answer(&mut e, req) {
+    let mut trace = match answer(&mut e, req) {
         Response::Loaded { trace, .. } => *trace,
+        other => panic!("{other:?}"),
+    };
+    trace.bands = match answer(&mut e, Request::Bands { job: 3 }) {
+        Response::Bands { bands, .. } => bands,
         other => panic!("{other:?}"),
     };
     let replay = match answer(
@@ -234,8 +238,8 @@ fn a_one_op_spike_left_out_by_the_level_of_detail_still_reaches_its_height() {
     let t = ops(&script);
     let bands = crate::engine::bands::build(&t);
     let mut doc = Document::new(Arc::new(TraceData {
-        ops: t.clone(),
-        bands,
+        ops: t.clone().into(),
+        bands: bands.into(),
         ..TraceData::default()
     }));
     while !doc.build_bands(std::time::Duration::from_mins(1)) {}
