@@ -56,9 +56,10 @@ mod entry {
         let Ok(scope) = js_sys::global().dyn_into::<web_sys::DedicatedWorkerGlobalScope>() else {
             return;
         };
-        match wire::encode(r) {
-            Ok(bytes) => {
-                let arr = js_sys::Uint8Array::from(bytes.as_slice());
+        // Encoded straight into JS memory: the worker's wasm memory (never given back)
+        // does not hold the message whole beside the trace.
+        match allocsim_app::gui::io::chunked::encode_js(r) {
+            Ok(arr) => {
                 let _ = scope.post_message_with_transfer(&arr, &js_sys::Array::of1(&arr.buffer()));
             }
             Err(e) => web_sys::console::error_1(&e.into()),
