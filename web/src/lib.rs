@@ -58,7 +58,7 @@ mod entry {
         };
         // Encoded straight into JS memory: the worker's wasm memory (never given back)
         // does not hold the message whole beside the trace.
-        match allocsim_app::gui::io::chunked::encode_js(r) {
+        match allocsim_app::gui::chunked::encode_js(r) {
             Ok(arr) => {
                 let _ = scope.post_message_with_transfer(&arr, &js_sys::Array::of1(&arr.buffer()));
             }

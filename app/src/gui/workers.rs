@@ -446,7 +446,7 @@ pub mod web {
     use crate::engine::wire::{Request, Response};
 
     /// Answers as they arrived: outside wasm's memory until decoded
-    /// ([`crate::gui::io::chunked`]).
+    /// ([`crate::gui::chunked`]).
     type Inbox = Rc<RefCell<Vec<(WorkerId, js_sys::Uint8Array)>>>;
     /// A worker and its message handler (kept alive as long as the worker).
     type Live = (web_sys::Worker, Closure<dyn FnMut(web_sys::MessageEvent)>);
@@ -477,7 +477,7 @@ pub mod web {
         type Msg = JsValue;
 
         fn encode(&self, req: &Request) -> Result<JsValue, String> {
-            crate::gui::io::chunked::encode_js(req).map(Into::into)
+            crate::gui::chunked::encode_js(req).map(Into::into)
         }
 
         fn spawn(&mut self, search: bool) -> Result<WorkerId, String> {
@@ -524,7 +524,7 @@ pub mod web {
             let raw = std::mem::take(&mut *self.inbox.borrow_mut());
             raw.into_iter()
                 .filter_map(
-                    |(w, b)| match crate::gui::io::chunked::decode_js::<Response>(&b) {
+                    |(w, b)| match crate::gui::chunked::decode_js::<Response>(&b) {
                         Ok(r) => Some((w, r)),
                         Err(e) => {
                             log::error!("{e}");

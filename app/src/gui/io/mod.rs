@@ -791,7 +791,6 @@ pub fn now_ms() -> f64 {
     START.with(|s| s.elapsed().as_secs_f64() * 1000.0)
 }
 
-pub mod chunked;
 #[cfg(target_arch = "wasm32")]
 mod web;
 

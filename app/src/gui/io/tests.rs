@@ -230,7 +230,7 @@ fn engine_answers() -> Vec<Response> {
 #[derive(Default)]
 struct VecChunks(Vec<Vec<u8>>);
 
-impl super::chunked::Sink for VecChunks {
+impl crate::gui::chunked::Sink for VecChunks {
     type Output = Vec<Vec<u8>>;
     fn chunk(&mut self, bytes: &[u8]) {
         self.0.push(bytes.to_vec());
@@ -242,7 +242,7 @@ impl super::chunked::Sink for VecChunks {
 
 struct Bytes<'a>(&'a [u8]);
 
-impl super::chunked::Source for Bytes<'_> {
+impl crate::gui::chunked::Source for Bytes<'_> {
     fn size(&self) -> usize {
         self.0.len()
     }
@@ -253,8 +253,8 @@ impl super::chunked::Source for Bytes<'_> {
 
 #[test]
 fn chunked_messages_are_the_wire_bytes_and_decode_to_the_same_answers() {
-    use super::chunked::{decode_from, encode_into};
     use crate::engine::wire;
+    use crate::gui::chunked::{decode_from, encode_into};
     let answers = engine_answers();
     let kinds: Vec<String> = answers
         .iter()
@@ -300,8 +300,8 @@ fn chunked_messages_are_the_wire_bytes_and_decode_to_the_same_answers() {
 
 #[test]
 fn a_cut_chunked_message_is_an_error_not_a_panic() {
-    use super::chunked::decode_from;
     use crate::engine::wire;
+    use crate::gui::chunked::decode_from;
     let answers = engine_answers();
     let loaded = answers
         .iter()

@@ -7,8 +7,8 @@ use std::rc::Rc;
 use wasm_bindgen::JsCast;
 use wasm_bindgen::prelude::*;
 
-use super::chunked;
 use crate::engine::wire::{Request, Response};
+use crate::gui::chunked;
 
 /// The engine in a Web Worker (`worker.js` beside the page, same wasm).
 pub struct WorkerEngine {
