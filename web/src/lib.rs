@@ -10,6 +10,7 @@ mod entry {
     use std::cell::RefCell;
 
     use allocsim_app::engine::{Engine, examples, wire};
+    use allocsim_app::gui::chunked;
     use allocsim_app::gui::{AllocsimApp, Startup};
     use wasm_bindgen::JsCast;
     use wasm_bindgen::prelude::*;
@@ -56,11 +57,12 @@ mod entry {
         let Ok(scope) = js_sys::global().dyn_into::<web_sys::DedicatedWorkerGlobalScope>() else {
             return;
         };
-        // Encoded straight into JS memory: the worker's wasm memory (never given back)
-        // does not hold the message whole beside the trace.
-        match allocsim_app::gui::chunked::encode_js(r) {
-            Ok(arr) => {
-                let _ = scope.post_message_with_transfer(&arr, &js_sys::Array::of1(&arr.buffer()));
+        // Encoded straight into JS memory, in chunks posted as they are (their buffers
+        // moved, not copied): the worker's wasm memory (never given back) does not hold the
+        // message whole beside the trace, nor its JS memory a joined copy.
+        match chunked::encode_chunks(r) {
+            Ok((chunks, buffers)) => {
+                let _ = scope.post_message_with_transfer(&chunks, &buffers);
             }
             Err(e) => web_sys::console::error_1(&e.into()),
         }
@@ -171,18 +173,6 @@ mod entry {
         Ok(js_sys::Uint8Array::new(&buf))
     }
 
-    /// Frees `bytes`' buffer now rather than at the next garbage collection
-    /// (`ArrayBuffer.prototype.transfer`, where the browser has it).
-    fn release(bytes: &js_sys::Uint8Array) {
-        let buffer = bytes.buffer();
-        let transfer = js_sys::Reflect::get(&buffer, &"transfer".into())
-            .ok()
-            .and_then(|f| f.dyn_into::<js_sys::Function>().ok());
-        if let Some(transfer) = transfer {
-            let _ = transfer.call1(&buffer, &JsValue::from_f64(0.0));
-        }
-    }
-
     /// Lets the worker's pending messages in (a Cancel): a message to itself through a
     /// `MessageChannel` (a timer would wait at least 4 ms).
     async fn let_messages_in() {
@@ -227,7 +217,7 @@ mod entry {
             piece: &mut Vec<u8>,
         ) -> Result<(), String> {
             if at < self.from || to > self.to() {
-                release(&self.bytes);
+                chunked::release(&self.bytes.buffer());
                 let end = (at + SLICE_BYTES).max(to).min(file.size() as u64);
                 self.bytes = slice(file, at, end).await?;
                 self.from = at;
@@ -258,7 +248,7 @@ mod entry {
             },
         };
         let result = decode(job, name, file, &mut window).await;
-        release(&window.bytes);
+        chunked::release(&window.bytes.buffer());
         result
     }
 

@@ -182,7 +182,91 @@ impl<'de, S: Source + 'de> de_flavors::Flavor<'de> for Window<S> {
     }
 }
 
-/// Encoded chunks in JS memory, joined into one array at the end.
+/// A message in several pieces, in order (the chunks it was sent in), read as one.
+#[derive(Debug)]
+pub struct Joined<P> {
+    pieces: Vec<P>,
+    /// Where each piece starts in the message, and the message's size last.
+    starts: Vec<usize>,
+}
+
+impl<P: Source> Joined<P> {
+    #[must_use]
+    pub fn new(pieces: Vec<P>) -> Joined<P> {
+        let mut starts = vec![0];
+        for p in &pieces {
+            starts.push(starts.last().copied().unwrap_or(0) + p.size());
+        }
+        Joined { pieces, starts }
+    }
+
+    /// The pieces, for the caller to release.
+    #[must_use]
+    pub fn pieces(&self) -> &[P] {
+        &self.pieces
+    }
+}
+
+impl<P: Source> Source for Joined<P> {
+    fn size(&self) -> usize {
+        self.starts.last().copied().unwrap_or(0)
+    }
+
+    fn copy(&self, from: usize, into: &mut [u8]) {
+        // The last piece starting at or before `from`, then on across pieces.
+        let mut i = self
+            .starts
+            .partition_point(|&s| s <= from)
+            .saturating_sub(1);
+        let (mut at, mut done) = (from, 0);
+        while done < into.len() {
+            let (Some(p), Some(&start)) = (self.pieces.get(i), self.starts.get(i)) else {
+                return;
+            };
+            let n = (p.size() - (at - start)).min(into.len() - done);
+            if let Some(dst) = into.get_mut(done..done + n) {
+                p.copy(at - start, dst);
+            }
+            done += n;
+            at += n;
+            i += 1;
+        }
+    }
+}
+
+impl Source for [u8] {
+    fn size(&self) -> usize {
+        self.len()
+    }
+
+    fn copy(&self, from: usize, into: &mut [u8]) {
+        if let Some(src) = self.get(from..from + into.len()) {
+            into.copy_from_slice(src);
+        }
+    }
+}
+
+impl Source for Vec<u8> {
+    fn size(&self) -> usize {
+        self.len()
+    }
+
+    fn copy(&self, from: usize, into: &mut [u8]) {
+        self.as_slice().copy(from, into);
+    }
+}
+
+impl<S: Source + ?Sized> Source for &S {
+    fn size(&self) -> usize {
+        (**self).size()
+    }
+
+    fn copy(&self, from: usize, into: &mut [u8]) {
+        (**self).copy(from, into);
+    }
+}
+
+/// Encoded chunks in JS memory.
 #[cfg(target_arch = "wasm32")]
 #[derive(Default)]
 struct JsChunks {
@@ -192,25 +276,15 @@ struct JsChunks {
 
 #[cfg(target_arch = "wasm32")]
 impl Sink for JsChunks {
-    type Output = Result<js_sys::Uint8Array, String>;
+    type Output = Self;
 
     fn chunk(&mut self, bytes: &[u8]) {
         self.chunks.push(js_sys::Uint8Array::from(bytes));
         self.len += bytes.len() as u64;
     }
 
-    fn finish(self) -> Self::Output {
-        if let [one] = self.chunks.as_slice() {
-            return Ok(one.clone());
-        }
-        let len = u32::try_from(self.len).map_err(|_| "a message over 4 GiB".to_string())?;
-        let out = js_sys::Uint8Array::new_with_length(len);
-        let mut at = 0;
-        for c in &self.chunks {
-            out.set(c, at);
-            at += c.length();
-        }
-        Ok(out)
+    fn finish(self) -> Self {
+        self
     }
 }
 
@@ -226,14 +300,76 @@ impl Source for js_sys::Uint8Array {
     }
 }
 
-/// Encodes `msg` into a JS array, [`CHUNK`] bytes at a time.
+/// Encodes `msg` into one JS array, [`CHUNK`] bytes at a time (a request to a worker).
 #[cfg(target_arch = "wasm32")]
 pub fn encode_js<T: serde::Serialize>(msg: &T) -> Result<js_sys::Uint8Array, String> {
-    encode_into(msg, JsChunks::default(), CHUNK)?
+    let c = encode_into(msg, JsChunks::default(), CHUNK)?;
+    if let [one] = c.chunks.as_slice() {
+        return Ok(one.clone());
+    }
+    let len = u32::try_from(c.len).map_err(|_| "a message over 4 GiB".to_string())?;
+    let out = js_sys::Uint8Array::new_with_length(len);
+    let mut at = 0;
+    for chunk in &c.chunks {
+        out.set(chunk, at);
+        at += chunk.length();
+    }
+    Ok(out)
 }
 
-/// Decodes a message from the JS array it arrived in, [`CHUNK`] bytes at a time.
+/// Encodes `msg` as a JS array of its chunks, and the list of their buffers to transfer
+/// with it (an answer to the page: the chunks are never joined).
 #[cfg(target_arch = "wasm32")]
-pub fn decode_js<T: serde::de::DeserializeOwned>(bytes: &js_sys::Uint8Array) -> Result<T, String> {
-    decode_from(bytes.clone(), CHUNK)
+pub fn encode_chunks<T: serde::Serialize>(
+    msg: &T,
+) -> Result<(js_sys::Array, js_sys::Array), String> {
+    let c = encode_into(msg, JsChunks::default(), CHUNK)?;
+    let (chunks, buffers) = (js_sys::Array::new(), js_sys::Array::new());
+    for chunk in c.chunks {
+        buffers.push(&chunk.buffer());
+        chunks.push(&chunk);
+    }
+    Ok((chunks, buffers))
+}
+
+/// Decodes a message from what a worker posted: one array (or buffer) of its bytes, or an
+/// array of its chunks ([`encode_chunks`]); `None` when `data` is neither. The buffers are
+/// released as soon as it is decoded ([`release`]).
+#[cfg(target_arch = "wasm32")]
+#[must_use]
+pub fn decode_js<T: serde::de::DeserializeOwned>(
+    data: &wasm_bindgen::JsValue,
+) -> Option<Result<T, String>> {
+    use wasm_bindgen::JsCast;
+    let pieces: Vec<js_sys::Uint8Array> = if let Some(a) = data.dyn_ref::<js_sys::Uint8Array>() {
+        vec![a.clone()]
+    } else if let Some(b) = data.dyn_ref::<js_sys::ArrayBuffer>() {
+        vec![js_sys::Uint8Array::new(b)]
+    } else if let Some(list) = data.dyn_ref::<js_sys::Array>() {
+        list.iter()
+            .map(JsCast::dyn_into::<js_sys::Uint8Array>)
+            .collect::<Result<_, _>>()
+            .ok()?
+    } else {
+        return None;
+    };
+    let joined = Joined::new(pieces);
+    let r = decode_from(&joined, CHUNK);
+    for p in joined.pieces() {
+        release(&p.buffer());
+    }
+    Some(r)
+}
+
+/// Frees `buffer`'s memory now rather than at the next garbage collection
+/// (`ArrayBuffer.prototype.transfer`, where the browser has it); it is empty after.
+#[cfg(target_arch = "wasm32")]
+pub fn release(buffer: &js_sys::ArrayBuffer) {
+    use wasm_bindgen::JsCast;
+    let transfer = js_sys::Reflect::get(buffer, &"transfer".into())
+        .ok()
+        .and_then(|f| f.dyn_into::<js_sys::Function>().ok());
+    if let Some(transfer) = transfer {
+        let _ = transfer.call1(buffer, &wasm_bindgen::JsValue::from_f64(0.0));
+    }
 }

@@ -447,7 +447,7 @@ pub mod web {
 
     /// Answers as they arrived: outside wasm's memory until decoded
     /// ([`crate::gui::chunked`]).
-    type Inbox = Rc<RefCell<Vec<(WorkerId, js_sys::Uint8Array)>>>;
+    type Inbox = Rc<RefCell<Vec<(WorkerId, JsValue)>>>;
     /// A worker and its message handler (kept alive as long as the worker).
     type Live = (web_sys::Worker, Closure<dyn FnMut(web_sys::MessageEvent)>);
 
@@ -491,9 +491,7 @@ pub mod web {
             let (sink, ctx) = (self.inbox.clone(), self.ctx.clone());
             let on_message = Closure::<dyn FnMut(web_sys::MessageEvent)>::new(
                 move |e: web_sys::MessageEvent| {
-                    if let Some(a) = e.data().dyn_ref::<js_sys::Uint8Array>() {
-                        sink.borrow_mut().push((id, a.clone()));
-                    }
+                    sink.borrow_mut().push((id, e.data()));
                     ctx.request_repaint();
                 },
             );
@@ -523,8 +521,9 @@ pub mod web {
         fn take(&mut self) -> Vec<(WorkerId, Response)> {
             let raw = std::mem::take(&mut *self.inbox.borrow_mut());
             raw.into_iter()
+                // Anything but an encoded answer (worker.js's `{crashed}`) is left out, as before.
                 .filter_map(
-                    |(w, b)| match crate::gui::chunked::decode_js::<Response>(&b) {
+                    |(w, data)| match crate::gui::chunked::decode_js::<Response>(&data)? {
                         Ok(r) => Some((w, r)),
                         Err(e) => {
                             log::error!("{e}");

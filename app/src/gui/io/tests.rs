@@ -240,21 +240,10 @@ impl crate::gui::chunked::Sink for VecChunks {
     }
 }
 
-struct Bytes<'a>(&'a [u8]);
-
-impl crate::gui::chunked::Source for Bytes<'_> {
-    fn size(&self) -> usize {
-        self.0.len()
-    }
-    fn copy(&self, from: usize, into: &mut [u8]) {
-        into.copy_from_slice(&self.0[from..from + into.len()]);
-    }
-}
-
 #[test]
 fn chunked_messages_are_the_wire_bytes_and_decode_to_the_same_answers() {
     use crate::engine::wire;
-    use crate::gui::chunked::{decode_from, encode_into};
+    use crate::gui::chunked::{Joined, decode_from, encode_into};
     let answers = engine_answers();
     let kinds: Vec<String> = answers
         .iter()
@@ -287,7 +276,17 @@ fn chunked_messages_are_the_wire_bytes_and_decode_to_the_same_answers() {
                 );
             }
             assert_eq!(chunks.concat(), whole, "the wire's bytes, chunk {chunk}");
-            let back: Response = decode_from(Bytes(&whole), chunk).expect("decodes");
+            // Read back across the chunks it was sent in, through windows of another size.
+            for window in [3, 4096] {
+                let back: Response =
+                    decode_from(Joined::new(chunks.clone()), window).expect("decodes");
+                assert_eq!(
+                    wire::encode(&back).expect("encodes"),
+                    whole,
+                    "chunk {chunk}, window {window}"
+                );
+            }
+            let back: Response = decode_from(whole.as_slice(), chunk).expect("decodes");
             assert_eq!(
                 wire::encode(&back).expect("encodes"),
                 whole,
@@ -310,7 +309,7 @@ fn a_cut_chunked_message_is_an_error_not_a_panic() {
     let whole = wire::encode(loaded).expect("encodes");
     for cut in [0, 1, whole.len() / 2, whole.len() - 1] {
         for chunk in [1, 4096] {
-            let r = decode_from::<Response, _>(Bytes(&whole[..cut]), chunk);
+            let r = decode_from::<Response, _>(&whole[..cut], chunk);
             let e = r.expect_err("a cut message fails");
             assert!(e.starts_with("cannot decode a message"), "{e}");
         }

@@ -31,14 +31,8 @@ impl WorkerEngine {
         let on_message =
             Closure::<dyn FnMut(web_sys::MessageEvent)>::new(move |e: web_sys::MessageEvent| {
                 let data = e.data();
-                let bytes = if let Some(a) = data.dyn_ref::<js_sys::Uint8Array>() {
-                    Some(a.clone())
-                } else {
-                    data.dyn_ref::<js_sys::ArrayBuffer>()
-                        .map(|b| js_sys::Uint8Array::new(b))
-                };
-                if let Some(bytes) = bytes {
-                    match chunked::decode_js::<Response>(&bytes) {
+                if let Some(decoded) = chunked::decode_js::<Response>(&data) {
+                    match decoded {
                         Ok(r) => sink.borrow_mut().push(r),
                         Err(e) => log::error!("{e}"),
                     }
