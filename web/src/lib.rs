@@ -150,7 +150,8 @@ mod entry {
     }
 
     /// A file up to this size is read whole, in one read, into a JS `ArrayBuffer` (outside
-    /// wasm's memory, released when the read ends), and both passes of a plain pickle are
+    /// wasm's memory, which is never given back; garbage once the read ends: JS memory
+    /// the tab may reuse, though its RSS keeps it), and both passes of a plain pickle are
     /// fed from it; a bigger one is read in slices of [`SLICE_BYTES`], in each pass. Reading
     /// a `File` costs per slice in Chromium: a 32 MB pickle's two passes in 4 MiB slices took
     /// 0.2–0.6 s in a worker, the whole file read once 0.04–0.05 s (74 MB: 0.35–1.6 s against
@@ -217,7 +218,6 @@ mod entry {
             piece: &mut Vec<u8>,
         ) -> Result<(), String> {
             if at < self.from || to > self.to() {
-                chunked::release(&self.bytes.buffer());
                 let end = (at + SLICE_BYTES).max(to).min(file.size() as u64);
                 self.bytes = slice(file, at, end).await?;
                 self.from = at;
@@ -247,9 +247,7 @@ mod entry {
                 js_sys::Uint8Array::new_with_length(0)
             },
         };
-        let result = decode(job, name, file, &mut window).await;
-        chunked::release(&window.bytes.buffer());
-        result
+        decode(job, name, file, &mut window).await
     }
 
     async fn decode(

@@ -199,12 +199,6 @@ impl<P: Source> Joined<P> {
         }
         Joined { pieces, starts }
     }
-
-    /// The pieces, for the caller to release.
-    #[must_use]
-    pub fn pieces(&self) -> &[P] {
-        &self.pieces
-    }
 }
 
 impl<P: Source> Source for Joined<P> {
@@ -333,8 +327,7 @@ pub fn encode_chunks<T: serde::Serialize>(
 }
 
 /// Decodes a message from what a worker posted: one array (or buffer) of its bytes, or an
-/// array of its chunks ([`encode_chunks`]); `None` when `data` is neither. The buffers are
-/// released as soon as it is decoded ([`release`]).
+/// array of its chunks ([`encode_chunks`]); `None` when `data` is neither.
 #[cfg(target_arch = "wasm32")]
 #[must_use]
 pub fn decode_js<T: serde::de::DeserializeOwned>(
@@ -353,23 +346,5 @@ pub fn decode_js<T: serde::de::DeserializeOwned>(
     } else {
         return None;
     };
-    let joined = Joined::new(pieces);
-    let r = decode_from(&joined, CHUNK);
-    for p in joined.pieces() {
-        release(&p.buffer());
-    }
-    Some(r)
-}
-
-/// Frees `buffer`'s memory now rather than at the next garbage collection
-/// (`ArrayBuffer.prototype.transfer`, where the browser has it); it is empty after.
-#[cfg(target_arch = "wasm32")]
-pub fn release(buffer: &js_sys::ArrayBuffer) {
-    use wasm_bindgen::JsCast;
-    let transfer = js_sys::Reflect::get(buffer, &"transfer".into())
-        .ok()
-        .and_then(|f| f.dyn_into::<js_sys::Function>().ok());
-    if let Some(transfer) = transfer {
-        let _ = transfer.call1(buffer, &wasm_bindgen::JsValue::from_f64(0.0));
-    }
+    Some(decode_from(Joined::new(pieces), CHUNK))
 }
