@@ -5,7 +5,7 @@
 import { chromium } from "playwright-core";
 import { mkdtempSync, readFileSync, readdirSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
-import { join } from "node:path";
+import { basename, join, resolve } from "node:path";
 
 /// Command-line `--name value`, or `def`.
 export function arg(name, def) {
@@ -184,9 +184,35 @@ export async function dropBytes(page, bytes, name, selector = "#allocsim_canvas"
   );
 }
 
-/// Drops the file at `path` on the canvas or `selector` (see [`dropBytes`]).
+/// Drops the file at `path` on the canvas or `selector` as a user's drag-and-drop does: the
+/// page gets a `File` backed by the file on disk (set on a hidden `<input type=file>` through
+/// the DevTools protocol, `DOM.setFileInputFiles`), so no copy of its bytes is made in the
+/// page before the drop, as none is when a user drops it. Its name is the path's own; a
+/// different `name` drops the bytes instead ([`dropBytes`]). Returns the page time of the drop.
 export async function dropFile(page, path, name, selector = "#allocsim_canvas") {
-  return dropBytes(page, readFileSync(path), name, selector);
+  const absolute = resolve(path);
+  if (basename(absolute) !== name) return dropBytes(page, readFileSync(absolute), name, selector);
+  await page.evaluate(() => {
+    if (document.getElementById("__bench_drop")) return;
+    const input = document.createElement("input");
+    input.type = "file";
+    input.id = "__bench_drop";
+    input.style.display = "none";
+    document.body.appendChild(input);
+  });
+  const input = page.locator("#__bench_drop");
+  await input.setInputFiles(absolute);
+  return input.evaluate((input, selector) => {
+    const dt = new DataTransfer();
+    dt.items.add(input.files[0]);
+    const target = document.querySelector(selector);
+    const t = performance.now();
+    for (const type of ["dragenter", "dragover", "drop"]) {
+      target.dispatchEvent(new DragEvent(type, { dataTransfer: dt, bubbles: true, cancelable: true }));
+    }
+    input.value = "";
+    return t;
+  }, selector);
 }
 
 /// Resident memory (MiB) of this Chromium's processes by kind, from /proc: the browser

@@ -4,6 +4,7 @@
 //! happened. Slow work runs in the [`engine`] off the UI thread; the views draw plain data
 //! ([`state`]) with egui and, for the big ones, our own wgpu pipeline ([`render`]).
 
+pub mod chunked;
 pub mod envelope;
 
 mod commands;

@@ -443,9 +443,11 @@ pub mod web {
     use wasm_bindgen::prelude::*;
 
     use super::{RANK_WORKER, SEARCH_WORKER, WorkerId, Workers};
-    use crate::engine::wire::{self, Request, Response};
+    use crate::engine::wire::{Request, Response};
 
-    type Inbox = Rc<RefCell<Vec<(WorkerId, Vec<u8>)>>>;
+    /// Answers as they arrived: outside wasm's memory until decoded
+    /// ([`crate::gui::chunked`]).
+    type Inbox = Rc<RefCell<Vec<(WorkerId, JsValue)>>>;
     /// A worker and its message handler (kept alive as long as the worker).
     type Live = (web_sys::Worker, Closure<dyn FnMut(web_sys::MessageEvent)>);
 
@@ -475,7 +477,7 @@ pub mod web {
         type Msg = JsValue;
 
         fn encode(&self, req: &Request) -> Result<JsValue, String> {
-            wire::encode(req).map(|b| js_sys::Uint8Array::from(b.as_slice()).into())
+            crate::gui::chunked::encode_js(req).map(Into::into)
         }
 
         fn spawn(&mut self, search: bool) -> Result<WorkerId, String> {
@@ -489,9 +491,7 @@ pub mod web {
             let (sink, ctx) = (self.inbox.clone(), self.ctx.clone());
             let on_message = Closure::<dyn FnMut(web_sys::MessageEvent)>::new(
                 move |e: web_sys::MessageEvent| {
-                    if let Some(a) = e.data().dyn_ref::<js_sys::Uint8Array>() {
-                        sink.borrow_mut().push((id, a.to_vec()));
-                    }
+                    sink.borrow_mut().push((id, e.data()));
                     ctx.request_repaint();
                 },
             );
@@ -521,13 +521,16 @@ pub mod web {
         fn take(&mut self) -> Vec<(WorkerId, Response)> {
             let raw = std::mem::take(&mut *self.inbox.borrow_mut());
             raw.into_iter()
-                .filter_map(|(w, b)| match wire::decode::<Response>(&b) {
-                    Ok(r) => Some((w, r)),
-                    Err(e) => {
-                        log::error!("{e}");
-                        None
-                    }
-                })
+                // Anything but an encoded answer (worker.js's `{crashed}`) is left out, as before.
+                .filter_map(
+                    |(w, data)| match crate::gui::chunked::decode_js::<Response>(&data)? {
+                        Ok(r) => Some((w, r)),
+                        Err(e) => {
+                            log::error!("{e}");
+                            None
+                        }
+                    },
+                )
                 .collect()
         }
     }

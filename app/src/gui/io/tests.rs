@@ -228,3 +228,134 @@ fn natively_the_bands_are_stacked_beside_the_engine_from_its_own_table() {
     // The UI's table is shared with the engine: the engine's handle and the one sent.
     assert!(std::sync::Arc::strong_count(&trace.ops) >= 2);
 }
+
+/// Every answer the engine gives on a real snapshot (decode, the recorded timeline, the
+/// trace, two replays, a layout), for the chunked codec's tests.
+fn engine_answers() -> Vec<Response> {
+    use crate::engine::{Engine, examples};
+    let ex = examples::by_file("kvcache_decode.pickle.gz").expect("built in");
+    let mut engine = Engine::new();
+    let mut out = Vec::new();
+    let mut push = |r: Response| out.push(r);
+    engine.handle(
+        Request::Load {
+            job: 1,
+            name: ex.file.into(),
+            bytes: ex.bytes.to_vec(),
+        },
+        &mut push,
+    );
+    for (slot, spec) in ["pytorch", "pytorch@expandable_segments:True"]
+        .iter()
+        .enumerate()
+    {
+        engine.handle(
+            Request::Replay {
+                job: 2,
+                slot: slot as u32,
+                spec: (*spec).into(),
+                capacity_bytes: None,
+            },
+            &mut push,
+        );
+    }
+    engine.handle(
+        Request::Layout {
+            job: 3,
+            slot: 0,
+            op: 1000,
+        },
+        &mut push,
+    );
+    out
+}
+
+/// The chunks a message was encoded into, kept natively.
+#[derive(Default)]
+struct VecChunks(Vec<Vec<u8>>);
+
+impl crate::gui::chunked::Sink for VecChunks {
+    type Output = Vec<Vec<u8>>;
+    fn chunk(&mut self, bytes: &[u8]) {
+        self.0.push(bytes.to_vec());
+    }
+    fn finish(self) -> Vec<Vec<u8>> {
+        self.0
+    }
+}
+
+#[test]
+fn chunked_messages_are_the_wire_bytes_and_decode_to_the_same_answers() {
+    use crate::engine::wire;
+    use crate::gui::chunked::{Joined, decode_from, encode_into};
+    let answers = engine_answers();
+    let kinds: Vec<String> = answers
+        .iter()
+        .map(|r| {
+            format!("{r:?}")
+                .split([' ', '('])
+                .next()
+                .unwrap_or("")
+                .to_string()
+        })
+        .collect();
+    for kind in ["Recorded", "Loaded", "Replayed", "Layout"] {
+        assert!(kinds.iter().any(|k| k == kind), "no {kind} among {kinds:?}");
+    }
+    let mut biggest = 0;
+    for r in &answers {
+        let whole = wire::encode(r).expect("encodes");
+        biggest = biggest.max(whole.len());
+        for chunk in [1, 7, 4096, 1 << 20] {
+            let chunks = encode_into(r, VecChunks::default(), chunk).expect("encodes");
+            assert!(
+                chunks.iter().all(|c| !c.is_empty()),
+                "no empty chunk is sent"
+            );
+            if chunk < whole.len() {
+                assert!(
+                    chunks.len() > 1,
+                    "{} bytes in chunks of {chunk}",
+                    whole.len()
+                );
+            }
+            assert_eq!(chunks.concat(), whole, "the wire's bytes, chunk {chunk}");
+            // Read back across the chunks it was sent in, through windows of another size.
+            for window in [3, 4096] {
+                let back: Response =
+                    decode_from(Joined::new(chunks.clone()), window).expect("decodes");
+                assert_eq!(
+                    wire::encode(&back).expect("encodes"),
+                    whole,
+                    "chunk {chunk}, window {window}"
+                );
+            }
+            let back: Response = decode_from(whole.as_slice(), chunk).expect("decodes");
+            assert_eq!(
+                wire::encode(&back).expect("encodes"),
+                whole,
+                "chunk {chunk}"
+            );
+        }
+    }
+    assert!(biggest > 1 << 20, "a message over a chunk: {biggest} bytes");
+}
+
+#[test]
+fn a_cut_chunked_message_is_an_error_not_a_panic() {
+    use crate::engine::wire;
+    use crate::gui::chunked::decode_from;
+    let answers = engine_answers();
+    let loaded = answers
+        .iter()
+        .find(|r| matches!(r, Response::Loaded { .. }))
+        .expect("loaded");
+    let whole = wire::encode(loaded).expect("encodes");
+    for cut in [0, 1, whole.len() / 2, whole.len() - 1] {
+        for chunk in [1, 4096] {
+            let r = decode_from::<Response, _>(&whole[..cut], chunk);
+            let e = r.expect_err("a cut message fails");
+            assert!(e.starts_with("cannot decode a message"), "{e}");
+        }
+    }
+}

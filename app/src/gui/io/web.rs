@@ -7,12 +7,15 @@ use std::rc::Rc;
 use wasm_bindgen::JsCast;
 use wasm_bindgen::prelude::*;
 
-use crate::engine::wire::{self, Request, Response};
+use crate::engine::wire::{Request, Response};
+use crate::gui::chunked;
 
 /// The engine in a Web Worker (`worker.js` beside the page, same wasm).
 pub struct WorkerEngine {
     worker: web_sys::Worker,
-    inbox: Rc<RefCell<Vec<Vec<u8>>>>,
+    /// Answers decoded as they arrive, straight from the JS array each came in
+    /// ([`chunked::decode_js`]): the page's wasm memory never holds one encoded.
+    inbox: Rc<RefCell<Vec<Response>>>,
     _on_message: Closure<dyn FnMut(web_sys::MessageEvent)>,
 }
 
@@ -22,22 +25,21 @@ impl WorkerEngine {
         opts.set_type(web_sys::WorkerType::Module);
         let worker = web_sys::Worker::new_with_options("./worker.js", &opts)
             .map_err(|e| format!("{e:?}"))?;
-        let inbox: Rc<RefCell<Vec<Vec<u8>>>> = Rc::default();
+        let inbox: Rc<RefCell<Vec<Response>>> = Rc::default();
         let sink = inbox.clone();
         let ctx = ctx.clone();
         let on_message =
             Closure::<dyn FnMut(web_sys::MessageEvent)>::new(move |e: web_sys::MessageEvent| {
                 let data = e.data();
-                if let Some(a) = data.dyn_ref::<js_sys::Uint8Array>() {
-                    sink.borrow_mut().push(a.to_vec());
-                } else if let Some(b) = data.dyn_ref::<js_sys::ArrayBuffer>() {
-                    sink.borrow_mut().push(js_sys::Uint8Array::new(b).to_vec());
+                if let Some(decoded) = chunked::decode_js::<Response>(&data) {
+                    match decoded {
+                        Ok(r) => sink.borrow_mut().push(r),
+                        Err(e) => log::error!("{e}"),
+                    }
                 } else if let Some(failed) = crashed(&data) {
                     // The worker's wasm stopped (an allocation past its memory: no
                     // panic hook runs): the job it ran fails with a message.
-                    if let Ok(bytes) = wire::encode(&failed) {
-                        sink.borrow_mut().push(bytes);
-                    }
+                    sink.borrow_mut().push(failed);
                 }
                 ctx.request_repaint();
             });
@@ -73,9 +75,8 @@ impl WorkerEngine {
     }
 
     pub fn send(&self, req: &Request) {
-        match wire::encode(req) {
-            Ok(bytes) => {
-                let arr = js_sys::Uint8Array::from(bytes.as_slice());
+        match chunked::encode_js(req) {
+            Ok(arr) => {
                 let transfer = js_sys::Array::of1(&arr.buffer());
                 if let Err(e) = self.worker.post_message_with_transfer(&arr, &transfer) {
                     log::error!("cannot post to the engine worker: {e:?}");
@@ -86,16 +87,7 @@ impl WorkerEngine {
     }
 
     pub fn poll(&self) -> Vec<Response> {
-        let raw = std::mem::take(&mut *self.inbox.borrow_mut());
-        raw.iter()
-            .filter_map(|b| match wire::decode::<Response>(b) {
-                Ok(r) => Some(r),
-                Err(e) => {
-                    log::error!("{e}");
-                    None
-                }
-            })
-            .collect()
+        std::mem::take(&mut *self.inbox.borrow_mut())
     }
 }
 
