@@ -12,8 +12,43 @@ use crate::engine::wire::{self, Request, Response};
 /// The engine in a Web Worker (`worker.js` beside the page, same wasm).
 pub struct WorkerEngine {
     worker: web_sys::Worker,
-    inbox: Rc<RefCell<Vec<Vec<u8>>>>,
+    inbox: Rc<RefCell<Vec<Response>>>,
+    background: Rc<RefCell<Background>>,
     _on_message: Closure<dyn FnMut(web_sys::MessageEvent)>,
+}
+
+/// [`WorkerEngine::send_background`]'s requests: one posted at a time, the next when its
+/// answer arrives, which wakes no frame.
+#[derive(Default)]
+struct Background {
+    waiting: std::collections::VecDeque<Request>,
+    in_flight: Option<u64>,
+}
+
+impl Background {
+    /// Posts the next waiting request if none is in flight.
+    fn next(&mut self, worker: &web_sys::Worker) {
+        if self.in_flight.is_none()
+            && let Some(req) = self.waiting.pop_front()
+        {
+            self.in_flight = Some(req.job());
+            post_request(worker, &req);
+        }
+    }
+}
+
+/// Posts `req` to `worker` as postcard bytes (their buffer transferred).
+fn post_request(worker: &web_sys::Worker, req: &Request) {
+    match wire::encode(req) {
+        Ok(bytes) => {
+            let arr = js_sys::Uint8Array::from(bytes.as_slice());
+            let transfer = js_sys::Array::of1(&arr.buffer());
+            if let Err(e) = worker.post_message_with_transfer(&arr, &transfer) {
+                log::error!("cannot post to the engine worker: {e:?}");
+            }
+        }
+        Err(e) => log::error!("{e}"),
+    }
 }
 
 impl WorkerEngine {
@@ -22,24 +57,42 @@ impl WorkerEngine {
         opts.set_type(web_sys::WorkerType::Module);
         let worker = web_sys::Worker::new_with_options("./worker.js", &opts)
             .map_err(|e| format!("{e:?}"))?;
-        let inbox: Rc<RefCell<Vec<Vec<u8>>>> = Rc::default();
-        let sink = inbox.clone();
+        let inbox: Rc<RefCell<Vec<Response>>> = Rc::default();
+        let background: Rc<RefCell<Background>> = Rc::default();
+        let (sink, bg, to) = (inbox.clone(), background.clone(), worker.clone());
         let ctx = ctx.clone();
         let on_message =
             Closure::<dyn FnMut(web_sys::MessageEvent)>::new(move |e: web_sys::MessageEvent| {
                 let data = e.data();
-                if let Some(a) = data.dyn_ref::<js_sys::Uint8Array>() {
-                    sink.borrow_mut().push(a.to_vec());
-                } else if let Some(b) = data.dyn_ref::<js_sys::ArrayBuffer>() {
-                    sink.borrow_mut().push(js_sys::Uint8Array::new(b).to_vec());
-                } else if let Some(failed) = crashed(&data) {
+                let bytes = if let Some(a) = data.dyn_ref::<js_sys::Uint8Array>() {
+                    Some(a.to_vec())
+                } else {
+                    data.dyn_ref::<js_sys::ArrayBuffer>()
+                        .map(|b| js_sys::Uint8Array::new(b).to_vec())
+                };
+                let answer = match bytes {
+                    Some(b) => match wire::decode::<Response>(&b) {
+                        Ok(r) => Some(r),
+                        Err(e) => {
+                            log::error!("{e}");
+                            None
+                        }
+                    },
                     // The worker's wasm stopped (an allocation past its memory: no
                     // panic hook runs): the job it ran fails with a message.
-                    if let Ok(bytes) = wire::encode(&failed) {
-                        sink.borrow_mut().push(bytes);
-                    }
+                    None => crashed(&data),
+                };
+                let Some(answer) = answer else { return };
+                let mut bg = bg.borrow_mut();
+                let quiet = bg.in_flight == Some(answer.job());
+                sink.borrow_mut().push(answer);
+                if quiet {
+                    // A background answer: the next one goes, and the next frame takes it.
+                    bg.in_flight = None;
+                    bg.next(&to);
+                } else {
+                    ctx.request_repaint();
                 }
-                ctx.request_repaint();
             });
         worker.set_onmessage(Some(on_message.as_ref().unchecked_ref()));
         // The worker instantiates the module this page already compiled.
@@ -49,6 +102,7 @@ impl WorkerEngine {
         Ok(WorkerEngine {
             worker,
             inbox,
+            background,
             _on_message: on_message,
         })
     }
@@ -73,29 +127,18 @@ impl WorkerEngine {
     }
 
     pub fn send(&self, req: &Request) {
-        match wire::encode(req) {
-            Ok(bytes) => {
-                let arr = js_sys::Uint8Array::from(bytes.as_slice());
-                let transfer = js_sys::Array::of1(&arr.buffer());
-                if let Err(e) = self.worker.post_message_with_transfer(&arr, &transfer) {
-                    log::error!("cannot post to the engine worker: {e:?}");
-                }
-            }
-            Err(e) => log::error!("{e}"),
-        }
+        post_request(&self.worker, req);
+    }
+
+    /// Replaces the background requests ([`super::EngineHandle::send_background`]).
+    pub fn send_background(&self, reqs: Vec<Request>) {
+        let mut bg = self.background.borrow_mut();
+        bg.waiting = reqs.into();
+        bg.next(&self.worker);
     }
 
     pub fn poll(&self) -> Vec<Response> {
-        let raw = std::mem::take(&mut *self.inbox.borrow_mut());
-        raw.iter()
-            .filter_map(|b| match wire::decode::<Response>(b) {
-                Ok(r) => Some(r),
-                Err(e) => {
-                    log::error!("{e}");
-                    None
-                }
-            })
-            .collect()
+        std::mem::take(&mut *self.inbox.borrow_mut())
     }
 }
 
