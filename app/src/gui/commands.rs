@@ -110,8 +110,8 @@ impl AllocsimApp {
         (b.saturating_sub(a) / 10).max(1)
     }
 
-    /// Where one key moves the cursor from where it is, most likely first: ArrowRight,
-    /// ArrowLeft, PageDown, PageUp, End, Home (clamped to the trace).
+    /// Where one key moves the cursor from where it is, most likely first: the right and
+    /// left arrows, page down and up, End, Home (clamped to the trace).
     pub(crate) fn key_targets(&self, doc: &state::Document) -> [u32; 6] {
         let last = (doc.trace.ops.len() as u32).saturating_sub(1);
         let (c, page) = (self.cursor, self.key_page(doc));
