@@ -184,3 +184,51 @@ fn layouts_are_answered_while_a_what_if_runs() {
     }
     assert_eq!(order, [4, 3]);
 }
+
+#[test]
+fn background_layouts_come_after_the_requests_and_a_new_list_drops_the_old() {
+    let ctx = egui::Context::default();
+    let mut e = EngineHandle::spawn(&ctx);
+    e.send(Request::Workload {
+        job: 1,
+        spec: "kvcache:tokens=500".into(),
+    });
+    e.send(Request::Replay {
+        job: 2,
+        slot: 0,
+        spec: "pytorch".into(),
+        capacity_bytes: None,
+    });
+    let layout = |job, op| Request::Layout { job, slot: 0, op };
+    // Many background layouts, then a request: the request is answered before the
+    // background ones not begun when it came.
+    e.send_background((0..200).map(|i| layout(100 + i, i as u32)).collect());
+    e.send(layout(3, 7));
+    // A new list replaces the rest of the old one.
+    e.send_background(vec![layout(400, 11)]);
+    let mut answered = Vec::new();
+    let start = std::time::Instant::now();
+    while !answered.contains(&400) {
+        assert!(start.elapsed().as_secs() < 120, "no answer: {answered:?}");
+        for r in e.poll() {
+            match r {
+                Response::Layout { job, layout, .. } => {
+                    if job == 400 {
+                        assert_eq!(layout.op, 11);
+                    }
+                    answered.push(job);
+                }
+                Response::Failed { job, message } => panic!("job {job}: {message}"),
+                _ => {}
+            }
+        }
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
+    let at = |job| answered.iter().position(|&j| j == job);
+    assert!(at(3) < at(400), "{answered:?}");
+    let old = answered
+        .iter()
+        .filter(|&&j| (100..300).contains(&j))
+        .count();
+    assert!(old < 200, "the old list was dropped: {old} of it answered");
+}
