@@ -86,8 +86,8 @@ fn a_typed_path_is_read_and_a_bad_one_says_why() {
     assert!(e.starts_with("cannot read /no/such/file.pickle: "), "{e}");
 }
 
-#[test]
-fn layouts_are_answered_while_a_min_capacity_search_runs() {
+/// A thread engine asked to build a synthetic trace (job 1) and replay it (job 2, slot 0).
+fn replayed_engine() -> EngineHandle {
     let ctx = egui::Context::default();
     let mut e = EngineHandle::spawn(&ctx);
     e.send(Request::Workload {
@@ -100,6 +100,12 @@ fn layouts_are_answered_while_a_min_capacity_search_runs() {
         spec: "pytorch".into(),
         capacity_bytes: None,
     });
+    e
+}
+
+#[test]
+fn layouts_are_answered_while_a_min_capacity_search_runs() {
+    let mut e = replayed_engine();
     // The search replays the trace a dozen times beside the engine; the layout asked
     // after it is answered first.
     e.send(Request::MinCapacity {
@@ -142,18 +148,7 @@ fn layouts_are_answered_while_a_min_capacity_search_runs() {
 
 #[test]
 fn layouts_are_answered_while_a_what_if_runs() {
-    let ctx = egui::Context::default();
-    let mut e = EngineHandle::spawn(&ctx);
-    e.send(Request::Workload {
-        job: 1,
-        spec: "kvcache:tokens=500".into(),
-    });
-    e.send(Request::Replay {
-        job: 2,
-        slot: 0,
-        spec: "pytorch".into(),
-        capacity_bytes: None,
-    });
+    let mut e = replayed_engine();
     // The what-if sweeps PyTorch's settings beside the engine.
     e.send(Request::WhatIf {
         job: 3,
@@ -187,18 +182,7 @@ fn layouts_are_answered_while_a_what_if_runs() {
 
 #[test]
 fn background_layouts_come_after_the_requests_and_a_new_list_drops_the_old() {
-    let ctx = egui::Context::default();
-    let mut e = EngineHandle::spawn(&ctx);
-    e.send(Request::Workload {
-        job: 1,
-        spec: "kvcache:tokens=500".into(),
-    });
-    e.send(Request::Replay {
-        job: 2,
-        slot: 0,
-        spec: "pytorch".into(),
-        capacity_bytes: None,
-    });
+    let mut e = replayed_engine();
     let layout = |job, op| Request::Layout { job, slot: 0, op };
     // Many background layouts, then a request: the request is answered before the
     // background ones not begun when it came.
