@@ -84,13 +84,16 @@ impl WorkerEngine {
                 };
                 let Some(answer) = answer else { return };
                 let mut bg = bg.borrow_mut();
-                let quiet = bg.in_flight == Some(answer.job());
+                let background = bg.in_flight == Some(answer.job());
+                // A background answer wakes no frame (the next one takes it), unless it
+                // is a failure (the worker may have stopped).
+                let quiet = background && !matches!(answer, Response::Failed { .. });
                 sink.borrow_mut().push(answer);
-                if quiet {
-                    // A background answer: the next one goes, and the next frame takes it.
+                if background {
                     bg.in_flight = None;
                     bg.next(&to);
-                } else {
+                }
+                if !quiet {
                     ctx.request_repaint();
                 }
             });
