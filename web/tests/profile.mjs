@@ -6,7 +6,7 @@
 
 import { writeFileSync, mkdirSync } from "node:fs";
 import { join } from "node:path";
-import { arg, launch, waitFrame, layoutMarker, markTime, dropFile } from "./lib.mjs";
+import { arg, launch, waitFrame, layoutMarker, markTime, dropFile, paintedAfter } from "./lib.mjs";
 
 const url = arg("--url");
 const traces = arg("--traces");
@@ -57,19 +57,25 @@ const k0 = await page.evaluate(() => performance.now());
 for (let i = 0; i < keys; i++) {
   const key = seq[i % seq.length];
   const from = await layoutMarker(page);
-  const t = await page.evaluate(() => performance.now());
+  // A stamp in the DevTools trace at the page time `t`: the key's window in the trace.
+  const t = await page.evaluate(() => {
+    console.timeStamp("allocsim-key");
+    return performance.now();
+  });
   await page.keyboard.press(key);
   await page.waitForFunction((f) => Number(document.body.getAttribute("data-allocsim-layout")) !== f, from, { timeout: 60000, polling: 5 });
   const to = await layoutMarker(page);
   const shown = await markTime(page, "data-allocsim-layout", t, `Number(v) === ${to}`);
-  lat.push(Math.round(shown - t));
+  const painted = await paintedAfter(page, shown);
+  lat.push({ key, t, built: Math.round(shown - t), painted: Math.round(painted - t) });
+  await page.waitForTimeout(300);
 }
 const k1 = await page.evaluate(() => performance.now());
 const done = new Promise((r) => cdp.once("Tracing.tracingComplete", r));
 await cdp.send("Tracing.end");
 await done;
 const { profile } = await cdp.send("Profiler.stop");
-console.log(`layout latencies ${JSON.stringify(lat)}`);
+console.log(`layout latencies (built / painted ms) ${JSON.stringify(lat.map((l) => [l.key, l.built, l.painted]))}`);
 console.log(`frame gaps while stepping: ${JSON.stringify(await gaps(k0, k1))}`);
 writeFileSync(join(out, "profile.cpuprofile"), JSON.stringify(profile));
 writeFileSync(join(out, "trace.json"), JSON.stringify({ traceEvents: chunks }));
@@ -97,4 +103,30 @@ for (const e of chunks) {
   per.set(k, (per.get(k) ?? 0) + e.dur / 1000);
 }
 console.log("busy per thread (ms):", JSON.stringify([...per.entries()].sort((a, b) => b[1] - a[1]).slice(0, 12)));
+
+// Each key's window, frame by frame: the tasks of 1 ms or more on the page's thread, the
+// engine worker, the GPU process and the display compositor, from the key press to the
+// layout painted, in ms after the key (start+length), so one sees how many frames a key
+// costs and who draws them.
+const stamps = chunks.filter((e) => e.name === "TimeStamp" && e.args?.data?.message === "allocsim-key").map((e) => e.ts);
+const watched = ["CrRendererMain", "DedicatedWorker thread", "CrGpuMain", "VizCompositorThread", "Compositor"];
+const tasks = chunks.filter(
+  (e) => e.ph === "X" && ["RunTask", "ThreadControllerImpl::RunTask"].includes(e.name) && e.dur >= 1000 && watched.includes(names.get(`${e.pid}:${e.tid}`)),
+);
+const frames = chunks.filter((e) => e.ph === "X" && e.name === "FireAnimationFrame" && e.dur >= 1000);
+lat.forEach((l, i) => {
+  const t0 = stamps[i];
+  if (t0 === undefined) return;
+  const t1 = t0 + (l.painted + 20) * 1000;
+  console.log(`key ${i} ${l.key}: built ${l.built} ms, painted ${l.painted} ms`);
+  for (const th of watched) {
+    const own = tasks.filter((e) => names.get(`${e.pid}:${e.tid}`) === th && e.ts + e.dur >= t0 && e.ts <= t1);
+    if (own.length === 0) continue;
+    const busy = own.reduce((a, e) => a + e.dur, 0) / 1000;
+    const list = own.map((e) => `${Math.round((e.ts - t0) / 1000)}+${Math.round(e.dur / 1000)}`).join(" ");
+    console.log(`  ${th.padEnd(22)} busy ${busy.toFixed(0).padStart(4)} ms: ${list}`);
+  }
+  const raf = frames.filter((e) => e.ts >= t0 && e.ts <= t1).map((e) => `${Math.round((e.ts - t0) / 1000)}+${Math.round(e.dur / 1000)}`);
+  console.log(`  animation frames of 1 ms or more: ${raf.join(" ")}`);
+});
 await s.close();

@@ -69,12 +69,7 @@ impl AllocsimApp {
         if n == 0 {
             return;
         }
-        let (lo, hi) = self.timeline.visible(doc);
-        let (a, b) = (
-            self.timeline.op_at_x(doc, lo),
-            self.timeline.op_at_x(doc, hi),
-        );
-        let page = (i64::from(b.saturating_sub(a)) / 10).max(1);
+        let page = i64::from(self.key_page(doc));
         let mut c = i64::from(self.cursor);
         ctx.input(|i| {
             for e in &i.events {
@@ -103,6 +98,31 @@ impl AllocsimApp {
             self.cursor = c;
             self.timeline.reveal(doc, c);
         }
+    }
+
+    /// The ops a page key moves the cursor by: a tenth of the ops in view, at least one.
+    fn key_page(&self, doc: &state::Document) -> u32 {
+        let (lo, hi) = self.timeline.visible(doc);
+        let (a, b) = (
+            self.timeline.op_at_x(doc, lo),
+            self.timeline.op_at_x(doc, hi),
+        );
+        (b.saturating_sub(a) / 10).max(1)
+    }
+
+    /// Where one key moves the cursor from where it is, most likely first: the right and
+    /// left arrows, page down and up, End, Home (clamped to the trace).
+    pub(crate) fn key_targets(&self, doc: &state::Document) -> [u32; 6] {
+        let last = (doc.trace.ops.len() as u32).saturating_sub(1);
+        let (c, page) = (self.cursor, self.key_page(doc));
+        [
+            c.saturating_add(1).min(last),
+            c.saturating_sub(1),
+            c.saturating_add(page).min(last),
+            c.saturating_sub(page),
+            last,
+            0,
+        ]
     }
 
     pub(crate) fn export_csv(&self) {

@@ -2,7 +2,7 @@
 //! the UI sends (replays, layouts, searches).
 
 use crate::engine::examples::{self, Example};
-use crate::engine::wire::{Request, Response};
+use crate::engine::wire::{LayoutData, Request, Response};
 use crate::gui::render::QuadSet;
 use crate::gui::state::{self, Document, LayoutView, ReplayView, Slot};
 use crate::gui::views::map::tab::{blocker_picker, highlighter};
@@ -226,7 +226,7 @@ impl AllocsimApp {
         }
         self.after_main_frame();
         self.explain_main_oom();
-        self.request_layouts();
+        self.request_layouts(ctx);
     }
 
     pub(crate) fn on_response(&mut self, r: Response) {
@@ -347,6 +347,7 @@ impl AllocsimApp {
                 s.replay_job = None;
                 s.replay = Some(ReplayView::new(*replay));
                 s.layout = None;
+                s.nearby.clear();
                 if slot == 0 && self.cursor_pending {
                     // On the first OOM (recorded or not), else at the peak.
                     self.cursor_pending = false;
@@ -362,25 +363,16 @@ impl AllocsimApp {
             }
             Response::Layout { job, slot, layout } => {
                 let Some(doc) = &mut self.doc else { return };
-                let trace = doc.trace.clone();
                 let Some(s) = doc.slots.get_mut(slot as usize) else {
                     return;
                 };
                 if s.layout_job.map(|(j, _)| j) != Some(job) {
+                    // A layout asked for in the background, kept for the keys.
+                    s.nearby.answer(job, *layout);
                     return;
                 }
                 s.layout_job = None;
-                let hl = highlighter(&trace, &self.search, self.selected_alloc);
-                let data = *layout;
-                let mut view = LayoutView::new(data, &hl);
-                if slot == 0 {
-                    view.set_blockers(&blocker_picker(self.explained.as_ref()));
-                }
-                s.layout = Some(view);
-                if slot == 0 {
-                    // The main configuration's own layout replaces the recorded end state.
-                    doc.recorded = None;
-                }
+                self.show_layout(slot as usize, *layout);
             }
             Response::AddressHits { job, hits, .. } => {
                 if self.search.job == Some(job) {
@@ -501,27 +493,94 @@ impl AllocsimApp {
                             s.layout_job = None;
                             s.error = Some(message.clone());
                         }
+                        s.nearby.asked.retain(|&(j, _)| j != job);
                     }
                 }
             }
         }
     }
 
+    /// Shows `layout` as slot `slot`'s (the layout it replaces is kept for the keys).
+    fn show_layout(&mut self, slot: usize, layout: LayoutData) {
+        let Some(doc) = &mut self.doc else { return };
+        let trace = doc.trace.clone();
+        let Some(s) = doc.slots.get_mut(slot) else {
+            return;
+        };
+        let hl = highlighter(&trace, &self.search, self.selected_alloc);
+        let mut view = LayoutView::new(layout, &hl);
+        if slot == 0 {
+            view.set_blockers(&blocker_picker(self.explained.as_ref()));
+        }
+        if let Some(old) = s.layout.replace(view) {
+            s.nearby.keep(old.data);
+        }
+        if slot == 0 {
+            // The main configuration's own layout replaces the recorded end state.
+            doc.recorded = None;
+        }
+    }
+
+    /// Shows the layouts at the cursor that were asked for in the background: a key then
+    /// shows its layout in the frame that moves the cursor (called before the frame is
+    /// drawn).
+    pub(crate) fn show_nearby_layouts(&mut self) {
+        let cursor = self.cursor;
+        let n = self.doc.as_ref().map_or(0, |d| d.slots.len());
+        for i in 0..n {
+            let kept = self.doc.as_mut().and_then(|d| {
+                let s = &mut d.slots[i];
+                let stale = s.replay.is_some()
+                    && s.error.is_none()
+                    && s.layout.as_ref().is_none_or(|l| l.data.op != cursor);
+                if !stale {
+                    return None;
+                }
+                let l = s.nearby.take(cursor)?;
+                // The request in flight for another op is moot.
+                s.layout_job = None;
+                Some(l)
+            });
+            if let Some(l) = kept {
+                self.show_layout(i, l);
+            }
+        }
+    }
+
     /// Asks for the layout at the cursor of every slot whose layout is stale (one request
-    /// in flight per slot: while scrubbing, the newest cursor wins).
-    pub(crate) fn request_layouts(&mut self) {
+    /// in flight per slot: while scrubbing, the newest cursor wins); a layout kept for the
+    /// keys is shown by the next frame instead. Once every slot shows the cursor's
+    /// layout, asks in the background for the layouts one key away.
+    pub(crate) fn request_layouts(&mut self, ctx: &egui::Context) {
         let cursor = self.cursor;
         let mut reqs = Vec::new();
+        let mut kept = false;
         if let Some(doc) = &self.doc {
             for (i, s) in doc.slots.iter().enumerate() {
                 if s.replay.is_some()
-                    && s.layout_job.is_none()
                     && s.error.is_none()
                     && s.layout.as_ref().is_none_or(|l| l.data.op != cursor)
                 {
-                    reqs.push(i);
+                    if s.nearby.layouts.iter().any(|l| l.op == cursor) {
+                        kept = true;
+                    } else if s.layout_job.is_none() {
+                        reqs.push(i);
+                    }
                 }
             }
+        }
+        if kept {
+            ctx.request_repaint();
+        }
+        if !reqs.is_empty() {
+            // The background requests not sent yet would only delay these.
+            self.engine.send_background(Vec::new());
+            if let Some(doc) = &mut self.doc {
+                for s in &mut doc.slots {
+                    s.nearby.asked.clear();
+                }
+            }
+            self.nearby_for = None;
         }
         for i in reqs {
             let job = self.job();
@@ -534,6 +593,62 @@ impl AllocsimApp {
                 op: cursor,
             });
         }
+        self.prefetch_layouts();
+    }
+
+    /// With every slot's layout at the cursor on screen, asks in the background (one
+    /// request at a time, after any other, answers that wake no frame) for each slot's
+    /// layouts at the events one key away ([`AllocsimApp::key_targets`]) that it does
+    /// not keep; once per cursor.
+    fn prefetch_layouts(&mut self) {
+        let cursor = self.cursor;
+        let Some(doc) = &self.doc else { return };
+        let settled = !doc.slots.is_empty()
+            && doc.slots.iter().all(|s| {
+                s.error.is_some()
+                    || (s.replay.is_some()
+                        && s.layout_job.is_none()
+                        && s.layout.as_ref().is_some_and(|l| l.data.op == cursor))
+            });
+        if !settled || self.load_job.is_some() {
+            return;
+        }
+        let targets = self.key_targets(doc);
+        let key = (doc.slots.len(), targets);
+        if self.nearby_for == Some(key) {
+            return;
+        }
+        self.nearby_for = Some(key);
+        let mut reqs = Vec::new();
+        let n = doc.slots.len();
+        // This batch replaces the one before, answered or not.
+        if let Some(doc) = &mut self.doc {
+            for s in &mut doc.slots {
+                s.nearby.asked.clear();
+            }
+        }
+        for op in targets {
+            for i in 0..n {
+                let wanted = self.doc.as_ref().is_some_and(|d| {
+                    let s = &d.slots[i];
+                    op != cursor && s.error.is_none() && !s.nearby.has(op)
+                });
+                if !wanted {
+                    continue;
+                }
+                let job = self.job();
+                let Some(s) = self.doc.as_mut().map(|d| &mut d.slots[i]) else {
+                    return;
+                };
+                s.nearby.ask(job, op);
+                reqs.push(Request::Layout {
+                    job,
+                    slot: i as u32,
+                    op,
+                });
+            }
+        }
+        self.engine.send_background(reqs);
     }
 
     /// Asks for the min capacity of every replayed slot that lacks one (the compare table).

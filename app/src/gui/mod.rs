@@ -188,6 +188,9 @@ pub struct AllocsimApp {
     pub last_full_ms: Option<f64>,
     /// Last time to the first frame with the recorded timeline, in milliseconds.
     pub last_recorded_ms: Option<f64>,
+    /// The slots and key targets the layouts one key away were last asked for
+    /// (`request_layouts`).
+    nearby_for: Option<(usize, [u32; 6])>,
     marked_layout: Option<u32>,
     /// The live CUDA replay panel (desktop builds with CUDA support only).
     #[cfg(feature = "cuda")]
@@ -280,6 +283,7 @@ impl AllocsimApp {
             last_full_ms: None,
             last_recorded_ms: None,
             marked_layout: None,
+            nearby_for: None,
             multi: crate::gui::views::multi::MultiState::default(),
             #[cfg(feature = "cuda")]
             live: crate::gui::views::live::LivePanel::default(),
@@ -511,6 +515,8 @@ impl AllocsimApp {
             self.timeline.overlays = self.live.overlays();
         }
         self.keys(&ctx);
+        // A key that moved the cursor to a layout kept for it shows it in this frame.
+        self.show_nearby_layouts();
         self.build_bands(&ctx);
         frame::top_bar_ui(ui, self);
         frame::status_bar_ui(ui, self);
@@ -518,7 +524,7 @@ impl AllocsimApp {
         frame::central_ui(ui, self);
         // A cursor moved by this frame's keys or clicks asks for its layout now, not one
         // frame later (a frame costs up to a second on a software rasterizer).
-        self.request_layouts();
+        self.request_layouts(&ctx);
         self.mark_frames();
         // A thread or worker engine wakes the UI with each answer; polling it with frames
         // meanwhile would only redraw an unchanged window (up to a second per frame on a
@@ -729,6 +735,8 @@ mod tests;
 mod first_hour_tests;
 #[cfg(test)]
 mod multi_tests;
+#[cfg(test)]
+mod nearby_tests;
 
 #[cfg(all(test, feature = "cuda"))]
 mod live_tests;

@@ -242,6 +242,73 @@ pub struct Slot {
     pub min_capacity: Option<Result<u64, String>>,
     /// The min-capacity job in flight.
     pub min_capacity_job: Option<u64>,
+    /// Layouts of this slot's replay at events one key away from the cursor, asked for
+    /// in the background (and the ones just left), so that a key shows its layout in
+    /// the frame that moves the cursor ([`Nearby`]).
+    pub nearby: Nearby,
+}
+
+/// A slot's layouts at other events than the cursor's, kept for the keys: asked for in
+/// the background once the cursor's layout is on screen (`AllocsimApp::prefetch_layouts`),
+/// each the engine's own answer for that op of the slot's current replay (a new replay
+/// empties it).
+#[derive(Debug, Default)]
+pub struct Nearby {
+    /// Answered, oldest first (at most [`Nearby::KEEP`]).
+    pub layouts: Vec<LayoutData>,
+    /// Background requests whose answers are taken: (job, op), newest last.
+    pub asked: Vec<(u64, u32)>,
+}
+
+impl Nearby {
+    /// Layouts kept per slot: the six key targets of two cursors, and a few more.
+    pub const KEEP: usize = 16;
+    /// Background jobs remembered (the ones never sent are forgotten in turn).
+    const ASKED: usize = 64;
+
+    /// Takes the layout at `op`, if kept.
+    pub fn take(&mut self, op: u32) -> Option<LayoutData> {
+        let i = self.layouts.iter().position(|l| l.op == op)?;
+        Some(self.layouts.remove(i))
+    }
+
+    /// Whether the layout at `op` is kept or asked for.
+    #[must_use]
+    pub fn has(&self, op: u32) -> bool {
+        self.layouts.iter().any(|l| l.op == op) || self.asked.iter().any(|&(_, o)| o == op)
+    }
+
+    /// Keeps `layout` (the oldest kept one goes past [`Nearby::KEEP`]).
+    pub fn keep(&mut self, layout: LayoutData) {
+        self.layouts.retain(|l| l.op != layout.op);
+        self.layouts.push(layout);
+        if self.layouts.len() > Nearby::KEEP {
+            self.layouts.remove(0);
+        }
+    }
+
+    /// Notes a background request for the layout at `op`.
+    pub fn ask(&mut self, job: u64, op: u32) {
+        self.asked.push((job, op));
+        if self.asked.len() > Nearby::ASKED {
+            self.asked.remove(0);
+        }
+    }
+
+    /// Keeps the answer of background job `job`; false if it is not one of ours.
+    pub fn answer(&mut self, job: u64, layout: LayoutData) -> bool {
+        let Some(i) = self.asked.iter().position(|&(j, _)| j == job) else {
+            return false;
+        };
+        self.asked.remove(i);
+        self.keep(layout);
+        true
+    }
+
+    /// Forgets everything (a new replay).
+    pub fn clear(&mut self) {
+        *self = Nearby::default();
+    }
 }
 
 impl Slot {
@@ -257,6 +324,7 @@ impl Slot {
             error: None,
             min_capacity: None,
             min_capacity_job: None,
+            nearby: Nearby::default(),
         }
     }
 }

@@ -85,6 +85,8 @@ enum Inner {
     Inline {
         engine: Box<crate::engine::Engine>,
         queue: Vec<Request>,
+        /// [`EngineHandle::send_background`]'s requests, run after the queue.
+        background: Vec<Request>,
         /// Answers not handed out yet ([`EngineHandle::inline_paced`]).
         held: std::collections::VecDeque<Response>,
         /// One answer per poll.
@@ -96,7 +98,7 @@ enum Inner {
     },
     #[cfg(not(target_arch = "wasm32"))]
     Thread {
-        tx: std::sync::mpsc::Sender<Request>,
+        tx: std::sync::mpsc::Sender<ToThread>,
         rx: std::sync::mpsc::Receiver<Response>,
         /// Cancels a job the engine thread is busy with (an open), not behind it.
         cancels: crate::engine::Cancels,
@@ -117,6 +119,7 @@ impl EngineHandle {
             inner: Inner::Inline {
                 engine: Box::new(crate::engine::Engine::new()),
                 queue: Vec::new(),
+                background: Vec::new(),
                 held: std::collections::VecDeque::new(),
                 paced: false,
                 #[cfg(target_arch = "wasm32")]
@@ -143,7 +146,7 @@ impl EngineHandle {
     pub fn spawn(ctx: &egui::Context) -> EngineHandle {
         #[cfg(not(target_arch = "wasm32"))]
         {
-            let (tx, req_rx) = std::sync::mpsc::channel::<Request>();
+            let (tx, req_rx) = std::sync::mpsc::channel::<ToThread>();
             let (resp_tx, rx) = std::sync::mpsc::channel::<Response>();
             let ctx = ctx.clone();
             let mut engine = crate::engine::Engine::new();
@@ -151,10 +154,34 @@ impl EngineHandle {
             let started = std::thread::Builder::new()
                 .name("allocsim-engine".into())
                 .spawn(move || {
-                    while let Ok(req) = req_rx.recv() {
+                    let mut background = std::collections::VecDeque::new();
+                    loop {
+                        // Requests first; a background one only when none waits, and its
+                        // answer wakes no frame.
+                        let first = match req_rx.try_recv() {
+                            Ok(m) => m,
+                            Err(std::sync::mpsc::TryRecvError::Empty) => {
+                                if let Some(req) = background.pop_front() {
+                                    engine.handle(req, &mut |r| {
+                                        let _ = resp_tx.send(r);
+                                    });
+                                    continue;
+                                }
+                                match req_rx.recv() {
+                                    Ok(m) => m,
+                                    Err(_) => break,
+                                }
+                            }
+                            Err(std::sync::mpsc::TryRecvError::Disconnected) => break,
+                        };
+                        let mut batch = Vec::new();
+                        for m in std::iter::once(first).chain(req_rx.try_iter()) {
+                            match m {
+                                ToThread::Request(req) => batch.push(req),
+                                ToThread::Background(reqs) => background = reqs.into(),
+                            }
+                        }
                         // Only the newest layout request per slot matters while scrubbing.
-                        let mut batch = vec![req];
-                        batch.extend(req_rx.try_iter());
                         for req in coalesce(batch) {
                             let job = req.job();
                             let req = match engine.detached(req) {
@@ -228,7 +255,7 @@ impl EngineHandle {
                 if let Request::Cancel { job } = &req {
                     cancels.cancel(*job);
                 }
-                let _ = tx.send(req);
+                let _ = tx.send(ToThread::Request(req));
             }
             #[cfg(target_arch = "wasm32")]
             Inner::Worker(w, beside) => {
@@ -240,6 +267,22 @@ impl EngineHandle {
                     w.send(&req);
                 }
             }
+        }
+    }
+
+    /// Replaces the background requests: cheap ones (layouts) that the engine answers one
+    /// at a time after every request sent, whose answers wake no frame (the next frame
+    /// polls them). Those of an earlier call not yet begun are dropped; an empty list
+    /// only drops them.
+    pub fn send_background(&mut self, reqs: Vec<Request>) {
+        match &mut self.inner {
+            Inner::Inline { background, .. } => *background = reqs,
+            #[cfg(not(target_arch = "wasm32"))]
+            Inner::Thread { tx, .. } => {
+                let _ = tx.send(ToThread::Background(reqs));
+            }
+            #[cfg(target_arch = "wasm32")]
+            Inner::Worker(w, _) => w.send_background(reqs),
         }
     }
 
@@ -287,6 +330,7 @@ impl EngineHandle {
             Inner::Inline {
                 engine,
                 queue,
+                background,
                 held,
                 paced,
                 #[cfg(target_arch = "wasm32")]
@@ -295,6 +339,9 @@ impl EngineHandle {
                 #[cfg(target_arch = "wasm32")]
                 queue.append(&mut late.borrow_mut());
                 for req in coalesce(std::mem::take(queue)) {
+                    engine.handle(req, &mut |r| held.push_back(r));
+                }
+                for req in std::mem::take(background) {
                     engine.handle(req, &mut |r| held.push_back(r));
                 }
                 if *paced {
@@ -334,8 +381,17 @@ impl EngineHandle {
     /// Whether requests wait in an inline queue (tests poll until this is false).
     #[must_use]
     pub fn has_queued(&self) -> bool {
-        matches!(&self.inner, Inner::Inline { queue, held, .. } if !queue.is_empty() || !held.is_empty())
+        matches!(&self.inner, Inner::Inline { queue, background, held, .. }
+            if !queue.is_empty() || !background.is_empty() || !held.is_empty())
     }
+}
+
+/// What the UI hands the engine thread.
+#[cfg(not(target_arch = "wasm32"))]
+enum ToThread {
+    Request(Request),
+    /// [`EngineHandle::send_background`].
+    Background(Vec<Request>),
 }
 
 /// Drops layout requests that a later one for the same slot makes moot.

@@ -86,8 +86,8 @@ fn a_typed_path_is_read_and_a_bad_one_says_why() {
     assert!(e.starts_with("cannot read /no/such/file.pickle: "), "{e}");
 }
 
-#[test]
-fn layouts_are_answered_while_a_min_capacity_search_runs() {
+/// A thread engine asked to build a synthetic trace (job 1) and replay it (job 2, slot 0).
+fn replayed_engine() -> EngineHandle {
     let ctx = egui::Context::default();
     let mut e = EngineHandle::spawn(&ctx);
     e.send(Request::Workload {
@@ -100,6 +100,12 @@ fn layouts_are_answered_while_a_min_capacity_search_runs() {
         spec: "pytorch".into(),
         capacity_bytes: None,
     });
+    e
+}
+
+#[test]
+fn layouts_are_answered_while_a_min_capacity_search_runs() {
+    let mut e = replayed_engine();
     // The search replays the trace a dozen times beside the engine; the layout asked
     // after it is answered first.
     e.send(Request::MinCapacity {
@@ -142,18 +148,7 @@ fn layouts_are_answered_while_a_min_capacity_search_runs() {
 
 #[test]
 fn layouts_are_answered_while_a_what_if_runs() {
-    let ctx = egui::Context::default();
-    let mut e = EngineHandle::spawn(&ctx);
-    e.send(Request::Workload {
-        job: 1,
-        spec: "kvcache:tokens=500".into(),
-    });
-    e.send(Request::Replay {
-        job: 2,
-        slot: 0,
-        spec: "pytorch".into(),
-        capacity_bytes: None,
-    });
+    let mut e = replayed_engine();
     // The what-if sweeps PyTorch's settings beside the engine.
     e.send(Request::WhatIf {
         job: 3,
@@ -358,4 +353,41 @@ fn a_cut_chunked_message_is_an_error_not_a_panic() {
             assert!(e.starts_with("cannot decode a message"), "{e}");
         }
     }
+}
+
+#[test]
+fn background_layoutscome_after_the_requests_and_a_new_list_drops_the_old() {
+    let mut e = replayed_engine();
+    let layout = |job, op| Request::Layout { job, slot: 0, op };
+    // Many background layouts, then a request: the request is answered before the
+    // background ones not begun when it came.
+    e.send_background((0..200).map(|i| layout(100 + i, i as u32)).collect());
+    e.send(layout(3, 7));
+    // A new list replaces the rest of the old one.
+    e.send_background(vec![layout(400, 11)]);
+    let mut answered = Vec::new();
+    let start = std::time::Instant::now();
+    while !answered.contains(&400) {
+        assert!(start.elapsed().as_secs() < 120, "no answer: {answered:?}");
+        for r in e.poll() {
+            match r {
+                Response::Layout { job, layout, .. } => {
+                    if job == 400 {
+                        assert_eq!(layout.op, 11);
+                    }
+                    answered.push(job);
+                }
+                Response::Failed { job, message } => panic!("job {job}: {message}"),
+                _ => {}
+            }
+        }
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
+    let at = |job| answered.iter().position(|&j| j == job);
+    assert!(at(3) < at(400), "{answered:?}");
+    let old = answered
+        .iter()
+        .filter(|&&j| (100..300).contains(&j))
+        .count();
+    assert!(old < 200, "the old list was dropped: {old} of it answered");
 }

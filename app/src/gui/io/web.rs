@@ -16,7 +16,42 @@ pub struct WorkerEngine {
     /// Answers decoded as they arrive, straight from the JS array each came in
     /// ([`chunked::decode_js`]): the page's wasm memory never holds one encoded.
     inbox: Rc<RefCell<Vec<Response>>>,
+    background: Rc<RefCell<Background>>,
     _on_message: Closure<dyn FnMut(web_sys::MessageEvent)>,
+}
+
+/// [`WorkerEngine::send_background`]'s requests: one posted at a time, the next when its
+/// answer arrives, which wakes no frame.
+#[derive(Default)]
+struct Background {
+    waiting: std::collections::VecDeque<Request>,
+    in_flight: Option<u64>,
+}
+
+impl Background {
+    /// Posts the next waiting request if none is in flight.
+    fn next(&mut self, worker: &web_sys::Worker) {
+        if self.in_flight.is_none()
+            && let Some(req) = self.waiting.pop_front()
+        {
+            self.in_flight = Some(req.job());
+            post_request(worker, &req);
+        }
+    }
+}
+
+/// Posts `req` to `worker` as the wire's bytes, encoded straight into JS memory
+/// ([`chunked::encode_js`]; their buffer transferred).
+fn post_request(worker: &web_sys::Worker, req: &Request) {
+    match chunked::encode_js(req) {
+        Ok(arr) => {
+            let transfer = js_sys::Array::of1(&arr.buffer());
+            if let Err(e) = worker.post_message_with_transfer(&arr, &transfer) {
+                log::error!("cannot post to the engine worker: {e:?}");
+            }
+        }
+        Err(e) => log::error!("{e}"),
+    }
 }
 
 impl WorkerEngine {
@@ -26,22 +61,41 @@ impl WorkerEngine {
         let worker = web_sys::Worker::new_with_options("./worker.js", &opts)
             .map_err(|e| format!("{e:?}"))?;
         let inbox: Rc<RefCell<Vec<Response>>> = Rc::default();
-        let sink = inbox.clone();
+        let background: Rc<RefCell<Background>> = Rc::default();
+        let (sink, bg, to) = (inbox.clone(), background.clone(), worker.clone());
         let ctx = ctx.clone();
         let on_message =
             Closure::<dyn FnMut(web_sys::MessageEvent)>::new(move |e: web_sys::MessageEvent| {
                 let data = e.data();
-                if let Some(decoded) = chunked::decode_js::<Response>(&data) {
+                let answer = if let Some(decoded) = chunked::decode_js::<Response>(&data) {
+                    // Decoded as it arrives, straight from the JS array it came in
+                    // ([`chunked::decode_js`]): the page's wasm memory never holds it encoded.
                     match decoded {
-                        Ok(r) => sink.borrow_mut().push(r),
-                        Err(e) => log::error!("{e}"),
+                        Ok(r) => Some(r),
+                        Err(e) => {
+                            log::error!("{e}");
+                            None
+                        }
                     }
-                } else if let Some(failed) = crashed(&data) {
+                } else {
                     // The worker's wasm stopped (an allocation past its memory: no
                     // panic hook runs): the job it ran fails with a message.
-                    sink.borrow_mut().push(failed);
+                    crashed(&data)
+                };
+                let Some(answer) = answer else { return };
+                let mut bg = bg.borrow_mut();
+                let background = bg.in_flight == Some(answer.job());
+                // A background answer wakes no frame (the next one takes it), unless it
+                // is a failure (the worker may have stopped).
+                let quiet = background && !matches!(answer, Response::Failed { .. });
+                sink.borrow_mut().push(answer);
+                if background {
+                    bg.in_flight = None;
+                    bg.next(&to);
                 }
-                ctx.request_repaint();
+                if !quiet {
+                    ctx.request_repaint();
+                }
             });
         worker.set_onmessage(Some(on_message.as_ref().unchecked_ref()));
         // The worker instantiates the module this page already compiled.
@@ -51,6 +105,7 @@ impl WorkerEngine {
         Ok(WorkerEngine {
             worker,
             inbox,
+            background,
             _on_message: on_message,
         })
     }
@@ -75,15 +130,14 @@ impl WorkerEngine {
     }
 
     pub fn send(&self, req: &Request) {
-        match chunked::encode_js(req) {
-            Ok(arr) => {
-                let transfer = js_sys::Array::of1(&arr.buffer());
-                if let Err(e) = self.worker.post_message_with_transfer(&arr, &transfer) {
-                    log::error!("cannot post to the engine worker: {e:?}");
-                }
-            }
-            Err(e) => log::error!("{e}"),
-        }
+        post_request(&self.worker, req);
+    }
+
+    /// Replaces the background requests ([`super::EngineHandle::send_background`]).
+    pub fn send_background(&self, reqs: Vec<Request>) {
+        let mut bg = self.background.borrow_mut();
+        bg.waiting = reqs.into();
+        bg.next(&self.worker);
     }
 
     pub fn poll(&self) -> Vec<Response> {
