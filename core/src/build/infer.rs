@@ -6,7 +6,7 @@
 
 use super::recorded::RecordedDevice;
 use super::{Annotator, Creation};
-use crate::models::pytorch::{MIN_BLOCK_BYTES, PyTorchConfig, PyTorchModel};
+use crate::models::pytorch::{MIN_BLOCK_BYTES, PyTorchModel};
 use crate::models::{AllocRequest, Allocator, ModelEvent, PoolId};
 use crate::snapshot::{Action, RawEvent};
 use crate::trace::{Inference, OpKind};
@@ -22,17 +22,15 @@ enum Interp {
 }
 
 impl Annotator<'_> {
-    /// Runs one interpretation of a malloc group on `model`.
+    /// Runs one interpretation of a malloc group on `model`, the recorded device handing
+    /// out `group`.
     fn run_malloc(
-        &self,
         model: &mut PyTorchModel,
+        mut dev: RecordedDevice<'_>,
         interp: Interp,
         req: &AllocRequest,
-        group: &[RawEvent],
         out: &mut Vec<ModelEvent>,
     ) -> Result<u64, ()> {
-        let mut dev =
-            RecordedDevice::new(group.to_vec(), self.capacity.is_none(), self.synth.clone());
         if interp == Interp::EmptyFirst {
             model.empty_cache(&mut dev, out);
         }
@@ -146,19 +144,17 @@ impl Annotator<'_> {
         let mut chosen = combos[0];
         let mut out = Vec::new();
         let result;
+        let oracle = self.capacity.is_none();
         if combos.len() == 1 {
-            let mut m = std::mem::replace(
-                &mut self.model,
-                PyTorchModel::new(PyTorchConfig::default(), None),
-            );
-            result = self.run_malloc(&mut m, chosen.0, &req_for(chosen.1), &seg_events, &mut out);
-            self.model = m;
+            let dev = RecordedDevice::new(&seg_events, oracle, &self.synth);
+            result = Self::run_malloc(&mut self.model, dev, chosen.0, &req_for(chosen.1), &mut out);
         } else {
             let mut found = None;
             for &(it, p) in &combos {
                 let mut trial = self.model.clone();
                 let mut o = Vec::new();
-                let r = self.run_malloc(&mut trial, it, &req_for(p), &seg_events, &mut o);
+                let dev = RecordedDevice::new(&seg_events, oracle, &self.synth);
+                let r = Self::run_malloc(&mut trial, dev, it, &req_for(p), &mut o);
                 if events_match(group_all, &o) {
                     found = Some((it, p, trial, o, r));
                     break;
@@ -170,10 +166,9 @@ impl Annotator<'_> {
                 out = o;
                 result = r;
             } else {
-                let mut m = self.model.clone();
+                let dev = RecordedDevice::new(&seg_events, oracle, &self.synth);
                 result =
-                    self.run_malloc(&mut m, chosen.0, &req_for(chosen.1), &seg_events, &mut out);
-                self.model = m;
+                    Self::run_malloc(&mut self.model, dev, chosen.0, &req_for(chosen.1), &mut out);
             }
         }
         let (interp, pool) = chosen;
@@ -309,7 +304,7 @@ impl Annotator<'_> {
         }
         // Mallocs first: a restore only where they cannot explain the run.
         let mut trial = self.model.clone();
-        let mut dev = RecordedDevice::new(Vec::new(), self.capacity.is_none(), self.synth.clone());
+        let mut dev = RecordedDevice::new(&[], self.capacity.is_none(), &self.synth);
         let mut out = Vec::new();
         for e in &self.events[i..end] {
             out.clear();
@@ -339,7 +334,7 @@ impl Annotator<'_> {
             };
             let mut out = Vec::new();
             let mut dev =
-                RecordedDevice::new(Vec::new(), self.capacity.is_none(), self.synth.clone());
+                RecordedDevice::new(&[], self.capacity.is_none(), &self.synth);
             // The run was checked to fit: `alloc_at` takes the block in place.
             let _ = self.model.alloc_at(&mut dev, &req, e.addr, &mut out);
             let dev_n = self.device;
@@ -375,14 +370,15 @@ impl Annotator<'_> {
     }
 
     pub(super) fn empty_cache_group(&mut self, i: usize, j: usize) {
-        let group = self.events[i..j].to_vec();
-        self.release_private_pools_in(i, &group);
+        let events = self.events;
+        let group = &events[i..j];
+        self.release_private_pools_in(i, group);
         let seg_events = self.segment_group(i, j);
-        let mut dev = RecordedDevice::new(seg_events, self.capacity.is_none(), self.synth.clone());
+        let mut dev = RecordedDevice::new(&seg_events, self.capacity.is_none(), &self.synth);
         let mut out = Vec::new();
         self.model.empty_cache(&mut dev, &mut out);
         let dev_n = self.device;
-        self.cmp.compare(i, &group, &out, &move || {
+        self.cmp.compare(i, group, &out, &move || {
             format!("device {dev_n}: empty_cache() inferred before event {i}")
         });
         self.op(i, OpKind::EmptyCache, 0);

@@ -168,7 +168,7 @@ impl Annotator<'_> {
                         self.pending.insert(e.addr, alloc);
                     }
                     let mut out = Vec::new();
-                    let mut dev = RecordedDevice::new(Vec::new(), false, self.synth.clone());
+                    let mut dev = RecordedDevice::new(&[], false, &self.synth);
                     if let Err(m) = self.model.free(&mut dev, e.addr, deferred, &mut out) {
                         self.cmp.diverge_input(i, &e, &m.to_string());
                     }
@@ -183,7 +183,7 @@ impl Annotator<'_> {
                     };
                     self.op(i, OpKind::CompleteFree { alloc }, e.addr);
                     let mut out = Vec::new();
-                    let mut dev = RecordedDevice::new(Vec::new(), false, self.synth.clone());
+                    let mut dev = RecordedDevice::new(&[], false, &self.synth);
                     if let Err(m) = self.model.complete_free(&mut dev, e.addr, &mut out) {
                         self.cmp.diverge_input(i, &e, &m.to_string());
                     }
