@@ -3,9 +3,10 @@
 //! decoded snapshot, before any model sees it, so every command refuses such a file with
 //! [`crate::Error::Impossible`] naming the segment or event (issue 19).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 
 use crate::Error;
+use crate::models::common::hasher::AddrMap;
 use crate::models::common::rounding::MAX_REQUEST_BYTES;
 use crate::snapshot::{Action, RawSnapshot, SegmentType};
 use crate::units::format_size;
@@ -87,7 +88,8 @@ pub fn check(snap: &RawSnapshot) -> Result<(), Error> {
         // Blocks `alloc`ed in the trace whose free has not completed: address → (size,
         // event). PyTorch records a block's free with the size its alloc recorded
         // (`requested_size`), so a free of another size cannot have been recorded.
-        let mut blocks: HashMap<u64, (u64, usize)> = HashMap::new();
+        // Looked up only, never iterated: the address hasher.
+        let mut blocks: AddrMap<(u64, usize)> = AddrMap::default();
         for (k, ev) in events.iter().enumerate() {
             let ranged = matches!(
                 ev.action,
@@ -129,7 +131,14 @@ pub fn check(snap: &RawSnapshot) -> Result<(), Error> {
                     blocks.insert(ev.addr, (ev.size, k));
                 }
                 Action::FreeRequested | Action::FreeCompleted => {
-                    if let Some(&(size, at)) = blocks.get(&ev.addr)
+                    // A completed free takes the block out in the same lookup (the map is
+                    // not read again if the sizes differ: the file is refused).
+                    let alloc = if ev.action == Action::FreeCompleted {
+                        blocks.remove(&ev.addr)
+                    } else {
+                        blocks.get(&ev.addr).copied()
+                    };
+                    if let Some((size, at)) = alloc
                         && size != ev.size
                     {
                         return impossible(format!(
@@ -140,9 +149,6 @@ pub fn check(snap: &RawSnapshot) -> Result<(), Error> {
                             ev.addr,
                             ev.size
                         ));
-                    }
-                    if ev.action == Action::FreeCompleted {
-                        blocks.remove(&ev.addr);
                     }
                 }
                 Action::SegmentAlloc => {

@@ -12,6 +12,26 @@ use crate::snapshot::{Action, RawEvent};
 use crate::trace::{Inference, OpKind};
 use crate::validate::events_match;
 
+/// The pools a malloc group is tried in, most likely first (at most three: the scope's
+/// private pool, the default pool, a new private pool), kept off the heap: the build
+/// makes one per malloc.
+#[derive(Default)]
+struct Pools {
+    pools: [PoolId; 3],
+    len: usize,
+}
+
+impl Pools {
+    fn push(&mut self, p: PoolId) {
+        self.pools[self.len] = p;
+        self.len += 1;
+    }
+
+    fn as_slice(&self) -> &[PoolId] {
+        &self.pools[..self.len]
+    }
+}
+
 /// How a group of recorded events with leading segment releases is explained.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Interp {
@@ -86,7 +106,7 @@ impl Annotator<'_> {
         let stream = last.stream;
         let scope = self.scope.get(&stream).copied().unwrap_or(PoolId::DEFAULT);
         // Which pools to try, most likely first.
-        let mut pools: Vec<PoolId> = Vec::new();
+        let mut pools = Pools::default();
         let mut known_from_end: Option<PoolId> = None;
         if !is_oom && first_new.is_none() {
             pools.push(self.model.segment_of(last.addr).map_or(scope, |s| s.0));
@@ -122,35 +142,35 @@ impl Annotator<'_> {
                 });
             }
         }
-        let interps: Vec<Interp> = if !leading_free {
-            vec![Interp::Ladder]
+        let pools = pools.as_slice();
+        let interps: &[Interp] = if !leading_free {
+            &[Interp::Ladder]
         } else if is_oom || self.capacity.is_some() {
-            vec![Interp::Ladder, Interp::EmptyFirst]
+            &[Interp::Ladder, Interp::EmptyFirst]
         } else {
-            vec![Interp::EmptyFirst, Interp::Ladder]
+            &[Interp::EmptyFirst, Interp::Ladder]
         };
         if leading_free {
             self.release_private_pools_in(i, group_all);
         }
-        let combos: Vec<(Interp, PoolId)> = interps
+        let combos = interps
             .iter()
-            .flat_map(|&it| pools.iter().map(move |&p| (it, p)))
-            .collect();
+            .flat_map(|&it| pools.iter().map(move |&p| (it, p)));
         let req_for = |p: PoolId| AllocRequest {
             size_bytes: last.size,
             stream,
             pool: p,
         };
-        let mut chosen = combos[0];
+        let mut chosen = (interps[0], pools[0]);
         let mut out = Vec::new();
         let result;
         let oracle = self.capacity.is_none();
-        if combos.len() == 1 {
+        if interps.len() * pools.len() == 1 {
             let dev = RecordedDevice::new(&seg_events, oracle, &self.synth);
             result = Self::run_malloc(&mut self.model, dev, chosen.0, &req_for(chosen.1), &mut out);
         } else {
             let mut found = None;
-            for &(it, p) in &combos {
+            for (it, p) in combos {
                 let mut trial = self.model.clone();
                 let mut o = Vec::new();
                 let dev = RecordedDevice::new(&seg_events, oracle, &self.synth);
