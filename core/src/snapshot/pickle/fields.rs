@@ -18,6 +18,10 @@ pub(super) struct Fields {
 }
 
 impl Fields {
+    /// Inlined into its callers, so the fields are built where they are read (returned,
+    /// they were copied out once per trace entry).
+    #[allow(clippy::inline_always)]
+    #[inline(always)]
     pub(super) fn collect(text: &Text<'_>, pairs: &[Value]) -> Fields {
         let mut f = Fields::default();
         for pair in pairs.chunks_exact(2) {
