@@ -121,11 +121,13 @@ pub fn check(snap: &RawSnapshot) -> Result<(), Error> {
                     ev.addr
                 ));
             }
-            let holder = live
-                .range(..=ev.addr)
-                .next_back()
-                .map(|(&a, &(s, at))| (a, s, at))
-                .filter(|&(a, s, _)| ev.addr < a + s);
+            // The live segment holding `ev.addr` (asked only by segment events).
+            let holder = || {
+                live.range(..=ev.addr)
+                    .next_back()
+                    .map(|(&a, &(s, at))| (a, s, at))
+                    .filter(|&(a, s, _)| ev.addr < a + s)
+            };
             match ev.action {
                 Action::Alloc => {
                     blocks.insert(ev.addr, (ev.size, k));
@@ -153,7 +155,7 @@ pub fn check(snap: &RawSnapshot) -> Result<(), Error> {
                 }
                 Action::SegmentAlloc => {
                     let next = live.range(ev.addr..).next().map(|(&a, &(_, at))| (a, at));
-                    let clash = holder
+                    let clash = holder()
                         .map(|(a, _, at)| (a, at))
                         .or(next.filter(|&(a, _)| a < ev.addr + ev.size));
                     if let Some((a, at)) = clash {
@@ -165,7 +167,7 @@ pub fn check(snap: &RawSnapshot) -> Result<(), Error> {
                     }
                     live.insert(ev.addr, (ev.size, k));
                 }
-                Action::SegmentFree => match holder {
+                Action::SegmentFree => match holder() {
                     Some((a, s, _)) if a == ev.addr && s == ev.size => {
                         live.remove(&a);
                     }

@@ -25,5 +25,5 @@ impl Hasher for AddrHasher {
     }
 }
 
-/// An address map hashed by [`AddrHasher`] (lookups only: nothing may iterate it).
+/// An address map hashed by [`AddrHasher`] (nothing may depend on its order).
 pub type AddrMap<V = u32> = HashMap<u64, V, BuildHasherDefault<AddrHasher>>;
