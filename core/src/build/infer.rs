@@ -353,8 +353,7 @@ impl Annotator<'_> {
                 pool,
             };
             let mut out = Vec::new();
-            let mut dev =
-                RecordedDevice::new(&[], self.capacity.is_none(), &self.synth);
+            let mut dev = RecordedDevice::new(&[], self.capacity.is_none(), &self.synth);
             // The run was checked to fit: `alloc_at` takes the block in place.
             let _ = self.model.alloc_at(&mut dev, &req, e.addr, &mut out);
             let dev_n = self.device;

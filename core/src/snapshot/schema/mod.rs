@@ -862,7 +862,12 @@ mod tests {
     fn every_key_is_found_by_its_name_and_no_near_miss_is() {
         for &k in Key::ALL {
             let name = k.name();
-            assert_eq!(Key::from_bytes(name), k, "{}", String::from_utf8_lossy(name));
+            assert_eq!(
+                Key::from_bytes(name),
+                k,
+                "{}",
+                String::from_utf8_lossy(name)
+            );
             // Same length, one byte changed anywhere (the middle of a key over 16 bytes,
             // which its first and last 8 bytes do not cover, included).
             for at in 0..name.len() {
