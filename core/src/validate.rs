@@ -172,7 +172,7 @@ impl Comparison {
                         bad = Some((
                             idx,
                             r.map(|(_, e)| EventView::recorded(e)),
-                            s.map(|e| EventView::simulated(e)),
+                            s.map(EventView::simulated),
                         ));
                     }
                 }
