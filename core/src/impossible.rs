@@ -3,9 +3,10 @@
 //! decoded snapshot, before any model sees it, so every command refuses such a file with
 //! [`crate::Error::Impossible`] naming the segment or event (issue 19).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 
 use crate::Error;
+use crate::models::common::hasher::AddrMap;
 use crate::models::common::rounding::MAX_REQUEST_BYTES;
 use crate::snapshot::{Action, RawSnapshot, SegmentType};
 use crate::units::format_size;
@@ -87,7 +88,8 @@ pub fn check(snap: &RawSnapshot) -> Result<(), Error> {
         // Blocks `alloc`ed in the trace whose free has not completed: address → (size,
         // event). PyTorch records a block's free with the size its alloc recorded
         // (`requested_size`), so a free of another size cannot have been recorded.
-        let mut blocks: HashMap<u64, (u64, usize)> = HashMap::new();
+        // Looked up only, never iterated: the address hasher.
+        let mut blocks: AddrMap<(u64, usize)> = AddrMap::default();
         for (k, ev) in events.iter().enumerate() {
             let ranged = matches!(
                 ev.action,
@@ -119,17 +121,26 @@ pub fn check(snap: &RawSnapshot) -> Result<(), Error> {
                     ev.addr
                 ));
             }
-            let holder = live
-                .range(..=ev.addr)
-                .next_back()
-                .map(|(&a, &(s, at))| (a, s, at))
-                .filter(|&(a, s, _)| ev.addr < a + s);
+            // The live segment holding `ev.addr` (asked only by segment events).
+            let holder = || {
+                live.range(..=ev.addr)
+                    .next_back()
+                    .map(|(&a, &(s, at))| (a, s, at))
+                    .filter(|&(a, s, _)| ev.addr < a + s)
+            };
             match ev.action {
                 Action::Alloc => {
                     blocks.insert(ev.addr, (ev.size, k));
                 }
                 Action::FreeRequested | Action::FreeCompleted => {
-                    if let Some(&(size, at)) = blocks.get(&ev.addr)
+                    // A completed free takes the block out in the same lookup (the map is
+                    // not read again if the sizes differ: the file is refused).
+                    let alloc = if ev.action == Action::FreeCompleted {
+                        blocks.remove(&ev.addr)
+                    } else {
+                        blocks.get(&ev.addr).copied()
+                    };
+                    if let Some((size, at)) = alloc
                         && size != ev.size
                     {
                         return impossible(format!(
@@ -141,13 +152,10 @@ pub fn check(snap: &RawSnapshot) -> Result<(), Error> {
                             ev.size
                         ));
                     }
-                    if ev.action == Action::FreeCompleted {
-                        blocks.remove(&ev.addr);
-                    }
                 }
                 Action::SegmentAlloc => {
                     let next = live.range(ev.addr..).next().map(|(&a, &(_, at))| (a, at));
-                    let clash = holder
+                    let clash = holder()
                         .map(|(a, _, at)| (a, at))
                         .or(next.filter(|&(a, _)| a < ev.addr + ev.size));
                     if let Some((a, at)) = clash {
@@ -159,7 +167,7 @@ pub fn check(snap: &RawSnapshot) -> Result<(), Error> {
                     }
                     live.insert(ev.addr, (ev.size, k));
                 }
-                Action::SegmentFree => match holder {
+                Action::SegmentFree => match holder() {
                     Some((a, s, _)) if a == ev.addr && s == ev.size => {
                         live.remove(&a);
                     }

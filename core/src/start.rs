@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 
 use crate::models::PoolId;
+use crate::models::common::hasher::AddrMap;
 use crate::models::pytorch::{PyTorchModel, SMALL_BUFFER_BYTES, SMALL_SIZE_BYTES};
 use crate::snapshot::{Action, BlockState, RawSnapshot, SegmentType};
 use crate::trace::{StartBlock, StartSegment, TraceError};
@@ -38,7 +39,9 @@ pub fn rebuild_start(
         message: m,
     };
     let mut segs: BTreeMap<u64, Seg> = BTreeMap::new();
-    let mut live: BTreeMap<u64, Live> = BTreeMap::new();
+    // Looked up by address while the trace is undone (one entry per alloc and free:
+    // a hash map), put in address order once the few left are known.
+    let mut live: AddrMap<Live> = AddrMap::default();
     for s in snap.segments.iter().filter(|s| s.device == device) {
         segs.insert(
             s.address,
@@ -177,6 +180,7 @@ pub fn rebuild_start(
             _ => {}
         }
     }
+    let live: BTreeMap<u64, Live> = live.into_iter().collect();
     let mut out = Vec::new();
     for (&addr, s) in &segs {
         let end = addr + s.size;

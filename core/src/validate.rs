@@ -149,26 +149,30 @@ impl Comparison {
         out: &[ModelEvent],
         context: &dyn Fn() -> String,
     ) {
-        let rec: Vec<(usize, &RawEvent)> = recorded
+        // Walked side by side, nothing collected: this runs once per recorded group.
+        let mut rec = recorded
             .iter()
             .enumerate()
             .filter(|(_, e)| compared(e.action))
-            .map(|(k, e)| (first + k, e))
-            .collect();
-        let sim: Vec<&ModelEvent> = out.iter().filter(|e| compared(e.action)).collect();
-        self.compared += rec.len() as u64;
+            .map(|(k, e)| (first + k, e));
+        let mut sim = out.iter().filter(|e| compared(e.action));
         let mut bad: Option<(usize, Option<EventView>, Option<EventView>)> = None;
-        for k in 0..rec.len().max(sim.len()) {
-            match (rec.get(k), sim.get(k)) {
+        loop {
+            let (r, s) = (rec.next(), sim.next());
+            if r.is_none() && s.is_none() {
+                break;
+            }
+            self.compared += u64::from(r.is_some());
+            match (r, s) {
                 (Some((_, r)), Some(s)) if same(r, s) => self.matched += 1,
                 (r, s) => {
                     if bad.is_none() {
                         let idx =
-                            r.map_or_else(|| first + recorded.len().saturating_sub(1), |(i, _)| *i);
+                            r.map_or_else(|| first + recorded.len().saturating_sub(1), |(i, _)| i);
                         bad = Some((
                             idx,
                             r.map(|(_, e)| EventView::recorded(e)),
-                            s.map(|e| EventView::simulated(e)),
+                            s.map(EventView::simulated),
                         ));
                     }
                 }

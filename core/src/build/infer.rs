@@ -6,11 +6,31 @@
 
 use super::recorded::RecordedDevice;
 use super::{Annotator, Creation};
-use crate::models::pytorch::{MIN_BLOCK_BYTES, PyTorchConfig, PyTorchModel};
+use crate::models::pytorch::{MIN_BLOCK_BYTES, PyTorchModel};
 use crate::models::{AllocRequest, Allocator, ModelEvent, PoolId};
 use crate::snapshot::{Action, RawEvent};
 use crate::trace::{Inference, OpKind};
 use crate::validate::events_match;
+
+/// The pools a malloc group is tried in, most likely first (at most three: the scope's
+/// private pool, the default pool, a new private pool), kept off the heap: the build
+/// makes one per malloc.
+#[derive(Default)]
+struct Pools {
+    pools: [PoolId; 3],
+    len: usize,
+}
+
+impl Pools {
+    fn push(&mut self, p: PoolId) {
+        self.pools[self.len] = p;
+        self.len += 1;
+    }
+
+    fn as_slice(&self) -> &[PoolId] {
+        &self.pools[..self.len]
+    }
+}
 
 /// How a group of recorded events with leading segment releases is explained.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -22,17 +42,15 @@ enum Interp {
 }
 
 impl Annotator<'_> {
-    /// Runs one interpretation of a malloc group on `model`.
+    /// Runs one interpretation of a malloc group on `model`, the recorded device handing
+    /// out `group`.
     fn run_malloc(
-        &self,
         model: &mut PyTorchModel,
+        mut dev: RecordedDevice<'_>,
         interp: Interp,
         req: &AllocRequest,
-        group: &[RawEvent],
         out: &mut Vec<ModelEvent>,
     ) -> Result<u64, ()> {
-        let mut dev =
-            RecordedDevice::new(group.to_vec(), self.capacity.is_none(), self.synth.clone());
         if interp == Interp::EmptyFirst {
             model.empty_cache(&mut dev, out);
         }
@@ -88,7 +106,7 @@ impl Annotator<'_> {
         let stream = last.stream;
         let scope = self.scope.get(&stream).copied().unwrap_or(PoolId::DEFAULT);
         // Which pools to try, most likely first.
-        let mut pools: Vec<PoolId> = Vec::new();
+        let mut pools = Pools::default();
         let mut known_from_end: Option<PoolId> = None;
         if !is_oom && first_new.is_none() {
             pools.push(self.model.segment_of(last.addr).map_or(scope, |s| s.0));
@@ -124,41 +142,39 @@ impl Annotator<'_> {
                 });
             }
         }
-        let interps: Vec<Interp> = if !leading_free {
-            vec![Interp::Ladder]
+        let pools = pools.as_slice();
+        let interps: &[Interp] = if !leading_free {
+            &[Interp::Ladder]
         } else if is_oom || self.capacity.is_some() {
-            vec![Interp::Ladder, Interp::EmptyFirst]
+            &[Interp::Ladder, Interp::EmptyFirst]
         } else {
-            vec![Interp::EmptyFirst, Interp::Ladder]
+            &[Interp::EmptyFirst, Interp::Ladder]
         };
         if leading_free {
             self.release_private_pools_in(i, group_all);
         }
-        let combos: Vec<(Interp, PoolId)> = interps
+        let combos = interps
             .iter()
-            .flat_map(|&it| pools.iter().map(move |&p| (it, p)))
-            .collect();
+            .flat_map(|&it| pools.iter().map(move |&p| (it, p)));
         let req_for = |p: PoolId| AllocRequest {
             size_bytes: last.size,
             stream,
             pool: p,
         };
-        let mut chosen = combos[0];
+        let mut chosen = (interps[0], pools[0]);
         let mut out = Vec::new();
         let result;
-        if combos.len() == 1 {
-            let mut m = std::mem::replace(
-                &mut self.model,
-                PyTorchModel::new(PyTorchConfig::default(), None),
-            );
-            result = self.run_malloc(&mut m, chosen.0, &req_for(chosen.1), &seg_events, &mut out);
-            self.model = m;
+        let oracle = self.capacity.is_none();
+        if interps.len() * pools.len() == 1 {
+            let dev = RecordedDevice::new(&seg_events, oracle, &self.synth);
+            result = Self::run_malloc(&mut self.model, dev, chosen.0, &req_for(chosen.1), &mut out);
         } else {
             let mut found = None;
-            for &(it, p) in &combos {
+            for (it, p) in combos {
                 let mut trial = self.model.clone();
                 let mut o = Vec::new();
-                let r = self.run_malloc(&mut trial, it, &req_for(p), &seg_events, &mut o);
+                let dev = RecordedDevice::new(&seg_events, oracle, &self.synth);
+                let r = Self::run_malloc(&mut trial, dev, it, &req_for(p), &mut o);
                 if events_match(group_all, &o) {
                     found = Some((it, p, trial, o, r));
                     break;
@@ -170,10 +186,9 @@ impl Annotator<'_> {
                 out = o;
                 result = r;
             } else {
-                let mut m = self.model.clone();
+                let dev = RecordedDevice::new(&seg_events, oracle, &self.synth);
                 result =
-                    self.run_malloc(&mut m, chosen.0, &req_for(chosen.1), &seg_events, &mut out);
-                self.model = m;
+                    Self::run_malloc(&mut self.model, dev, chosen.0, &req_for(chosen.1), &mut out);
             }
         }
         let (interp, pool) = chosen;
@@ -309,7 +324,7 @@ impl Annotator<'_> {
         }
         // Mallocs first: a restore only where they cannot explain the run.
         let mut trial = self.model.clone();
-        let mut dev = RecordedDevice::new(Vec::new(), self.capacity.is_none(), self.synth.clone());
+        let mut dev = RecordedDevice::new(&[], self.capacity.is_none(), &self.synth);
         let mut out = Vec::new();
         for e in &self.events[i..end] {
             out.clear();
@@ -338,8 +353,7 @@ impl Annotator<'_> {
                 pool,
             };
             let mut out = Vec::new();
-            let mut dev =
-                RecordedDevice::new(Vec::new(), self.capacity.is_none(), self.synth.clone());
+            let mut dev = RecordedDevice::new(&[], self.capacity.is_none(), &self.synth);
             // The run was checked to fit: `alloc_at` takes the block in place.
             let _ = self.model.alloc_at(&mut dev, &req, e.addr, &mut out);
             let dev_n = self.device;
@@ -375,14 +389,15 @@ impl Annotator<'_> {
     }
 
     pub(super) fn empty_cache_group(&mut self, i: usize, j: usize) {
-        let group = self.events[i..j].to_vec();
-        self.release_private_pools_in(i, &group);
+        let events = self.events;
+        let group = &events[i..j];
+        self.release_private_pools_in(i, group);
         let seg_events = self.segment_group(i, j);
-        let mut dev = RecordedDevice::new(seg_events, self.capacity.is_none(), self.synth.clone());
+        let mut dev = RecordedDevice::new(&seg_events, self.capacity.is_none(), &self.synth);
         let mut out = Vec::new();
         self.model.empty_cache(&mut dev, &mut out);
         let dev_n = self.device;
-        self.cmp.compare(i, &group, &out, &move || {
+        self.cmp.compare(i, group, &out, &move || {
             format!("device {dev_n}: empty_cache() inferred before event {i}")
         });
         self.op(i, OpKind::EmptyCache, 0);

@@ -15,11 +15,12 @@ mod recorded;
 #[cfg(test)]
 mod tests;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 
 pub use recorded::RecordedDevice;
 
 use crate::device::SimulatedDevice;
+use crate::models::common::hasher::AddrMap;
 use crate::models::pytorch::{PyTorchConfig, PyTorchModel};
 use crate::models::{Allocator, ConfigError, PoolId};
 use crate::snapshot::{Action, RawEvent, RawSnapshot};
@@ -57,8 +58,9 @@ struct Annotator<'a> {
     synth: SimulatedDevice,
     ops: Vec<Op>,
     inferred: Vec<Inference>,
-    live: HashMap<u64, u32>,
-    pending: HashMap<u64, u32>,
+    /// Op of each live block and of each pending free, by address (looked up only).
+    live: AddrMap,
+    pending: AddrMap,
     scope: BTreeMap<u64, PoolId>,
     renames: BTreeMap<PoolId, PoolId>,
     next_provisional: u64,
@@ -168,7 +170,7 @@ impl Annotator<'_> {
                         self.pending.insert(e.addr, alloc);
                     }
                     let mut out = Vec::new();
-                    let mut dev = RecordedDevice::new(Vec::new(), false, self.synth.clone());
+                    let mut dev = RecordedDevice::new(&[], false, &self.synth);
                     if let Err(m) = self.model.free(&mut dev, e.addr, deferred, &mut out) {
                         self.cmp.diverge_input(i, &e, &m.to_string());
                     }
@@ -183,7 +185,7 @@ impl Annotator<'_> {
                     };
                     self.op(i, OpKind::CompleteFree { alloc }, e.addr);
                     let mut out = Vec::new();
-                    let mut dev = RecordedDevice::new(Vec::new(), false, self.synth.clone());
+                    let mut dev = RecordedDevice::new(&[], false, &self.synth);
                     if let Err(m) = self.model.complete_free(&mut dev, e.addr, &mut out) {
                         self.cmp.diverge_input(i, &e, &m.to_string());
                     }
@@ -251,8 +253,8 @@ fn pass<'a>(
         synth: SimulatedDevice::new(cfg.device_total_bytes, capacity),
         ops: Vec::with_capacity(expected_ops(events, start)),
         inferred: Vec::new(),
-        live: HashMap::new(),
-        pending: HashMap::new(),
+        live: AddrMap::default(),
+        pending: AddrMap::default(),
         scope: BTreeMap::new(),
         renames: BTreeMap::new(),
         next_provisional: 1,

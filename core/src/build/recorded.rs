@@ -1,6 +1,8 @@
 //! The recorded device: the recording's own segment events handed back to the model that
 //! replays it.
 
+use std::borrow::Cow;
+
 use crate::device::{Device, DeviceOom, SimulatedDevice};
 use crate::snapshot::{Action, RawEvent};
 
@@ -8,24 +10,27 @@ use crate::snapshot::{Action, RawEvent};
 /// the malloc being replayed. With `oracle`, it refuses a segment request exactly where the
 /// recording shows that malloc went down the out-of-memory path (a release is recorded
 /// before the next segment, or nothing is recorded at all).
+///
+/// `synth` is borrowed and copied only when the model first asks it for memory: most
+/// groups (every free, most mallocs) never do, and the build makes one device per group.
 #[derive(Debug, Clone)]
-pub struct RecordedDevice {
-    group: Vec<RawEvent>,
+pub struct RecordedDevice<'a> {
+    group: &'a [RawEvent],
     cursor: usize,
     oracle: bool,
-    synth: SimulatedDevice,
+    synth: Cow<'a, SimulatedDevice>,
 }
 
-impl RecordedDevice {
+impl<'a> RecordedDevice<'a> {
     /// A device that hands out `group` (a malloc group's segment events) in order, then
-    /// what `synth` hands out (or, with `oracle`, refuses).
+    /// what a copy of `synth` hands out (or, with `oracle`, refuses).
     #[must_use]
-    pub fn new(group: Vec<RawEvent>, oracle: bool, synth: SimulatedDevice) -> RecordedDevice {
+    pub fn new(group: &'a [RawEvent], oracle: bool, synth: &'a SimulatedDevice) -> Self {
         RecordedDevice {
             group,
             cursor: 0,
             oracle,
-            synth,
+            synth: Cow::Borrowed(synth),
         }
     }
 
@@ -34,7 +39,7 @@ impl RecordedDevice {
     }
 }
 
-impl Device for RecordedDevice {
+impl Device for RecordedDevice<'_> {
     fn malloc(&mut self, size: u64, stream: u64) -> Result<u64, DeviceOom> {
         match self.peek().copied() {
             Some(e) if e.action == Action::SegmentAlloc => {
@@ -42,11 +47,11 @@ impl Device for RecordedDevice {
                 if e.size == size {
                     Ok(e.addr)
                 } else {
-                    self.synth.malloc(size, stream)
+                    self.synth.to_mut().malloc(size, stream)
                 }
             }
             _ if self.oracle => Err(DeviceOom),
-            _ => self.synth.malloc(size, stream),
+            _ => self.synth.to_mut().malloc(size, stream),
         }
     }
 
@@ -63,7 +68,7 @@ impl Device for RecordedDevice {
         match self.peek() {
             Some(e) if e.action == Action::SegmentMap => Ok(e.addr),
             _ if self.oracle => Err(DeviceOom),
-            _ => self.synth.reserve(size, page, stream),
+            _ => self.synth.to_mut().reserve(size, page, stream),
         }
     }
 

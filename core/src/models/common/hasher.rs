@@ -25,4 +25,5 @@ impl Hasher for AddrHasher {
     }
 }
 
-pub(super) type AddrMap = HashMap<u64, u32, BuildHasherDefault<AddrHasher>>;
+/// An address map hashed by [`AddrHasher`] (nothing may depend on its order).
+pub type AddrMap<V = u32> = HashMap<u64, V, BuildHasherDefault<AddrHasher>>;

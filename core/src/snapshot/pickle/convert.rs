@@ -28,7 +28,8 @@ impl Vm<'_> {
             data: self.data,
             scratch: &self.scratch,
         };
-        let fields = Fields::collect(&text, &c.items);
+        let mut fields = Fields::default();
+        fields.read(&text, &c.items);
         let heap = &self.heap[..];
         let event = fields.event.map(|&v| scalar(&text, heap, v));
         if event.is_event() {

@@ -18,8 +18,19 @@ pub(super) struct Fields {
 }
 
 impl Fields {
+    /// The fields of `pairs` (a dict's keys and values alternating).
     pub(super) fn collect(text: &Text<'_>, pairs: &[Value]) -> Fields {
         let mut f = Fields::default();
+        f.read(text, pairs);
+        f
+    }
+
+    /// Reads the fields of `pairs` into `self`. Inlined into its callers and filling the
+    /// caller's fields in place: returned by value, they were copied out once per entry.
+    #[allow(clippy::inline_always)]
+    #[inline(always)]
+    pub(super) fn read(&mut self, text: &Text<'_>, pairs: &[Value]) {
+        let f = self;
         for pair in pairs.chunks_exact(2) {
             let [k, v] = *pair else { continue };
             let Value::Str { len, off } = k else { continue };
@@ -38,7 +49,6 @@ impl Fields {
                 }
             }
         }
-        f
     }
 }
 

@@ -39,9 +39,25 @@ impl IndexSet {
         }
     }
 
-    /// Inserts; true if it was not there.
+    /// Inserts; true if it was not there. The pre-pass calls it for every `GET` (half of
+    /// a snapshot's opcodes): a bit already allocated is set inline, the rest out of line.
     #[inline]
     pub(super) fn insert(&mut self, i: u32) -> bool {
+        if i < self.dense_limit
+            && let Some(w) = self.bits.get_mut((i >> 6) as usize)
+        {
+            let bit = 1u64 << (i & 63);
+            let new = *w & bit == 0;
+            *w |= bit;
+            return new;
+        }
+        self.insert_beyond(i)
+    }
+
+    /// [`IndexSet::insert`] of an index past the bits allocated so far, or sparse.
+    #[cold]
+    #[inline(never)]
+    fn insert_beyond(&mut self, i: u32) -> bool {
         if i >= self.dense_limit {
             return self.sparse.insert(i);
         }

@@ -39,6 +39,14 @@ pub(crate) const fn word(s: &[u8]) -> u64 {
     w
 }
 
+/// The first and the last 8 bytes of `s` (at least 8 long) as [`word`]s.
+const fn ends(s: &[u8]) -> (u64, u64) {
+    match (s.first_chunk::<8>(), s.last_chunk::<8>()) {
+        (Some(&head), Some(&tail)) => (u64::from_le_bytes(head), u64::from_le_bytes(tail)),
+        _ => (0, 0),
+    }
+}
+
 macro_rules! keys {
     (short { $($s:ident = $sname:literal,)* } long { $($l:ident = $lname:literal,)* }) => {
         /// A key of a snapshot dict that the schema reads; `Other` for the rest.
@@ -50,14 +58,32 @@ macro_rules! keys {
             $(pub(super) const $s: u64 = super::word($sname);)*
         }
 
+        /// The first and the last 8 bytes of each long key, as [`word`]s.
+        #[allow(non_upper_case_globals)]
+        mod long_ends {
+            $(pub(super) const $l: (u64, u64) = super::ends($lname);)*
+        }
+
         impl Key {
-            /// The key as the file spells it.
+            /// Every key the schema reads.
+            #[cfg(test)]
+            pub(crate) const ALL: &[Key] = &[$(Key::$s,)* $(Key::$l,)*];
+
+            /// The key as the file spells it. A long key is found by its first and last 8
+            /// bytes, then compared whole (trace entries carry `compile_context` and
+            /// `user_metadata`: two long keys per entry).
             pub(crate) fn from_bytes(bytes: &[u8]) -> Key {
                 if bytes.len() <= 8 {
                     return Key::from_word(bytes.len(), word(bytes));
                 }
-                $(if bytes == $lname { return Key::$l; })*
-                Key::Other
+                let key = match ends(bytes) {
+                    $(long_ends::$l => Key::$l,)*
+                    _ => return Key::Other,
+                };
+                // Up to 16 bytes, the two words cover the key.
+                let name = key.name();
+                let same = bytes.len() == name.len() && (bytes.len() <= 16 || bytes == name);
+                if same { key } else { Key::Other }
             }
 
             /// A key of `len` ≤ 8 bytes by its [`word`]: one compare tree and no `memcmp`
@@ -825,5 +851,37 @@ impl HostSegmentFields<Scalar<'_>> {
             total_size: num(self.total_size).or_else(|| num(self.size))?,
             allocated_size: num(self.allocated_size).unwrap_or(0),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Key;
+
+    #[test]
+    fn every_key_is_found_by_its_name_and_no_near_miss_is() {
+        for &k in Key::ALL {
+            let name = k.name();
+            assert_eq!(
+                Key::from_bytes(name),
+                k,
+                "{}",
+                String::from_utf8_lossy(name)
+            );
+            // Same length, one byte changed anywhere (the middle of a key over 16 bytes,
+            // which its first and last 8 bytes do not cover, included).
+            for at in 0..name.len() {
+                let mut other = name.to_vec();
+                other[at] ^= 0x20;
+                assert_eq!(Key::from_bytes(&other), Key::Other, "{other:?}");
+            }
+            // A byte more or less, at either end.
+            assert_eq!(Key::from_bytes(&name[1..]), Key::Other);
+            assert_eq!(Key::from_bytes(&name[..name.len() - 1]), Key::Other);
+            assert_eq!(Key::from_bytes(&[name, b"_"].concat()), Key::Other);
+            assert_eq!(Key::from_bytes(&[b"_", name].concat()), Key::Other);
+        }
+        assert_eq!(Key::from_bytes(b"compile_context"), Key::Other);
+        assert_eq!(Key::from_bytes(b""), Key::Other);
     }
 }
