@@ -449,6 +449,16 @@ fn block_sizes(dt: &crate::trace::DeviceTrace) -> Vec<u64> {
     sizes
 }
 
+/// What a [`Sweep`] needs to know of device `device` of `trace`: the distinct sizes it
+/// asks for and those of its start segments.
+pub fn sweep_sizes(trace: &Trace, device: usize) -> Result<Vec<u64>, Error> {
+    trace
+        .devices
+        .get(device)
+        .map(block_sizes)
+        .ok_or(Error::Query(QueryError::NoDevice { device }))
+}
+
 /// Sweeps [`recommend_candidates`] at `capacity` (None: unlimited) and picks the best, one
 /// replay after the other ([`recommend_with`] runs them on a [`Runner`]).
 pub fn recommend(
@@ -548,11 +558,13 @@ pub struct Sweep<R = ReplayResult> {
 impl<R: Swept> Sweep<R> {
     /// The sweep of device `device` of `trace` at `capacity` (None: unlimited).
     pub fn new(trace: &Trace, device: usize, capacity: Option<u64>) -> Result<Sweep<R>, Error> {
-        let dt = trace
-            .devices
-            .get(device)
-            .ok_or(Error::Query(QueryError::NoDevice { device }))?;
-        let sizes = block_sizes(dt);
+        Ok(Sweep::of_sizes(&sweep_sizes(trace, device)?, capacity))
+    }
+
+    /// The sweep of a trace whose [`sweep_sizes`] are `sizes`, at `capacity`: for a front
+    /// end that does not hold the trace (its replays run where it is).
+    #[must_use]
+    pub fn of_sizes(sizes: &[u64], capacity: Option<u64>) -> Sweep<R> {
         let mut sweep = Sweep {
             capacity,
             configs: Vec::new(),
@@ -578,7 +590,7 @@ impl<R: Swept> Sweep<R> {
                 .split(',')
                 .find_map(|kv| kv.strip_prefix("garbage_collection_threshold:"))
                 .map(str::to_string);
-            let e = effect(&cfg, &sizes, capacity, gc.as_deref());
+            let e = effect(&cfg, sizes, capacity, gc.as_deref());
             let k = if let Some(k) = sweep.effects.iter().position(|x| *x == e) {
                 k
             } else {
@@ -591,7 +603,7 @@ impl<R: Swept> Sweep<R> {
         }
         sweep.results = (0..sweep.effects.len()).map(|_| None).collect();
         sweep.alias = (0..sweep.effects.len()).collect();
-        Ok(sweep)
+        sweep
     }
 
     /// The progress bar's total: the default and one per distinct effect (each replayed,
