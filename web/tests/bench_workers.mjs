@@ -80,6 +80,7 @@ async function recommendOnce(dir, name, cap) {
   const running = await markTime(page, "data-allocsim-search", 0, "v === 'running'");
   const done = await markTime(page, "data-allocsim-search", running, "v === 'done'");
   r.sweep_ms = Math.round(done - running);
+  r.search_workers = await page.evaluate(() => document.body.getAttribute("data-allocsim-search-workers"));
   r.load_average_after = loadavg();
   await s.close();
   return r;
@@ -135,7 +136,7 @@ for (const [dir, name, cap] of targets) {
   for (let i = 0; i < runs; i++) {
     const r = await recommendOnce(dir, name, cap);
     row.runs.push(r);
-    log(`${name} under ${cap}, run ${i + 1}: What would fit? ${r.sweep_ms} ms in the browser (load ${r.load_average} → ${r.load_average_after})`);
+    log(`${name} under ${cap}, run ${i + 1}: What would fit? ${r.sweep_ms} ms in the browser, search workers ${r.search_workers} (load ${r.load_average} → ${r.load_average_after})`);
   }
   row.best_sweep_ms = Math.min(...row.runs.map((r) => r.sweep_ms));
   row.ratio_to_pickle_loads = row.best_sweep_ms / 1000 / row.pickle_loads_s;
