@@ -490,8 +490,9 @@ pub fn recommend_with(
             break;
         }
         let counted = sweep.counts_progress();
-        let job =
-            |i: usize| session::replay_device(trace, device, &specs[i], capacity, summary_options());
+        let job = |i: usize| {
+            session::replay_device(trace, device, &specs[i], capacity, summary_options())
+        };
         let out = runner.run(specs.len(), &job, &mut || {
             if counted {
                 done += 1;
@@ -749,7 +750,9 @@ impl<R: Swept> Sweep<R> {
             // it is this candidate's own replay (replays are deterministic).
             let k = self.alias[self.effect_of[i]];
             if self.configs[self.replayed[k]] == self.configs[i] {
-                let r = self.results[k].clone().expect("ranked candidates have results");
+                let r = self.results[k]
+                    .clone()
+                    .expect("ranked candidates have results");
                 self.named.push((i, r));
             } else {
                 self.pending.push(i);

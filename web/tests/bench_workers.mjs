@@ -12,7 +12,11 @@
 //
 // node bench_workers.mjs --url URL --traces DIR --out DIR [--trace NAME] [--capacity SIZE]
 //   [--extra PATH] [--extra-capacity SIZE] [--ranks N] [--workers 1,2] [--runs N]
-//   [--allocsim BIN] [--chromium PATH]
+//   [--allocsim BIN] [--chromium PATH] [--sweep-workers 1,2]
+//
+// --sweep-workers K,…: What would fit? with `?workers=K` (the search workers its replays
+// run on) for each K, alternately within each run (same load for each); default: the
+// page's own pool (navigator.hardwareConcurrency, at least 2).
 
 import { writeFileSync, mkdirSync, readFileSync } from "node:fs";
 import { execFileSync } from "node:child_process";
@@ -30,6 +34,7 @@ const extraCapacity = arg("--extra-capacity", capacity);
 const nRanks = Number(arg("--ranks", "8"));
 const poolSizes = arg("--workers", "1,2").split(",").map(Number);
 const runs = Number(arg("--runs", "3"));
+const sweepPools = (arg("--sweep-workers", "") || "").split(",").filter(Boolean).map(Number);
 const allocsim = arg("--allocsim");
 const chromiumPath = arg("--chromium", "/usr/bin/chromium");
 mkdirSync(out, { recursive: true });
@@ -60,14 +65,16 @@ function cliRecommend(path, cap) {
 }
 
 /// One browser: `name` (served from `dir`) opened under `cap`; the sweep's time (ms).
-async function recommendOnce(dir, name, cap) {
+async function recommendOnce(dir, name, cap, workers) {
   const s = await launch(chromiumPath);
   const { page, context } = s;
   await context.route(`${new URL(url).origin}/bench-traces/*`, (route) =>
     route.fulfill({ status: 200, contentType: "application/octet-stream", body: readFileSync(join(dir, name)) }),
   );
   const r = { load_average: loadavg() };
-  await page.goto(`${url}?trace=${encodeURIComponent(`${new URL(url).origin}/bench-traces/${name}`)}&capacity=${cap}`, {
+  const pool = workers ? `&workers=${workers}` : "";
+  r.workers = workers || "default";
+  await page.goto(`${url}?trace=${encodeURIComponent(`${new URL(url).origin}/bench-traces/${name}`)}&capacity=${cap}${pool}`, {
     waitUntil: "load",
   });
   await waitFrame(page, `ready:${name}`, 600000);
@@ -80,6 +87,9 @@ async function recommendOnce(dir, name, cap) {
   const running = await markTime(page, "data-allocsim-search", 0, "v === 'running'");
   const done = await markTime(page, "data-allocsim-search", running, "v === 'done'");
   r.sweep_ms = Math.round(done - running);
+  // The first search worker read the trace and sent its sizes: the replays start.
+  const planned = await markTime(page, "data-allocsim-search-workers", running, "/planned=1/.test(v)");
+  r.read_ms = planned === null ? null : Math.round(planned - running);
   r.search_workers = await page.evaluate(() => document.body.getAttribute("data-allocsim-search-workers"));
   r.load_average_after = loadavg();
   await s.close();
@@ -134,10 +144,15 @@ for (const [dir, name, cap] of targets) {
     log(`${name}: allocsim recommend --capacity ${cap} ${row.cli_recommend_s.toFixed(3)} s (best of 3)`);
   }
   for (let i = 0; i < runs; i++) {
-    const r = await recommendOnce(dir, name, cap);
-    row.runs.push(r);
-    log(`${name} under ${cap}, run ${i + 1}: What would fit? ${r.sweep_ms} ms in the browser, search workers ${r.search_workers} (load ${r.load_average} → ${r.load_average_after})`);
+    for (const k of sweepPools.length > 0 ? sweepPools : [null]) {
+      const r = await recommendOnce(dir, name, cap, k);
+      row.runs.push(r);
+      log(`${name} under ${cap}, ?workers=${r.workers}, run ${i + 1}: What would fit? ${r.sweep_ms} ms in the browser, of which ${r.read_ms} ms before the replays (the search workers reading the trace), search workers ${r.search_workers} (load ${r.load_average} → ${r.load_average_after})`);
+    }
   }
+  row.best_by_workers = {};
+  for (const r of row.runs) row.best_by_workers[r.workers] = Math.min(row.best_by_workers[r.workers] ?? Infinity, r.sweep_ms);
+  if (sweepPools.length > 1) log(`${name}: best by search workers ${JSON.stringify(row.best_by_workers)} ms`);
   row.best_sweep_ms = Math.min(...row.runs.map((r) => r.sweep_ms));
   row.ratio_to_pickle_loads = row.best_sweep_ms / 1000 / row.pickle_loads_s;
   log(`${name}: best ${row.best_sweep_ms} ms = ${row.ratio_to_pickle_loads.toFixed(2)} × pickle.loads (target ≤ 5×)`);

@@ -92,10 +92,12 @@ pub(super) fn sweep_replay(
     spec: &ModelSpec,
     capacity: Option<u64>,
 ) -> Response {
-    let replayed = trace.ok_or_else(|| "no trace is loaded".to_string()).and_then(|t| {
-        session::replay_device(t, device, spec, capacity, whatif::summary_options())
-            .map_err(|e| e.to_string())
-    });
+    let replayed = trace
+        .ok_or_else(|| "no trace is loaded".to_string())
+        .and_then(|t| {
+            session::replay_device(t, device, spec, capacity, whatif::summary_options())
+                .map_err(|e| e.to_string())
+        });
     match replayed {
         Ok(r) => Response::SweepReplayed {
             job,

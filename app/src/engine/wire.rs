@@ -230,7 +230,10 @@ pub enum Response {
         outcome: Box<RankOutcome>,
     },
     /// The answer to [`Request::SweepSizes`].
-    SweepSizes { job: u64, sizes: Vec<u64> },
+    SweepSizes {
+        job: u64,
+        sizes: Vec<u64>,
+    },
     /// The answer to [`Request::SweepReplay`].
     SweepReplayed {
         job: u64,

@@ -72,6 +72,9 @@ pub struct Counts {
     pub search_live: usize,
     /// Search workers that answered replays of the last sweep ("What would fit?").
     pub sweep_workers: usize,
+    /// Sweeps whose first search worker had read the trace and sent its sizes (the
+    /// replays start then): the page's timing of the read apart from the replays.
+    pub sweeps_planned: usize,
 }
 
 /// A set of ranks in flight in the pool.
@@ -181,9 +184,11 @@ impl<W: Workers> Host<W> {
                 self.search.generation += 1;
                 Some(req)
             }
-            Request::WhatIf { job, capacity_bytes } => self.start_sweep(job, capacity_bytes),
-            Request::Runtimes { job, .. }
-            | Request::MinCapacity { job, .. } => {
+            Request::WhatIf {
+                job,
+                capacity_bytes,
+            } => self.start_sweep(job, capacity_bytes),
+            Request::Runtimes { job, .. } | Request::MinCapacity { job, .. } => {
                 let Ok(msg) = self.workers.encode(&req) else {
                     return Some(req);
                 };
@@ -385,6 +390,7 @@ impl<W: Workers> Host<W> {
         match r {
             Response::SweepSizes { sizes, .. } if run.sweep.is_none() => {
                 run.sweep = Some(Sweep::of_sizes(&sizes, run.capacity));
+                self.counts.sweeps_planned += 1;
                 self.next_sweep_batch(run);
             }
             Response::SweepReplayed { index, result, .. } => {
@@ -423,7 +429,10 @@ impl<W: Workers> Host<W> {
             return;
         };
         let before = sweep.decided_without_replay();
-        let results = std::mem::take(&mut run.results).into_iter().flatten().collect();
+        let results = std::mem::take(&mut run.results)
+            .into_iter()
+            .flatten()
+            .collect();
         if let Err(e) = sweep.give(results) {
             self.outbox.push(Response::Failed {
                 job: run.job,

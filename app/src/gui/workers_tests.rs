@@ -240,7 +240,9 @@ fn cancel_terminates_every_search_worker_and_the_other_searches_go_on_in_a_fresh
     assert_eq!(host.counts().search_live, 2, "a pool of two");
     let early = host.poll();
     assert!(
-        early.iter().all(|r| matches!(r, Response::Progress { job: 3, .. })),
+        early
+            .iter()
+            .all(|r| matches!(r, Response::Progress { job: 3, .. })),
         "{early:?}"
     );
     assert!(
