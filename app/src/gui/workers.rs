@@ -106,6 +106,8 @@ struct SweepRun {
     answered_by: BTreeSet<WorkerId>,
     /// Progress: replays and candidates decided.
     done: usize,
+    /// Why a replay could not be handed out (the sweep fails).
+    error: Option<String>,
 }
 
 /// The search workers and what they must know first.
@@ -379,6 +381,7 @@ impl<W: Workers> Host<W> {
             busy: BTreeMap::new(),
             answered_by: BTreeSet::new(),
             done: 0,
+            error: None,
         });
         None
     }
@@ -410,7 +413,7 @@ impl<W: Workers> Host<W> {
                 if run.results.iter().all(Option::is_some) {
                     self.give_batch(run);
                 } else {
-                    self.sweep = Some(run);
+                    self.keep_sweep(run);
                 }
             }
             Response::Failed { job, message } => {
@@ -477,7 +480,21 @@ impl<W: Workers> Host<W> {
         for w in workers {
             self.feed(&mut run, w);
         }
-        self.sweep = Some(run);
+        self.keep_sweep(run);
+    }
+
+    /// Keeps `run` in flight, or fails it if a replay could not be handed out.
+    fn keep_sweep(&mut self, mut run: SweepRun) {
+        match run.error.take() {
+            None => self.sweep = Some(run),
+            Some(message) => {
+                self.restart_search();
+                self.outbox.push(Response::Failed {
+                    job: run.job,
+                    message,
+                });
+            }
+        }
     }
 
     /// The sweep's next replay to `w`, if one is left.
@@ -497,7 +514,7 @@ impl<W: Workers> Host<W> {
                 run.busy.insert(w, run.next);
                 run.next += 1;
             }
-            Err(e) => log::error!("{e}"),
+            Err(e) => run.error = Some(e),
         }
     }
 
