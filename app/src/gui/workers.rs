@@ -29,6 +29,17 @@ pub const SEARCH_WORKER: &str = "allocsim-search";
 /// The name of a worker of the ranks' pool.
 pub const RANK_WORKER: &str = "allocsim-rank";
 
+/// The replays of a sweep queued in each search worker at a time: a worker's answers are
+/// taken when the page draws its next frame (at most [`WAKE_AFTER_MS`] after one arrives:
+/// each frame costs the CPU up to a second on a software rasterizer), so each holds more
+/// work than it does in that time (a replay takes 10–100 ms), and the last replays of a
+/// batch still go to whichever worker is free.
+pub const SWEEP_QUEUED: usize = 8;
+
+/// How soon a worker's answer wakes the page (ms): at most two frames a second while
+/// workers answer, not one per answer.
+pub const WAKE_AFTER_MS: u64 = 500;
+
 /// The most workers the ranks' pool starts: each holds a wasm instance whose memory grows
 /// to its rank's trace and never shrinks until the worker ends.
 pub const MAX_POOL: usize = 8;
@@ -101,8 +112,8 @@ struct SweepRun {
     batch: Vec<ModelSpec>,
     next: usize,
     results: Vec<Option<SweptReplay>>,
-    /// Each busy worker's replay (index into `batch`).
-    busy: BTreeMap<WorkerId, usize>,
+    /// Each busy worker's replays (indices into `batch`), in the order it runs them.
+    busy: BTreeMap<WorkerId, VecDeque<usize>>,
     answered_by: BTreeSet<WorkerId>,
     /// Progress: replays and candidates decided.
     done: usize,
@@ -398,11 +409,11 @@ impl<W: Workers> Host<W> {
             }
             Response::SweepReplayed { index, result, .. } => {
                 let index = index as usize;
-                if run.busy.get(&w) != Some(&index) {
+                let Some(queue) = run.busy.get_mut(&w).filter(|q| q.front() == Some(&index)) else {
                     self.sweep = Some(run);
                     return;
-                }
-                run.busy.remove(&w);
+                };
+                queue.pop_front();
                 run.answered_by.insert(w);
                 run.results[index] = Some(result);
                 if run.sweep.as_ref().is_some_and(Sweep::counts_progress) {
@@ -497,24 +508,30 @@ impl<W: Workers> Host<W> {
         }
     }
 
-    /// The sweep's next replay to `w`, if one is left.
+    /// The sweep's next replays to `w`, up to [`SWEEP_QUEUED`] in its queue, while any is
+    /// left.
     fn feed(&mut self, run: &mut SweepRun, w: WorkerId) {
-        let Some(spec) = run.batch.get(run.next) else {
-            return;
-        };
-        let req = Request::SweepReplay {
-            job: run.job,
-            index: run.next as u32,
-            spec: spec.clone(),
-            capacity_bytes: run.capacity,
-        };
-        match self.workers.encode(&req) {
-            Ok(msg) => {
-                self.workers.post(w, &msg);
-                run.busy.insert(w, run.next);
-                run.next += 1;
+        while run.busy.get(&w).map_or(0, VecDeque::len) < SWEEP_QUEUED {
+            let Some(spec) = run.batch.get(run.next) else {
+                return;
+            };
+            let req = Request::SweepReplay {
+                job: run.job,
+                index: run.next as u32,
+                spec: spec.clone(),
+                capacity_bytes: run.capacity,
+            };
+            match self.workers.encode(&req) {
+                Ok(msg) => {
+                    self.workers.post(w, &msg);
+                    run.busy.entry(w).or_default().push_back(run.next);
+                    run.next += 1;
+                }
+                Err(e) => {
+                    run.error = Some(e);
+                    return;
+                }
             }
-            Err(e) => run.error = Some(e),
         }
     }
 
@@ -772,7 +789,9 @@ pub mod web {
                     if let Some(a) = e.data().dyn_ref::<js_sys::Uint8Array>() {
                         sink.borrow_mut().push((id, a.to_vec()));
                     }
-                    ctx.request_repaint();
+                    ctx.request_repaint_after(std::time::Duration::from_millis(
+                        super::WAKE_AFTER_MS,
+                    ));
                 },
             );
             worker.set_onmessage(Some(on_message.as_ref().unchecked_ref()));
