@@ -173,3 +173,48 @@ fn recommend_sweeps_168_configs_and_finds_one_that_fits() {
     // Ties are broken by fewer segment ops, then the shorter config.
     assert!(r.candidates_fitting > 1);
 }
+
+#[test]
+fn divisions_that_round_every_request_alike_share_a_replay_and_it_is_theirs() {
+    // multistream_pub: several `roundup_power2_divisions` round its requests to the same
+    // sizes, so they share a replay (keyed by the rounded sizes, not the config array);
+    // every candidate replayed on its own decides as the one replayed for its effect.
+    let bytes = std::fs::read(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../tests/traces/multistream_pub.pickle.gz"
+    ))
+    .expect("a trace of the repository");
+    let t = session::load(&bytes, None).expect("loads").trace;
+    let d = t.busiest_device();
+    let sizes = block_sizes(&t.devices[d]);
+    let mut seen: Vec<(Effect, Outcome, [u32; 16])> = Vec::new();
+    let mut merged_divisions = 0;
+    for conf in recommend_candidates() {
+        let Ok(cfg) = PyTorchConfig::parse(&conf) else {
+            continue;
+        };
+        let gc = conf
+            .split(',')
+            .find_map(|kv| kv.strip_prefix("garbage_collection_threshold:"));
+        let spec = ModelSpec::parse(&format!("pytorch@{conf}")).unwrap();
+        let r = session::replay_device(&t, d, &spec, None, summary_options()).unwrap();
+        let e = effect(&cfg, &sizes, None, gc);
+        match seen.iter().find(|(x, ..)| *x == e) {
+            Some((_, o, divisions)) => {
+                assert_eq!(*o, outcome(&r), "{conf}");
+                // Two division settings that round some request apart from no divisions
+                // (the old key, the config array, kept these apart).
+                if *divisions != cfg.roundup_power2_divisions && e.rounded.is_some() {
+                    merged_divisions += 1;
+                }
+            }
+            None => seen.push((e, outcome(&r), cfg.roundup_power2_divisions)),
+        }
+    }
+    assert!(
+        merged_divisions > 0,
+        "no two division settings shared a replay"
+    );
+    let r = recommend(&t, d, None, &mut |_, _| {}).unwrap();
+    assert_eq!(r.candidates_replayed, seen.len());
+}
