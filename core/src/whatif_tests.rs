@@ -184,9 +184,9 @@ fn divisions_that_round_every_request_alike_share_a_replay_and_it_is_theirs() {
         "/../tests/traces/multistream_pub.pickle.gz"
     ))
     .expect("a trace of the repository");
-    let t = session::load(&bytes, None).expect("loads").trace;
-    let d = t.busiest_device();
-    let sizes = block_sizes(&t.devices[d]);
+    let trace = session::load(&bytes, None).expect("loads").trace;
+    let device = trace.busiest_device();
+    let sizes = block_sizes(&trace.devices[device]);
     let mut seen: Vec<(Effect, Outcome, [u32; 16])> = Vec::new();
     let mut merged_divisions = 0;
     for conf in recommend_candidates() {
@@ -197,7 +197,7 @@ fn divisions_that_round_every_request_alike_share_a_replay_and_it_is_theirs() {
             .split(',')
             .find_map(|kv| kv.strip_prefix("garbage_collection_threshold:"));
         let spec = ModelSpec::parse(&format!("pytorch@{conf}")).unwrap();
-        let r = session::replay_device(&t, d, &spec, None, summary_options()).unwrap();
+        let r = session::replay_device(&trace, device, &spec, None, summary_options()).unwrap();
         let e = effect(&cfg, &sizes, None, gc);
         match seen.iter().find(|(x, ..)| *x == e) {
             Some((_, o, divisions)) => {
@@ -215,6 +215,6 @@ fn divisions_that_round_every_request_alike_share_a_replay_and_it_is_theirs() {
         merged_divisions > 0,
         "no two division settings shared a replay"
     );
-    let r = recommend(&t, d, None, &mut |_, _| {}).unwrap();
+    let r = recommend(&trace, device, None, &mut |_, _| {}).unwrap();
     assert_eq!(r.candidates_replayed, seen.len());
 }
