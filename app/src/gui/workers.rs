@@ -30,11 +30,12 @@ pub const SEARCH_WORKER: &str = "allocsim-search";
 pub const RANK_WORKER: &str = "allocsim-rank";
 
 /// The replays of a sweep queued in each search worker at a time: a worker's answers are
-/// taken when the page draws its next frame (at most [`WAKE_AFTER_MS`] after one arrives:
-/// each frame costs the CPU up to a second on a software rasterizer), so each holds more
-/// work than it does in that time (a replay takes 10–100 ms), and the last replays of a
-/// batch still go to whichever worker is free.
-pub const SWEEP_QUEUED: usize = 8;
+/// taken when the page draws its next frame (at most [`WAKE_AFTER_MS`] after one arrives,
+/// plus the frame: each costs the CPU up to a second on a software rasterizer), so each
+/// holds more work than it does in that time (a replay takes 10–100 ms; 8 ran dry on
+/// big_gpt_long_stacks_s9), and the last replays of a batch still go to whichever worker
+/// is free.
+pub const SWEEP_QUEUED: usize = 32;
 
 /// How soon a worker's answer wakes the page (ms): at most two frames a second while
 /// workers answer, not one per answer.
