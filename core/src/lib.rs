@@ -61,6 +61,10 @@ pub enum QueryError {
     /// `recommend`: no candidate config could be built.
     #[error("no candidate config could be built")]
     NoCandidate,
+    /// `recommend`'s sweep was handed another number of results than the batch it asked
+    /// for, or asked for its answer before its last batch.
+    #[error("the sweep expected {expected} replay results, got {got}")]
+    SweepResults { expected: usize, got: usize },
     /// A replay thread ended without an answer.
     #[error("a replay thread stopped")]
     ThreadStopped,

@@ -172,6 +172,16 @@ pub struct Checkpoint {
     pub device: SimulatedDevice,
 }
 
+impl Clone for Checkpoint {
+    fn clone(&self) -> Checkpoint {
+        Checkpoint {
+            ops_done: self.ops_done,
+            model: self.model.clone_box(),
+            device: self.device.clone(),
+        }
+    }
+}
+
 impl std::fmt::Debug for Checkpoint {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Checkpoint")
@@ -181,7 +191,7 @@ impl std::fmt::Debug for Checkpoint {
 }
 
 /// The result of a replay.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct ReplayResult {
     pub allocator: &'static str,
     pub config: String,

@@ -271,16 +271,17 @@ impl Runner for InOrder {
     }
 }
 
-/// The answer of [`recommend`].
+/// The answer of [`recommend`] (or of a [`Sweep`] run anywhere, with the results `R` it
+/// was given).
 #[derive(Debug)]
-pub struct Recommendation {
+pub struct Recommendation<R = ReplayResult> {
     /// The snapshot's own settings (`pytorch` without `--config`).
-    pub default: ReplayResult,
+    pub default: R,
     /// The best candidate by [`rank`]: serves every request, then least predicted driver
     /// time, then lowest peak reserved, then the shortest config string.
-    pub best: ReplayResult,
+    pub best: R,
     /// The best few candidates in rank order (the best first): the trade-off table.
-    pub tradeoffs: Vec<ReplayResult>,
+    pub tradeoffs: Vec<R>,
     /// Candidates swept (every valid config of [`recommend_candidates`]).
     pub candidates_tried: usize,
     /// Of those, the ones replayed; the others behave exactly like one that was (a
@@ -302,34 +303,105 @@ pub type Rank = (u8, usize, u64, u64, usize, String);
 /// a total order.
 #[must_use]
 pub fn rank(r: &ReplayResult) -> Rank {
-    let class = if served_all(r) {
-        0
-    } else if fits(r) {
-        1
-    } else {
-        2
-    };
-    let progress = usize::MAX - r.ops_done;
-    (
-        class,
-        progress,
-        (r.driver.driver_time_us * 1000.0).round() as u64,
-        r.peak_reserved_bytes,
-        r.config.len(),
-        r.config.clone(),
-    )
+    SweptReplay::from(r).rank()
+}
+
+/// What a sweep needs of a replay: its place in [`rank`]'s order, whether it served every
+/// request, its peak, and the default's OOM explanation to complete. [`ReplayResult`]
+/// (replayed where the sweep runs) and [`SweptReplay`] (posted from elsewhere, e.g. the
+/// browser's search workers) are both.
+pub trait Swept: Clone {
+    fn swept(&self) -> SweptReplay;
+    /// [`note_fits`] on the replay's OOM explanation, where it keeps one.
+    fn note_fits(&mut self, fitting: &[String], if_none: &str);
+}
+
+/// What a sweep keeps of one replay: enough to rank it and to show it in a trade-off
+/// table. Plain data, to cross to another thread or worker.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct SweptReplay {
+    /// The effective configuration (canonical string).
+    pub config: String,
+    pub ops_done: u64,
+    pub peak_reserved_bytes: u64,
+    pub segment_ops: u64,
+    pub synchronizing_ops: u64,
+    pub driver_time_us: f64,
+    /// The first request not served: its event, and whether the program would have died
+    /// there (the recording did not fail there too).
+    pub oom: Option<(u64, bool)>,
+}
+
+impl SweptReplay {
+    /// Whether it served every request ([`served_all`]).
+    #[must_use]
+    pub fn served_all(&self) -> bool {
+        self.oom.is_none()
+    }
+
+    /// Its place in [`rank`]'s order.
+    #[must_use]
+    pub fn rank(&self) -> Rank {
+        let class = match self.oom {
+            None => 0,
+            Some((_, false)) => 1,
+            Some((_, true)) => 2,
+        };
+        (
+            class,
+            usize::MAX - self.ops_done as usize,
+            (self.driver_time_us * 1000.0).round() as u64,
+            self.peak_reserved_bytes,
+            self.config.len(),
+            self.config.clone(),
+        )
+    }
+}
+
+impl From<&ReplayResult> for SweptReplay {
+    fn from(r: &ReplayResult) -> SweptReplay {
+        SweptReplay {
+            config: r.config.clone(),
+            ops_done: r.ops_done as u64,
+            peak_reserved_bytes: r.peak_reserved_bytes,
+            segment_ops: r.segment_ops,
+            synchronizing_ops: r.driver.synchronizing,
+            driver_time_us: r.driver.driver_time_us,
+            oom: r.oom.as_ref().map(|o| (o.event_index, o.fatal)),
+        }
+    }
+}
+
+impl Swept for ReplayResult {
+    fn swept(&self) -> SweptReplay {
+        SweptReplay::from(self)
+    }
+    fn note_fits(&mut self, fitting: &[String], if_none: &str) {
+        note_fits(self, fitting, if_none);
+    }
+}
+
+impl Swept for SweptReplay {
+    fn swept(&self) -> SweptReplay {
+        self.clone()
+    }
+    fn note_fits(&mut self, _: &[String], _: &str) {}
 }
 
 /// What a PyTorch config does on one trace: two configs with the same effect replay the
 /// same. `max_split_size_mb` above every block the trace can make (without expandable
 /// segments: every segment is a request's allocation size) acts like no limit;
-/// `roundup_power2_divisions` that round no request differently act like none;
-/// `garbage_collection_threshold` without a capacity never runs.
+/// `roundup_power2_divisions` act only through the block sizes they round the trace's
+/// requests to (`round_size` is the only place the model reads them), so two settings
+/// that round every request alike act alike; `garbage_collection_threshold` without a
+/// capacity never runs.
 #[derive(Debug, Clone, PartialEq)]
 struct Effect {
     expandable: bool,
     split: u64,
-    divisions: [u32; 16],
+    /// The rounded size of each of the trace's sizes, where any differs from the rounding
+    /// without divisions (None: none does).
+    rounded: Option<Vec<u64>>,
     gc: Option<String>,
 }
 
@@ -338,12 +410,14 @@ fn effect(cfg: &PyTorchConfig, sizes: &[u64], capacity: Option<u64>, gc: Option<
     let mut plain_cfg = cfg.clone();
     plain_cfg.roundup_power2_divisions = [0; 16];
     let plain = PyTorchModel::new(plain_cfg, None);
+    let rounded: Vec<u64> = sizes.iter().map(|&s| model.round_size(s)).collect();
     let rounds_alike = sizes
         .iter()
-        .all(|&s| model.round_size(s) == plain.round_size(s));
-    let largest_segment = sizes
+        .zip(&rounded)
+        .all(|(&s, &r)| r == plain.round_size(s));
+    let largest_segment = rounded
         .iter()
-        .map(|&s| model.allocation_size(model.round_size(s)))
+        .map(|&r| model.allocation_size(r))
         .max()
         .unwrap_or(0);
     let split = if !cfg.expandable_segments && cfg.max_split_size_bytes > largest_segment {
@@ -354,11 +428,7 @@ fn effect(cfg: &PyTorchConfig, sizes: &[u64], capacity: Option<u64>, gc: Option<
     Effect {
         expandable: cfg.expandable_segments,
         split,
-        divisions: if rounds_alike {
-            [0; 16]
-        } else {
-            cfg.roundup_power2_divisions
-        },
+        rounded: (!rounds_alike).then_some(rounded),
         gc: capacity.and(gc.map(str::to_string)),
     }
 }
@@ -380,6 +450,16 @@ fn block_sizes(dt: &crate::trace::DeviceTrace) -> Vec<u64> {
     sizes
 }
 
+/// What a [`Sweep`] needs to know of device `device` of `trace`: the distinct sizes it
+/// asks for and those of its start segments.
+pub fn sweep_sizes(trace: &Trace, device: usize) -> Result<Vec<u64>, Error> {
+    trace
+        .devices
+        .get(device)
+        .map(block_sizes)
+        .ok_or(Error::Query(QueryError::NoDevice { device }))
+}
+
 /// Sweeps [`recommend_candidates`] at `capacity` (None: unlimited) and picks the best, one
 /// replay after the other ([`recommend_with`] runs them on a [`Runner`]).
 pub fn recommend(
@@ -392,10 +472,8 @@ pub fn recommend(
 }
 
 /// Sweeps [`recommend_candidates`] at `capacity` (None: unlimited) on `runner` and picks
-/// the best by [`rank`]. Candidates that cannot act differently on this trace share one
-/// replay; a `garbage_collection_threshold` candidate shares its twin's result when the
-/// twin never reserves above threshold × capacity (PyTorch collects only above it). The
-/// default replay's OOM explanation ends with the best config when that one fits.
+/// the best by [`rank`]: a [`Sweep`] whose batches run on `runner`. Progress counts the
+/// default, each distinct replay and each candidate decided without one.
 pub fn recommend_with(
     trace: &Trace,
     device: usize,
@@ -403,336 +481,339 @@ pub fn recommend_with(
     runner: &dyn Runner,
     progress: &mut dyn FnMut(usize, usize),
 ) -> Result<Recommendation, Error> {
-    let dt = trace
-        .devices
-        .get(device)
-        .ok_or(Error::Query(QueryError::NoDevice { device }))?;
-    let sizes = block_sizes(dt);
-    // Every valid candidate with its effect; the first of each effect is replayed.
-    let mut configs: Vec<String> = Vec::new();
-    let mut effects: Vec<Effect> = Vec::new();
-    let mut replayed: Vec<usize> = Vec::new(); // index into configs, per distinct effect
-    let mut effect_of: Vec<usize> = Vec::new(); // per config: index into `replayed`
-    for conf in recommend_candidates() {
-        // A combination PyTorch itself would reject is not a candidate.
-        let Ok(cfg) = PyTorchConfig::parse(&conf) else {
-            continue;
-        };
-        let gc = conf
-            .split(',')
-            .find_map(|kv| kv.strip_prefix("garbage_collection_threshold:"))
-            .map(str::to_string);
-        let e = effect(&cfg, &sizes, capacity, gc.as_deref());
-        let k = if let Some(k) = effects.iter().position(|x| *x == e) {
-            k
-        } else {
-            effects.push(e);
-            replayed.push(configs.len());
-            effects.len() - 1
-        };
-        effect_of.push(k);
-        configs.push(conf);
-    }
-    let spec_of = |conf: &str| ModelSpec::with_config(AllocatorKind::Pytorch, conf);
-    // GC candidates after their twins: a twin that never reserves above threshold × C
-    // makes the GC run a no-op.
-    let is_gc = |k: usize| effects[k].gc.is_some();
-    let first: Vec<usize> = (0..replayed.len()).filter(|&k| !is_gc(k)).collect();
-    let total = 1 + replayed.len();
+    let mut sweep = Sweep::new(trace, device, capacity)?;
+    let total = sweep.progress_total();
     let mut done = 0;
     progress(done, total);
-    let default = session::replay_device(
-        trace,
-        device,
-        &ModelSpec::new(AllocatorKind::Pytorch),
-        capacity,
-        summary_options(),
-    )?;
-    done += 1;
-    progress(done, total);
-    let mut results: Vec<Option<ReplayResult>> = (0..replayed.len()).map(|_| None).collect();
-    let run_batch = |ks: &[usize],
-                     results: &mut Vec<Option<ReplayResult>>,
-                     done: &mut usize,
-                     progress: &mut dyn FnMut(usize, usize)|
-     -> Result<(), Error> {
-        let job = |i: usize| {
-            let conf = &configs[replayed[ks[i]]];
-            session::replay_device(trace, device, &spec_of(conf), capacity, summary_options())
-        };
-        let out = runner.run(ks.len(), &job, &mut || {
-            *done += 1;
-            progress(*done, total);
-        });
-        for (&k, r) in ks.iter().zip(out) {
-            results[k] = Some(r?);
+    loop {
+        let specs = sweep.next_batch();
+        if specs.is_empty() {
+            break;
         }
-        Ok(())
-    };
-    run_batch(&first, &mut results, &mut done, progress)?;
-    // A GC candidate's twin: the same effect without the threshold. Where the twin never
-    // reserves above threshold × capacity, PyTorch never collects: the same replay.
-    let mut alias: Vec<usize> = (0..replayed.len()).collect();
-    let mut second = Vec::new();
-    for k in (0..replayed.len()).filter(|&k| is_gc(k)) {
-        let mut e = effects[k].clone();
-        let threshold: f64 = e.gc.take().and_then(|g| g.parse().ok()).unwrap_or(0.0);
-        let twin = effects.iter().position(|x| *x == e);
-        match (twin, capacity) {
-            (Some(t), Some(c))
-                if results[t]
-                    .as_ref()
-                    .is_some_and(|r| r.peak_reserved_bytes as f64 <= threshold * c as f64) =>
-            {
-                alias[k] = t;
+        let counted = sweep.counts_progress();
+        let job = |i: usize| {
+            session::replay_device(trace, device, &specs[i], capacity, summary_options())
+        };
+        let out = runner.run(specs.len(), &job, &mut || {
+            if counted {
                 done += 1;
                 progress(done, total);
             }
-            _ => second.push(k),
+        });
+        let results = out.into_iter().collect::<Result<Vec<_>, _>>()?;
+        let before = sweep.decided_without_replay();
+        sweep.give(results)?;
+        for _ in before..sweep.decided_without_replay() {
+            done += 1;
+            progress(done, total);
         }
     }
-    run_batch(&second, &mut results, &mut done, progress)?;
-    let result_of = |i: usize| results[alias[effect_of[i]]].as_ref();
-    // Every candidate ranked by its effect's replay, under its own config string.
-    let mut order: Vec<(usize, Rank)> = configs
-        .iter()
-        .enumerate()
-        .filter_map(|(i, conf)| {
-            let mut key = rank(result_of(i)?);
-            key.4 = conf.len();
-            key.5.clone_from(conf);
-            Some((i, key))
-        })
-        .collect();
-    order.sort_by(|a, b| a.1.cmp(&b.1));
-    let fitting = (0..configs.len())
-        .filter(|&i| result_of(i).is_some_and(served_all))
-        .count();
-    let tried = configs.len();
-    let named = |i: usize| -> Result<ReplayResult, Error> {
-        // The replay of this candidate's effect, named by the candidate itself.
-        session::replay_device(
-            trace,
-            device,
-            &spec_of(&configs[i]),
+    sweep.finish()
+}
+
+/// Where a [`Sweep`] is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stage {
+    /// The default and one candidate of each distinct effect without a GC threshold.
+    First,
+    /// The GC candidates whose twin does not decide them.
+    Twins,
+    /// The candidates the answer names whose own replay is not held yet.
+    Named,
+    Done,
+}
+
+/// `recommend`'s sweep as batches of replays to run anywhere ([`recommend_with`] runs them
+/// on a [`Runner`]; the browser on its search workers): [`Sweep::next_batch`] says which
+/// settings to replay, [`Sweep::give`] takes their results in that order, until the batch
+/// is empty; then [`Sweep::finish`] ranks. Candidates that cannot act differently on this
+/// trace share one replay; a `garbage_collection_threshold` candidate shares its twin's
+/// result when the twin never reserves above threshold × capacity (PyTorch collects only
+/// above it). The default replay's OOM explanation ends with the best config when that
+/// one fits.
+#[derive(Debug)]
+pub struct Sweep<R = ReplayResult> {
+    capacity: Option<u64>,
+    /// Every valid candidate.
+    configs: Vec<String>,
+    /// Each distinct effect, the candidate replayed for it and its result.
+    effects: Vec<Effect>,
+    replayed: Vec<usize>,
+    results: Vec<Option<R>>,
+    /// Per candidate: its effect.
+    effect_of: Vec<usize>,
+    /// Per effect: the effect whose result it takes (itself, or a GC candidate's twin).
+    alias: Vec<usize>,
+    default: Option<R>,
+    stage: Stage,
+    /// What the batch handed out last stands for: effects, or (at [`Stage::Named`])
+    /// candidates.
+    pending: Vec<usize>,
+    /// GC candidates decided by their twin.
+    aliased: usize,
+    /// Candidates in rank order (with their rank), once ranked.
+    order: Vec<usize>,
+    /// The named candidates' own results.
+    named: Vec<(usize, R)>,
+}
+
+impl<R: Swept> Sweep<R> {
+    /// The sweep of device `device` of `trace` at `capacity` (None: unlimited).
+    pub fn new(trace: &Trace, device: usize, capacity: Option<u64>) -> Result<Sweep<R>, Error> {
+        Ok(Sweep::of_sizes(&sweep_sizes(trace, device)?, capacity))
+    }
+
+    /// The sweep of a trace whose [`sweep_sizes`] are `sizes`, at `capacity`: for a front
+    /// end that does not hold the trace (its replays run where it is).
+    #[must_use]
+    pub fn of_sizes(sizes: &[u64], capacity: Option<u64>) -> Sweep<R> {
+        let mut sweep = Sweep {
             capacity,
-            summary_options(),
-        )
-    };
-    let mut tradeoffs = Vec::new();
-    for &(i, _) in order.iter().take(TRADEOFF_ROWS) {
-        tradeoffs.push(named(i)?);
-    }
-    let best = named(
-        order
-            .first()
-            .map(|o| o.0)
-            .ok_or(Error::Query(QueryError::NoCandidate))?,
-    )?;
-    let mut default = default;
-    if served_all(&best) {
-        let conf = if best.config.is_empty() {
-            "PyTorch's defaults".to_string()
-        } else {
-            format!("pytorch@{}", best.config)
+            configs: Vec::new(),
+            effects: Vec::new(),
+            replayed: Vec::new(),
+            results: Vec::new(),
+            effect_of: Vec::new(),
+            alias: Vec::new(),
+            default: None,
+            stage: Stage::First,
+            pending: Vec::new(),
+            aliased: 0,
+            order: Vec::new(),
+            named: Vec::new(),
         };
-        note_fits(
-            &mut default,
-            &[format!(
-                "{conf} (one of {fitting} fitting configs of {tried})"
-            )],
-            "config",
-        );
-    } else {
-        note_fits(
-            &mut default,
-            &[],
-            &format!("none of the {tried} swept configs would have fit"),
-        );
+        // Every valid candidate with its effect; the first of each effect is replayed.
+        for conf in recommend_candidates() {
+            // A combination PyTorch itself would reject is not a candidate.
+            let Ok(cfg) = PyTorchConfig::parse(&conf) else {
+                continue;
+            };
+            let gc = conf
+                .split(',')
+                .find_map(|kv| kv.strip_prefix("garbage_collection_threshold:"))
+                .map(str::to_string);
+            let e = effect(&cfg, sizes, capacity, gc.as_deref());
+            let k = if let Some(k) = sweep.effects.iter().position(|x| *x == e) {
+                k
+            } else {
+                sweep.effects.push(e);
+                sweep.replayed.push(sweep.configs.len());
+                sweep.effects.len() - 1
+            };
+            sweep.effect_of.push(k);
+            sweep.configs.push(conf);
+        }
+        sweep.results = (0..sweep.effects.len()).map(|_| None).collect();
+        sweep.alias = (0..sweep.effects.len()).collect();
+        sweep
     }
-    Ok(Recommendation {
-        default,
-        best,
-        tradeoffs,
-        candidates_tried: tried,
-        candidates_replayed: replayed.len(),
-        candidates_fitting: fitting,
-    })
+
+    /// The progress bar's total: the default and one per distinct effect (each replayed,
+    /// or decided by its twin).
+    #[must_use]
+    pub fn progress_total(&self) -> usize {
+        1 + self.effects.len()
+    }
+
+    /// Whether the replays of the batch just handed out count in [`Self::progress_total`]
+    /// (those of the named candidates do not: they repeat an effect's replay under its
+    /// own name).
+    #[must_use]
+    pub fn counts_progress(&self) -> bool {
+        self.stage != Stage::Named
+    }
+
+    /// GC candidates decided by their twin's replay so far (each counts as progress).
+    #[must_use]
+    pub fn decided_without_replay(&self) -> usize {
+        self.aliased
+    }
+
+    fn spec_of(&self, candidate: usize) -> ModelSpec {
+        ModelSpec::with_config(AllocatorKind::Pytorch, &self.configs[candidate])
+    }
+
+    /// The settings to replay next (device, trace and capacity those of [`Sweep::new`]),
+    /// in the order [`Sweep::give`] takes their results; empty when the sweep is ranked.
+    pub fn next_batch(&mut self) -> Vec<ModelSpec> {
+        loop {
+            let specs: Vec<ModelSpec> = match self.stage {
+                Stage::First => {
+                    self.pending = (0..self.effects.len())
+                        .filter(|&k| self.effects[k].gc.is_none())
+                        .collect();
+                    std::iter::once(ModelSpec::new(AllocatorKind::Pytorch))
+                        .chain(self.pending.iter().map(|&k| self.spec_of(self.replayed[k])))
+                        .collect()
+                }
+                Stage::Twins => self
+                    .pending
+                    .iter()
+                    .map(|&k| self.spec_of(self.replayed[k]))
+                    .collect(),
+                Stage::Named => self.pending.iter().map(|&i| self.spec_of(i)).collect(),
+                Stage::Done => return Vec::new(),
+            };
+            if !specs.is_empty() {
+                return specs;
+            }
+            // Nothing to replay at this stage: on to the next.
+            self.advance(Vec::new());
+        }
+    }
+
+    /// The results of the batch [`Sweep::next_batch`] handed out last, in its order.
+    pub fn give(&mut self, results: Vec<R>) -> Result<(), Error> {
+        let expected = match self.stage {
+            Stage::First => 1 + self.pending.len(),
+            Stage::Done => 0,
+            _ => self.pending.len(),
+        };
+        if results.len() != expected {
+            return Err(Error::Query(QueryError::SweepResults {
+                expected,
+                got: results.len(),
+            }));
+        }
+        self.advance(results);
+        Ok(())
+    }
+
+    fn advance(&mut self, results: Vec<R>) {
+        match self.stage {
+            Stage::First => {
+                let mut it = results.into_iter();
+                self.default = it.next();
+                for (k, r) in std::mem::take(&mut self.pending).into_iter().zip(it) {
+                    self.results[k] = Some(r);
+                }
+                self.pair_twins();
+                self.stage = Stage::Twins;
+            }
+            Stage::Twins => {
+                for (k, r) in std::mem::take(&mut self.pending).into_iter().zip(results) {
+                    self.results[k] = Some(r);
+                }
+                self.rank_all();
+                self.stage = Stage::Named;
+            }
+            Stage::Named => {
+                self.named
+                    .extend(std::mem::take(&mut self.pending).into_iter().zip(results));
+                self.stage = Stage::Done;
+            }
+            Stage::Done => {}
+        }
+    }
+
+    /// A GC candidate's twin: the same effect without the threshold. Where the twin never
+    /// reserves above threshold × capacity, PyTorch never collects: the same replay. The
+    /// others are the next batch.
+    fn pair_twins(&mut self) {
+        for k in (0..self.effects.len()).filter(|&k| self.effects[k].gc.is_some()) {
+            let mut e = self.effects[k].clone();
+            let threshold: f64 = e.gc.take().and_then(|g| g.parse().ok()).unwrap_or(0.0);
+            let twin = self.effects.iter().position(|x| *x == e);
+            match (twin, self.capacity) {
+                (Some(t), Some(c))
+                    if self.results[t].as_ref().is_some_and(|r| {
+                        r.swept().peak_reserved_bytes as f64 <= threshold * c as f64
+                    }) =>
+                {
+                    self.alias[k] = t;
+                    self.aliased += 1;
+                }
+                _ => self.pending.push(k),
+            }
+        }
+    }
+
+    /// The result candidate `i` is ranked by: its effect's replay (or its twin's).
+    fn result_of(&self, i: usize) -> Option<&R> {
+        self.results[self.alias[self.effect_of[i]]].as_ref()
+    }
+
+    /// Every candidate ranked by its effect's replay, under its own config string; the
+    /// named ones (the trade-off table's) whose own replay is not held are the next batch.
+    fn rank_all(&mut self) {
+        let mut order: Vec<(usize, Rank)> = (0..self.configs.len())
+            .filter_map(|i| {
+                let mut key = self.result_of(i)?.swept().rank();
+                key.4 = self.configs[i].len();
+                key.5.clone_from(&self.configs[i]);
+                Some((i, key))
+            })
+            .collect();
+        order.sort_by(|a, b| a.1.cmp(&b.1));
+        self.order = order.into_iter().map(|(i, _)| i).collect();
+        for &i in self.order.iter().take(TRADEOFF_ROWS) {
+            // The replay held for this candidate was run under its own config string:
+            // it is this candidate's own replay (replays are deterministic).
+            let k = self.alias[self.effect_of[i]];
+            if self.configs[self.replayed[k]] == self.configs[i] {
+                let r = self.results[k]
+                    .clone()
+                    .expect("ranked candidates have results");
+                self.named.push((i, r));
+            } else {
+                self.pending.push(i);
+            }
+        }
+    }
+
+    /// The answer, once [`Sweep::next_batch`] is empty.
+    pub fn finish(self) -> Result<Recommendation<R>, Error> {
+        let (Stage::Done, Some(mut default)) = (self.stage, self.default.clone()) else {
+            return Err(Error::Query(QueryError::SweepResults {
+                expected: self.pending.len().max(1),
+                got: 0,
+            }));
+        };
+        let named = |i: usize| self.named.iter().find(|(j, _)| *j == i).map(|(_, r)| r);
+        let tradeoffs: Vec<R> = self
+            .order
+            .iter()
+            .take(TRADEOFF_ROWS)
+            .filter_map(|&i| named(i).cloned())
+            .collect();
+        let best = tradeoffs
+            .first()
+            .cloned()
+            .ok_or(Error::Query(QueryError::NoCandidate))?;
+        let fitting = (0..self.configs.len())
+            .filter(|&i| self.result_of(i).is_some_and(|r| r.swept().served_all()))
+            .count();
+        let tried = self.configs.len();
+        if best.swept().served_all() {
+            let config = best.swept().config;
+            let conf = if config.is_empty() {
+                "PyTorch's defaults".to_string()
+            } else {
+                format!("pytorch@{config}")
+            };
+            default.note_fits(
+                &[format!(
+                    "{conf} (one of {fitting} fitting configs of {tried})"
+                )],
+                "config",
+            );
+        } else {
+            default.note_fits(
+                &[],
+                &format!("none of the {tried} swept configs would have fit"),
+            );
+        }
+        Ok(Recommendation {
+            default,
+            best,
+            tradeoffs,
+            candidates_tried: tried,
+            candidates_replayed: self.effects.len(),
+            candidates_fitting: fitting,
+        })
+    }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::workloads;
-
-    fn story() -> Trace {
-        workloads::generate("oom-story").unwrap()
-    }
-
-    const CAP: u64 = 2_362_232_013; // round(2.2 × 2^30)
-
-    #[test]
-    fn compare_says_which_models_fit() {
-        let specs: Vec<ModelSpec> = ["pytorch", "pytorch@expandable_segments:True", "bfc"]
-            .iter()
-            .map(|s| ModelSpec::parse(s).unwrap())
-            .collect();
-        let mut calls = 0;
-        let r = compare(&story(), 0, &specs, Some(CAP), &mut |_, _| calls += 1).unwrap();
-        assert_eq!(calls, 4);
-        assert!(!fits(&r[0]) && served_all(&r[1]));
-        let e = &r[0].oom.as_ref().unwrap().explanation;
-        assert!(e.starts_with("Tried to allocate 400.00 MiB"), "{e}");
-        assert!(
-            e.ends_with("would have fit: pytorch@expandable_segments:True"),
-            "{e}"
-        );
-    }
-
-    #[test]
-    fn min_capacity_fits_there_and_fails_two_mib_below() {
-        let t = story();
-        for name in ["pytorch", "bfc", "buddy", "vmm-stitch"] {
-            let spec = ModelSpec::parse(name).unwrap();
-            let m = min_capacity(&t, 0, &spec, &mut |_, _| {}).unwrap();
-            let at =
-                session::replay_device(&t, 0, &spec, Some(m.min_capacity_bytes), summary_options())
-                    .unwrap();
-            let below = session::replay_device(
-                &t,
-                0,
-                &spec,
-                Some(m.min_capacity_bytes - GRID_BYTES),
-                summary_options(),
-            )
-            .unwrap();
-            assert!(served_all(&at), "{name} at {}", m.min_capacity_bytes);
-            assert!(!served_all(&below), "{name} below {}", m.min_capacity_bytes);
-            assert!(
-                m.min_capacity_bytes
-                    <= m.unlimited_peak_reserved_bytes.div_ceil(GRID_BYTES) * GRID_BYTES,
-                "{name}"
-            );
-        }
-    }
-
-    #[test]
-    fn recommend_ranks_the_cheaper_driver_work_above_the_lower_peak() {
-        let r = recommend(&story(), 0, Some(CAP), &mut |_, _| {}).unwrap();
-        assert!(served_all(&r.best));
-        // Expandable segments fit with a lower peak, but map and unmap pages all along:
-        // more predicted driver time, so ranked below the best.
-        let spec = ModelSpec::parse("pytorch@expandable_segments:True").unwrap();
-        let expandable =
-            session::replay_device(&story(), 0, &spec, Some(CAP), summary_options()).unwrap();
-        assert!(served_all(&expandable));
-        assert!(expandable.peak_reserved_bytes < r.best.peak_reserved_bytes);
-        assert!(expandable.driver.driver_time_us > r.best.driver.driver_time_us);
-        assert!(rank(&r.best) < rank(&expandable));
-        // The trade-off table is in rank order and starts with the best.
-        assert_eq!(r.tradeoffs[0].config, r.best.config);
-        for w in r.tradeoffs.windows(2) {
-            assert!(rank(&w[0]) <= rank(&w[1]));
-        }
-        assert!(r.tradeoffs.len() <= TRADEOFF_ROWS);
-    }
-
-    /// What a replay decided, for comparing two of them.
-    type Outcome = (u64, u64, u64, u64, Option<u64>);
-
-    fn outcome(r: &ReplayResult) -> Outcome {
-        (
-            r.peak_reserved_bytes,
-            r.peak_allocated_bytes,
-            r.segment_ops,
-            (r.driver.driver_time_us * 1000.0).round() as u64,
-            r.oom.as_ref().map(|o| o.event_index),
-        )
-    }
-
-    #[test]
-    fn candidates_that_cannot_act_on_the_trace_share_a_replay_and_it_is_theirs() {
-        let t = story();
-        let sizes = block_sizes(&t.devices[0]);
-        for capacity in [None, Some(CAP)] {
-            // Every candidate replayed on its own: candidates of one effect decide alike.
-            let mut seen: Vec<(Effect, Outcome)> = Vec::new();
-            let mut twins = 0;
-            for conf in recommend_candidates() {
-                let Ok(cfg) = PyTorchConfig::parse(&conf) else {
-                    continue;
-                };
-                let gc = conf
-                    .split(',')
-                    .find_map(|kv| kv.strip_prefix("garbage_collection_threshold:"));
-                let spec = ModelSpec::parse(&format!("pytorch@{conf}")).unwrap();
-                let r = session::replay_device(&t, 0, &spec, capacity, summary_options()).unwrap();
-                let e = effect(&cfg, &sizes, capacity, gc);
-                match seen.iter().find(|(x, _)| *x == e) {
-                    Some((_, o)) => {
-                        assert_eq!(*o, outcome(&r), "{conf} at {capacity:?}");
-                        twins += 1;
-                    }
-                    None => seen.push((e, outcome(&r))),
-                }
-            }
-            // Without a capacity the GC thresholds cannot act (with one, every setting
-            // acts on oom-story: its segments are over 1 GiB, its sizes round apart).
-            assert_eq!(twins > 0, capacity.is_none(), "{capacity:?}");
-        }
-        // Without a capacity every GC candidate shares its twin's replay.
-        let r = recommend(&t, 0, None, &mut |_, _| {}).unwrap();
-        assert_eq!(r.candidates_tried, 168);
-        assert!(
-            r.candidates_replayed <= 168 / 3,
-            "{}",
-            r.candidates_replayed
-        );
-    }
-
-    #[test]
-    fn a_gc_threshold_the_twin_never_crosses_decides_as_the_twin() {
-        let t = story();
-        for (plain, gc) in [
-            ("max_split_size_mb:64", "0.8"),
-            ("expandable_segments:True", "0.6"),
-            ("", "0.8"),
-        ] {
-            let twin_conf = plain.to_string();
-            let gc_conf = if plain.is_empty() {
-                format!("garbage_collection_threshold:{gc}")
-            } else {
-                format!("{plain},garbage_collection_threshold:{gc}")
-            };
-            let run = |conf: &str| {
-                let spec = ModelSpec::with_config(AllocatorKind::Pytorch, conf);
-                session::replay_device(&t, 0, &spec, Some(CAP), summary_options()).unwrap()
-            };
-            let twin = run(&twin_conf);
-            let with_gc = run(&gc_conf);
-            let threshold: f64 = gc.parse().unwrap();
-            if twin.peak_reserved_bytes as f64 <= threshold * CAP as f64 {
-                assert_eq!(outcome(&twin), outcome(&with_gc), "{gc_conf}");
-            }
-        }
-    }
-
-    #[test]
-    fn recommend_sweeps_168_configs_and_finds_one_that_fits() {
-        assert_eq!(recommend_candidates().len(), 168);
-        let r = recommend(&story(), 0, Some(CAP), &mut |_, _| {}).unwrap();
-        assert!(!fits(&r.default));
-        assert!(served_all(&r.best), "{:?}", r.best.oom);
-        assert_eq!(r.candidates_tried, 168);
-        let e = r.default.oom.unwrap().explanation;
-        assert!(
-            e.contains(&format!(
-                "would have fit: pytorch@{} (one of",
-                r.best.config
-            )),
-            "{e}"
-        );
-        // Ties are broken by fewer segment ops, then the shorter config.
-        assert!(r.candidates_fitting > 1);
-    }
-}
+#[path = "whatif_tests.rs"]
+mod tests;

@@ -12,9 +12,13 @@
 //
 // node bench_workers.mjs --url URL --traces DIR --out DIR [--trace NAME] [--capacity SIZE]
 //   [--extra PATH] [--extra-capacity SIZE] [--ranks N] [--workers 1,2] [--runs N]
-//   [--allocsim BIN] [--chromium PATH]
+//   [--allocsim BIN] [--chromium PATH] [--sweep-workers 1,2]
+//
+// --sweep-workers K,…: What would fit? with `?workers=K` (the search workers its replays
+// run on) for each K, alternately within each run (same load for each); default: the
+// page's own pool (navigator.hardwareConcurrency, at least 2).
 
-import { writeFileSync, mkdirSync, readFileSync } from "node:fs";
+import { writeFileSync, mkdirSync, readFileSync, readdirSync } from "node:fs";
 import { execFileSync } from "node:child_process";
 import { join, basename, dirname } from "node:path";
 import { arg, launch, waitFrame, markTime } from "./lib.mjs";
@@ -30,11 +34,45 @@ const extraCapacity = arg("--extra-capacity", capacity);
 const nRanks = Number(arg("--ranks", "8"));
 const poolSizes = arg("--workers", "1,2").split(",").map(Number);
 const runs = Number(arg("--runs", "3"));
+const sweepPools = (arg("--sweep-workers", "") || "").split(",").filter(Boolean).map(Number);
 const allocsim = arg("--allocsim");
 const chromiumPath = arg("--chromium", "/usr/bin/chromium");
 mkdirSync(out, { recursive: true });
 const log = (msg) => console.log(msg);
 const loadavg = () => readFileSync("/proc/loadavg", "utf8").split(" ").slice(0, 3).join(" ");
+
+/// CPU seconds (user + system) the browser has used so far: every process under the one
+/// started with `profile` (the renderer's page and workers, the GPU process). A figure
+/// the machine's load inflates far less than wall time.
+function browserCpu(profile) {
+  const info = new Map();
+  for (const d of readdirSync("/proc")) {
+    if (!/^\d+$/.test(d)) continue;
+    try {
+      const stat = readFileSync(`/proc/${d}/stat`, "utf8");
+      const f = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+      const cmd = readFileSync(`/proc/${d}/cmdline`, "utf8");
+      info.set(Number(d), { ppid: Number(f[1]), ticks: Number(f[11]) + Number(f[12]), cmd });
+    } catch {
+      // gone meanwhile
+    }
+  }
+  const tree = new Set([...info].filter(([, v]) => v.cmd.includes(profile)).map(([pid]) => pid));
+  for (let grew = true; grew; ) {
+    grew = false;
+    for (const [pid, v] of info) {
+      if (!tree.has(pid) && tree.has(v.ppid)) {
+        tree.add(pid);
+        grew = true;
+      }
+    }
+  }
+  let ticks = 0;
+  for (const pid of tree) ticks += info.get(pid).ticks;
+  return ticks / 100; // USER_HZ
+}
+
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
 /// CPython's `pickle.loads` of the snapshot's bytes, best of 3 (seconds).
 function pickleLoads(path) {
@@ -44,8 +82,23 @@ raw = open(sys.argv[1], "rb").read()
 if raw[:2] == b"\\x1f\\x8b":
     raw = gzip.decompress(raw)
 best = min((lambda t: (pickle.loads(raw), time.perf_counter() - t)[1])(time.perf_counter()) for _ in range(3))
-print(best)`;
-  return Number(execFileSync("python3", ["-c", py, path], { encoding: "utf8" }).trim());
+cpu = min((lambda t: (pickle.loads(raw), time.process_time() - t)[1])(time.process_time()) for _ in range(3))
+print(best, cpu)`;
+  const [wall, cpu] = execFileSync("python3", ["-c", py, path], { encoding: "utf8" }).trim().split(" ").map(Number);
+  pickleCpu.set(path, cpu);
+  return wall;
+}
+/// `pickle.loads`' CPU seconds (best of 3) by path.
+const pickleCpu = new Map();
+
+/// The CPU seconds (user + system, every thread) of the CLI's `recommend --capacity`.
+function cliCpu(path, cap) {
+  const py = `
+import resource, subprocess, sys
+subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL, check=True)
+r = resource.getrusage(resource.RUSAGE_CHILDREN)
+print(r.ru_utime + r.ru_stime)`;
+  return Number(execFileSync("python3", ["-c", py, allocsim, "recommend", "--capacity", cap, path], { encoding: "utf8" }).trim());
 }
 
 /// The CLI's `recommend --capacity` of the same file, best of 3 (seconds).
@@ -60,26 +113,37 @@ function cliRecommend(path, cap) {
 }
 
 /// One browser: `name` (served from `dir`) opened under `cap`; the sweep's time (ms).
-async function recommendOnce(dir, name, cap) {
+async function recommendOnce(dir, name, cap, workers) {
   const s = await launch(chromiumPath);
   const { page, context } = s;
   await context.route(`${new URL(url).origin}/bench-traces/*`, (route) =>
     route.fulfill({ status: 200, contentType: "application/octet-stream", body: readFileSync(join(dir, name)) }),
   );
   const r = { load_average: loadavg() };
-  await page.goto(`${url}?trace=${encodeURIComponent(`${new URL(url).origin}/bench-traces/${name}`)}&capacity=${cap}`, {
+  const pool = workers ? `&workers=${workers}` : "";
+  r.workers = workers || "default";
+  await page.goto(`${url}?trace=${encodeURIComponent(`${new URL(url).origin}/bench-traces/${name}`)}&capacity=${cap}${pool}`, {
     waitUntil: "load",
   });
   await waitFrame(page, `ready:${name}`, 600000);
-  await page.waitForFunction(() => ["done", "failed"].includes(document.body.getAttribute("data-allocsim-search")), null, {
-    timeout: 600000,
-    polling: 20,
-  });
+  // The browser's CPU time from the sweep shown running to its table (sampled here, every
+  // 20 ms of polling).
+  const search = () => page.evaluate(() => document.body.getAttribute("data-allocsim-search"));
+  let cpuStart = null;
+  for (let t = 0; t < 600000 && !["done", "failed"].includes(await search()); t += 20) {
+    if (cpuStart === null && (await search()) === "running") cpuStart = browserCpu(s.profile);
+    await sleep(20);
+  }
+  if (cpuStart !== null) r.cpu_s = Number((browserCpu(s.profile) - cpuStart).toFixed(2));
   const state = await page.evaluate(() => document.body.getAttribute("data-allocsim-search"));
   if (state !== "done") throw new Error(`What would fit? on ${name} ended ${state}`);
   const running = await markTime(page, "data-allocsim-search", 0, "v === 'running'");
   const done = await markTime(page, "data-allocsim-search", running, "v === 'done'");
   r.sweep_ms = Math.round(done - running);
+  // The first search worker read the trace and sent its sizes: the replays start.
+  const planned = await markTime(page, "data-allocsim-search-workers", running, "/planned=1/.test(v)");
+  r.read_ms = planned === null ? null : Math.round(planned - running);
+  r.search_workers = await page.evaluate(() => document.body.getAttribute("data-allocsim-search-workers"));
   r.load_average_after = loadavg();
   await s.close();
   return r;
@@ -127,16 +191,26 @@ for (const [dir, name, cap] of targets) {
   const path = join(dir, name);
   const row = { trace: name, capacity: cap, runs: [] };
   row.pickle_loads_s = pickleLoads(path);
-  log(`${name}: CPython pickle.loads ${row.pickle_loads_s.toFixed(3)} s (best of 3; load ${loadavg()})`);
+  row.pickle_loads_cpu_s = pickleCpu.get(path);
+  log(`${name}: CPython pickle.loads ${row.pickle_loads_s.toFixed(3)} s, ${row.pickle_loads_cpu_s.toFixed(3)} CPU s (best of 3; load ${loadavg()})`);
   if (allocsim) {
     row.cli_recommend_s = cliRecommend(path, cap);
-    log(`${name}: allocsim recommend --capacity ${cap} ${row.cli_recommend_s.toFixed(3)} s (best of 3)`);
+    row.cli_recommend_cpu_s = cliCpu(path, cap);
+    log(`${name}: allocsim recommend --capacity ${cap} ${row.cli_recommend_s.toFixed(3)} s (best of 3), ${row.cli_recommend_cpu_s.toFixed(2)} CPU s`);
   }
   for (let i = 0; i < runs; i++) {
-    const r = await recommendOnce(dir, name, cap);
-    row.runs.push(r);
-    log(`${name} under ${cap}, run ${i + 1}: What would fit? ${r.sweep_ms} ms in the browser (load ${r.load_average} → ${r.load_average_after})`);
+    for (const k of sweepPools.length > 0 ? sweepPools : [null]) {
+      const r = await recommendOnce(dir, name, cap, k);
+      row.runs.push(r);
+      log(`${name} under ${cap}, ?workers=${r.workers}, run ${i + 1}: What would fit? ${r.sweep_ms} ms in the browser, of which ${r.read_ms} ms before the replays (the search workers reading the trace), ${r.cpu_s} CPU s in the browser, search workers ${r.search_workers} (load ${r.load_average} → ${r.load_average_after})`);
+    }
   }
+  row.best_by_workers = {};
+  for (const r of row.runs) row.best_by_workers[r.workers] = Math.min(row.best_by_workers[r.workers] ?? Infinity, r.sweep_ms);
+  if (sweepPools.length > 1) log(`${name}: best by search workers ${JSON.stringify(row.best_by_workers)} ms`);
+  row.best_cpu_by_workers = {};
+  for (const r of row.runs) row.best_cpu_by_workers[r.workers] = Math.min(row.best_cpu_by_workers[r.workers] ?? Infinity, r.cpu_s ?? Infinity);
+  log(`${name}: the browser's CPU s by search workers ${JSON.stringify(row.best_cpu_by_workers)} (pickle.loads ${row.pickle_loads_cpu_s.toFixed(3)} CPU s)`);
   row.best_sweep_ms = Math.min(...row.runs.map((r) => r.sweep_ms));
   row.ratio_to_pickle_loads = row.best_sweep_ms / 1000 / row.pickle_loads_s;
   log(`${name}: best ${row.best_sweep_ms} ms = ${row.ratio_to_pickle_loads.toFixed(2)} × pickle.loads (target ≤ 5×)`);

@@ -331,6 +331,12 @@ try {
     timeout: 10000,
   });
   const workersAfter = await attr("data-allocsim-search-workers");
+  // The sweep's replays run on a pool of search workers (at least 2); Escape ends all of
+  // them at once.
+  const count = (v, key) => Number((new RegExp(`${key}=(\\d+)`).exec(v || "") || [])[1]);
+  if (!(count(workersBefore, "live") >= 2)) fail(`the sweep ran on fewer than 2 search workers: ${workersBefore}`);
+  if (!(count(workersAfter, "terminated") >= count(workersBefore, "live")))
+    fail(`Escape did not terminate every search worker: ${workersBefore} → ${workersAfter}`);
   const after = await step();
   await shot(swept, "9-sweep-cancelled.png");
   results.sweep_cancel = { workers_before: workersBefore, workers_after: workersAfter, layout_during: during, layout_after: after };

@@ -69,7 +69,7 @@ export async function launch(executablePath, { width = 1400, height = 900 } = {}
         for (const c of changes) {
           window.__marks.push({ t: performance.now(), name: c.attributeName, value: document.body.getAttribute(c.attributeName) });
         }
-      }).observe(document.body, { attributes: true, attributeFilter: ["data-allocsim-frame", "data-allocsim-layout", "data-allocsim-search"] });
+      }).observe(document.body, { attributes: true, attributeFilter: ["data-allocsim-frame", "data-allocsim-layout", "data-allocsim-search", "data-allocsim-search-workers"] });
     };
     if (document.body) watch();
     else document.addEventListener("DOMContentLoaded", watch);

@@ -194,6 +194,21 @@ impl Engine {
                     }),
                 }
             }
+            Request::SweepSizes { job } => {
+                emit(search::sweep_sizes(self.trace.as_deref(), self.device, job));
+            }
+            Request::SweepReplay {
+                job,
+                index,
+                spec,
+                capacity_bytes,
+            } => emit(search::sweep_replay(
+                self.trace.as_deref(),
+                self.device,
+                (job, index),
+                &spec,
+                capacity_bytes,
+            )),
             Request::MinCapacity { job, slot, spec } => {
                 let r = min_capacity_response(
                     self.trace.as_deref(),

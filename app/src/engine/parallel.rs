@@ -229,14 +229,15 @@ mod tests {
             cancel: &cancel,
         };
         let r = whatif::recommend_with(&trace, 0, Some(2_362_232_013), &runner, &mut |d, _| {
-            // Cancelled after the default and two replays of the sweep.
+            // Cancelled after the default and two replays of the sweep (the default runs
+            // in the sweep's first batch, on the runner).
             if d >= 3 {
                 cancel.store(true, Ordering::Relaxed);
             }
         });
         let e = r.expect_err("cancelled");
         assert!(e.to_string().contains(CANCELLED), "{e}");
-        assert_eq!(counting.ran.get(), 2, "replays after the cancel");
+        assert_eq!(counting.ran.get(), 3, "replays after the cancel");
         assert!(counting.stopped.get() > 10, "{}", counting.stopped.get());
     }
 }

@@ -6,9 +6,9 @@ use std::sync::atomic::AtomicBool;
 
 use allocsim_core::explain::{self, ExplainOptions, Explanation};
 use allocsim_core::models::{Layout, MODEL_NAMES, ModelSpec};
-use allocsim_core::replay::ReplayResult;
+use allocsim_core::session;
 use allocsim_core::trace::Trace;
-use allocsim_core::whatif;
+use allocsim_core::whatif::{self, Recommendation, Swept, SweptReplay};
 
 use super::parallel::{self, Cancellable};
 use super::wire::{Response, WhatIfData, WhatIfRow};
@@ -40,26 +40,72 @@ pub(super) fn what_if(
         });
     })
     .map_err(|e| e.to_string())?;
-    let pytorch_spec = |r: &ReplayResult| {
+    Ok(what_if_data(capacity, &rec))
+}
+
+/// "What would fit?"'s answer from `recommend`'s: the snapshot's own settings, then the
+/// trade-off table (the best first), from replays run here or on the browser's search
+/// workers.
+pub fn what_if_data<R: Swept>(capacity: Option<u64>, rec: &Recommendation<R>) -> WhatIfData {
+    let pytorch_spec = |r: &SweptReplay| {
         if r.config.is_empty() {
             "pytorch".to_string()
         } else {
             format!("pytorch@{}", r.config)
         }
     };
-    Ok(WhatIfData {
+    let recorded = rec.default.swept();
+    WhatIfData {
         capacity_bytes: capacity,
-        recorded: Some(row(pytorch_spec(&rec.default), &rec.default, false)),
+        recorded: Some(row(pytorch_spec(&recorded), &recorded, false)),
         tradeoffs: rec
             .tradeoffs
             .iter()
             .enumerate()
-            .map(|(i, r)| row(pytorch_spec(r), r, i == 0 && whatif::served_all(r)))
+            .map(|(i, r)| {
+                let r = r.swept();
+                row(pytorch_spec(&r), &r, i == 0 && r.served_all())
+            })
             .collect(),
         candidates_tried: rec.candidates_tried as u32,
         candidates_replayed: rec.candidates_replayed as u32,
         candidates_fitting: rec.candidates_fitting as u32,
-    })
+    }
+}
+
+/// The answer to [`Request::SweepSizes`]: what a sweep of device `device` needs of it.
+pub(super) fn sweep_sizes(trace: Option<&Trace>, device: usize, job: u64) -> Response {
+    let sizes = trace
+        .ok_or_else(|| "no trace is loaded".to_string())
+        .and_then(|t| whatif::sweep_sizes(t, device).map_err(|e| e.to_string()));
+    match sizes {
+        Ok(sizes) => Response::SweepSizes { job, sizes },
+        Err(message) => Response::Failed { job, message },
+    }
+}
+
+/// The answer to [`Request::SweepReplay`]: one replay of a sweep, as the sweep keeps it.
+pub(super) fn sweep_replay(
+    trace: Option<&Trace>,
+    device: usize,
+    (job, index): (u64, u32),
+    spec: &ModelSpec,
+    capacity: Option<u64>,
+) -> Response {
+    let replayed = trace
+        .ok_or_else(|| "no trace is loaded".to_string())
+        .and_then(|t| {
+            session::replay_device(t, device, spec, capacity, whatif::summary_options())
+                .map_err(|e| e.to_string())
+        });
+    match replayed {
+        Ok(r) => Response::SweepReplayed {
+            job,
+            index,
+            result: SweptReplay::from(&r),
+        },
+        Err(message) => Response::Failed { job, message },
+    }
 }
 
 /// The answer to [`Request::Runtimes`]: every model but PyTorch's under `capacity`.
@@ -100,7 +146,7 @@ pub(super) fn runtimes(
     Ok(labels
         .into_iter()
         .zip(&results)
-        .map(|(spec, r)| row(spec.to_string(), r, false))
+        .map(|(spec, r)| row(spec.to_string(), &SweptReplay::from(r), false))
         .collect())
 }
 
@@ -167,16 +213,16 @@ fn min_capacity_of(
     Ok(m.min_capacity_bytes)
 }
 
-fn row(spec: String, r: &ReplayResult, recommended: bool) -> WhatIfRow {
+fn row(spec: String, r: &SweptReplay, recommended: bool) -> WhatIfRow {
     WhatIfRow {
         spec,
         recommended,
-        fits: whatif::served_all(r),
+        fits: r.served_all(),
         peak_reserved_bytes: r.peak_reserved_bytes,
-        oom_event: r.oom.as_ref().map(|o| o.event_index),
+        oom_event: r.oom.map(|(event, _)| event),
         segment_ops: r.segment_ops,
-        synchronizing_ops: r.driver.synchronizing,
-        driver_time_us: r.driver.driver_time_us,
+        synchronizing_ops: r.synchronizing_ops,
+        driver_time_us: r.driver_time_us,
         error: String::new(),
     }
 }

@@ -6,7 +6,9 @@
 
 use allocsim_core::capacity::CapacityChoice;
 use allocsim_core::explain::Explanation;
+use allocsim_core::models::ModelSpec;
 use allocsim_core::offline::BestPossible;
+use allocsim_core::whatif::SweptReplay;
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 
@@ -109,6 +111,19 @@ pub enum Request {
         file: NamedBytes,
         what_if: String,
     },
+    /// What a sweep of the trace shown needs to know of it
+    /// ([`allocsim_core::whatif::sweep_sizes`]), answered with [`Response::SweepSizes`]:
+    /// the browser runs "What would fit?"'s replays on a pool of search workers and ranks
+    /// them itself ([`allocsim_core::whatif::Sweep`]).
+    SweepSizes { job: u64 },
+    /// Replay `index` of such a sweep: the trace shown through `spec` under
+    /// `capacity_bytes`, answered with [`Response::SweepReplayed`].
+    SweepReplay {
+        job: u64,
+        index: u32,
+        spec: ModelSpec,
+        capacity_bytes: Option<u64>,
+    },
 }
 
 /// A file's name and bytes.
@@ -138,7 +153,9 @@ impl Request {
             | Request::MinCapacity { job, .. }
             | Request::Diff { job, .. }
             | Request::Ranks { job, .. }
-            | Request::Rank { job, .. } => *job,
+            | Request::Rank { job, .. }
+            | Request::SweepSizes { job }
+            | Request::SweepReplay { job, .. } => *job,
             Request::DropSlot { .. } | Request::Cancel { .. } => 0,
         }
     }
@@ -222,6 +239,17 @@ pub enum Response {
         index: u32,
         outcome: Box<RankOutcome>,
     },
+    /// The answer to [`Request::SweepSizes`].
+    SweepSizes {
+        job: u64,
+        sizes: Vec<u64>,
+    },
+    /// The answer to [`Request::SweepReplay`].
+    SweepReplayed {
+        job: u64,
+        index: u32,
+        result: SweptReplay,
+    },
     /// The job failed; `message` is shown in the app as it is.
     Failed {
         job: u64,
@@ -249,6 +277,8 @@ impl Response {
             | Response::Diffed { job, .. }
             | Response::Ranked { job, .. }
             | Response::RankDone { job, .. }
+            | Response::SweepSizes { job, .. }
+            | Response::SweepReplayed { job, .. }
             | Response::Failed { job, .. } => *job,
         }
     }

@@ -436,8 +436,12 @@ impl AllocsimApp {
                     doc.bounds = Some(bounds);
                 }
             }
-            // Taken by the Diff and Ranks views above.
-            Response::Diffed { .. } | Response::Ranked { .. } | Response::RankDone { .. } => {}
+            // Taken by the Diff and Ranks views above; the sweep's parts by the host.
+            Response::Diffed { .. }
+            | Response::Ranked { .. }
+            | Response::RankDone { .. }
+            | Response::SweepSizes { .. }
+            | Response::SweepReplayed { .. } => {}
             Response::Failed { job, message } => {
                 if self.load_job == Some(job) {
                     self.load_job = None;

@@ -13,8 +13,12 @@
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
+use allocsim_core::models::ModelSpec;
+use allocsim_core::whatif::{Sweep, SweptReplay};
+
 use crate::engine::multi;
 use crate::engine::parallel::CANCELLED;
+use crate::engine::search::what_if_data;
 use crate::engine::wire::{CRASHED, RankOutcome, Request, Response};
 
 /// A worker, as [`Workers`] names it.
@@ -24,6 +28,18 @@ pub type WorkerId = u32;
 pub const SEARCH_WORKER: &str = "allocsim-search";
 /// The name of a worker of the ranks' pool.
 pub const RANK_WORKER: &str = "allocsim-rank";
+
+/// The replays of a sweep queued in each search worker at a time: a worker's answers are
+/// taken when the page draws its next frame (at most [`WAKE_AFTER_MS`] after one arrives,
+/// plus the frame: each costs the CPU up to a second on a software rasterizer), so each
+/// holds more work than it does in that time (a replay takes 10–100 ms; 8 ran dry on
+/// big_gpt_long_stacks_s9), and the last replays of a batch still go to whichever worker
+/// is free.
+pub const SWEEP_QUEUED: usize = 32;
+
+/// How soon a worker's answer wakes the page (ms): at most two frames a second while
+/// workers answer, not one per answer.
+pub const WAKE_AFTER_MS: u64 = 500;
 
 /// The most workers the ranks' pool starts: each holds a wasm instance whose memory grows
 /// to its rank's trace and never shrinks until the worker ends.
@@ -64,6 +80,13 @@ pub struct Counts {
     /// Search workers started and terminated (by Cancel, or a crash) so far.
     pub search_started: usize,
     pub search_terminated: usize,
+    /// Search workers alive now.
+    pub search_live: usize,
+    /// Search workers that answered replays of the last sweep ("What would fit?").
+    pub sweep_workers: usize,
+    /// Sweeps whose first search worker had read the trace and sent its sizes (the
+    /// replays start then): the page's timing of the read apart from the replays.
+    pub sweeps_planned: usize,
 }
 
 /// A set of ranks in flight in the pool.
@@ -79,14 +102,37 @@ struct RankJob {
     workers: usize,
 }
 
-/// The search worker and what it must know first.
+/// "What would fit?" in flight: `recommend`'s sweep ([`Sweep`]) whose replays run on
+/// the search workers, a replay per worker at a time, ranked here.
+struct SweepRun {
+    job: u64,
+    capacity: Option<u64>,
+    /// Built once the first search worker told the trace's sizes.
+    sweep: Option<Sweep<SweptReplay>>,
+    /// The batch being replayed, the next replay to hand out and the results so far.
+    batch: Vec<ModelSpec>,
+    next: usize,
+    results: Vec<Option<SweptReplay>>,
+    /// Each busy worker's replays (indices into `batch`), in the order it runs them.
+    busy: BTreeMap<WorkerId, VecDeque<usize>>,
+    answered_by: BTreeSet<WorkerId>,
+    /// Progress: replays and candidates decided.
+    done: usize,
+    /// Why a replay could not be handed out (the sweep fails).
+    error: Option<String>,
+}
+
+/// The search workers and what they must know first.
 struct Search<M> {
     /// The last load or workload, then the device chosen (as posted to the engine).
     setup: Vec<M>,
     /// Bumped when `setup` changes.
     generation: u64,
-    /// The worker and the setup generation it was given.
+    /// The worker that runs searches in order (and a sweep's first request), and the
+    /// setup generation it was given.
     worker: Option<(WorkerId, u64)>,
+    /// The others that share a sweep's replays (up to the pool's size in all).
+    helpers: Vec<(WorkerId, u64)>,
     /// Searches posted and not answered yet, in order.
     in_flight: Vec<(u64, M)>,
 }
@@ -97,6 +143,7 @@ pub struct Host<W: Workers> {
     pool_size: usize,
     ranks: Option<RankJob>,
     search: Search<W::Msg>,
+    sweep: Option<SweepRun>,
     outbox: Vec<Response>,
     counts: Counts,
 }
@@ -112,8 +159,10 @@ impl<W: Workers> Host<W> {
                 setup: Vec::new(),
                 generation: 0,
                 worker: None,
+                helpers: Vec::new(),
                 in_flight: Vec::new(),
             },
+            sweep: None,
             outbox: Vec::new(),
             counts: Counts::default(),
         }
@@ -122,7 +171,10 @@ impl<W: Workers> Host<W> {
     /// What the workers did so far.
     #[must_use]
     pub fn counts(&self) -> Counts {
-        self.counts
+        Counts {
+            search_live: usize::from(self.search.worker.is_some()) + self.search.helpers.len(),
+            ..self.counts
+        }
     }
 
     /// Takes `req` if it runs here (a set of ranks, a search, the cancel of a search);
@@ -146,9 +198,11 @@ impl<W: Workers> Host<W> {
                 self.search.generation += 1;
                 Some(req)
             }
-            Request::WhatIf { job, .. }
-            | Request::Runtimes { job, .. }
-            | Request::MinCapacity { job, .. } => {
+            Request::WhatIf {
+                job,
+                capacity_bytes,
+            } => self.start_sweep(job, capacity_bytes),
+            Request::Runtimes { job, .. } | Request::MinCapacity { job, .. } => {
                 let Ok(msg) = self.workers.encode(&req) else {
                     return Some(req);
                 };
@@ -164,8 +218,12 @@ impl<W: Workers> Host<W> {
                     }
                 }
             }
-            Request::Cancel { job } if self.search.in_flight.iter().any(|(j, _)| *j == job) => {
+            Request::Cancel { job }
+                if self.search.in_flight.iter().any(|(j, _)| *j == job)
+                    || self.sweep.as_ref().is_some_and(|s| s.job == job) =>
+            {
                 self.search.in_flight.retain(|(j, _)| *j != job);
+                self.sweep = None;
                 self.restart_search();
                 self.outbox.push(Response::Failed {
                     job,
@@ -187,11 +245,14 @@ impl<W: Workers> Host<W> {
     fn set_trace(&mut self, setup: Vec<W::Msg>) {
         self.search.setup = setup;
         self.search.generation += 1;
-        // An idle search worker holds the old trace: let its memory go.
-        if self.search.in_flight.is_empty()
-            && let Some((w, _)) = self.search.worker.take()
-        {
-            self.workers.terminate(w);
+        // Idle search workers hold the old trace: let their memory go.
+        if self.search.in_flight.is_empty() && self.sweep.is_none() {
+            if let Some((w, _)) = self.search.worker.take() {
+                self.workers.terminate(w);
+            }
+            for (w, _) in std::mem::take(&mut self.search.helpers) {
+                self.workers.terminate(w);
+            }
         }
     }
 
@@ -200,6 +261,10 @@ impl<W: Workers> Host<W> {
         for (w, r) in self.workers.take() {
             if self.ranks.as_ref().is_some_and(|j| j.busy.contains_key(&w)) {
                 self.on_rank_answer(w, r);
+            } else if self.sweep.as_ref().is_some_and(|s| s.job == r.job())
+                && self.is_search_worker(w)
+            {
+                self.on_sweep_answer(w, r);
             } else if self.search.worker.is_some_and(|(s, _)| s == w) {
                 self.on_search_answer(r);
             }
@@ -225,10 +290,12 @@ impl<W: Workers> Host<W> {
         Ok(w)
     }
 
-    /// Terminates the search worker; the searches still in flight go to a fresh one.
+    /// Terminates every search worker at once; the searches still in flight go to a
+    /// fresh one.
     fn restart_search(&mut self) {
-        if let Some((w, _)) = self.search.worker.take() {
-            self.workers.terminate(w);
+        let helpers = std::mem::take(&mut self.search.helpers);
+        for w in self.search.worker.take().into_iter().chain(helpers) {
+            self.workers.terminate(w.0);
             self.counts.search_terminated += 1;
         }
         if self.search.in_flight.is_empty() {
@@ -249,6 +316,237 @@ impl<W: Workers> Host<W> {
                 }
             }
         }
+    }
+
+    fn is_search_worker(&self, w: WorkerId) -> bool {
+        self.search.worker.is_some_and(|(s, _)| s == w)
+            || self.search.helpers.iter().any(|(h, _)| *h == w)
+    }
+
+    /// "What would fit?": the search worker is asked for the trace's sizes (the sweep's
+    /// plan); meanwhile the other workers of the pool start and read the trace; then the
+    /// sweep's replays go to all of them, a replay per worker at a time. A sweep still
+    /// running is cancelled: its replays are in the workers' queues.
+    fn start_sweep(&mut self, job: u64, capacity: Option<u64>) -> Option<Request> {
+        if let Some(old) = self.sweep.take() {
+            self.restart_search();
+            self.outbox.push(Response::Failed {
+                job: old.job,
+                message: CANCELLED.to_string(),
+            });
+        }
+        let back = Request::WhatIf {
+            job,
+            capacity_bytes: capacity,
+        };
+        let Ok(msg) = self.workers.encode(&Request::SweepSizes { job }) else {
+            return Some(back);
+        };
+        match self.search_worker() {
+            Ok(w) => self.workers.post(w, &msg),
+            Err(e) => {
+                log::warn!("cannot start a search worker ({e}): the engine runs it");
+                return Some(back);
+            }
+        }
+        // The helpers: started (or told the new trace) now, so they read it while the
+        // first worker works out the plan.
+        let generation = self.search.generation;
+        for (w, had) in &mut self.search.helpers {
+            if *had != generation {
+                for m in &self.search.setup {
+                    self.workers.post(*w, m);
+                }
+                *had = generation;
+            }
+        }
+        while self.search.helpers.len() + 1 < self.pool_size {
+            match self.workers.spawn(true) {
+                Ok(w) => {
+                    self.counts.search_started += 1;
+                    for m in &self.search.setup {
+                        self.workers.post(w, m);
+                    }
+                    self.search.helpers.push((w, generation));
+                }
+                Err(e) => {
+                    log::warn!("cannot start another search worker ({e})");
+                    break;
+                }
+            }
+        }
+        self.outbox.push(Response::Progress {
+            job,
+            stage: format!(
+                "what would fit: reading the trace in {} search workers",
+                self.search.helpers.len() + 1
+            ),
+            fraction: 0.0,
+        });
+        self.sweep = Some(SweepRun {
+            job,
+            capacity,
+            sweep: None,
+            batch: Vec::new(),
+            next: 0,
+            results: Vec::new(),
+            busy: BTreeMap::new(),
+            answered_by: BTreeSet::new(),
+            done: 0,
+            error: None,
+        });
+        None
+    }
+
+    fn on_sweep_answer(&mut self, w: WorkerId, r: Response) {
+        let Some(mut run) = self.sweep.take() else {
+            return;
+        };
+        match r {
+            Response::SweepSizes { sizes, .. } if run.sweep.is_none() => {
+                run.sweep = Some(Sweep::of_sizes(&sizes, run.capacity));
+                self.counts.sweeps_planned += 1;
+                self.next_sweep_batch(run);
+            }
+            Response::SweepReplayed { index, result, .. } => {
+                let index = index as usize;
+                let Some(queue) = run.busy.get_mut(&w).filter(|q| q.front() == Some(&index)) else {
+                    self.sweep = Some(run);
+                    return;
+                };
+                queue.pop_front();
+                run.answered_by.insert(w);
+                run.results[index] = Some(result);
+                if run.sweep.as_ref().is_some_and(Sweep::counts_progress) {
+                    run.done += 1;
+                    self.sweep_progress(&run);
+                }
+                self.feed(&mut run, w);
+                if run.results.iter().all(Option::is_some) {
+                    self.give_batch(run);
+                } else {
+                    self.keep_sweep(run);
+                }
+            }
+            Response::Failed { job, message } => {
+                // A replay that failed fails the sweep (as `recommend` does); a worker
+                // that crashed cannot run again: every search worker starts afresh.
+                self.restart_search();
+                self.outbox.push(Response::Failed { job, message });
+            }
+            _ => self.sweep = Some(run),
+        }
+    }
+
+    /// The results of the batch in flight to the sweep, then its next batch.
+    fn give_batch(&mut self, mut run: SweepRun) {
+        let Some(sweep) = run.sweep.as_mut() else {
+            return;
+        };
+        let before = sweep.decided_without_replay();
+        let results = std::mem::take(&mut run.results)
+            .into_iter()
+            .flatten()
+            .collect();
+        if let Err(e) = sweep.give(results) {
+            self.outbox.push(Response::Failed {
+                job: run.job,
+                message: e.to_string(),
+            });
+            return;
+        }
+        run.done += sweep.decided_without_replay() - before;
+        self.next_sweep_batch(run);
+    }
+
+    /// Hands the sweep's next batch to every search worker, or answers once it is ranked.
+    fn next_sweep_batch(&mut self, mut run: SweepRun) {
+        let Some(sweep) = run.sweep.as_mut() else {
+            return;
+        };
+        let batch = sweep.next_batch();
+        if batch.is_empty() {
+            let answer = run.sweep.take().map(Sweep::finish);
+            self.counts.sweep_workers = run.answered_by.len();
+            self.outbox.push(match answer {
+                Some(Ok(rec)) => Response::WhatIf {
+                    job: run.job,
+                    answer: Box::new(what_if_data(run.capacity, &rec)),
+                },
+                Some(Err(e)) => Response::Failed {
+                    job: run.job,
+                    message: e.to_string(),
+                },
+                None => return,
+            });
+            return;
+        }
+        self.sweep_progress(&run);
+        run.results = vec![None; batch.len()];
+        run.batch = batch;
+        run.next = 0;
+        let workers: Vec<WorkerId> = (self.search.worker.iter())
+            .chain(&self.search.helpers)
+            .map(|(w, _)| *w)
+            .collect();
+        for w in workers {
+            self.feed(&mut run, w);
+        }
+        self.keep_sweep(run);
+    }
+
+    /// Keeps `run` in flight, or fails it if a replay could not be handed out.
+    fn keep_sweep(&mut self, mut run: SweepRun) {
+        match run.error.take() {
+            None => self.sweep = Some(run),
+            Some(message) => {
+                self.restart_search();
+                self.outbox.push(Response::Failed {
+                    job: run.job,
+                    message,
+                });
+            }
+        }
+    }
+
+    /// The sweep's next replays to `w`, up to [`SWEEP_QUEUED`] in its queue, while any is
+    /// left.
+    fn feed(&mut self, run: &mut SweepRun, w: WorkerId) {
+        while run.busy.get(&w).map_or(0, VecDeque::len) < SWEEP_QUEUED {
+            let Some(spec) = run.batch.get(run.next) else {
+                return;
+            };
+            let req = Request::SweepReplay {
+                job: run.job,
+                index: run.next as u32,
+                spec: spec.clone(),
+                capacity_bytes: run.capacity,
+            };
+            match self.workers.encode(&req) {
+                Ok(msg) => {
+                    self.workers.post(w, &msg);
+                    run.busy.entry(w).or_default().push_back(run.next);
+                    run.next += 1;
+                }
+                Err(e) => {
+                    run.error = Some(e);
+                    return;
+                }
+            }
+        }
+    }
+
+    fn sweep_progress(&mut self, run: &SweepRun) {
+        let total = run.sweep.as_ref().map_or(1, Sweep::progress_total);
+        let done = run.done.min(total);
+        self.outbox.push(Response::Progress {
+            job: run.job,
+            stage: format!(
+                "what would fit: {done} of {total} settings replayed on {} workers",
+                self.search.helpers.len() + 1
+            ),
+            fraction: done as f32 / total.max(1) as f32,
+        });
     }
 
     fn on_search_answer(&mut self, r: Response) {
@@ -492,7 +790,9 @@ pub mod web {
             let on_message = Closure::<dyn FnMut(web_sys::MessageEvent)>::new(
                 move |e: web_sys::MessageEvent| {
                     sink.borrow_mut().push((id, e.data()));
-                    ctx.request_repaint();
+                    ctx.request_repaint_after(std::time::Duration::from_millis(
+                        super::WAKE_AFTER_MS,
+                    ));
                 },
             );
             worker.set_onmessage(Some(on_message.as_ref().unchecked_ref()));

@@ -200,7 +200,7 @@ fn ranks_of_different_devices_are_refused_through_the_pool_too() {
 }
 
 #[test]
-fn cancel_terminates_the_search_worker_and_the_other_searches_go_on_in_a_fresh_one() {
+fn cancel_terminates_every_search_worker_and_the_other_searches_go_on_in_a_fresh_one() {
     let mut fake = Fake::default();
     let mut host = Host::new(&mut fake, 2);
     let spec = "kvcache:tokens=500";
@@ -236,19 +236,27 @@ fn cancel_terminates_the_search_worker_and_the_other_searches_go_on_in_a_fresh_o
         })
         .is_none()
     );
-    // The search worker builds the trace; the sweep has not answered yet.
-    assert!(host.poll().is_empty());
+    // The sweep's two search workers build the trace; the sweep has not answered yet.
+    assert_eq!(host.counts().search_live, 2, "a pool of two");
+    let early = host.poll();
+    assert!(
+        early
+            .iter()
+            .all(|r| matches!(r, Response::Progress { job: 3, .. })),
+        "{early:?}"
+    );
     assert!(
         host.route(Request::Cancel { job: 99 }).is_some(),
         "not a search of the worker: the engine's"
     );
     assert!(host.route(Request::Cancel { job: 3 }).is_none());
-    assert_eq!(host.counts().search_terminated, 1);
+    assert_eq!(host.counts().search_terminated, 2, "both at once");
     assert_eq!(
         host.counts().search_started,
-        2,
+        3,
         "a fresh worker took the rest"
     );
+    assert_eq!(host.counts().search_live, 1);
     let answers = poll_until(&mut host, 10, |r| {
         matches!(r, Response::MinCapacity { job: 4, .. })
     });
@@ -262,7 +270,7 @@ fn cancel_terminates_the_search_worker_and_the_other_searches_go_on_in_a_fresh_o
             .any(|r| matches!(r, Response::WhatIf { .. } | Response::Loaded { .. })),
         "no answer of the cancelled sweep, none of the setup: {answers:?}"
     );
-    // The next sweep runs in the same (second) worker, which has the trace.
+    // The next sweep runs in that worker, which has the trace, and a fresh helper.
     assert!(
         host.route(Request::WhatIf {
             job: 5,
@@ -270,12 +278,13 @@ fn cancel_terminates_the_search_worker_and_the_other_searches_go_on_in_a_fresh_o
         })
         .is_none()
     );
-    let answers = poll_until(&mut host, 10, |r| matches!(r, Response::WhatIf { .. }));
+    let answers = poll_until(&mut host, 400, |r| matches!(r, Response::WhatIf { .. }));
     assert!(
         matches!(answers.last(), Some(Response::WhatIf { job: 5, answer }) if answer.candidates_tried > 100),
         "{answers:?}"
     );
-    assert_eq!(host.counts().search_started, 2);
+    assert_eq!(host.counts().search_started, 4);
+    assert_eq!(host.counts().sweep_workers, 2, "both replayed settings");
     // A new trace lets the idle worker go.
     host.route(Request::Workload {
         job: 6,
@@ -288,7 +297,7 @@ fn cancel_terminates_the_search_worker_and_the_other_searches_go_on_in_a_fresh_o
         1,
         "the first worker ran the setup only"
     );
-    assert_eq!(fake.terminated.len(), 2);
+    assert_eq!(fake.terminated.len(), 4);
     assert!(fake.live.is_empty());
 }
 
@@ -307,7 +316,7 @@ fn a_file_the_engine_opens_itself_is_opened_by_the_next_search_worker_too() {
         })
         .is_none()
     );
-    poll_until(&mut host, 10, |r| matches!(r, Response::WhatIf { .. }));
+    poll_until(&mut host, 400, |r| matches!(r, Response::WhatIf { .. }));
     // A dropped file: the engine's worker reads it itself (no request passes the host);
     // the open is what a search worker must run first from now on. Here the fake's
     // workers read it as the load of the same bytes.
@@ -327,7 +336,7 @@ fn a_file_the_engine_opens_itself_is_opened_by_the_next_search_worker_too() {
         })
         .is_none()
     );
-    let answers = poll_until(&mut host, 10, |r| matches!(r, Response::WhatIf { .. }));
+    let answers = poll_until(&mut host, 400, |r| matches!(r, Response::WhatIf { .. }));
     let mut expected = Vec::new();
     direct.handle(
         Request::WhatIf {
@@ -339,18 +348,22 @@ fn a_file_the_engine_opens_itself_is_opened_by_the_next_search_worker_too() {
     assert_eq!(
         format!("{:?}", answers.last()),
         format!("{:?}", expected.last()),
-        "the sweep ran on the opened file's trace"
+        "the sweep ran on the opened file's trace, its replays on two workers, ranked \
+         as the engine ranks them on one"
     );
+    assert_eq!(host.counts().sweep_workers, 2);
     drop(host);
     assert_eq!(
         fake.terminated.len(),
-        1,
-        "the idle search worker with the old trace went"
+        2,
+        "the idle search workers with the old trace went"
     );
-    let second = fake.spawned[1];
-    assert!(
-        fake.ran[&second][0].starts_with("Load"),
-        "the fresh worker opened the file first: {:?}",
-        fake.ran[&second]
-    );
+    for fresh in &fake.spawned[2..] {
+        assert!(
+            fake.ran[fresh][0].starts_with("Load"),
+            "a fresh worker opened the file first: {:?}",
+            fake.ran[fresh]
+        );
+    }
+    assert_eq!(fake.spawned.len(), 4);
 }

@@ -249,14 +249,16 @@ pub fn mark_layout(op: u32) {
 }
 
 /// `data-allocsim-rank-workers`: the workers that answered ranks of the last set;
-/// `data-allocsim-search-workers`: `started=S terminated=T` search workers.
+/// `data-allocsim-search-workers`: `started=S terminated=T live=L sweep=W planned=P`
+/// search workers (W: those that answered replays of the last finished sweep; P: sweeps
+/// whose replays started, the trace read).
 pub fn mark_workers(c: crate::gui::workers::Counts) {
     mark("data-allocsim-rank-workers", &c.rank_workers.to_string());
     mark(
         "data-allocsim-search-workers",
         &format!(
-            "started={} terminated={}",
-            c.search_started, c.search_terminated
+            "started={} terminated={} live={} sweep={} planned={}",
+            c.search_started, c.search_terminated, c.search_live, c.sweep_workers, c.sweeps_planned
         ),
     );
 }
