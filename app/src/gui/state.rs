@@ -349,7 +349,9 @@ impl ReplayView {
         // Core's definition over a core timeline of the columns (compact, dropped here).
         let frag: Vec<f32> = {
             let tl = timeline_of(&data);
-            (0..tl.len()).map(|i| tl.fragmentation_at(i) as f32).collect()
+            (0..tl.len())
+                .map(|i| tl.fragmentation_at(i) as f32)
+                .collect()
         };
         let peak_op = data
             .allocated_bytes

@@ -33,7 +33,7 @@ pub const RANK_WORKER: &str = "allocsim-rank";
 /// taken when the page draws its next frame (at most [`WAKE_AFTER_MS`] after one arrives,
 /// plus the frame: each costs the CPU up to a second on a software rasterizer), so each
 /// holds more work than it does in that time (a replay takes 10–100 ms; 8 ran dry on
-/// big_gpt_long_stacks_s9), and the last replays of a batch still go to whichever worker
+/// `big_gpt_long_stacks_s9`), and the last replays of a batch still go to whichever worker
 /// is free.
 pub const SWEEP_QUEUED: usize = 32;
 
