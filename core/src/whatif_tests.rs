@@ -7,6 +7,29 @@ fn story() -> Trace {
     workloads::generate("oom-story").unwrap()
 }
 
+/// Every valid candidate of [`recommend_candidates`] replayed on its own on `device`: its
+/// config string, parsed config, effect on the trace and the replay's outcome.
+fn each_candidate_alone(
+    t: &Trace,
+    device: usize,
+    capacity: Option<u64>,
+) -> Vec<(String, PyTorchConfig, Effect, Outcome)> {
+    let sizes = block_sizes(&t.devices[device]);
+    recommend_candidates()
+        .into_iter()
+        .filter_map(|conf| {
+            let cfg = PyTorchConfig::parse(&conf).ok()?;
+            let gc = conf
+                .split(',')
+                .find_map(|kv| kv.strip_prefix("garbage_collection_threshold:"));
+            let spec = ModelSpec::parse(&format!("pytorch@{conf}")).unwrap();
+            let r = session::replay_device(t, device, &spec, capacity, summary_options()).unwrap();
+            let e = effect(&cfg, &sizes, capacity, gc);
+            Some((conf, cfg, e, outcome(&r)))
+        })
+        .collect()
+}
+
 const CAP: u64 = 2_362_232_013; // round(2.2 × 2^30)
 
 #[test]
@@ -91,27 +114,17 @@ fn outcome(r: &ReplayResult) -> Outcome {
 #[test]
 fn candidates_that_cannot_act_on_the_trace_share_a_replay_and_it_is_theirs() {
     let t = story();
-    let sizes = block_sizes(&t.devices[0]);
     for capacity in [None, Some(CAP)] {
         // Every candidate replayed on its own: candidates of one effect decide alike.
         let mut seen: Vec<(Effect, Outcome)> = Vec::new();
         let mut twins = 0;
-        for conf in recommend_candidates() {
-            let Ok(cfg) = PyTorchConfig::parse(&conf) else {
-                continue;
-            };
-            let gc = conf
-                .split(',')
-                .find_map(|kv| kv.strip_prefix("garbage_collection_threshold:"));
-            let spec = ModelSpec::parse(&format!("pytorch@{conf}")).unwrap();
-            let r = session::replay_device(&t, 0, &spec, capacity, summary_options()).unwrap();
-            let e = effect(&cfg, &sizes, capacity, gc);
+        for (conf, _, e, o) in each_candidate_alone(&t, 0, capacity) {
             match seen.iter().find(|(x, _)| *x == e) {
-                Some((_, o)) => {
-                    assert_eq!(*o, outcome(&r), "{conf} at {capacity:?}");
+                Some((_, first)) => {
+                    assert_eq!(*first, o, "{conf} at {capacity:?}");
                     twins += 1;
                 }
-                None => seen.push((e, outcome(&r))),
+                None => seen.push((e, o)),
             }
         }
         // Without a capacity the GC thresholds cannot act (with one, every setting
@@ -186,29 +199,19 @@ fn divisions_that_round_every_request_alike_share_a_replay_and_it_is_theirs() {
     .expect("a trace of the repository");
     let trace = session::load(&bytes, None).expect("loads").trace;
     let device = trace.busiest_device();
-    let sizes = block_sizes(&trace.devices[device]);
     let mut seen: Vec<(Effect, Outcome, [u32; 16])> = Vec::new();
     let mut merged_divisions = 0;
-    for conf in recommend_candidates() {
-        let Ok(cfg) = PyTorchConfig::parse(&conf) else {
-            continue;
-        };
-        let gc = conf
-            .split(',')
-            .find_map(|kv| kv.strip_prefix("garbage_collection_threshold:"));
-        let spec = ModelSpec::parse(&format!("pytorch@{conf}")).unwrap();
-        let r = session::replay_device(&trace, device, &spec, None, summary_options()).unwrap();
-        let e = effect(&cfg, &sizes, None, gc);
+    for (conf, cfg, e, o) in each_candidate_alone(&trace, device, None) {
         match seen.iter().find(|(x, ..)| *x == e) {
-            Some((_, o, divisions)) => {
-                assert_eq!(*o, outcome(&r), "{conf}");
+            Some((_, first, divisions)) => {
+                assert_eq!(*first, o, "{conf}");
                 // Two division settings that round some request apart from no divisions
                 // (the old key, the config array, kept these apart).
                 if *divisions != cfg.roundup_power2_divisions && e.rounded.is_some() {
                     merged_divisions += 1;
                 }
             }
-            None => seen.push((e, outcome(&r), cfg.roundup_power2_divisions)),
+            None => seen.push((e, o, cfg.roundup_power2_divisions)),
         }
     }
     assert!(
