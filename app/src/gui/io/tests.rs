@@ -103,6 +103,24 @@ fn replayed_engine() -> EngineHandle {
     e
 }
 
+/// Hands `e`'s answers to `take` until it says it has what it waited for (a failed job
+/// panics; two minutes at most).
+fn take_answers(e: &mut EngineHandle, mut take: impl FnMut(Response) -> bool) {
+    let start = std::time::Instant::now();
+    loop {
+        assert!(start.elapsed().as_secs() < 120, "no answer");
+        for r in e.poll() {
+            if let Response::Failed { job, message } = &r {
+                panic!("job {job}: {message}");
+            }
+            if take(r) {
+                return;
+            }
+        }
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
+}
+
 #[test]
 fn layouts_are_answered_while_a_min_capacity_search_runs() {
     let mut e = replayed_engine();
@@ -119,30 +137,25 @@ fn layouts_are_answered_while_a_min_capacity_search_runs() {
         op: 10,
     });
     let mut order = Vec::new();
-    let start = std::time::Instant::now();
-    while order.len() < 2 {
-        assert!(start.elapsed().as_secs() < 120, "no answer: {order:?}");
-        for r in e.poll() {
-            match r {
-                Response::Layout { job: 4, layout, .. } => {
-                    assert_eq!(layout.op, 10);
-                    order.push(4);
-                }
-                Response::MinCapacity {
-                    job: 3,
-                    bytes,
-                    slot,
-                } => {
-                    assert_eq!(slot, 0);
-                    assert!(bytes > 0);
-                    order.push(3);
-                }
-                Response::Failed { job, message } => panic!("job {job}: {message}"),
-                _ => {}
+    take_answers(&mut e, |r| {
+        match r {
+            Response::Layout { job: 4, layout, .. } => {
+                assert_eq!(layout.op, 10);
+                order.push(4);
             }
+            Response::MinCapacity {
+                job: 3,
+                bytes,
+                slot,
+            } => {
+                assert_eq!(slot, 0);
+                assert!(bytes > 0);
+                order.push(3);
+            }
+            _ => {}
         }
-        std::thread::sleep(std::time::Duration::from_millis(2));
-    }
+        order.len() == 2
+    });
     assert_eq!(order, [4, 3]);
 }
 
@@ -160,23 +173,18 @@ fn layouts_are_answered_while_a_what_if_runs() {
         op: 10,
     });
     let mut order = Vec::new();
-    let start = std::time::Instant::now();
-    while order.len() < 2 {
-        assert!(start.elapsed().as_secs() < 120, "no answer: {order:?}");
-        for r in e.poll() {
-            match r {
-                Response::Layout { job: 4, .. } => order.push(4),
-                Response::WhatIf { job: 3, answer } => {
-                    assert!(answer.candidates_tried > 100, "{answer:?}");
-                    assert!(answer.tradeoffs.iter().all(|r| r.fits), "no capacity");
-                    order.push(3);
-                }
-                Response::Failed { job, message } => panic!("job {job}: {message}"),
-                _ => {}
+    take_answers(&mut e, |r| {
+        match r {
+            Response::Layout { job: 4, .. } => order.push(4),
+            Response::WhatIf { job: 3, answer } => {
+                assert!(answer.candidates_tried > 100, "{answer:?}");
+                assert!(answer.tradeoffs.iter().all(|r| r.fits), "no capacity");
+                order.push(3);
             }
+            _ => {}
         }
-        std::thread::sleep(std::time::Duration::from_millis(2));
-    }
+        order.len() == 2
+    });
     assert_eq!(order, [4, 3]);
 }
 
@@ -203,20 +211,15 @@ fn natively_the_bands_are_stacked_beside_the_engine_from_its_own_table() {
         capacity_bytes: None,
     });
     let (mut trace, mut bands, mut replayed) = (None, None, false);
-    let start = std::time::Instant::now();
-    while trace.is_none() || bands.is_none() || !replayed {
-        assert!(start.elapsed().as_secs() < 120, "no answer");
-        for r in e.poll() {
-            match r {
-                Response::Loaded { trace: t, .. } => trace = Some(t),
-                Response::Bands { job: 2, bands: b } => bands = Some(b),
-                Response::Replayed { job: 3, .. } => replayed = true,
-                Response::Failed { job, message } => panic!("job {job}: {message}"),
-                _ => {}
-            }
+    take_answers(&mut e, |r| {
+        match r {
+            Response::Loaded { trace: t, .. } => trace = Some(t),
+            Response::Bands { job: 2, bands: b } => bands = Some(b),
+            Response::Replayed { job: 3, .. } => replayed = true,
+            _ => {}
         }
-        std::thread::sleep(std::time::Duration::from_millis(2));
-    }
+        trace.is_some() && bands.is_some() && replayed
+    });
     let (trace, bands) = (trace.expect("loaded"), bands.expect("bands"));
     assert!(!bands.pieces.is_empty());
     assert_eq!(bands.pieces, crate::engine::bands::build(&trace.ops).pieces);
@@ -356,7 +359,7 @@ fn a_cut_chunked_message_is_an_error_not_a_panic() {
 }
 
 #[test]
-fn background_layoutscome_after_the_requests_and_a_new_list_drops_the_old() {
+fn background_layouts_come_after_the_requests_and_a_new_list_drops_the_old() {
     let mut e = replayed_engine();
     let layout = |job, op| Request::Layout { job, slot: 0, op };
     // Many background layouts, then a request: the request is answered before the
@@ -366,23 +369,15 @@ fn background_layoutscome_after_the_requests_and_a_new_list_drops_the_old() {
     // A new list replaces the rest of the old one.
     e.send_background(vec![layout(400, 11)]);
     let mut answered = Vec::new();
-    let start = std::time::Instant::now();
-    while !answered.contains(&400) {
-        assert!(start.elapsed().as_secs() < 120, "no answer: {answered:?}");
-        for r in e.poll() {
-            match r {
-                Response::Layout { job, layout, .. } => {
-                    if job == 400 {
-                        assert_eq!(layout.op, 11);
-                    }
-                    answered.push(job);
-                }
-                Response::Failed { job, message } => panic!("job {job}: {message}"),
-                _ => {}
+    take_answers(&mut e, |r| {
+        if let Response::Layout { job, layout, .. } = r {
+            if job == 400 {
+                assert_eq!(layout.op, 11);
             }
+            answered.push(job);
         }
-        std::thread::sleep(std::time::Duration::from_millis(2));
-    }
+        answered.contains(&400)
+    });
     let at = |job| answered.iter().position(|&j| j == job);
     assert!(at(3) < at(400), "{answered:?}");
     let old = answered
