@@ -5,7 +5,8 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use allocsim_core::metrics::Timeline;
+use allocsim_core::metrics::{self, Timeline};
+use allocsim_core::models::ModelStats;
 
 use super::envelope::Envelope;
 use super::render::{Quad, QuadSet};
@@ -346,13 +347,17 @@ impl ReplayView {
     #[must_use]
     pub fn new(data: ReplayData) -> ReplayView {
         let f = |v: &[u64]| Envelope::new(v.iter().map(|&b| b as f32).collect());
-        // Core's definition over a core timeline of the columns (compact, dropped here).
-        let frag: Vec<f32> = {
-            let tl = timeline_of(&data);
-            (0..tl.len())
-                .map(|i| tl.fragmentation_at(i) as f32)
-                .collect()
-        };
+        // Core's definition, per sample of the columns.
+        let frag: Vec<f32> = (0..data.reserved_bytes.len())
+            .map(|i| {
+                metrics::fragmentation(&ModelStats {
+                    reserved_bytes: data.reserved_bytes[i],
+                    allocated_bytes: data.allocated_bytes[i],
+                    largest_free_bytes: data.largest_free_bytes[i],
+                    ..ModelStats::default()
+                }) as f32
+            })
+            .collect();
         let peak_op = data
             .allocated_bytes
             .iter()
@@ -384,8 +389,8 @@ impl ReplayView {
     }
 }
 
-/// The core's timeline of a replay (for its CSV and fragmentation definitions): core's
-/// compact columns, built from the UI's.
+/// The core's timeline of a replay (for its CSV definition): core's compact columns, built
+/// from the UI's.
 #[must_use]
 pub fn timeline_of(d: &ReplayData) -> Timeline {
     Timeline {
