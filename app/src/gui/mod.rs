@@ -552,8 +552,11 @@ impl AllocsimApp {
 
     /// Emits the first-full-frame and layout markers the browser test waits for.
     pub(crate) fn mark_frames(&mut self) {
+        // Before the trace is built, or over its ops while the replays are on the way (a
+        // fast machine builds the trace in the frame that brings the recorded timeline).
         let shown = self
             .recorded_shown()
+            .or_else(|| self.recorded_in_document())
             .filter(|r| self.timing.name.ends_with(r.name.as_str()))
             .map(|r| format!("recorded:{}:{}", r.name, r.len()));
         if let Some(marker) = shown

@@ -3,7 +3,7 @@
 
 use egui_kittest::Harness;
 
-use super::io::EngineHandle;
+use super::io::{EngineHandle, Pace};
 use super::tests::{has_text, settle};
 use super::{AllocsimApp, Startup};
 use crate::engine::examples::OOM_STORY;
@@ -125,6 +125,33 @@ fn the_recorded_timeline_and_end_state_are_drawn_before_the_replays_answer() {
     );
     assert!(!has_text(&h, "recorded end state"));
     assert!(app.errors.is_empty(), "{:?}", app.errors);
+}
+
+#[test]
+fn the_recorded_timeline_is_marked_when_it_arrives_with_the_trace() {
+    // A fast machine builds the trace between two frames: the recorded timeline and the
+    // trace arrive in one frame, and it is drawn over the ops while the replays run (the
+    // browser test's marker, once missed on a fast CI machine).
+    let mut h = paced_harness(Startup::Example(&OOM_STORY));
+    h.state_mut().engine.set_pace(Pace::Hold);
+    for _ in 0..5 {
+        h.step();
+    }
+    assert!(h.state().document().is_none() && !h.state().recorded_frame_marked());
+    h.state_mut().engine.set_pace(Pace::All);
+    h.step();
+    let app = h.state();
+    let doc = app.document().expect("the trace arrived");
+    assert!(
+        doc.slots.iter().all(|s| s.replay.is_none()),
+        "no replay yet"
+    );
+    assert!(app.recorded_in_document().is_some());
+    assert!(
+        app.recorded_frame_marked(),
+        "the recorded timeline was marked"
+    );
+    assert!(!app.first_frame_marked());
 }
 
 #[test]

@@ -80,6 +80,17 @@ impl std::fmt::Debug for EngineHandle {
     }
 }
 
+/// How many of its answers an inline engine hands out per poll.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Pace {
+    /// Every answer so far.
+    All,
+    /// One ([`EngineHandle::inline_paced`]): a frame is drawn between any two answers.
+    One,
+    /// None: they are kept until the pace changes.
+    Hold,
+}
+
 enum Inner {
     /// Requests run when polled, on the caller's thread (tests, benchmarks).
     Inline {
@@ -89,8 +100,8 @@ enum Inner {
         background: Vec<Request>,
         /// Answers not handed out yet ([`EngineHandle::inline_paced`]).
         held: std::collections::VecDeque<Response>,
-        /// One answer per poll.
-        paced: bool,
+        /// How many answers a poll hands out.
+        pace: Pace,
         /// In the browser, requests whose file is still being read (no worker to read
         /// it in slices).
         #[cfg(target_arch = "wasm32")]
@@ -121,7 +132,7 @@ impl EngineHandle {
                 queue: Vec::new(),
                 background: Vec::new(),
                 held: std::collections::VecDeque::new(),
-                paced: false,
+                pace: Pace::All,
                 #[cfg(target_arch = "wasm32")]
                 late: std::rc::Rc::default(),
             },
@@ -134,10 +145,17 @@ impl EngineHandle {
     #[must_use]
     pub fn inline_paced() -> EngineHandle {
         let mut e = EngineHandle::inline();
-        if let Inner::Inline { paced, .. } = &mut e.inner {
-            *paced = true;
-        }
+        e.set_pace(Pace::One);
         e
+    }
+
+    /// How many answers an inline engine hands out per poll from now on (tests: holding
+    /// them, then handing out several at once, stands for a machine fast enough to
+    /// answer them between two frames).
+    pub fn set_pace(&mut self, to: Pace) {
+        if let Inner::Inline { pace, .. } = &mut self.inner {
+            *pace = to;
+        }
     }
 
     /// An engine off the UI thread: a thread natively, a Web Worker in the browser (or
@@ -332,7 +350,7 @@ impl EngineHandle {
                 queue,
                 background,
                 held,
-                paced,
+                pace,
                 #[cfg(target_arch = "wasm32")]
                 late,
             } => {
@@ -344,10 +362,10 @@ impl EngineHandle {
                 for req in std::mem::take(background) {
                     engine.handle(req, &mut |r| held.push_back(r));
                 }
-                if *paced {
-                    held.pop_front().into_iter().collect()
-                } else {
-                    held.drain(..).collect()
+                match pace {
+                    Pace::All => held.drain(..).collect(),
+                    Pace::One => held.pop_front().into_iter().collect(),
+                    Pace::Hold => Vec::new(),
                 }
             }
             #[cfg(not(target_arch = "wasm32"))]
