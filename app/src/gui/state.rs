@@ -91,6 +91,14 @@ impl Document {
             .is_some_and(|s| s.error.is_some() || (s.replay.is_some() && s.layout.is_some()))
     }
 
+    /// Whether every configuration's replay (or its error) is in.
+    #[must_use]
+    pub fn replays_settled(&self) -> bool {
+        self.slots
+            .iter()
+            .all(|s| s.error.is_some() || s.replay.is_some())
+    }
+
     /// Takes the trace's bands (stacked by the engine after the trace arrived): the
     /// trace's other tables stay the ones shared with the engine, and the band quads are
     /// built anew from them.
