@@ -86,9 +86,13 @@ impl Document {
     /// Whether the main configuration is on screen: its replay and a layout, or its error.
     #[must_use]
     pub fn main_settled(&self) -> bool {
-        self.slots
-            .first()
-            .is_some_and(|s| s.error.is_some() || (s.replay.is_some() && s.layout.is_some()))
+        self.slots.first().is_some_and(Slot::settled)
+    }
+
+    /// Whether every configuration is on screen: its replay and a layout, or its error.
+    #[must_use]
+    pub fn all_settled(&self) -> bool {
+        self.slots.iter().all(Slot::settled)
     }
 
     /// Takes the trace's bands (stacked by the engine after the trace arrived): the
@@ -313,6 +317,12 @@ impl Nearby {
 }
 
 impl Slot {
+    /// Whether it is on screen: its replay and a layout, or its error.
+    #[must_use]
+    pub fn settled(&self) -> bool {
+        self.error.is_some() || (self.replay.is_some() && self.layout.is_some())
+    }
+
     #[must_use]
     pub fn new(spec: String, capacity_bytes: Option<u64>) -> Slot {
         Slot {
