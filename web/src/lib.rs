@@ -162,8 +162,6 @@ mod entry {
     const SLICE_BYTES: u64 = 16 << 20;
     /// The longest the worker decodes without letting a message in (a Cancel).
     const YIELD_MS: f64 = 50.0;
-    /// The shortest time between two progress messages of an open.
-    const PROGRESS_MS: f64 = 250.0;
 
     /// Bytes `from..to` of `file` as a JS array (one read).
     async fn slice(file: &web_sys::File, from: u64, to: u64) -> Result<js_sys::Uint8Array, String> {
@@ -284,19 +282,6 @@ mod entry {
             return Err(message);
         }
         let mut report = ProgressReport::new(job, name);
-        // Each progress message wakes the page for a frame, which SwiftShader draws with
-        // the cores the decode needs: one as each pass begins, then at most one every
-        // PROGRESS_MS.
-        let mut last = (f64::NEG_INFINITY, String::new());
-        let mut progress = |r: wire::Response| {
-            let now = now_ms();
-            if let wire::Response::Progress { stage, .. } = &r
-                && (now - last.0 >= PROGRESS_MS || *stage != last.1)
-            {
-                last = (now, stage.clone());
-                post(&r);
-            }
-        };
         let cancelled = || CANCELLED.with(|c| c.borrow().contains(&job));
         let fail = |e: ImportError| match e {
             ImportError::Cancelled => format!("opening {name}: cancelled"),
@@ -314,7 +299,7 @@ mod entry {
                     .map_err(|e| read(at, e))?;
                 dec.feed(&piece).map_err(fail)?;
                 at = to;
-                report.report(dec.progress(), &mut progress);
+                report.report(dec.progress(), &mut |r| post(&r));
                 if now_ms() - yielded >= YIELD_MS {
                     let_messages_in().await;
                     yielded = now_ms();
@@ -325,7 +310,7 @@ mod entry {
             }
             let done = dec
                 .end_of_input_with(&mut |p| {
-                    report.report(p, &mut progress);
+                    report.report(p, &mut |r| post(&r));
                     !cancelled()
                 })
                 .map_err(fail)?;
