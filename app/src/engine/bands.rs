@@ -52,7 +52,7 @@ pub fn build(ops: &OpsTable) -> Bands {
                         }
                     }
                 };
-                sort_by_area(&mut pieces);
+                sort_by_area(&mut pieces, ops);
                 return Bands {
                     pieces,
                     peak_bytes: peak,
@@ -180,10 +180,10 @@ fn cut(
 
 /// Largest area first; ties (none between two pieces: an allocation's pieces start at
 /// different ops) by allocation and start.
-fn sort_by_area(pieces: &mut [BandPiece]) {
+fn sort_by_area(pieces: &mut [BandPiece], ops: &OpsTable) {
     pieces.sort_unstable_by(|a, b| {
-        area(b)
-            .total_cmp(&area(a))
+        area(b, ops)
+            .total_cmp(&area(a, ops))
             .then(a.alloc.cmp(&b.alloc))
             .then(a.x0.cmp(&b.x0))
     });
@@ -210,7 +210,6 @@ impl Pieces {
                 x0,
                 x1,
                 y0_bytes: y0,
-                height_bytes: h,
                 alloc,
             });
         }
@@ -219,8 +218,8 @@ impl Pieces {
 
 /// Area of a piece in ops × bytes (the level-of-detail order).
 #[must_use]
-pub fn area(p: &BandPiece) -> f64 {
-    f64::from(p.x1 - p.x0) * p.height_bytes as f64
+pub fn area(p: &BandPiece, ops: &OpsTable) -> f64 {
+    f64::from(p.x1 - p.x0) * p.height_bytes(ops) as f64
 }
 
 #[cfg(test)]
@@ -253,11 +252,11 @@ mod tests {
     }
 
     /// The stack height at op k from the pieces: every live byte covered exactly once.
-    fn covered(b: &Bands, k: u32) -> u64 {
+    fn covered(t: &OpsTable, b: &Bands, k: u32) -> u64 {
         b.pieces
             .iter()
             .filter(|p| p.x0 <= k && k < p.x1)
-            .map(|p| p.height_bytes)
+            .map(|p| p.height_bytes(t))
             .sum()
     }
 
@@ -280,16 +279,20 @@ mod tests {
         assert_eq!(of(0), vec![(0, 2, 0)]);
         assert_eq!(of(1), vec![(1, 2, 100), (2, 4, 0)]);
         assert_eq!(of(3), vec![(3, 4, 50)]);
-        assert_eq!(covered(&b, 1), 150);
-        assert_eq!(covered(&b, 2), 50);
-        assert_eq!(covered(&b, 3), 60);
+        assert_eq!(covered(&t, &b, 1), 150);
+        assert_eq!(covered(&t, &b, 2), 50);
+        assert_eq!(covered(&t, &b, 3), 60);
     }
 
     #[test]
     fn pieces_come_largest_area_first() {
         let t = ops(&[('a', 10), ('a', 1000), ('f', 0), ('a', 5)]);
         let b = build(&t);
-        assert!(b.pieces.windows(2).all(|w| area(&w[0]) >= area(&w[1])));
+        assert!(
+            b.pieces
+                .windows(2)
+                .all(|w| area(&w[0], &t) >= area(&w[1], &t))
+        );
         assert_eq!(b.pieces[0].alloc, 1);
     }
 
@@ -341,7 +344,7 @@ mod tests {
         let t = ops(&[('a', 1), ('a', 1 << 30), ('f', 0)]);
         let b = build(&t);
         assert_eq!(b.pieces.iter().filter(|p| p.alloc == 1).count(), 1);
-        assert_eq!(covered(&b, 1), (1 << 30) + 1);
-        assert_eq!(covered(&b, 2), 1 << 30);
+        assert_eq!(covered(&t, &b, 1), (1 << 30) + 1);
+        assert_eq!(covered(&t, &b, 2), 1 << 30);
     }
 }

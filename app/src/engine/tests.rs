@@ -235,7 +235,7 @@ fn bands_peak_is_the_peak_of_live_requested_bytes() {
             .pieces
             .iter()
             .filter(|p| p.x0 <= probe && probe < p.x1)
-            .map(|p| p.height_bytes)
+            .map(|p| p.height_bytes(&t.ops))
             .sum();
         let live: u64 = (0..t.ops.len())
             .filter(|&a| t.ops.live_after(a, probe as usize))

@@ -373,6 +373,7 @@ pub fn timeline_ui(
             // built largest first over a few frames: draw those built so far.
             let drawn = stack_lod::drawn_prefix(
                 bands,
+                &doc.trace.ops,
                 doc.bands.len(),
                 ohi - olo,
                 plot.width(),
@@ -807,7 +808,10 @@ fn hover_tooltip(
         let x = op;
         let drawn = &doc.trace.bands.pieces[..st.bands_drawn.min(doc.trace.bands.pieces.len())];
         let hit = drawn.iter().find(|p| {
-            p.x0 <= x && x < p.x1 && p.y0_bytes <= bytes && bytes < p.y0_bytes + p.height_bytes
+            p.x0 <= x
+                && x < p.x1
+                && p.y0_bytes <= bytes
+                && bytes < p.y0_bytes + p.height_bytes(&doc.trace.ops)
         });
         let top = doc
             .stack_top
@@ -832,7 +836,7 @@ fn hover_tooltip(
             let ops = &doc.trace.ops;
             let a = p.alloc as usize;
             lines.push((
-                format!("{} requested", format_size(p.height_bytes)),
+                format!("{} requested", format_size(p.height_bytes(ops))),
                 Color32::WHITE,
             ));
             lines.push((

@@ -25,6 +25,7 @@ pub struct Column {
 #[must_use]
 pub fn drawn_prefix(
     bands: &Bands,
+    ops: &OpsTable,
     built: usize,
     ops_in_view: usize,
     plot_w: f32,
@@ -37,7 +38,7 @@ pub fn drawn_prefix(
     let min_area = 0.33 / f64::from(ppp * ppp) * ops_per_pt * bytes_per_pt;
     bands
         .pieces
-        .partition_point(|p| crate::engine::bands::area(p) >= min_area)
+        .partition_point(|p| crate::engine::bands::area(p, ops) >= min_area)
         .min(built)
 }
 
@@ -138,7 +139,7 @@ pub fn folded_at(ops: &OpsTable, drawn: &[BandPiece], k: u32) -> (usize, u64) {
     }
     for p in drawn.iter().filter(|p| p.x0 <= k && k < p.x1) {
         count = count.saturating_sub(1);
-        bytes = bytes.saturating_sub(p.height_bytes);
+        bytes = bytes.saturating_sub(p.height_bytes(ops));
     }
     (count, bytes)
 }
