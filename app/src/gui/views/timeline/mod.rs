@@ -365,15 +365,13 @@ pub fn timeline_ui(
             }
         }
         Mode::Bands => {
-            let bands = &doc.trace.bands;
             let ppp = ui.ctx().pixels_per_point();
             let sx = f64::from(plot.width()) / (hi - lo).max(1e-12);
             let (olo, ohi) = st.ops_in(doc, lo, hi);
             // Pieces smaller than a third of a pixel are left to the folded band; quads are
             // built largest first over a few frames: draw those built so far.
             let drawn = stack_lod::drawn_prefix(
-                bands,
-                &doc.trace.ops,
+                &doc.trace,
                 doc.bands.len(),
                 ohi - olo,
                 plot.width(),
