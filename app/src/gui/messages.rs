@@ -136,7 +136,7 @@ impl AllocsimApp {
     /// With the main configuration out of memory, asks what would have fit at the capacity
     /// (the what-if) and the smallest capacity of each configuration, once per capacity:
     /// an OOM trace opens with its explanation complete, without a click. The what-if's
-    /// sweep waits until every configuration's replay is in: its workers would take the
+    /// sweep waits until every configuration is on screen: its workers would take the
     /// cores those replays need.
     pub(crate) fn explain_main_oom(&mut self) {
         let main_oom = self.doc.as_ref().is_some_and(|d| {
@@ -150,7 +150,7 @@ impl AllocsimApp {
             return;
         }
         let cap = self.config.capacity_bytes();
-        if self.doc.as_ref().is_some_and(Document::replays_settled)
+        if self.doc.as_ref().is_some_and(Document::all_settled)
             && self
                 .what_if
                 .as_ref()

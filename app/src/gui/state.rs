@@ -95,14 +95,6 @@ impl Document {
         self.slots.iter().all(Slot::settled)
     }
 
-    /// Whether every configuration's replay (or its error) is in.
-    #[must_use]
-    pub fn replays_settled(&self) -> bool {
-        self.slots
-            .iter()
-            .all(|s| s.error.is_some() || s.replay.is_some())
-    }
-
     /// Takes the trace's bands (stacked by the engine after the trace arrived): the
     /// trace's other tables stay the ones shared with the engine, and the band quads are
     /// built anew from them.
