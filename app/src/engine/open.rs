@@ -169,3 +169,96 @@ pub fn too_big_for_wasm(name: &str, plain_bytes: u64) -> Option<String> {
         )
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A source of `len` bytes (byte `i` is `i % 251`) that fails with `fail` once
+    /// `fail_at` bytes are read, handing out at most `step` bytes a read.
+    struct Source {
+        at: usize,
+        len: usize,
+        step: usize,
+        fail_at: Option<usize>,
+    }
+
+    impl Read for Source {
+        fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+            if self.fail_at.is_some_and(|f| self.at >= f) {
+                return Err(std::io::Error::other("the disk said no"));
+            }
+            let end = self
+                .len
+                .min(self.at + self.step.min(buf.len()))
+                .min(self.fail_at.unwrap_or(usize::MAX));
+            let n = end - self.at;
+            for (k, b) in buf[..n].iter_mut().enumerate() {
+                *b = ((self.at + k) % 251) as u8;
+            }
+            self.at = end;
+            Ok(n)
+        }
+    }
+
+    fn source(len: usize, fail_at: Option<usize>) -> Source {
+        Source {
+            at: 0,
+            len,
+            step: PIECE_BYTES / 3 + 7,
+            fail_at,
+        }
+    }
+
+    #[test]
+    fn every_byte_arrives_once_and_in_order() {
+        let len = (AHEAD + 3) * PIECE_BYTES + 12_345;
+        let mut seen = 0usize;
+        read_ahead(source(len, None), &mut |piece| {
+            for (k, &b) in piece.iter().enumerate() {
+                assert_eq!(b, ((seen + k) % 251) as u8, "byte {}", seen + k);
+            }
+            seen += piece.len();
+            Ok(())
+        })
+        .expect("reads");
+        assert_eq!(seen, len);
+    }
+
+    #[test]
+    fn a_read_error_names_the_offset_of_the_first_byte_not_handed_on() {
+        let fail_at = 2 * PIECE_BYTES + 1_000;
+        let mut seen = 0usize;
+        let e = read_ahead(source(10 * PIECE_BYTES, Some(fail_at)), &mut |piece| {
+            seen += piece.len();
+            Ok(())
+        })
+        .expect_err("fails");
+        assert_eq!(seen, fail_at);
+        match e {
+            StreamError::Read { offset, error } => {
+                assert_eq!(offset, fail_at as u64);
+                assert_eq!(error.to_string(), "the disk said no");
+            }
+            other @ StreamError::Import(_) => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_decode_that_stops_stops_the_reader() {
+        // A source far longer than the decode reads: the reader, blocked ahead of it,
+        // must stop with it (else this test hangs).
+        let mut pieces = 0;
+        let e = read_ahead(source(usize::MAX / 2, None), &mut |_| {
+            pieces += 1;
+            if pieces == 3 {
+                Err(ImportError::Cancelled.into())
+            } else {
+                Ok(())
+            }
+        })
+        .expect_err("stopped");
+        assert!(matches!(e, StreamError::Import(ImportError::Cancelled)), "{e:?}");
+        assert_eq!(pieces, 3);
+    }
+}
