@@ -56,7 +56,10 @@ pub fn decode_file(
             }
         })
         .map_err(failed)?;
-        if let Some(snap) = dec.end_of_input_with(progress).map_err(|e| failed(e.into()))? {
+        if let Some(snap) = dec
+            .end_of_input_with(progress)
+            .map_err(|e| failed(e.into()))?
+        {
             return Ok(snap);
         }
     }
@@ -75,9 +78,7 @@ fn read_ahead<R: Read + Send>(
         let (give_back, returned) = mpsc::channel::<Vec<u8>>();
         s.spawn(move || {
             loop {
-                let mut buf = returned
-                    .try_recv()
-                    .unwrap_or_else(|_| vec![0; PIECE_BYTES]);
+                let mut buf = returned.try_recv().unwrap_or_else(|_| vec![0; PIECE_BYTES]);
                 let read = loop {
                     match reader.read(&mut buf) {
                         Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
@@ -99,7 +100,7 @@ fn read_ahead<R: Read + Send>(
             }
         });
         let mut offset = 0u64;
-        for piece in pieces.iter() {
+        for piece in &pieces {
             let (buf, n) = piece.map_err(|error| StreamError::Read { offset, error })?;
             let bytes = buf.get(..n).unwrap_or(&[]);
             consume(bytes)?;
@@ -258,7 +259,10 @@ mod tests {
             }
         })
         .expect_err("stopped");
-        assert!(matches!(e, StreamError::Import(ImportError::Cancelled)), "{e:?}");
+        assert!(
+            matches!(e, StreamError::Import(ImportError::Cancelled)),
+            "{e:?}"
+        );
         assert_eq!(pieces, 3);
     }
 }

@@ -38,7 +38,11 @@ fn main() -> anyhow::Result<()> {
         Some(mid) => {
             stages.push("read + pre-pass (pass 1)", t.wall_to(&mid), t.cpu_to(&mid));
             let end = Stage::start();
-            stages.push("read + machine (pass 2)", mid.wall_to(&end), mid.cpu_to(&end));
+            stages.push(
+                "read + machine (pass 2)",
+                mid.wall_to(&end),
+                mid.cpu_to(&end),
+            );
         }
         None => {
             stages.end("decode", &t);
