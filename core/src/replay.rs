@@ -671,7 +671,7 @@ impl<'m, M: Allocator + ?Sized> ReplayRun<'m, M> {
         if self.stopped {
             return;
         }
-        if self.every > 0 && k % self.every == 0 {
+        if self.every > 0 && k.is_multiple_of(self.every) {
             self.checkpoints.push(Checkpoint {
                 ops_done: k,
                 model: self.model.clone_box(),
@@ -725,7 +725,7 @@ impl<'m, M: Allocator + ?Sized> ReplayRun<'m, M> {
         }
         self.ops_done = k + 1;
         if self.opts.check_every > 0
-            && (k % self.opts.check_every == 0 || self.total == Some(k + 1))
+            && (k.is_multiple_of(self.opts.check_every) || self.total == Some(k + 1))
         {
             self.check(k);
         }
@@ -778,6 +778,7 @@ impl<'m, M: Allocator + ?Sized> ReplayRun<'m, M> {
     }
 
     /// The replay's result once every op is pushed.
+    #[must_use]
     pub fn finish(mut self) -> ReplayResult {
         // Without the number of ops beforehand the last op is checked here, as
         // [`ReplayRun::push`] checks it when it is known.
@@ -785,7 +786,7 @@ impl<'m, M: Allocator + ?Sized> ReplayRun<'m, M> {
             && self.opts.check_every > 0
             && !self.stopped
             && self.ops_done > 0
-            && (self.ops_done - 1) % self.opts.check_every != 0
+            && !(self.ops_done - 1).is_multiple_of(self.opts.check_every)
         {
             self.check(self.ops_done - 1);
         }

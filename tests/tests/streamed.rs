@@ -5,6 +5,7 @@
 //! the replay of the built trace.
 
 use allocsim_core::build::{self, Streamed};
+use allocsim_core::capacity::CapacityArg;
 use allocsim_core::models::ModelSpec;
 use allocsim_core::replay::{ReplayOptions, ReplayResult};
 use allocsim_core::session;
@@ -61,7 +62,7 @@ fn a_replay_beside_the_build_is_the_replay_after_it() {
         let mut pieces: Vec<Vec<Op>> = Vec::new();
         let mut sink = |x: Streamed<'_>| match x {
             Streamed::Start(s) => start = Some(s.to_vec()),
-            Streamed::Ops(ops) => pieces.push(ops.to_vec()),
+            Streamed::Ops(piece) => pieces.push(piece.to_vec()),
         };
         let Ok((v, is_exact)) = build::build_streaming(
             snap,
@@ -80,7 +81,7 @@ fn a_replay_beside_the_build_is_the_replay_after_it() {
         let Some(start) = start else { continue };
         for spec in ["pytorch", "pytorch@expandable_segments:True", "bfc"] {
             let spec = ModelSpec::parse(spec).unwrap();
-            let cap = session::capacity(&v.trace, d, Default::default()).bytes;
+            let cap = session::capacity(&v.trace, d, CapacityArg::AsRecorded).bytes;
             let after = session::replay_device(&v.trace, d, &spec, cap, opts).unwrap();
             let beside = session::replay_streamed(
                 &settings,

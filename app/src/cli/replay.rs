@@ -230,8 +230,8 @@ fn streamed(
             Streamed::Start(start) => {
                 let _ = start_tx.send(start.to_vec());
             }
-            Streamed::Ops(ops) => {
-                let _ = ops_tx.send(ops.to_vec());
+            Streamed::Ops(piece) => {
+                let _ = ops_tx.send(piece.to_vec());
             }
         };
         let device = u32::try_from(d).ok().filter(|_| stream);

@@ -78,6 +78,9 @@ struct Annotator<'a, 's> {
     sent: usize,
 }
 
+/// The device [`build_streaming`] streams, and where to.
+pub type StreamTo<'s> = (u32, &'s mut dyn FnMut(Streamed<'_>));
+
 /// The ops a streamed build hands on in one piece (or more, the pass's last).
 const STREAM_PIECE: usize = 1 << 16;
 
@@ -259,6 +262,7 @@ impl Annotator<'_, '_> {
 
 /// One pass of the annotation over device `device`'s events from the rebuilt start state,
 /// with the pool choices of `revised`.
+#[allow(clippy::too_many_arguments)]
 fn pass<'a, 's>(
     snap: &'a RawSnapshot,
     device: u32,
@@ -478,7 +482,7 @@ pub fn build(snap: RawSnapshot, capacity: Option<u64>) -> Result<Validation, cra
 pub fn build_streaming(
     snap: RawSnapshot,
     capacity: Option<u64>,
-    mut stream: Option<(u32, &mut dyn FnMut(Streamed<'_>))>,
+    mut stream: Option<StreamTo<'_>>,
 ) -> Result<(Validation, bool), crate::Error> {
     let cfg = PyTorchConfig::from_settings(&snap.settings).map_err(ConfigError::from)?;
     // PyTorch's device index is an `int8_t` (`c10::DeviceIndex`): no recording has a
