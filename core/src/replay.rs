@@ -664,6 +664,7 @@ impl<'m, M: Allocator + ?Sized> ReplayRun<'m, M> {
     }
 
     /// Replays the next op.
+    #[inline]
     pub fn push(&mut self, op: &Op) {
         let k = self.pushed;
         self.pushed += 1;
