@@ -43,6 +43,27 @@ fn json_snapshot(events: &str) -> Vec<u8> {
     format!(r#"{{"segments": [], "device_traces": [[{events}]], "allocator_settings": {{"PYTORCH_CUDA_ALLOC_CONF": "", "max_split_size": -1}}}}"#).into_bytes()
 }
 
+/// A trace that fails in its build after the ops of more than one piece went to the
+/// replay beside it (`allocsim replay FILE` replays while the trace is built): the build's
+/// one-line error with the event index, exit 2, and no hang.
+#[test]
+fn a_build_that_fails_after_its_first_pieces_fails_as_the_build_says() {
+    let seg = r#"{"action": "segment_alloc", "addr": 1048576, "size": 2097152, "stream": 0}"#;
+    let pair = r#"{"action": "alloc", "addr": 1048576, "size": 512, "stream": 0},
+        {"action": "free_requested", "addr": 1048576, "size": 512, "stream": 0},
+        {"action": "free_completed", "addr": 1048576, "size": 512, "stream": 0}"#;
+    let pairs = 40_000; // 80,000 ops: more than one piece (65,536) before the failure
+    let mut events = vec![seg.to_string()];
+    events.extend(std::iter::repeat_n(pair.to_string(), pairs));
+    events.push(
+        r#"{"action": "segment_alloc", "addr": 8388608, "size": 2097152, "stream": 0}"#.into(),
+    );
+    let f = tmp_file("fails_late.json", &json_snapshot(&events.join(",")));
+    let out = run(&["replay", f.to_str().unwrap()]);
+    assert_bad_input(&out, &f, &format!("event {}", 1 + 3 * pairs));
+    assert_bad_input(&out, &f, "outside any malloc");
+}
+
 #[test]
 fn refused_pickle_opcodes_are_never_executed() {
     // GLOBAL os.system, then REDUCE: a classic pickle exploit.

@@ -7,9 +7,11 @@ use std::fmt::Write as _;
 use crate::cost::{self, DriverCost};
 use crate::device::{Device, RecordedSegmentOp, SimulatedDevice};
 use crate::metrics::{self, Timeline};
-use crate::models::{AllocRequest, Allocator, AllocatorKind, Layout, ModelEvent, OomInfo};
+use crate::models::{
+    AllocRequest, Allocator, AllocatorKind, Layout, ModelEvent, ModelStats, OomInfo,
+};
 use crate::snapshot::{Action, RawEvent};
-use crate::trace::{DeviceTrace, OpKind};
+use crate::trace::{DeviceTrace, Op, OpKind};
 use crate::units::format_size;
 
 /// What happened to one op.
@@ -352,11 +354,17 @@ impl OpStepper<'static> {
     /// A stepper for `trace`, at its first op.
     #[must_use]
     pub fn new(trace: &DeviceTrace, preloaded: bool) -> OpStepper<'static> {
+        OpStepper::with_room(trace.ops.len(), preloaded)
+    }
+
+    /// A stepper at the first op, with room for `ops` ops (it grows past them).
+    #[must_use]
+    pub fn with_room(ops: usize, preloaded: bool) -> OpStepper<'static> {
         OpStepper {
             base: 0,
             before: &NO_OUTCOMES,
-            addrs: vec![0; trace.ops.len()],
-            dead: vec![false; trace.ops.len()],
+            addrs: vec![0; ops],
+            dead: vec![false; ops],
             preloaded,
         }
     }
@@ -387,10 +395,10 @@ impl<'r> OpStepper<'r> {
     /// Where alloc op `alloc` put the program's memory: `Some(addr)` while the program
     /// may hold it (also before it is reached: 0), None for a failed or recorded-OOM
     /// alloc.
-    fn served(&self, trace: &DeviceTrace, alloc: usize) -> Option<u64> {
+    fn served(&self, ops: &[Op], alloc: usize) -> Option<u64> {
         match alloc.checked_sub(self.base) {
             Some(i) => (!self.dead[i]).then(|| self.addrs[i]),
-            None => match (self.before.get(alloc), &trace.ops[alloc].kind) {
+            None => match (self.before.get(alloc), &ops[alloc].kind) {
                 (Some(Outcome::Served(a)), OpKind::Alloc { recorded_oom, .. }) => {
                     (!recorded_oom).then_some(a)
                 }
@@ -409,10 +417,39 @@ impl<'r> OpStepper<'r> {
         device: &mut dyn Device,
         out: &mut Vec<ModelEvent>,
     ) -> Step {
-        let op = &trace.ops[k];
+        self.step_op(
+            &trace.ops[k],
+            k,
+            trace.initial_ops,
+            &trace.ops,
+            model,
+            device,
+            out,
+        )
+    }
+
+    /// [`OpStepper::step`] of op `k`, `op`, of a trace whose first `initial_ops` ops are
+    /// the blocks alive at its start; `ops`: the trace's ops before this stepper's first
+    /// (none for a stepper at op 0, which grows its room as the ops come).
+    #[allow(clippy::too_many_arguments)]
+    pub fn step_op<M: Allocator + ?Sized>(
+        &mut self,
+        op: &Op,
+        k: usize,
+        initial_ops: usize,
+        ops: &[Op],
+        model: &mut M,
+        device: &mut dyn Device,
+        out: &mut Vec<ModelEvent>,
+    ) -> Step {
+        let i = k - self.base;
+        if i >= self.addrs.len() {
+            self.addrs.resize(i + 1, 0);
+            self.dead.resize(i + 1, false);
+        }
         match op.kind {
-            OpKind::Alloc { .. } if self.preloaded && k < trace.initial_ops => {
-                self.addrs[k - self.base] = op.recorded_addr;
+            OpKind::Alloc { .. } if self.preloaded && k < initial_ops => {
+                self.addrs[i] = op.recorded_addr;
                 Step::Served(op.recorded_addr)
             }
             OpKind::Alloc {
@@ -429,16 +466,16 @@ impl<'r> OpStepper<'r> {
                 };
                 match serve_alloc(model, device, &req, restored, op.recorded_addr, out) {
                     Ok(a) => {
-                        self.addrs[k - self.base] = a;
+                        self.addrs[i] = a;
                         if recorded_oom {
                             // The program never got this memory: give it back at once.
                             let _ = model.free(device, a, false, out);
-                            self.dead[k - self.base] = true;
+                            self.dead[i] = true;
                         }
                         Step::Served(a)
                     }
                     Err(info) => {
-                        self.dead[k - self.base] = true;
+                        self.dead[i] = true;
                         Step::Oom {
                             info,
                             fatal: !recorded_oom,
@@ -447,13 +484,13 @@ impl<'r> OpStepper<'r> {
                 }
             }
             OpKind::Free { alloc, deferred } => {
-                if let Some(a) = self.served(trace, alloc as usize) {
+                if let Some(a) = self.served(ops, alloc as usize) {
                     let _ = model.free(device, a, deferred, out);
                 }
                 Step::Done
             }
             OpKind::CompleteFree { alloc } => {
-                if let Some(a) = self.served(trace, alloc as usize) {
+                if let Some(a) = self.served(ops, alloc as usize) {
                     // Already completed if a cache flush synchronised it: not an error.
                     let _ = model.complete_free(device, a, out);
                 }
@@ -479,7 +516,7 @@ impl<'r> OpStepper<'r> {
         if !(stepped && trace.ops.get(alloc)?.is_alloc()) {
             return None;
         }
-        self.served(trace, alloc).filter(|&a| a != 0)
+        self.served(&trace.ops, alloc).filter(|&a| a != 0)
     }
 }
 
@@ -512,154 +549,274 @@ pub fn replay_model<M: Allocator>(
 fn replay_in<M: Allocator + ?Sized>(
     trace: &DeviceTrace,
     model: &mut M,
-    mut device: SimulatedDevice,
+    device: SimulatedDevice,
     capacity: Option<u64>,
     opts: ReplayOptions,
 ) -> ReplayResult {
-    let mut outcomes = if opts.keep_timeline {
-        Outcomes::with_capacity(trace.ops.len())
-    } else {
-        Outcomes::default()
-    };
-    let mut timeline = Timeline::default();
-    let mut out: Vec<ModelEvent> = Vec::with_capacity(16);
-    let mut checkpoints = Vec::new();
-    // The state before the first op counts too: a trace whose segments were all alive
-    // when it started (a wrapped ring buffer, or no events at all) peaks there.
-    let start = model.stats();
-    let mut peak = start;
-    let mut peak_at = start;
-    let (mut peak_alloc, mut peak_req) = (start.allocated_bytes, start.requested_bytes);
-    // The most fragmented state so far, as the stats it was computed from: compared
-    // exactly in integers (no float division per op), converted once at the end.
-    let mut max_frag = start;
-    let mut oom = None;
-    let mut ooms = Vec::new();
-    let mut driver = DriverCost::default();
-    let mut reproduced = 0;
-    let mut ops_done = 0;
-    let mut invariant_error = None;
-    let mut stepper = OpStepper::new(trace, opts.preloaded);
-    // Alloc ops replayed: `requests` without a second pass over the ops.
-    let mut allocs_seen = 0;
-    let every = checkpoint_interval(trace.ops.len(), opts.checkpoint_every, opts.max_checkpoints);
-    for (k, op) in trace.ops.iter().enumerate() {
-        if every > 0 && k % every == 0 {
-            checkpoints.push(Checkpoint {
+    let mut run = ReplayRun::new(
+        model,
+        device,
+        capacity,
+        opts,
+        trace.initial_ops,
+        Some(trace.ops.len()),
+    );
+    for op in &trace.ops {
+        run.push(op);
+    }
+    run.finish()
+}
+
+/// A replay fed its ops one at a time, in order (the replay of [`replay`] and
+/// [`replay_model`], which feed it a whole trace; a front end may feed it the ops as the
+/// trace's build makes them, [`crate::build::build_streaming`]). Given the same ops, the
+/// same model and device, its result is that of [`replay`].
+pub struct ReplayRun<'m, M: Allocator + ?Sized> {
+    model: &'m mut M,
+    device: SimulatedDevice,
+    capacity: Option<u64>,
+    opts: ReplayOptions,
+    initial_ops: usize,
+    /// The number of ops, where known before they come (the last is then checked as
+    /// [`ReplayOptions::check_every`] says; else at [`ReplayRun::finish`]).
+    total: Option<usize>,
+    every: usize,
+    outcomes: Outcomes,
+    timeline: Timeline,
+    out: Vec<ModelEvent>,
+    checkpoints: Vec<Checkpoint>,
+    peak: ModelStats,
+    peak_at: ModelStats,
+    peak_alloc: u64,
+    peak_req: u64,
+    max_frag: ModelStats,
+    oom: Option<OomReport>,
+    ooms: Vec<OomReport>,
+    driver: DriverCost,
+    reproduced: usize,
+    ops_done: usize,
+    /// Ops pushed so far.
+    pushed: usize,
+    invariant_error: Option<(usize, String)>,
+    stepper: OpStepper<'static>,
+    /// Alloc ops pushed: `requests`, those after a fatal OOM included.
+    allocs_seen: usize,
+    /// A fatal OOM ended the replay: later ops are only counted.
+    stopped: bool,
+}
+
+impl<'m, M: Allocator + ?Sized> ReplayRun<'m, M> {
+    /// A replay of `model` on `device` before its first op; `initial_ops`: the trace's
+    /// ops of the blocks alive at its start ([`DeviceTrace::initial_ops`]); `total`: its
+    /// number of ops if known (the checkpoints are spaced from it: none without it).
+    pub fn new(
+        model: &'m mut M,
+        device: SimulatedDevice,
+        capacity: Option<u64>,
+        opts: ReplayOptions,
+        initial_ops: usize,
+        total: Option<usize>,
+    ) -> Self {
+        let n = total.unwrap_or(0);
+        let outcomes = if opts.keep_timeline {
+            Outcomes::with_capacity(n)
+        } else {
+            Outcomes::default()
+        };
+        // The state before the first op counts too: a trace whose segments were all
+        // alive when it started (a wrapped ring buffer, or no events at all) peaks there.
+        let start = model.stats();
+        let every = match total {
+            Some(n) => checkpoint_interval(n, opts.checkpoint_every, opts.max_checkpoints),
+            None => 0,
+        };
+        ReplayRun {
+            device,
+            capacity,
+            opts,
+            initial_ops,
+            total,
+            every,
+            outcomes,
+            timeline: Timeline::default(),
+            out: Vec::with_capacity(16),
+            checkpoints: Vec::new(),
+            peak: start,
+            peak_at: start,
+            peak_alloc: start.allocated_bytes,
+            peak_req: start.requested_bytes,
+            // The most fragmented state so far, as the stats it was computed from:
+            // compared exactly in integers (no float division per op), converted once
+            // at the end.
+            max_frag: start,
+            oom: None,
+            ooms: Vec::new(),
+            driver: DriverCost::default(),
+            reproduced: 0,
+            ops_done: 0,
+            pushed: 0,
+            invariant_error: None,
+            stepper: OpStepper::with_room(n, opts.preloaded),
+            allocs_seen: 0,
+            stopped: false,
+            model,
+        }
+    }
+
+    /// Replays the next op.
+    #[inline]
+    pub fn push(&mut self, op: &Op) {
+        let k = self.pushed;
+        self.pushed += 1;
+        self.allocs_seen += usize::from(op.is_alloc());
+        if self.stopped {
+            return;
+        }
+        if self.every > 0 && k.is_multiple_of(self.every) {
+            self.checkpoints.push(Checkpoint {
                 ops_done: k,
-                model: model.clone_box(),
-                device: device.clone(),
+                model: self.model.clone_box(),
+                device: self.device.clone(),
             });
         }
-        out.clear();
+        self.out.clear();
         let mut stop = false;
-        allocs_seen += usize::from(op.is_alloc());
-        let outcome = match stepper.step(trace, k, model, &mut device, &mut out) {
+        let outcome = match self.stepper.step_op(
+            op,
+            k,
+            self.initial_ops,
+            &[],
+            self.model,
+            &mut self.device,
+            &mut self.out,
+        ) {
             Step::Served(a) => Outcome::Served(a),
             Step::Done => Outcome::None,
             Step::Oom { info, fatal } => {
                 if !fatal {
-                    reproduced += 1;
+                    self.reproduced += 1;
                 }
-                let size_bytes = match op.kind {
-                    OpKind::Alloc { size_bytes, .. } => size_bytes,
-                    _ => 0,
-                };
-                let st = model.stats();
-                let pytorch = model.kind() == Some(AllocatorKind::Pytorch);
-                let report = OomReport {
-                    event_index: u64::from(op.event_index),
-                    op_index: k,
-                    requested_bytes: size_bytes,
-                    reserved_bytes: st.reserved_bytes,
-                    allocated_bytes: st.allocated_bytes,
-                    free_bytes: metrics::free_bytes(&st),
-                    largest_free_bytes: info.largest_free_bytes,
-                    free_holes: info.free_holes,
-                    recorded: !fatal,
-                    fatal,
-                    pytorch_message: pytorch.then(|| {
-                        pytorch_oom_message(
-                            info.alloc_bytes,
-                            st.allocated_bytes,
-                            st.reserved_bytes,
-                            model.private_pool_free_bytes(),
-                        )
-                    }),
-                    explanation: explain_oom(
-                        if pytorch { "PyTorch" } else { model.name() },
-                        size_bytes,
-                        &info,
-                        capacity,
-                    ),
-                    reason: info.reason.clone(),
-                };
+                let report = self.oom_report(op, k, &info, fatal);
                 // The first OOM is reported, unless a fatal one follows reproduced ones.
-                if oom.is_none() || (fatal && oom.as_ref().is_some_and(|o: &OomReport| !o.fatal)) {
-                    oom = Some(report.clone());
+                if self.oom.is_none()
+                    || (fatal && self.oom.as_ref().is_some_and(|o: &OomReport| !o.fatal))
+                {
+                    self.oom = Some(report.clone());
                 }
-                ooms.push(report);
+                self.ooms.push(report);
                 // The program would have died here.
                 stop = fatal;
                 Outcome::Oom
             }
         };
-        driver.add(cost::DEFAULT, &out);
-        let st = model.stats();
-        if st.reserved_bytes > peak.reserved_bytes {
-            peak = st;
-            peak_at = st;
+        self.driver.add(cost::DEFAULT, &self.out);
+        let st = self.model.stats();
+        if st.reserved_bytes > self.peak.reserved_bytes {
+            self.peak = st;
+            self.peak_at = st;
         }
-        peak_alloc = peak_alloc.max(st.allocated_bytes);
-        peak_req = peak_req.max(st.requested_bytes);
-        if metrics::more_fragmented(&st, &max_frag) {
-            max_frag = st;
+        self.peak_alloc = self.peak_alloc.max(st.allocated_bytes);
+        self.peak_req = self.peak_req.max(st.requested_bytes);
+        if metrics::more_fragmented(&st, &self.max_frag) {
+            self.max_frag = st;
         }
-        if opts.keep_timeline {
-            timeline.push(&st);
-            outcomes.push(outcome);
+        if self.opts.keep_timeline {
+            self.timeline.push(&st);
+            self.outcomes.push(outcome);
         }
-        ops_done = k + 1;
-        if opts.check_every > 0
-            && (k % opts.check_every == 0 || k + 1 == trace.ops.len())
-            && invariant_error.is_none()
-            && let Err(e) = model.check_invariants()
+        self.ops_done = k + 1;
+        if self.opts.check_every > 0
+            && (k.is_multiple_of(self.opts.check_every) || self.total == Some(k + 1))
         {
-            invariant_error = Some((k, e));
+            self.check(k);
         }
-        if stop {
-            break;
+        self.stopped = stop;
+    }
+
+    fn check(&mut self, k: usize) {
+        if self.invariant_error.is_none()
+            && let Err(e) = self.model.check_invariants()
+        {
+            self.invariant_error = Some((k, e));
         }
     }
-    let fin = model.stats();
-    timeline.shrink_to_fit();
-    ReplayResult {
-        allocator: model.name(),
-        config: model.config_string(),
-        capacity_bytes: capacity,
-        ops_done,
-        requests: allocs_seen
-            + trace.ops[ops_done..]
-                .iter()
-                .filter(|o| o.is_alloc())
-                .count(),
-        outcomes,
-        timeline,
-        peak_reserved_bytes: peak.reserved_bytes,
-        peak_allocated_bytes: peak_alloc,
-        peak_requested_bytes: peak_req,
-        final_reserved_bytes: fin.reserved_bytes,
-        internal_waste_bytes_at_peak: metrics::internal_waste_bytes(&peak_at),
-        fragmentation_at_peak: metrics::fragmentation(&peak_at),
-        max_fragmentation: metrics::fragmentation(&max_frag),
-        segment_ops: fin.segment_ops,
-        driver,
-        oom,
-        ooms,
-        recorded_ooms_reproduced: reproduced,
-        checkpoints,
-        invariant_error,
-        preloaded: opts.preloaded,
+
+    fn oom_report(&self, op: &Op, k: usize, info: &OomInfo, fatal: bool) -> OomReport {
+        let size_bytes = match op.kind {
+            OpKind::Alloc { size_bytes, .. } => size_bytes,
+            _ => 0,
+        };
+        let model = &*self.model;
+        let st = model.stats();
+        let pytorch = model.kind() == Some(AllocatorKind::Pytorch);
+        OomReport {
+            event_index: u64::from(op.event_index),
+            op_index: k,
+            requested_bytes: size_bytes,
+            reserved_bytes: st.reserved_bytes,
+            allocated_bytes: st.allocated_bytes,
+            free_bytes: metrics::free_bytes(&st),
+            largest_free_bytes: info.largest_free_bytes,
+            free_holes: info.free_holes,
+            recorded: !fatal,
+            fatal,
+            pytorch_message: pytorch.then(|| {
+                pytorch_oom_message(
+                    info.alloc_bytes,
+                    st.allocated_bytes,
+                    st.reserved_bytes,
+                    model.private_pool_free_bytes(),
+                )
+            }),
+            explanation: explain_oom(
+                if pytorch { "PyTorch" } else { model.name() },
+                size_bytes,
+                info,
+                self.capacity,
+            ),
+            reason: info.reason.clone(),
+        }
+    }
+
+    /// The replay's result once every op is pushed.
+    #[must_use]
+    pub fn finish(mut self) -> ReplayResult {
+        // Without the number of ops beforehand the last op is checked here, as
+        // [`ReplayRun::push`] checks it when it is known.
+        if self.total.is_none()
+            && self.opts.check_every > 0
+            && !self.stopped
+            && self.ops_done > 0
+            && !(self.ops_done - 1).is_multiple_of(self.opts.check_every)
+        {
+            self.check(self.ops_done - 1);
+        }
+        let fin = self.model.stats();
+        self.timeline.shrink_to_fit();
+        ReplayResult {
+            allocator: self.model.name(),
+            config: self.model.config_string(),
+            capacity_bytes: self.capacity,
+            ops_done: self.ops_done,
+            requests: self.allocs_seen,
+            outcomes: self.outcomes,
+            timeline: self.timeline,
+            peak_reserved_bytes: self.peak.reserved_bytes,
+            peak_allocated_bytes: self.peak_alloc,
+            peak_requested_bytes: self.peak_req,
+            final_reserved_bytes: fin.reserved_bytes,
+            internal_waste_bytes_at_peak: metrics::internal_waste_bytes(&self.peak_at),
+            fragmentation_at_peak: metrics::fragmentation(&self.peak_at),
+            max_fragmentation: metrics::fragmentation(&self.max_frag),
+            segment_ops: fin.segment_ops,
+            driver: self.driver,
+            oom: self.oom,
+            ooms: self.ooms,
+            recorded_ooms_reproduced: self.reproduced,
+            checkpoints: self.checkpoints,
+            invariant_error: self.invariant_error,
+            preloaded: self.opts.preloaded,
+        }
     }
 }
 

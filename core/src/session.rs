@@ -7,8 +7,9 @@ use crate::device::SimulatedDevice;
 use crate::models::pytorch::config::H200_TOTAL_BYTES;
 use crate::models::pytorch::{PyTorchConfig, PyTorchModel};
 use crate::models::{Allocator, ConfigError, ModelSpec, ResolvedModel};
-use crate::replay::{self, ReplayOptions, ReplayResult};
-use crate::trace::{DeviceTrace, Trace};
+use crate::replay::{self, ReplayOptions, ReplayResult, ReplayRun};
+use crate::snapshot::{RawEvent, RawSettings};
+use crate::trace::{DeviceTrace, Op, StartSegment, Trace};
 use crate::validate::Validation;
 
 /// Decodes a snapshot and builds its replayable trace (validating it on the way;
@@ -52,12 +53,8 @@ pub fn replay_device(
     let mut dev = simulated_device_for(trace, device, &resolved, H200_TOTAL_BYTES, capacity);
     if let ResolvedModel::Pytorch(cfg) = resolved {
         // Its own type, not a trait object: the per-op calls are direct.
-        let mut m = PyTorchModel::new(cfg, capacity);
-        if !dt.start.is_empty() {
-            m.load_start(&dt.start);
-            dev.preload(dt.start.iter().map(|s| s.size_bytes).sum());
-            opts.preloaded = true;
-        }
+        let (m, preloaded) = pytorch_at_start(cfg, capacity, &dt.start, &mut dev);
+        opts.preloaded |= preloaded;
         return Ok(replay::replay_model(dt, m, dev, capacity, opts));
     }
     Ok(replay::replay(
@@ -67,6 +64,74 @@ pub fn replay_device(
         capacity,
         opts,
     ))
+}
+
+/// The PyTorch model under `cfg` with the start state `start` loaded (and its segments
+/// preloaded on `dev`) where there is one; the flag says there was.
+fn pytorch_at_start(
+    cfg: PyTorchConfig,
+    capacity: Option<u64>,
+    start: &[StartSegment],
+    dev: &mut SimulatedDevice,
+) -> (PyTorchModel, bool) {
+    let mut m = PyTorchModel::new(cfg, capacity);
+    if start.is_empty() {
+        return (m, false);
+    }
+    m.load_start(start);
+    dev.preload(start.iter().map(|s| s.size_bytes).sum());
+    (m, true)
+}
+
+/// [`replay_device`] of a device whose trace is being built: its start state, and its
+/// ops in pieces as they come (`build::build_streaming`); `settings` and
+/// `segment_events` are the snapshot's and the device's recorded segment events. The
+/// same result as [`replay_device`] on the built trace, but without checkpoints (the
+/// number of ops, which spaces them, is not known before the last).
+pub fn replay_streamed(
+    settings: &RawSettings,
+    segment_events: &[RawEvent],
+    spec: &ModelSpec,
+    capacity: Option<u64>,
+    mut opts: ReplayOptions,
+    start: &[StartSegment],
+    pieces: &mut dyn Iterator<Item = Vec<Op>>,
+) -> Result<ReplayResult, crate::Error> {
+    let resolved = spec.resolve(settings)?;
+    let mut dev = simulated_device_from(
+        settings,
+        segment_events,
+        &resolved,
+        H200_TOTAL_BYTES,
+        capacity,
+    );
+    let initial_ops = start.iter().map(|s| s.blocks.len()).sum();
+    opts.checkpoint_every = 0;
+    if let ResolvedModel::Pytorch(cfg) = resolved {
+        let (mut m, preloaded) = pytorch_at_start(cfg, capacity, start, &mut dev);
+        opts.preloaded |= preloaded;
+        return Ok(feed(
+            ReplayRun::new(&mut m, dev, capacity, opts, initial_ops, None),
+            pieces,
+        ));
+    }
+    let mut m = resolved.build(capacity);
+    Ok(feed(
+        ReplayRun::new(m.as_mut(), dev, capacity, opts, initial_ops, None),
+        pieces,
+    ))
+}
+
+fn feed<M: Allocator + ?Sized>(
+    mut run: ReplayRun<'_, M>,
+    pieces: &mut dyn Iterator<Item = Vec<Op>>,
+) -> ReplayResult {
+    for piece in pieces {
+        for op in &piece {
+            run.push(op);
+        }
+    }
+    run.finish()
 }
 
 /// The model `spec` names and its simulated device, before the first op of device
@@ -86,10 +151,8 @@ pub fn start_model(
     if let ResolvedModel::Pytorch(cfg) = &resolved
         && !dt.start.is_empty()
     {
-        let mut m = PyTorchModel::new(cfg.clone(), capacity);
-        m.load_start(&dt.start);
-        dev.preload(dt.start.iter().map(|s| s.size_bytes).sum());
-        return Ok((Box::new(m), dev, true));
+        let (m, preloaded) = pytorch_at_start(cfg.clone(), capacity, &dt.start, &mut dev);
+        return Ok((Box::new(m), dev, preloaded));
     }
     Ok((resolved.build(capacity), dev, false))
 }
@@ -125,14 +188,38 @@ pub fn simulated_device_for(
     total_bytes: u64,
     capacity: Option<u64>,
 ) -> SimulatedDevice {
+    let events = trace
+        .devices
+        .get(device)
+        .map_or(&[][..], |d| d.segment_events.as_slice());
+    simulated_device_from(
+        &trace.snapshot.settings,
+        events,
+        model,
+        total_bytes,
+        capacity,
+    )
+}
+
+/// [`simulated_device_for`] from the snapshot's settings and the device's recorded
+/// segment events (what the device's trace keeps of them), before its trace is built.
+#[must_use]
+pub fn simulated_device_from(
+    settings: &RawSettings,
+    segment_events: &[RawEvent],
+    model: &ResolvedModel,
+    total_bytes: u64,
+    capacity: Option<u64>,
+) -> SimulatedDevice {
     // Expandable reservations are sized from the recording GPU's total (the model's
     // `device_total_bytes`), whatever device the replay runs on.
     let total = H200_TOTAL_BYTES;
     // The PyTorch model's large page; for the other models the recording's own.
     let large_page = match model.pytorch_config() {
         Some(c) => c.large_segment_size_bytes,
-        None => PyTorchConfig::from_settings(&trace.snapshot.settings)
-            .map_or(20 << 20, |c| c.large_segment_size_bytes),
+        None => {
+            PyTorchConfig::from_settings(settings).map_or(20 << 20, |c| c.large_segment_size_bytes)
+        }
     };
     // A recorded map's page size: large-pool maps are whole large pages, small-pool maps
     // single 2 MiB pages; the reservation is 9/8 of the device rounded to the page.
@@ -144,8 +231,6 @@ pub fn simulated_device_for(
         };
         (total + total / 8).div_ceil(page) * page
     };
-    let follow = trace.devices.get(device).map_or_else(Vec::new, |d| {
-        replay::recorded_segment_ops(&d.segment_events, reservation)
-    });
+    let follow = replay::recorded_segment_ops(segment_events, reservation);
     SimulatedDevice::new(total_bytes, capacity).following(follow)
 }

@@ -11,7 +11,8 @@
 #   - the app's open path, headless (`open` bench): recorded frame, first full frame, every
 #     configuration replayed, peak RSS;
 #   - CPython's `pickle.loads` of the file (the reference), when a python is there.
-# Needs in .carry/: allocsim, gen_snapshot, open-bench, big_gpt_long_stacks_s9.pickle.gz.
+# Needs in .carry/: allocsim, gen_snapshot, open-bench, big_gpt_long_stacks_s9.pickle.gz
+# (and optionally bench_stages).
 # Prints one summary line per measurement; with $OUT set, writes summary.txt there too.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -28,11 +29,13 @@ measure() {
   local log
   log=$(mktemp)
   /usr/bin/time -v "$@" > "$log.out" 2> "$log"; local rc=$?
-  say "$what: rc=$rc wall=$(grep 'Elapsed (wall clock)' "$log" | awk '{print $NF}') max_rss_kb=$(grep 'Maximum resident set size' "$log" | awk '{print $NF}') user_s=$(grep 'User time' "$log" | awk '{print $NF}')"
+  say "$what: rc=$rc wall=$(grep 'Elapsed (wall clock)' "$log" | awk '{print $NF}') max_rss_kb=$(grep 'Maximum resident set size' "$log" | awk '{print $NF}') user_s=$(grep 'User time' "$log" | awk '{print $NF}') sys_s=$(grep 'System time' "$log" | awk '{print $NF}')"
   tail -c 1500 "$log.out" | sed 's/^/    /' | tee -a "$summary"
 }
 [ -f "$big" ] || "$carry/gen_snapshot" "$carry/big_gpt_long_stacks_s9.pickle.gz" "$big" --bytes 1.47GB --max-entries 14500000 | tail -2
 say "file: $(stat -c %s "$big") bytes, sha256 $(sha256sum "$big" | cut -c1-16); $(nproc) cores; load $(cut -d' ' -f1-3 /proc/loadavg)"
+# Optional: the stages of `allocsim replay`, one thread (bench_stages: wall and on-CPU).
+[ -x "$carry/bench_stages" ] && measure "stages (one thread)" "$carry/bench_stages" "$big"
 for i in 1 2; do
   measure "allocsim replay (run $i)" "$carry/allocsim" replay --json "$big"
   measure "app open path (run $i)" "$carry/open-bench" "$big"

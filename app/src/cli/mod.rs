@@ -132,14 +132,18 @@ pub fn parse_capacity_arg(s: &str) -> Result<allocsim_core::capacity::CapacityAr
 /// Reads FILE in pieces and decodes it (its bytes are never all in memory), building its
 /// replayable trace; errors name the file.
 pub fn load_file(path: &Path, capacity: Option<u64>) -> Result<Validation, Failure> {
-    let snap = crate::engine::open::decode_file(path, &mut |_| true).map_err(|e| match e {
+    allocsim_core::build::build(decode_path(path)?, capacity)
+        .map_err(|e| Failure::bad_input(format!("{}: {e}", path.display())))
+}
+
+/// Reads FILE in pieces and decodes it; errors name the file.
+pub fn decode_path(path: &Path) -> Result<allocsim_core::snapshot::RawSnapshot, Failure> {
+    crate::engine::open::decode_file(path, &mut |_| true).map_err(|e| match e {
         crate::engine::open::OpenError::Failed(m) => Failure::bad_input(m),
         crate::engine::open::OpenError::Cancelled => {
             Failure::bad_input(format!("{}: cancelled", path.display()))
         }
-    })?;
-    allocsim_core::build::build(snap, capacity)
-        .map_err(|e| Failure::bad_input(format!("{}: {e}", path.display())))
+    })
 }
 
 /// The model `--allocator NAME[@CONF]` and `--config CONF` name together. A config given

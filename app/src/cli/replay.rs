@@ -1,7 +1,14 @@
 //! `allocsim replay FILE [--allocator NAME] [--config STR] [--capacity SIZE] [--trace-device D] [--json]`.
 
+use std::path::Path;
+use std::sync::mpsc;
+
+use allocsim_core::build::Streamed;
 use allocsim_core::capacity::{CapacityArg, CapacityChoice};
+use allocsim_core::models::ModelSpec;
 use allocsim_core::replay::{ReplayOptions, ReplayResult};
+use allocsim_core::snapshot::Action;
+use allocsim_core::trace::{Op, StartSegment};
 use allocsim_core::units::format_size;
 use serde_json::{Value, json};
 
@@ -148,12 +155,15 @@ impl Outcome {
 /// Runs the replay `a` asks for.
 pub fn outcome(a: &Args) -> Result<Outcome, Failure> {
     let spec = super::model_spec(&a.allocator, a.config.as_deref())?;
-    let (v, d, capacity) = load_device(&a.input, a.capacity, a.trace_device)?;
     let opts = ReplayOptions {
         checkpoint_every: 0,
         keep_timeline: false,
         ..ReplayOptions::default()
     };
+    if let (Some(path), None, None) = (&a.input.file, &a.input.workload, &a.input.memory) {
+        return streamed(a, &spec, path, opts);
+    }
+    let (v, d, capacity) = load_device(&a.input, a.capacity, a.trace_device)?;
     let r = allocsim_core::session::replay_device(&v.trace, d, &spec, capacity.bytes, opts)
         .map_err(|e| Failure::bad_input(format!("{}: {e}", v.name)))?;
     Ok(Outcome {
@@ -162,6 +172,93 @@ pub fn outcome(a: &Args) -> Result<Outcome, Failure> {
         events: v.trace.devices[d].events,
         capacity,
         result: r,
+    })
+}
+
+/// The replay of FILE, run on a thread of its own while the trace is built: the build
+/// hands the replayed device's start state and ops on as it makes them
+/// (`build::build_streaming`). The replay runs under the capacity it will have — given,
+/// or as recorded: then unlimited is assumed, what a recording without a refusal gets —
+/// and is kept only if the build says its ops are the trace's and the capacity is the one
+/// chosen from the built trace; else the device is replayed again on the trace. Either
+/// way the answer is that of the replay after the build.
+fn streamed(
+    a: &Args,
+    spec: &ModelSpec,
+    path: &Path,
+    opts: ReplayOptions,
+) -> Result<Outcome, Failure> {
+    let name = path.display().to_string();
+    let snap = super::decode_path(path)?;
+    let arg = a.capacity.unwrap_or_default();
+    let devices = snap.device_traces.len();
+    // `Trace::busiest_device`: the most events, the first of equals.
+    let d = a.trace_device.unwrap_or_else(|| {
+        (0..devices)
+            .max_by_key(|&i| (snap.device_traces[i].len(), std::cmp::Reverse(i)))
+            .unwrap_or(0)
+    });
+    let events = snap.device_traces.get(d).map_or(&[][..], Vec::as_slice);
+    let assumed = match arg {
+        CapacityArg::Bytes(b) => Some(b),
+        CapacityArg::Unlimited | CapacityArg::AsRecorded => None,
+    };
+    // A recorded refusal makes an inferred capacity likely: no replay beside the build.
+    let stream =
+        !(arg == CapacityArg::AsRecorded && events.iter().any(|e| e.action == Action::Oom));
+    let settings = snap.settings.clone();
+    let segment_events = allocsim_core::build::segment_events(events);
+    let (built, beside) = std::thread::scope(|s| {
+        let (start_tx, start_rx) = mpsc::sync_channel::<Vec<StartSegment>>(1);
+        let (ops_tx, ops_rx) = mpsc::sync_channel::<Vec<Op>>(8);
+        let replay = s.spawn(move || {
+            let start = start_rx.recv().ok()?;
+            let mut pieces = ops_rx.into_iter();
+            let r = allocsim_core::session::replay_streamed(
+                &settings,
+                &segment_events,
+                spec,
+                assumed,
+                opts,
+                &start,
+                &mut pieces,
+            );
+            r.ok()
+        });
+        // Sends fail only once the replay has stopped: the build goes on regardless.
+        let mut sink = move |x: Streamed<'_>| match x {
+            Streamed::Start(start) => {
+                let _ = start_tx.send(start.to_vec());
+            }
+            Streamed::Ops(piece) => {
+                let _ = ops_tx.send(piece.to_vec());
+            }
+        };
+        let device = u32::try_from(d).ok().filter(|_| stream);
+        let built = allocsim_core::build::build_streaming(
+            snap,
+            arg.given_bytes(),
+            device.map(|dv| (dv, &mut sink as &mut dyn FnMut(Streamed<'_>))),
+        );
+        // The replay's pieces end here.
+        drop(sink);
+        (built, replay.join().ok().flatten())
+    });
+    let (v, exact) = built.map_err(|e| Failure::bad_input(format!("{name}: {e}")))?;
+    let streamed_device = d;
+    let d = super::pick_device(&v.trace, a.trace_device)?;
+    let capacity = allocsim_core::session::capacity(&v.trace, d, arg);
+    let result = match beside {
+        Some(r) if exact && d == streamed_device && capacity.bytes == assumed => r,
+        _ => allocsim_core::session::replay_device(&v.trace, d, spec, capacity.bytes, opts)
+            .map_err(|e| Failure::bad_input(format!("{name}: {e}")))?,
+    };
+    Ok(Outcome {
+        name,
+        device: d,
+        events: v.trace.devices[d].events,
+        capacity,
+        result,
     })
 }
 

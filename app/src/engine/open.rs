@@ -3,11 +3,13 @@
 //! pickle twice, see core's `snapshot::stream`), so its bytes are never all in memory;
 //! progress goes to a callback, which cancels by returning false.
 
+use std::io::Read;
 use std::path::Path;
+use std::sync::mpsc;
 
 use allocsim_core::snapshot::RawSnapshot;
 use allocsim_core::snapshot::import::{DecodeOptions, ImportError};
-use allocsim_core::snapshot::stream::{Progress, StreamError, decode_from};
+use allocsim_core::snapshot::stream::{Progress, StreamDecoder, StreamError};
 
 use super::wire::Response;
 
@@ -24,31 +26,90 @@ pub enum OpenError {
     Failed(String),
 }
 
-/// Decodes the snapshot at `path`, read in pieces.
+/// Pieces read ahead of the decode: the reading thread may be this many pieces ahead.
+const AHEAD: usize = 4;
+
+/// Decodes the snapshot at `path`, read in pieces. The pieces are read on a thread of
+/// their own, up to [`AHEAD`] ahead of the decode, so that the kernel's copy of the file
+/// (twice for a plain pickle) is not on the decoding thread.
 pub fn decode_file(
     path: &Path,
     progress: &mut dyn FnMut(Progress) -> bool,
 ) -> Result<RawSnapshot, OpenError> {
     let shown = path.display();
-    let len = std::fs::metadata(path)
-        .map_err(|e| OpenError::Failed(format!("{shown}: cannot read: {e}")))?
-        .len();
-    let mut open = || std::fs::File::open(path);
-    match decode_from(
-        &mut open,
-        len,
-        DecodeOptions::default(),
-        PIECE_BYTES,
-        progress,
-    ) {
-        Ok(snap) => Ok(snap),
-        Err(StreamError::Import(ImportError::Cancelled)) => Err(OpenError::Cancelled),
-        Err(StreamError::Read { offset: 0, error }) => {
-            Err(OpenError::Failed(format!("{shown}: cannot read: {error}")))
+    let cannot_read = |e: std::io::Error| OpenError::Failed(format!("{shown}: cannot read: {e}"));
+    let len = std::fs::metadata(path).map_err(cannot_read)?.len();
+    let mut dec = StreamDecoder::new(len, DecodeOptions::default());
+    let failed = |e: StreamError| match e {
+        StreamError::Import(ImportError::Cancelled) => OpenError::Cancelled,
+        StreamError::Read { offset: 0, error } => cannot_read(error),
+        e => OpenError::Failed(format!("{shown}: {e}")),
+    };
+    loop {
+        let file = std::fs::File::open(path).map_err(cannot_read)?;
+        read_ahead(file, &mut |piece| {
+            dec.feed(piece)?;
+            if progress(dec.progress()) {
+                Ok(())
+            } else {
+                Err(ImportError::Cancelled.into())
+            }
+        })
+        .map_err(failed)?;
+        if let Some(snap) = dec
+            .end_of_input_with(progress)
+            .map_err(|e| failed(e.into()))?
+        {
+            return Ok(snap);
         }
-        Err(e @ StreamError::Read { .. }) => Err(OpenError::Failed(format!("{shown}: {e}"))),
-        Err(StreamError::Import(e)) => Err(OpenError::Failed(format!("{shown}: {e}"))),
     }
+}
+
+/// Reads `reader` to its end in pieces of [`PIECE_BYTES`] on a thread of its own and hands
+/// each to `consume`, in order; an error of either ends it (the reader's as
+/// [`StreamError::Read`] at the offset of the first byte not handed on), and the thread
+/// stops with it. The pieces' buffers go back to the reader once consumed.
+fn read_ahead<R: Read + Send>(
+    mut reader: R,
+    consume: &mut dyn FnMut(&[u8]) -> Result<(), StreamError>,
+) -> Result<(), StreamError> {
+    std::thread::scope(|s| {
+        let (full, pieces) = mpsc::sync_channel::<std::io::Result<(Vec<u8>, usize)>>(AHEAD);
+        let (give_back, returned) = mpsc::channel::<Vec<u8>>();
+        s.spawn(move || {
+            loop {
+                let mut buf = returned.try_recv().unwrap_or_else(|_| vec![0; PIECE_BYTES]);
+                let read = loop {
+                    match reader.read(&mut buf) {
+                        Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                        r => break r,
+                    }
+                };
+                // A send fails once the decode has stopped: so does this thread.
+                let sent = match read {
+                    Ok(0) => return,
+                    Ok(n) => full.send(Ok((buf, n))),
+                    Err(e) => {
+                        let _ = full.send(Err(e));
+                        return;
+                    }
+                };
+                if sent.is_err() {
+                    return;
+                }
+            }
+        });
+        let mut offset = 0u64;
+        for piece in &pieces {
+            let (buf, n) = piece.map_err(|error| StreamError::Read { offset, error })?;
+            let bytes = buf.get(..n).unwrap_or(&[]);
+            consume(bytes)?;
+            offset += n as u64;
+            // The reader may have stopped (its last piece): the buffer is then dropped.
+            let _ = give_back.send(buf);
+        }
+        Ok(())
+    })
 }
 
 /// The decode's progress as the engine's [`Response::Progress`], at most every half
@@ -111,4 +172,100 @@ pub fn too_big_for_wasm(name: &str, plain_bytes: u64) -> Option<String> {
             need / 1e9
         )
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A source of `len` bytes (byte `i` is `i % 251`) that fails with `fail` once
+    /// `fail_at` bytes are read, handing out at most `step` bytes a read.
+    struct Source {
+        at: usize,
+        len: usize,
+        step: usize,
+        fail_at: Option<usize>,
+    }
+
+    impl Read for Source {
+        fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+            if self.fail_at.is_some_and(|f| self.at >= f) {
+                return Err(std::io::Error::other("the disk said no"));
+            }
+            let end = self
+                .len
+                .min(self.at + self.step.min(buf.len()))
+                .min(self.fail_at.unwrap_or(usize::MAX));
+            let n = end - self.at;
+            for (k, b) in buf[..n].iter_mut().enumerate() {
+                *b = ((self.at + k) % 251) as u8;
+            }
+            self.at = end;
+            Ok(n)
+        }
+    }
+
+    fn source(len: usize, fail_at: Option<usize>) -> Source {
+        Source {
+            at: 0,
+            len,
+            step: PIECE_BYTES / 3 + 7,
+            fail_at,
+        }
+    }
+
+    #[test]
+    fn every_byte_arrives_once_and_in_order() {
+        let len = (AHEAD + 3) * PIECE_BYTES + 12_345;
+        let mut seen = 0usize;
+        read_ahead(source(len, None), &mut |piece| {
+            for (k, &b) in piece.iter().enumerate() {
+                assert_eq!(b, ((seen + k) % 251) as u8, "byte {}", seen + k);
+            }
+            seen += piece.len();
+            Ok(())
+        })
+        .expect("reads");
+        assert_eq!(seen, len);
+    }
+
+    #[test]
+    fn a_read_error_names_the_offset_of_the_first_byte_not_handed_on() {
+        let fail_at = 2 * PIECE_BYTES + 1_000;
+        let mut seen = 0usize;
+        let e = read_ahead(source(10 * PIECE_BYTES, Some(fail_at)), &mut |piece| {
+            seen += piece.len();
+            Ok(())
+        })
+        .expect_err("fails");
+        assert_eq!(seen, fail_at);
+        match e {
+            StreamError::Read { offset, error } => {
+                assert_eq!(offset, fail_at as u64);
+                assert_eq!(error.to_string(), "the disk said no");
+            }
+            other @ StreamError::Import(_) => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_decode_that_stops_stops_the_reader() {
+        // A source far longer than the decode reads: the reader, blocked ahead of it,
+        // must stop with it (else this test hangs).
+        let mut pieces = 0;
+        let e = read_ahead(source(usize::MAX / 2, None), &mut |_| {
+            pieces += 1;
+            if pieces == 3 {
+                Err(ImportError::Cancelled.into())
+            } else {
+                Ok(())
+            }
+        })
+        .expect_err("stopped");
+        assert!(
+            matches!(e, StreamError::Import(ImportError::Cancelled)),
+            "{e:?}"
+        );
+        assert_eq!(pieces, 3);
+    }
 }

@@ -41,7 +41,7 @@ enum Interp {
     EmptyFirst,
 }
 
-impl Annotator<'_> {
+impl Annotator<'_, '_> {
     /// Runs one interpretation of a malloc group on `model`, the recorded device handing
     /// out `group`.
     fn run_malloc(

@@ -49,7 +49,7 @@ struct Creation {
     default_over_private: bool,
 }
 
-struct Annotator<'a> {
+struct Annotator<'a, 's> {
     snap: &'a RawSnapshot,
     device: u32,
     events: &'a [RawEvent],
@@ -72,9 +72,27 @@ struct Annotator<'a> {
     revised: BTreeMap<usize, Revision>,
     /// The ops of the blocks alive at the start (the first ops).
     initial_ops: usize,
+    /// Where the ops go as they are made, in pieces ([`build_streaming`]; the first pass
+    /// only), and how many went.
+    sink: Option<&'s mut dyn FnMut(Streamed<'_>)>,
+    sent: usize,
 }
 
-impl Annotator<'_> {
+/// The device [`build_streaming`] streams, and where to.
+pub type StreamTo<'s> = (u32, &'s mut dyn FnMut(Streamed<'_>));
+
+/// The ops a streamed build hands on in one piece (or more, the pass's last).
+const STREAM_PIECE: usize = 1 << 16;
+
+/// What [`build_streaming`] hands on while it builds the device it streams: the start
+/// state first, then the ops in order, in pieces, as its first pass makes them.
+#[derive(Debug, Clone, Copy)]
+pub enum Streamed<'s> {
+    Start(&'s [StartSegment]),
+    Ops(&'s [Op]),
+}
+
+impl Annotator<'_, '_> {
     fn err(&self, i: usize, m: String) -> TraceError {
         TraceError {
             device: self.device,
@@ -92,7 +110,18 @@ impl Annotator<'_> {
             stack: e.stack,
             time_us: e.time_us,
         });
+        if self.sink.is_some() && self.ops.len() - self.sent >= STREAM_PIECE {
+            self.flush();
+        }
         (self.ops.len() - 1) as u32
+    }
+
+    /// Hands the ops not yet handed on to the sink, if any.
+    fn flush(&mut self) {
+        if let Some(sink) = self.sink.as_mut() {
+            sink(Streamed::Ops(self.ops.get(self.sent..).unwrap_or(&[])));
+            self.sent = self.ops.len();
+        }
     }
 
     fn note_peak(&mut self) {
@@ -226,14 +255,15 @@ impl Annotator<'_> {
 
     /// Whether this pass follows the recording further than `other` (no divergence at all
     /// counts as furthest).
-    fn diverges_later_than(&self, other: &Annotator<'_>) -> bool {
+    fn diverges_later_than(&self, other: &Annotator<'_, '_>) -> bool {
         self.cmp.diverges_at() > other.cmp.diverges_at()
     }
 }
 
 /// One pass of the annotation over device `device`'s events from the rebuilt start state,
 /// with the pool choices of `revised`.
-fn pass<'a>(
+#[allow(clippy::too_many_arguments)]
+fn pass<'a, 's>(
     snap: &'a RawSnapshot,
     device: u32,
     events: &'a [RawEvent],
@@ -241,7 +271,8 @@ fn pass<'a>(
     capacity: Option<u64>,
     start: &[StartSegment],
     revised: BTreeMap<usize, Revision>,
-) -> Result<Annotator<'a>, TraceError> {
+    sink: Option<&'s mut dyn FnMut(Streamed<'_>)>,
+) -> Result<Annotator<'a, 's>, TraceError> {
     let mut model = PyTorchModel::new(cfg.clone(), capacity);
     model.load_start(start);
     let mut a = Annotator {
@@ -263,6 +294,8 @@ fn pass<'a>(
         creations: Vec::new(),
         revised,
         initial_ops: 0,
+        sent: 0,
+        sink,
     };
     // Blocks alive at the start become the first ops, so every model can replay them.
     for s in start {
@@ -301,6 +334,7 @@ fn pass<'a>(
         });
     }
     a.run()?;
+    a.flush();
     Ok(a)
 }
 
@@ -333,14 +367,40 @@ pub fn annotate(
     cfg: &PyTorchConfig,
     capacity: Option<u64>,
 ) -> Result<(DeviceTrace, DeviceReport), TraceError> {
+    annotate_streaming(snap, device, cfg, capacity, None).map(|(t, r, _)| (t, r))
+}
+
+/// [`annotate`], handing the start state and the first pass's ops to `sink` as they are
+/// made; the flag says whether they are the trace's ops (no later pass was kept and no
+/// pool was renamed).
+fn annotate_streaming(
+    snap: &RawSnapshot,
+    device: u32,
+    cfg: &PyTorchConfig,
+    capacity: Option<u64>,
+    mut sink: Option<&mut dyn FnMut(Streamed<'_>)>,
+) -> Result<(DeviceTrace, DeviceReport, bool), TraceError> {
     let events = snap
         .device_traces
         .get(device as usize)
         .map_or(&[][..], Vec::as_slice);
     let start =
         crate::start::rebuild_start(snap, device, &PyTorchModel::new(cfg.clone(), capacity))?;
+    if let Some(sink) = sink.as_mut() {
+        sink(Streamed::Start(&start));
+    }
     let start_reserved: u64 = start.iter().map(|s| s.size_bytes).sum();
-    let mut a = pass(snap, device, events, cfg, capacity, &start, BTreeMap::new())?;
+    let mut a = pass(
+        snap,
+        device,
+        events,
+        cfg,
+        capacity,
+        &start,
+        BTreeMap::new(),
+        sink,
+    )?;
+    let mut first_kept = true;
     // Revisit a pool choice the recording contradicts later, by a pass from the start with
     // the other choice, kept only where it follows the recording further. Each revision is
     // a different malloc group and moves the first divergence later, so this ends; an
@@ -348,8 +408,11 @@ pub fn annotate(
     while let Some((group_end, revision)) = a.revision() {
         let mut revised = a.revised.clone();
         revised.insert(group_end, revision);
-        match pass(snap, device, events, cfg, capacity, &start, revised) {
-            Ok(b) if b.diverges_later_than(&a) => a = b,
+        match pass(snap, device, events, cfg, capacity, &start, revised, None) {
+            Ok(b) if b.diverges_later_than(&a) => {
+                a = b;
+                first_kept = false;
+            }
             _ => break,
         }
     }
@@ -379,6 +442,7 @@ pub fn annotate(
     );
     // Their room was estimated (`expected_ops`): only what they use is kept.
     a.ops.shrink_to_fit();
+    let streamed_exact = first_kept && renames.is_empty();
     let trace = DeviceTrace {
         device,
         ops: a.ops,
@@ -386,14 +450,20 @@ pub fn annotate(
         inferred: a.inferred,
         events: events.len(),
         initial_ops: initial,
-        segment_events: events
-            .iter()
-            .filter(|e| matches!(e.action, Action::SegmentAlloc | Action::SegmentMap))
-            .copied()
-            .collect(),
+        segment_events: segment_events(events),
         capacity: crate::capacity::CapacityEvidence::default(),
     };
-    Ok((trace, report))
+    Ok((trace, report, streamed_exact))
+}
+
+/// The recorded segment events a device's trace keeps ([`DeviceTrace::segment_events`]).
+#[must_use]
+pub fn segment_events(events: &[RawEvent]) -> Vec<RawEvent> {
+    events
+        .iter()
+        .filter(|e| matches!(e.action, Action::SegmentAlloc | Action::SegmentMap))
+        .copied()
+        .collect()
 }
 
 /// The largest device index PyTorch can record (`c10::DeviceIndex` is an `int8_t`).
@@ -401,6 +471,19 @@ pub const MAX_DEVICE: u32 = 127;
 
 /// Builds the replayable trace of every device, validating each on the way.
 pub fn build(snap: RawSnapshot, capacity: Option<u64>) -> Result<Validation, crate::Error> {
+    build_streaming(snap, capacity, None).map(|(v, _)| v)
+}
+
+/// [`build`], handing device `stream.0`'s start state and ops to `stream.1` as they are
+/// made ([`Streamed`]), so that a front end may replay them on another thread while the
+/// trace is built. The flag says whether what was handed on is that device's start
+/// state and ops in the trace (else a replay of them is to be done again on the trace:
+/// a later pass revised a pool choice, or a pool was renamed).
+pub fn build_streaming(
+    snap: RawSnapshot,
+    capacity: Option<u64>,
+    mut stream: Option<StreamTo<'_>>,
+) -> Result<(Validation, bool), crate::Error> {
     let cfg = PyTorchConfig::from_settings(&snap.settings).map_err(ConfigError::from)?;
     // PyTorch's device index is an `int8_t` (`c10::DeviceIndex`): no recording has a
     // device above 127, and one claiming it would make every device up to it a trace.
@@ -426,8 +509,15 @@ pub fn build(snap: RawSnapshot, capacity: Option<u64>) -> Result<Validation, cra
             .max()
             .unwrap_or(0),
     );
+    let mut exact = false;
     for d in 0..n as u32 {
-        let (mut t, r) = annotate(&snap, d, &cfg, capacity)?;
+        let sink = match stream.as_mut() {
+            Some((sd, sink)) if *sd == d => Some(&mut **sink as &mut dyn FnMut(Streamed<'_>)),
+            _ => None,
+        };
+        let streamed = sink.is_some();
+        let (mut t, r, e) = annotate_streaming(&snap, d, &cfg, capacity, sink)?;
+        exact |= streamed && e;
         if let Some(events) = snap.device_traces.get(d as usize) {
             t.capacity = crate::capacity::infer(events, &t, &cfg);
         }
@@ -436,11 +526,14 @@ pub fn build(snap: RawSnapshot, capacity: Option<u64>) -> Result<Validation, cra
         }
         devices.push(t);
     }
-    Ok(Validation {
-        trace: Trace {
-            snapshot: crate::trace::SnapshotInfo::of(snap),
-            devices,
+    Ok((
+        Validation {
+            trace: Trace {
+                snapshot: crate::trace::SnapshotInfo::of(snap),
+                devices,
+            },
+            devices: reports,
         },
-        devices: reports,
-    })
+        exact,
+    ))
 }

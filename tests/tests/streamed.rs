@@ -1,0 +1,108 @@
+//! The streamed build and replay (`build::build_streaming`, `session::replay_streamed`:
+//! what `allocsim replay FILE` runs on two threads) against the build and the replay after
+//! it, on every trace of the corpus and of the repository: what the build hands on is the
+//! trace's start state and ops whenever it says so, and a replay of what it handed on is
+//! the replay of the built trace.
+
+use allocsim_core::build::{self, Streamed};
+use allocsim_core::capacity::CapacityArg;
+use allocsim_core::models::ModelSpec;
+use allocsim_core::replay::{ReplayOptions, ReplayResult};
+use allocsim_core::session;
+use allocsim_core::snapshot::decode_snapshot;
+use allocsim_core::trace::{Op, StartSegment};
+
+/// What the CLI's JSON shows of a replay, and more.
+fn summary(r: &ReplayResult) -> String {
+    format!(
+        "{} {} {:?} ops_done={} requests={} peaks={} {} {} final={} waste={} frag={} {} seg={} {:?} oom={:?} ooms={} reproduced={}",
+        r.allocator,
+        r.config,
+        r.capacity_bytes,
+        r.ops_done,
+        r.requests,
+        r.peak_reserved_bytes,
+        r.peak_allocated_bytes,
+        r.peak_requested_bytes,
+        r.final_reserved_bytes,
+        r.internal_waste_bytes_at_peak,
+        r.fragmentation_at_peak,
+        r.max_fragmentation,
+        r.segment_ops,
+        r.driver,
+        r.oom,
+        r.ooms.len(),
+        r.recorded_ooms_reproduced,
+    )
+}
+
+#[test]
+fn a_replay_beside_the_build_is_the_replay_after_it() {
+    let traces: Vec<_> = allocsim_tests::corpus()
+        .into_iter()
+        .chain(allocsim_tests::repo_traces())
+        .collect();
+    let opts = ReplayOptions {
+        checkpoint_every: 0,
+        keep_timeline: false,
+        ..ReplayOptions::default()
+    };
+    let (mut exact, mut compared) = (0, 0);
+    for t in &traces {
+        let Ok(snap) = decode_snapshot(&std::fs::read(&t.path).unwrap()) else {
+            continue;
+        };
+        let d = (0..snap.device_traces.len())
+            .max_by_key(|&i| (snap.device_traces[i].len(), std::cmp::Reverse(i)))
+            .unwrap_or(0);
+        let settings = snap.settings.clone();
+        let segment_events =
+            build::segment_events(snap.device_traces.get(d).map_or(&[][..], Vec::as_slice));
+        let mut start: Option<Vec<StartSegment>> = None;
+        let mut pieces: Vec<Vec<Op>> = Vec::new();
+        let mut sink = |x: Streamed<'_>| match x {
+            Streamed::Start(s) => start = Some(s.to_vec()),
+            Streamed::Ops(piece) => pieces.push(piece.to_vec()),
+        };
+        let Ok((v, is_exact)) = build::build_streaming(
+            snap,
+            t.cap_bytes,
+            Some((d as u32, &mut sink as &mut dyn FnMut(Streamed<'_>))),
+        ) else {
+            continue;
+        };
+        let dt = &v.trace.devices[d];
+        let streamed: Vec<Op> = pieces.iter().flatten().copied().collect();
+        if is_exact {
+            exact += 1;
+            assert_eq!(start.as_deref(), Some(&dt.start[..]), "{}", t.name);
+            assert!(streamed == dt.ops, "{}: the streamed ops differ", t.name);
+        }
+        let Some(start) = start else { continue };
+        for spec in ["pytorch", "pytorch@expandable_segments:True", "bfc"] {
+            let spec = ModelSpec::parse(spec).unwrap();
+            let cap = session::capacity(&v.trace, d, CapacityArg::AsRecorded).bytes;
+            let after = session::replay_device(&v.trace, d, &spec, cap, opts).unwrap();
+            let beside = session::replay_streamed(
+                &settings,
+                &segment_events,
+                &spec,
+                cap,
+                opts,
+                &start,
+                &mut pieces.clone().into_iter(),
+            )
+            .unwrap();
+            if is_exact {
+                assert_eq!(summary(&beside), summary(&after), "{} {spec:?}", t.name);
+                compared += 1;
+            }
+        }
+    }
+    assert!(
+        exact * 10 >= traces.len() * 9,
+        "{exact} of {} traces streamed exactly",
+        traces.len()
+    );
+    assert!(compared > 0);
+}
