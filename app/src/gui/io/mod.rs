@@ -372,6 +372,9 @@ impl EngineHandle {
             Inner::Thread { rx, .. } => rx.try_iter().collect(),
             #[cfg(target_arch = "wasm32")]
             Inner::Worker(w, beside) => {
+                for (job, msg) in w.take_shared() {
+                    beside.shared_trace(job, msg);
+                }
                 let mut out = w.poll();
                 out.extend(beside.poll());
                 web::mark_workers(beside.counts());
