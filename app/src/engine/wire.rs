@@ -258,7 +258,7 @@ pub enum Response {
         job: u64,
         sizes: Vec<u64>,
     },
-    /// The answer to [`Request::SweepReplay`].
+    /// One answer to [`Request::SweepReplays`].
     SweepReplayed {
         job: u64,
         index: u32,

@@ -84,11 +84,11 @@ pub fn encode(trace: &Trace) -> Vec<u8> {
 pub fn decode(bytes: &[u8]) -> Result<Trace, BinaryError> {
     let mut r = Reader { bytes, at: 0 };
     if r.take(4)? != MAGIC {
-        return Err(r.error(0, "not an encoded trace"));
+        return Err(error(0, "not an encoded trace"));
     }
     let version = r.u32()?;
     if version != VERSION {
-        return Err(r.error(4, &format!("version {version}, not {VERSION}")));
+        return Err(error(4, &format!("version {version}, not {VERSION}")));
     }
     let mut trace = Trace::default();
     trace.snapshot.settings = read_settings(&mut r)?;
@@ -98,7 +98,7 @@ pub fn decode(bytes: &[u8]) -> Result<Trace, BinaryError> {
         .map(|_| read_device(&mut r))
         .collect::<Result<_, _>>()?;
     if r.at != bytes.len() {
-        return Err(r.error(r.at, "bytes after the trace"));
+        return Err(error(r.at, "bytes after the trace"));
     }
     Ok(trace)
 }
@@ -229,20 +229,20 @@ struct Reader<'a> {
     at: usize,
 }
 
-impl Reader<'_> {
-    fn error(&self, offset: usize, message: &str) -> BinaryError {
-        BinaryError {
-            offset,
-            message: message.to_string(),
-        }
+fn error(offset: usize, message: &str) -> BinaryError {
+    BinaryError {
+        offset,
+        message: message.to_string(),
     }
+}
 
+impl Reader<'_> {
     fn take(&mut self, n: usize) -> Result<&[u8], BinaryError> {
         let end = self
             .at
             .checked_add(n)
             .filter(|e| *e <= self.bytes.len())
-            .ok_or_else(|| self.error(self.at, &format!("{n} bytes missing")))?;
+            .ok_or_else(|| error(self.at, &format!("{n} bytes missing")))?;
         let s = &self.bytes[self.at..end];
         self.at = end;
         Ok(s)
@@ -270,7 +270,7 @@ impl Reader<'_> {
         match self.u8()? {
             0 => Ok(false),
             1 => Ok(true),
-            v => Err(self.error(at, &format!("{v} is not a flag (0 or 1)"))),
+            v => Err(error(at, &format!("{v} is not a flag (0 or 1)"))),
         }
     }
 
@@ -290,7 +290,7 @@ impl Reader<'_> {
 
     fn fits(&self, at: usize, n: usize, each: usize) -> Result<usize, BinaryError> {
         if n.saturating_mul(each) > self.bytes.len() - self.at {
-            return Err(self.error(at, &format!("a count of {n} past the end")));
+            return Err(error(at, &format!("a count of {n} past the end")));
         }
         Ok(n)
     }
@@ -299,7 +299,7 @@ impl Reader<'_> {
         let n = self.count(1)?;
         let at = self.at;
         let s = self.take(n)?;
-        String::from_utf8(s.to_vec()).map_err(|_| self.error(at, "a string not in UTF-8"))
+        String::from_utf8(s.to_vec()).map_err(|_| error(at, "a string not in UTF-8"))
     }
 
     fn pool(&mut self) -> Result<PoolId, BinaryError> {
@@ -313,7 +313,7 @@ impl Reader<'_> {
         table
             .get(usize::from(v))
             .copied()
-            .ok_or_else(|| self.error(at, &format!("{v} is not {what}")))
+            .ok_or_else(|| error(at, &format!("{v} is not {what}")))
     }
 }
 
@@ -355,7 +355,7 @@ fn read_device(r: &mut Reader) -> Result<DeviceTrace, BinaryError> {
     let initial_ops = usize::try_from(r.u64()?).unwrap_or(usize::MAX);
     let n = r.count64(MIN_OP)?;
     if initial_ops > n {
-        return Err(r.error(at, &format!("{initial_ops} initial ops of {n}")));
+        return Err(error(at, &format!("{initial_ops} initial ops of {n}")));
     }
     let mut ops: Vec<Op> = Vec::with_capacity(n);
     for i in 0..n {
@@ -368,7 +368,7 @@ fn read_device(r: &mut Reader) -> Result<DeviceTrace, BinaryError> {
         let at = r.at;
         let flags = r.u8()?;
         if flags > 3 {
-            return Err(r.error(at, &format!("segment flags {flags}")));
+            return Err(error(at, &format!("segment flags {flags}")));
         }
         let m = r.count(MIN_BLOCK)?;
         let mut blocks = Vec::with_capacity(m);
@@ -430,7 +430,7 @@ fn read_op(r: &mut Reader, before: &[Op], index: usize) -> Result<Op, BinaryErro
         let alloc = r.u32()?;
         match before.get(alloc as usize) {
             Some(op) if op.is_alloc() => Ok(alloc),
-            _ => Err(r.error(
+            _ => Err(error(
                 at,
                 &format!("op {index} frees op {alloc}, not an earlier alloc"),
             )),
@@ -442,7 +442,7 @@ fn read_op(r: &mut Reader, before: &[Op], index: usize) -> Result<Op, BinaryErro
             let at = r.at;
             let flags = r.u8()?;
             if flags > 3 {
-                return Err(r.error(at, &format!("alloc flags {flags}")));
+                return Err(error(at, &format!("alloc flags {flags}")));
             }
             OpKind::Alloc {
                 size_bytes,
@@ -461,7 +461,7 @@ fn read_op(r: &mut Reader, before: &[Op], index: usize) -> Result<Op, BinaryErro
         },
         EMPTY_CACHE => OpKind::EmptyCache,
         RELEASE_POOL => OpKind::ReleasePool { pool: r.pool()? },
-        t => return Err(r.error(at, &format!("op {index}: {t} is not a kind of op"))),
+        t => return Err(error(at, &format!("op {index}: {t} is not a kind of op"))),
     };
     Ok(Op {
         kind,
