@@ -33,6 +33,9 @@ pub const RANK_WORKER: &str = "allocsim-rank";
 /// workers answer, not one per answer.
 pub const WAKE_AFTER_MS: u64 = 500;
 
+/// The jobs of the host's own [`Request::ShareTrace`]s: above any the UI numbers.
+pub const SHARE_JOBS: u64 = 1 << 62;
+
 /// The most workers the ranks' pool starts: each holds a wasm instance whose memory grows
 /// to its rank's trace and never shrinks until the worker ends.
 pub const MAX_POOL: usize = 8;
@@ -135,6 +138,11 @@ struct Search<M> {
     /// The generation whose `setup` is the trace the engine's worker shared (not the
     /// file: a search worker takes it without decoding anything).
     shared: Option<u64>,
+    /// Bumped when the trace changes (a load, a workload, an open; not a device choice).
+    trace: u64,
+    /// The last [`Request::ShareTrace`] asked of the engine's worker: its job and the
+    /// trace it shares.
+    asked: Option<(u64, u64)>,
 }
 
 /// Routes the requests that run beside the engine's worker and gathers their answers.
@@ -162,6 +170,8 @@ impl<W: Workers> Host<W> {
                 helpers: Vec::new(),
                 in_flight: Vec::new(),
                 shared: None,
+                trace: 0,
+                asked: None,
             },
             sweep: None,
             outbox: Vec::new(),
@@ -245,25 +255,45 @@ impl<W: Workers> Host<W> {
         self.set_trace(vec![msg]);
     }
 
-    /// The trace the engine's worker shared ([`Response::SharedTrace`]), as the
-    /// [`Request::SearchTrace`] `msg` that sets it in a search worker: from now on what a
-    /// search worker is told first (a device chosen since still follows it); a sweep
-    /// waiting for it starts.
+    /// What the engine's worker must run next, after what was sent to it: the trace it
+    /// loads shared with the search workers ([`Request::ShareTrace`]), asked once per
+    /// trace and as soon as the trace is sent, so that the engine's worker (which runs its
+    /// requests in order) shares it right after building it, before the replays asked
+    /// for once it is shown.
+    pub fn share_request(&mut self) -> Option<Request> {
+        if self.search.setup.is_empty()
+            || self
+                .search
+                .asked
+                .is_some_and(|(_, t)| t == self.search.trace)
+        {
+            return None;
+        }
+        let job = SHARE_JOBS + self.search.trace;
+        self.search.asked = Some((job, self.search.trace));
+        Some(Request::ShareTrace { job })
+    }
+
+    /// The trace the engine's worker shared ([`Response::SharedTrace`]) for job `job`, as
+    /// the [`Request::SearchTrace`] `msg` that sets it in a search worker: from now on
+    /// what a search worker is told first (a device chosen since still follows it); a
+    /// sweep waiting for it starts. A trace shared for a trace since replaced is dropped.
     pub fn shared_trace(&mut self, job: u64, msg: W::Msg) {
-        if self.search.setup.is_empty() {
+        if self.search.setup.is_empty() || self.search.asked != Some((job, self.search.trace)) {
             return;
         }
         self.search.setup[0] = msg;
         self.search.generation += 1;
         self.search.shared = Some(self.search.generation);
         self.counts.traces_shared += 1;
-        if let Some(run) = self.sweep.take_if(|s| s.job == job && s.waiting_trace)
-            && self.launch_sweep(run).is_some()
-        {
-            self.outbox.push(Response::Failed {
-                job,
-                message: "cannot start a search worker".to_string(),
-            });
+        if let Some(run) = self.sweep.take_if(|s| s.waiting_trace) {
+            let job = run.job;
+            if self.launch_sweep(run).is_some() {
+                self.outbox.push(Response::Failed {
+                    job,
+                    message: "cannot start a search worker".to_string(),
+                });
+            }
         }
     }
 
@@ -271,6 +301,7 @@ impl<W: Workers> Host<W> {
     fn set_trace(&mut self, setup: Vec<W::Msg>) {
         self.search.setup = setup;
         self.search.generation += 1;
+        self.search.trace += 1;
         // Idle search workers hold the old trace: let their memory go.
         if self.search.in_flight.is_empty() && self.sweep.is_none() {
             if let Some((w, _)) = self.search.worker.take() {
@@ -384,7 +415,8 @@ impl<W: Workers> Host<W> {
                 fraction: 0.0,
             });
             self.sweep = Some(run);
-            return Some(Request::ShareTrace { job });
+            // Asked already (as the trace was sent) unless it was not.
+            return self.share_request();
         }
         self.launch_sweep(run).map(|()| Request::WhatIf {
             job,

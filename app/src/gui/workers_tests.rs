@@ -103,21 +103,24 @@ fn poll_until(
 }
 
 /// `req` routed as the page routes it, beside `engine` as the engine's worker: what the
-/// host hands back runs there, and a trace it shares reaches the host as the page hands
-/// it on (the `Request::SearchTrace` the engine's worker posts). What was handed back.
+/// host hands back runs there, then the share it asks for, and a trace shared reaches
+/// the host as the page hands it on (the `Request::SearchTrace` the engine's worker
+/// posts). What was handed back.
 fn route(host: &mut Host<&mut Fake>, engine: &mut Engine, req: Request) -> Option<Request> {
-    let back = host.route(req)?;
+    let back = host.route(req);
     let mut shared = Vec::new();
-    engine.handle(back.clone(), &mut |r| {
-        if let Response::SharedTrace { job, device, trace } = r {
-            let req = Request::SearchTrace { job, device, trace };
-            shared.push((job, wire::encode(&req).expect("encodes")));
-        }
-    });
+    for r in back.iter().cloned().chain(host.share_request()) {
+        engine.handle(r, &mut |r| {
+            if let Response::SharedTrace { job, device, trace } = r {
+                let req = Request::SearchTrace { job, device, trace };
+                shared.push((job, wire::encode(&req).expect("encodes")));
+            }
+        });
+    }
     for (job, msg) in shared {
         host.shared_trace(job, msg);
     }
-    Some(back)
+    back
 }
 
 /// "What would fit?" routed: it runs on the search workers (the engine's worker at most
@@ -261,7 +264,9 @@ fn cancel_terminates_every_search_worker_and_the_other_searches_go_on_in_a_fresh
         .is_some(),
         "layouts stay with the engine"
     );
-    // The engine's worker shares its trace first: the search workers never decode.
+    // The engine's worker shared its trace right after the workload: the search workers
+    // never decode anything.
+    assert_eq!(host.counts().traces_shared, 1);
     let back = route(
         &mut host,
         &mut engine,
@@ -270,11 +275,7 @@ fn cancel_terminates_every_search_worker_and_the_other_searches_go_on_in_a_fresh
             capacity_bytes: None,
         },
     );
-    assert!(
-        matches!(back, Some(Request::ShareTrace { job: 3 })),
-        "{back:?}"
-    );
-    assert_eq!(host.counts().traces_shared, 1);
+    assert!(back.is_none(), "{back:?}");
     assert!(
         host.route(Request::MinCapacity {
             job: 4,
@@ -438,16 +439,19 @@ fn a_sweep_cancelled_while_the_trace_is_shared_starts_nothing_and_the_next_takes
         job: 1,
         spec: "kvcache:tokens=200".into(),
     };
-    route(&mut host, &mut engine, workload);
-    // The page's "What would fit?": the host asks for the trace; cancelled before it came.
+    assert!(host.route(workload.clone()).is_some());
+    engine.handle(workload, &mut |_| {});
+    // The page's "What would fit?" before the trace was shared (the page asks for it as
+    // it sends the trace; here not): the host asks for it once; cancelled before it came.
     let back = host.route(Request::WhatIf {
         job: 2,
         capacity_bytes: None,
     });
     assert!(
-        matches!(back, Some(Request::ShareTrace { job: 2 })),
+        matches!(back, Some(Request::ShareTrace { job }) if job >= super::SHARE_JOBS),
         "{back:?}"
     );
+    assert!(host.share_request().is_none(), "asked once");
     assert_eq!(host.counts().search_live, 0, "no worker before the trace");
     assert!(host.route(Request::Cancel { job: 2 }).is_none());
     let mut shared = Vec::new();
@@ -473,7 +477,9 @@ fn a_sweep_cancelled_while_the_trace_is_shared_starts_nothing_and_the_next_takes
         "{answers:?}"
     );
     let req = Request::SearchTrace { job, device, trace };
-    host.shared_trace(job, wire::encode(&req).expect("encodes"));
+    let msg = wire::encode(&req).expect("encodes");
+    host.shared_trace(job, msg.clone());
+    assert_eq!(host.counts().traces_shared, 1);
     let after = host.poll();
     assert!(
         matches!(after.last(), Some(Response::Failed { job: 2, message }) if message == "cancelled")
@@ -500,6 +506,17 @@ fn a_sweep_cancelled_while_the_trace_is_shared_starts_nothing_and_the_next_takes
         answers.last(),
         Some(Response::WhatIf { job: 3, .. })
     ));
+    // A trace shared for a trace since replaced is dropped.
+    host.route(Request::Workload {
+        job: 4,
+        spec: "kvcache:tokens=100".into(),
+    });
+    host.shared_trace(job, msg);
+    assert_eq!(host.counts().traces_shared, 1);
+    assert!(
+        matches!(host.share_request(), Some(Request::ShareTrace { job: j }) if j != job),
+        "the new trace is asked for"
+    );
     drop(host);
     assert!(
         fake.ran.values().all(|r| r[0].starts_with("SearchTrace")),

@@ -284,6 +284,9 @@ impl EngineHandle {
                 if let Some(req) = beside.route(req) {
                     w.send(&req);
                 }
+                if let Some(share) = beside.share_request() {
+                    w.send(&share);
+                }
             }
         }
     }
@@ -321,6 +324,9 @@ impl EngineHandle {
                 Ok(msg) => {
                     w.post(&msg);
                     beside.opening(msg);
+                    if let Some(share) = beside.share_request() {
+                        w.send(&share);
+                    }
                 }
                 Err(e) => log::error!("cannot post the file to the engine worker: {e:?}"),
             },
