@@ -33,8 +33,9 @@ pub const RANK_WORKER: &str = "allocsim-rank";
 /// workers answer, not one per answer.
 pub const WAKE_AFTER_MS: u64 = 500;
 
-/// The jobs of the host's own [`Request::ShareTrace`]s: above any the UI numbers.
-pub const SHARE_JOBS: u64 = 1 << 62;
+/// The jobs of the host's own [`Request::ShareTrace`]s: above any the UI numbers, and
+/// exact as a JS number (the engine's worker posts the job beside the trace as one).
+pub const SHARE_JOBS: u64 = 1 << 50;
 
 /// The most workers the ranks' pool starts: each holds a wasm instance whose memory grows
 /// to its rank's trace and never shrinks until the worker ends.
@@ -143,6 +144,8 @@ struct Search<M> {
     /// The last [`Request::ShareTrace`] asked of the engine's worker: its job and the
     /// trace it shares.
     asked: Option<(u64, u64)>,
+    /// The trace the engine's worker could not share: its sweeps run on the file.
+    unshared: Option<u64>,
 }
 
 /// Routes the requests that run beside the engine's worker and gathers their answers.
@@ -172,6 +175,7 @@ impl<W: Workers> Host<W> {
                 shared: None,
                 trace: 0,
                 asked: None,
+                unshared: None,
             },
             sweep: None,
             outbox: Vec::new(),
@@ -274,6 +278,17 @@ impl<W: Workers> Host<W> {
         Some(Request::ShareTrace { job })
     }
 
+    /// The engine's worker could not share the trace of job `job` (its answer failed): a
+    /// sweep waiting for it runs on the file instead, each search worker decoding it.
+    pub fn share_failed(&mut self, job: u64) {
+        if let Some((j, trace)) = self.search.asked
+            && j == job
+        {
+            self.search.unshared = Some(trace);
+            self.launch_waiting();
+        }
+    }
+
     /// The trace the engine's worker shared ([`Response::SharedTrace`]) for job `job`, as
     /// the [`Request::SearchTrace`] `msg` that sets it in a search worker: from now on
     /// what a search worker is told first (a device chosen since still follows it); a
@@ -286,6 +301,11 @@ impl<W: Workers> Host<W> {
         self.search.generation += 1;
         self.search.shared = Some(self.search.generation);
         self.counts.traces_shared += 1;
+        self.launch_waiting();
+    }
+
+    /// Starts the sweep waiting for the trace, if any.
+    fn launch_waiting(&mut self) {
         if let Some(run) = self.sweep.take_if(|s| s.waiting_trace) {
             let job = run.job;
             if self.launch_sweep(run).is_some() {
@@ -394,8 +414,9 @@ impl<W: Workers> Host<W> {
                 message: CANCELLED.to_string(),
             });
         }
-        let waiting_trace =
-            !self.search.setup.is_empty() && self.search.shared != Some(self.search.generation);
+        let waiting_trace = !self.search.setup.is_empty()
+            && self.search.shared != Some(self.search.generation)
+            && self.search.unshared != Some(self.search.trace);
         let run = SweepRun {
             job,
             capacity,

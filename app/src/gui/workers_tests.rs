@@ -141,6 +141,19 @@ fn start_what_if(host: &mut Host<&mut Fake>, engine: &mut Engine, job: u64) {
 }
 
 #[test]
+fn a_share_job_crosses_as_a_js_number_exactly() {
+    // worker.js's `{trace, job}` carries the job as an f64: a job that rounds is dropped
+    // as a share for another trace, and the sweep waits for ever.
+    for job in [
+        super::SHARE_JOBS,
+        super::SHARE_JOBS + 1,
+        super::SHARE_JOBS + 12_345,
+    ] {
+        assert_eq!(job as f64 as u64, job);
+    }
+}
+
+#[test]
 fn the_pool_is_the_hardware_concurrency_at_least_two_and_at_most_eight() {
     assert_eq!(pool_size(Some(1), None), 2);
     assert_eq!(pool_size(None, None), 2);
@@ -521,6 +534,53 @@ fn a_sweep_cancelled_while_the_trace_is_shared_starts_nothing_and_the_next_takes
     assert!(
         fake.ran.values().all(|r| r[0].starts_with("SearchTrace")),
         "{:?}",
+        fake.ran
+    );
+}
+
+#[test]
+fn a_trace_the_engine_cannot_share_is_swept_on_the_file_and_not_asked_again() {
+    let mut fake = Fake::default();
+    let mut host = Host::new(&mut fake, 2);
+    // The engine's worker holds no trace (its load failed, say): the share fails.
+    let mut engine = Engine::new();
+    let workload = Request::Workload {
+        job: 1,
+        spec: "kvcache:tokens=100".into(),
+    };
+    assert!(host.route(workload).is_some());
+    let Some(share) = host.share_request() else {
+        panic!("a share is asked for the workload");
+    };
+    let mut answers = Vec::new();
+    engine.handle(share.clone(), &mut |r| answers.push(r));
+    assert!(
+        matches!(&answers[..], [Response::Failed { .. }]),
+        "{answers:?}"
+    );
+    start_what_if(&mut host, &mut engine, 2);
+    assert_eq!(host.counts().search_live, 0, "waiting for the share");
+    host.share_failed(share.job());
+    let answers = poll_until(&mut host, 400, |r| matches!(r, Response::WhatIf { .. }));
+    assert!(matches!(
+        answers.last(),
+        Some(Response::WhatIf { job: 2, .. })
+    ));
+    // The next sweep does not wait for a share again.
+    assert!(
+        host.route(Request::WhatIf {
+            job: 3,
+            capacity_bytes: None
+        })
+        .is_none()
+    );
+    poll_until(&mut host, 400, |r| {
+        matches!(r, Response::WhatIf { job: 3, .. })
+    });
+    drop(host);
+    assert!(
+        fake.ran.values().all(|r| r[0].starts_with("Workload")),
+        "the search workers built the workload themselves: {:?}",
         fake.ran
     );
 }

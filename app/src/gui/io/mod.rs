@@ -382,6 +382,11 @@ impl EngineHandle {
                     beside.shared_trace(job, msg);
                 }
                 let mut out = w.poll();
+                for r in &out {
+                    if let Response::Failed { job, .. } = r {
+                        beside.share_failed(*job);
+                    }
+                }
                 out.extend(beside.poll());
                 web::mark_workers(beside.counts());
                 out
