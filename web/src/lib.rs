@@ -95,6 +95,31 @@ mod entry {
         handle_with(msg, Engine::handle_search);
     }
 
+    /// A shared trace ([`wire::Response::SharedTrace`]) as `{trace, job}`: `trace` the
+    /// [`wire::Request::SearchTrace`] the page hands its search workers as it is, encoded
+    /// straight into JS memory (its buffer moved, not copied).
+    fn post_shared(job: u64, device: u32, trace: Vec<u8>) {
+        let Ok(scope) = js_sys::global().dyn_into::<web_sys::DedicatedWorkerGlobalScope>() else {
+            return;
+        };
+        let req = wire::Request::SearchTrace { job, device, trace };
+        let arr = match chunked::encode_js(&req) {
+            Ok(arr) => arr,
+            Err(e) => return post(&wire::Response::Failed { job, message: e }),
+        };
+        drop(req);
+        let msg = js_sys::Object::new();
+        let set = |k: &str, v: &JsValue| js_sys::Reflect::set(&msg, &k.into(), v);
+        let posted = set("trace", &arr)
+            .and_then(|_| set("job", &JsValue::from_f64(job as f64)))
+            .and_then(|_| {
+                scope.post_message_with_transfer(&msg, &js_sys::Array::of1(&arr.buffer()))
+            });
+        if let Err(e) = posted {
+            web_sys::console::error_1(&e);
+        }
+    }
+
     fn handle_with(
         msg: &[u8],
         handle: fn(&mut Engine, wire::Request, &mut dyn FnMut(wire::Response)),
@@ -102,7 +127,14 @@ mod entry {
         match wire::decode::<wire::Request>(msg) {
             Ok(req) => {
                 JOB.with(|j| j.set(req.job()));
-                ENGINE.with(|e| handle(&mut e.borrow_mut(), req, &mut |r| post(&r)));
+                ENGINE.with(|e| {
+                    handle(&mut e.borrow_mut(), req, &mut |r| match r {
+                        wire::Response::SharedTrace { job, device, trace } => {
+                            post_shared(job, device, trace);
+                        }
+                        r => post(&r),
+                    });
+                });
             }
             Err(message) => post(&wire::Response::Failed { job: 0, message }),
         }

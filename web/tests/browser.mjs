@@ -335,6 +335,9 @@ try {
   // them at once.
   const count = (v, key) => Number((new RegExp(`${key}=(\\d+)`).exec(v || "") || [])[1]);
   if (!(count(workersBefore, "live") >= 2)) fail(`the sweep ran on fewer than 2 search workers: ${workersBefore}`);
+  // The search workers took the trace the engine's worker built (ShareTrace → SearchTrace),
+  // not the file.
+  if (!(count(workersBefore, "shared") >= 1)) fail(`the engine's worker shared no trace with the search workers: ${workersBefore}`);
   if (!(count(workersAfter, "terminated") >= count(workersBefore, "live")))
     fail(`Escape did not terminate every search worker: ${workersBefore} → ${workersAfter}`);
   const after = await step();

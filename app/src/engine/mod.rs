@@ -197,18 +197,35 @@ impl Engine {
             Request::SweepSizes { job } => {
                 emit(search::sweep_sizes(self.trace.as_deref(), self.device, job));
             }
-            Request::SweepReplay {
+            Request::SweepReplays {
                 job,
-                index,
-                spec,
+                indices,
+                specs,
                 capacity_bytes,
-            } => emit(search::sweep_replay(
-                self.trace.as_deref(),
-                self.device,
-                (job, index),
-                &spec,
-                capacity_bytes,
-            )),
+            } => {
+                for (index, spec) in indices.into_iter().zip(&specs) {
+                    emit(search::sweep_replay(
+                        self.trace.as_deref(),
+                        self.device,
+                        (job, index),
+                        spec,
+                        capacity_bytes,
+                    ));
+                }
+            }
+            Request::ShareTrace { job } => emit(match &self.trace {
+                Some(t) => Response::SharedTrace {
+                    job,
+                    device: self.device as u32,
+                    trace: allocsim_core::trace::binary::encode(t),
+                },
+                None => Response::Failed {
+                    job,
+                    message: "no trace is loaded".into(),
+                },
+            }),
+            // Only a search worker takes a trace so ([`Engine::handle_search`]).
+            Request::SearchTrace { .. } => {}
             Request::MinCapacity { job, slot, spec } => {
                 let r = min_capacity_response(
                     self.trace.as_deref(),
@@ -239,6 +256,14 @@ impl Engine {
                 Ok(trace) => self.adopt(trace, Vec::new(), spec, 0),
                 Err(_) => self.trace = None,
             },
+            Request::SearchTrace { device, trace, .. } => {
+                match allocsim_core::trace::binary::decode(&trace) {
+                    Ok(t) if (device as usize) < t.devices.len() => {
+                        self.adopt(t, Vec::new(), String::new(), device as usize);
+                    }
+                    _ => self.trace = None,
+                }
+            }
             Request::SelectDevice { device, .. } => {
                 if self
                     .trace

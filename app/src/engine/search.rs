@@ -84,7 +84,7 @@ pub(super) fn sweep_sizes(trace: Option<&Trace>, device: usize, job: u64) -> Res
     }
 }
 
-/// The answer to [`Request::SweepReplay`]: one replay of a sweep, as the sweep keeps it.
+/// One replay of a [`Request::SweepReplays`], as the sweep keeps it.
 pub(super) fn sweep_replay(
     trace: Option<&Trace>,
     device: usize,

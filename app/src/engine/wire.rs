@@ -116,13 +116,25 @@ pub enum Request {
     /// the browser runs "What would fit?"'s replays on a pool of search workers and ranks
     /// them itself ([`allocsim_core::whatif::Sweep`]).
     SweepSizes { job: u64 },
-    /// Replay `index` of such a sweep: the trace shown through `spec` under
-    /// `capacity_bytes`, answered with [`Response::SweepReplayed`].
-    SweepReplay {
+    /// Replays `indices` of such a sweep, in order, each the trace shown through its
+    /// `specs` entry under `capacity_bytes`: a worker's whole share of a batch in one
+    /// message, answered with a [`Response::SweepReplayed`] per replay.
+    SweepReplays {
         job: u64,
-        index: u32,
-        spec: ModelSpec,
+        indices: Vec<u32>,
+        specs: Vec<ModelSpec>,
         capacity_bytes: Option<u64>,
+    },
+    /// The trace shown, for the browser's search workers (answered with
+    /// [`Response::SharedTrace`]): they replay it instead of decoding the file again.
+    ShareTrace { job: u64 },
+    /// A search worker's trace, as [`Response::SharedTrace`] gave it (not answered): the
+    /// bytes of [`allocsim_core::trace::binary`], device `device` shown.
+    SearchTrace {
+        job: u64,
+        device: u32,
+        #[serde(with = "bytes")]
+        trace: Vec<u8>,
     },
 }
 
@@ -155,7 +167,9 @@ impl Request {
             | Request::Ranks { job, .. }
             | Request::Rank { job, .. }
             | Request::SweepSizes { job }
-            | Request::SweepReplay { job, .. } => *job,
+            | Request::SweepReplays { job, .. }
+            | Request::ShareTrace { job }
+            | Request::SearchTrace { job, .. } => *job,
             Request::DropSlot { .. } | Request::Cancel { .. } => 0,
         }
     }
@@ -244,11 +258,20 @@ pub enum Response {
         job: u64,
         sizes: Vec<u64>,
     },
-    /// The answer to [`Request::SweepReplay`].
+    /// One answer to [`Request::SweepReplays`].
     SweepReplayed {
         job: u64,
         index: u32,
         result: SweptReplay,
+    },
+    /// The answer to [`Request::ShareTrace`]: the trace as
+    /// [`allocsim_core::trace::binary`] bytes, device `device` shown (the browser's
+    /// engine worker posts it as the [`Request::SearchTrace`] the search workers take).
+    SharedTrace {
+        job: u64,
+        device: u32,
+        #[serde(with = "bytes")]
+        trace: Vec<u8>,
     },
     /// The job failed; `message` is shown in the app as it is.
     Failed {
@@ -279,8 +302,34 @@ impl Response {
             | Response::RankDone { job, .. }
             | Response::SweepSizes { job, .. }
             | Response::SweepReplayed { job, .. }
+            | Response::SharedTrace { job, .. }
             | Response::Failed { job, .. } => *job,
         }
+    }
+}
+
+/// A `Vec<u8>` as serde's bytes (postcard: its length, then the bytes as they are),
+/// read and written whole rather than a byte at a time: an encoded trace is tens of MB.
+mod bytes {
+    pub fn serialize<S: serde::Serializer>(v: &[u8], s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_bytes(v)
+    }
+
+    pub fn deserialize<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<u8>, D::Error> {
+        struct Bytes;
+        impl serde::de::Visitor<'_> for Bytes {
+            type Value = Vec<u8>;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("bytes")
+            }
+            fn visit_bytes<E: serde::de::Error>(self, v: &[u8]) -> Result<Vec<u8>, E> {
+                Ok(v.to_vec())
+            }
+            fn visit_byte_buf<E: serde::de::Error>(self, v: Vec<u8>) -> Result<Vec<u8>, E> {
+                Ok(v)
+            }
+        }
+        d.deserialize_byte_buf(Bytes)
     }
 }
 

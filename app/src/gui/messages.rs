@@ -456,7 +456,8 @@ impl AllocsimApp {
             | Response::Ranked { .. }
             | Response::RankDone { .. }
             | Response::SweepSizes { .. }
-            | Response::SweepReplayed { .. } => {}
+            | Response::SweepReplayed { .. }
+            | Response::SharedTrace { .. } => {}
             Response::Failed { job, message } => {
                 if self.load_job == Some(job) {
                     self.load_job = None;

@@ -29,17 +29,13 @@ pub const SEARCH_WORKER: &str = "allocsim-search";
 /// The name of a worker of the ranks' pool.
 pub const RANK_WORKER: &str = "allocsim-rank";
 
-/// The replays of a sweep queued in each search worker at a time: a worker's answers are
-/// taken when the page draws its next frame (at most [`WAKE_AFTER_MS`] after one arrives,
-/// plus the frame: each costs the CPU up to a second on a software rasterizer), so each
-/// holds more work than it does in that time (a replay takes 10–100 ms; 8 ran dry on
-/// `big_gpt_long_stacks_s9`), and the last replays of a batch still go to whichever worker
-/// is free.
-pub const SWEEP_QUEUED: usize = 32;
-
 /// How soon a worker's answer wakes the page (ms): at most two frames a second while
 /// workers answer, not one per answer.
 pub const WAKE_AFTER_MS: u64 = 500;
+
+/// The jobs of the host's own [`Request::ShareTrace`]s: above any the UI numbers, and
+/// exact as a JS number (the engine's worker posts the job beside the trace as one).
+pub const SHARE_JOBS: u64 = 1 << 50;
 
 /// The most workers the ranks' pool starts: each holds a wasm instance whose memory grows
 /// to its rank's trace and never shrinks until the worker ends.
@@ -87,6 +83,9 @@ pub struct Counts {
     /// Sweeps whose first search worker had read the trace and sent its sizes (the
     /// replays start then): the page's timing of the read apart from the replays.
     pub sweeps_planned: usize,
+    /// Traces the engine's worker shared with the search workers
+    /// ([`Request::ShareTrace`]).
+    pub traces_shared: usize,
 }
 
 /// A set of ranks in flight in the pool.
@@ -103,15 +102,17 @@ struct RankJob {
 }
 
 /// "What would fit?" in flight: `recommend`'s sweep ([`Sweep`]) whose replays run on
-/// the search workers, a replay per worker at a time, ranked here.
+/// the search workers, each worker's share of a batch in one message, ranked here.
 struct SweepRun {
     job: u64,
     capacity: Option<u64>,
+    /// Waiting for the engine's worker to share the trace ([`Request::ShareTrace`]):
+    /// nothing is posted to the search workers before it arrives.
+    waiting_trace: bool,
     /// Built once the first search worker told the trace's sizes.
     sweep: Option<Sweep<SweptReplay>>,
-    /// The batch being replayed, the next replay to hand out and the results so far.
+    /// The batch being replayed and the results so far.
     batch: Vec<ModelSpec>,
-    next: usize,
     results: Vec<Option<SweptReplay>>,
     /// Each busy worker's replays (indices into `batch`), in the order it runs them.
     busy: BTreeMap<WorkerId, VecDeque<usize>>,
@@ -135,6 +136,16 @@ struct Search<M> {
     helpers: Vec<(WorkerId, u64)>,
     /// Searches posted and not answered yet, in order.
     in_flight: Vec<(u64, M)>,
+    /// The generation whose `setup` is the trace the engine's worker shared (not the
+    /// file: a search worker takes it without decoding anything).
+    shared: Option<u64>,
+    /// Bumped when the trace changes (a load, a workload, an open; not a device choice).
+    trace: u64,
+    /// The last [`Request::ShareTrace`] asked of the engine's worker: its job and the
+    /// trace it shares.
+    asked: Option<(u64, u64)>,
+    /// The trace the engine's worker could not share: its sweeps run on the file.
+    unshared: Option<u64>,
 }
 
 /// Routes the requests that run beside the engine's worker and gathers their answers.
@@ -161,6 +172,10 @@ impl<W: Workers> Host<W> {
                 worker: None,
                 helpers: Vec::new(),
                 in_flight: Vec::new(),
+                shared: None,
+                trace: 0,
+                asked: None,
+                unshared: None,
             },
             sweep: None,
             outbox: Vec::new(),
@@ -195,7 +210,10 @@ impl<W: Workers> Host<W> {
             Request::SelectDevice { .. } => {
                 self.search.setup.truncate(1);
                 self.search.setup.extend(self.workers.encode(&req));
+                // A shared trace holds every device: it stays shared.
+                let shared = self.search.shared == Some(self.search.generation);
                 self.search.generation += 1;
+                self.search.shared = shared.then_some(self.search.generation);
                 Some(req)
             }
             Request::WhatIf {
@@ -241,10 +259,69 @@ impl<W: Workers> Host<W> {
         self.set_trace(vec![msg]);
     }
 
+    /// What the engine's worker must run next, after what was sent to it: the trace it
+    /// loads shared with the search workers ([`Request::ShareTrace`]), asked once per
+    /// trace and as soon as the trace is sent, so that the engine's worker (which runs its
+    /// requests in order) shares it right after building it, before the replays asked
+    /// for once it is shown.
+    pub fn share_request(&mut self) -> Option<Request> {
+        if self.search.setup.is_empty()
+            || self
+                .search
+                .asked
+                .is_some_and(|(_, t)| t == self.search.trace)
+        {
+            return None;
+        }
+        let job = SHARE_JOBS + self.search.trace;
+        self.search.asked = Some((job, self.search.trace));
+        Some(Request::ShareTrace { job })
+    }
+
+    /// The engine's worker could not share the trace of job `job` (its answer failed): a
+    /// sweep waiting for it runs on the file instead, each search worker decoding it.
+    pub fn share_failed(&mut self, job: u64) {
+        if let Some((j, trace)) = self.search.asked
+            && j == job
+        {
+            self.search.unshared = Some(trace);
+            self.launch_waiting();
+        }
+    }
+
+    /// The trace the engine's worker shared ([`Response::SharedTrace`]) for job `job`, as
+    /// the [`Request::SearchTrace`] `msg` that sets it in a search worker: from now on
+    /// what a search worker is told first (a device chosen since still follows it); a
+    /// sweep waiting for it starts. A trace shared for a trace since replaced is dropped.
+    pub fn shared_trace(&mut self, job: u64, msg: W::Msg) {
+        if self.search.setup.is_empty() || self.search.asked != Some((job, self.search.trace)) {
+            return;
+        }
+        self.search.setup[0] = msg;
+        self.search.generation += 1;
+        self.search.shared = Some(self.search.generation);
+        self.counts.traces_shared += 1;
+        self.launch_waiting();
+    }
+
+    /// Starts the sweep waiting for the trace, if any.
+    fn launch_waiting(&mut self) {
+        if let Some(run) = self.sweep.take_if(|s| s.waiting_trace) {
+            let job = run.job;
+            if self.launch_sweep(run).is_some() {
+                self.outbox.push(Response::Failed {
+                    job,
+                    message: "cannot start a search worker".to_string(),
+                });
+            }
+        }
+    }
+
     /// What a search worker must be told first from now on: a new trace.
     fn set_trace(&mut self, setup: Vec<W::Msg>) {
         self.search.setup = setup;
         self.search.generation += 1;
+        self.search.trace += 1;
         // Idle search workers hold the old trace: let their memory go.
         if self.search.in_flight.is_empty() && self.sweep.is_none() {
             if let Some((w, _)) = self.search.worker.take() {
@@ -323,10 +400,12 @@ impl<W: Workers> Host<W> {
             || self.search.helpers.iter().any(|(h, _)| *h == w)
     }
 
-    /// "What would fit?": the search worker is asked for the trace's sizes (the sweep's
-    /// plan); meanwhile the other workers of the pool start and read the trace; then the
-    /// sweep's replays go to all of them, a replay per worker at a time. A sweep still
-    /// running is cancelled: its replays are in the workers' queues.
+    /// "What would fit?": unless the search workers hold the trace the engine's worker
+    /// shared, it is asked for first ([`Request::ShareTrace`], handed back to run there);
+    /// then the search worker is asked for the trace's sizes (the sweep's plan);
+    /// meanwhile the other workers of the pool start and take the trace; then the
+    /// sweep's replays go to all of them, each worker's share of a batch in one message.
+    /// A sweep still running is cancelled: its replays are in the workers' queues.
     fn start_sweep(&mut self, job: u64, capacity: Option<u64>) -> Option<Request> {
         if let Some(old) = self.sweep.take() {
             self.restart_search();
@@ -335,18 +414,50 @@ impl<W: Workers> Host<W> {
                 message: CANCELLED.to_string(),
             });
         }
-        let back = Request::WhatIf {
+        let waiting_trace = !self.search.setup.is_empty()
+            && self.search.shared != Some(self.search.generation)
+            && self.search.unshared != Some(self.search.trace);
+        let run = SweepRun {
+            job,
+            capacity,
+            waiting_trace,
+            sweep: None,
+            batch: Vec::new(),
+            results: Vec::new(),
+            busy: BTreeMap::new(),
+            answered_by: BTreeSet::new(),
+            done: 0,
+            error: None,
+        };
+        if waiting_trace {
+            self.outbox.push(Response::Progress {
+                job,
+                stage: "what would fit: sharing the trace with the search workers".into(),
+                fraction: 0.0,
+            });
+            self.sweep = Some(run);
+            // Asked already (as the trace was sent) unless it was not.
+            return self.share_request();
+        }
+        self.launch_sweep(run).map(|()| Request::WhatIf {
             job,
             capacity_bytes: capacity,
-        };
+        })
+    }
+
+    /// Starts `run` on the search workers; `Some(())` if none could start (the engine's
+    /// worker runs the sweep instead).
+    fn launch_sweep(&mut self, mut run: SweepRun) -> Option<()> {
+        run.waiting_trace = false;
+        let job = run.job;
         let Ok(msg) = self.workers.encode(&Request::SweepSizes { job }) else {
-            return Some(back);
+            return Some(());
         };
         match self.search_worker() {
             Ok(w) => self.workers.post(w, &msg),
             Err(e) => {
                 log::warn!("cannot start a search worker ({e}): the engine runs it");
-                return Some(back);
+                return Some(());
             }
         }
         // The helpers: started (or told the new trace) now, so they read it while the
@@ -383,18 +494,7 @@ impl<W: Workers> Host<W> {
             ),
             fraction: 0.0,
         });
-        self.sweep = Some(SweepRun {
-            job,
-            capacity,
-            sweep: None,
-            batch: Vec::new(),
-            next: 0,
-            results: Vec::new(),
-            busy: BTreeMap::new(),
-            answered_by: BTreeSet::new(),
-            done: 0,
-            error: None,
-        });
+        self.sweep = Some(run);
         None
     }
 
@@ -421,7 +521,6 @@ impl<W: Workers> Host<W> {
                     run.done += 1;
                     self.sweep_progress(&run);
                 }
-                self.feed(&mut run, w);
                 if run.results.iter().all(Option::is_some) {
                     self.give_batch(run);
                 } else {
@@ -484,13 +583,12 @@ impl<W: Workers> Host<W> {
         self.sweep_progress(&run);
         run.results = vec![None; batch.len()];
         run.batch = batch;
-        run.next = 0;
         let workers: Vec<WorkerId> = (self.search.worker.iter())
             .chain(&self.search.helpers)
             .map(|(w, _)| *w)
             .collect();
-        for w in workers {
-            self.feed(&mut run, w);
+        for (k, w) in workers.iter().enumerate() {
+            self.post_share(&mut run, *w, k, workers.len());
         }
         self.keep_sweep(run);
     }
@@ -509,30 +607,26 @@ impl<W: Workers> Host<W> {
         }
     }
 
-    /// The sweep's next replays to `w`, up to [`SWEEP_QUEUED`] in its queue, while any is
-    /// left.
-    fn feed(&mut self, run: &mut SweepRun, w: WorkerId) {
-        while run.busy.get(&w).map_or(0, VecDeque::len) < SWEEP_QUEUED {
-            let Some(spec) = run.batch.get(run.next) else {
-                return;
-            };
-            let req = Request::SweepReplay {
-                job: run.job,
-                index: run.next as u32,
-                spec: spec.clone(),
-                capacity_bytes: run.capacity,
-            };
-            match self.workers.encode(&req) {
-                Ok(msg) => {
-                    self.workers.post(w, &msg);
-                    run.busy.entry(w).or_default().push_back(run.next);
-                    run.next += 1;
-                }
-                Err(e) => {
-                    run.error = Some(e);
-                    return;
-                }
+    /// Worker `w`'s share of the batch (the `k`-th of `of` workers: replays `k`, `k + of`,
+    /// … — neighbours in a batch cost alike), in one message: it never waits for the page
+    /// to hand it the next one.
+    fn post_share(&mut self, run: &mut SweepRun, w: WorkerId, k: usize, of: usize) {
+        let indices: Vec<usize> = (k..run.batch.len()).step_by(of.max(1)).collect();
+        if indices.is_empty() {
+            return;
+        }
+        let req = Request::SweepReplays {
+            job: run.job,
+            indices: indices.iter().map(|&i| i as u32).collect(),
+            specs: indices.iter().map(|&i| run.batch[i].clone()).collect(),
+            capacity_bytes: run.capacity,
+        };
+        match self.workers.encode(&req) {
+            Ok(msg) => {
+                self.workers.post(w, &msg);
+                run.busy.entry(w).or_default().extend(indices);
             }
+            Err(e) => run.error = Some(e),
         }
     }
 

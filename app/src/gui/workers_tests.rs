@@ -102,6 +102,57 @@ fn poll_until(
     panic!("no answer after {rounds} rounds: {all:?}");
 }
 
+/// `req` routed as the page routes it, beside `engine` as the engine's worker: what the
+/// host hands back runs there, then the share it asks for, and a trace shared reaches
+/// the host as the page hands it on (the `Request::SearchTrace` the engine's worker
+/// posts). What was handed back.
+fn route(host: &mut Host<&mut Fake>, engine: &mut Engine, req: Request) -> Option<Request> {
+    let back = host.route(req);
+    let mut shared = Vec::new();
+    for r in back.iter().cloned().chain(host.share_request()) {
+        engine.handle(r, &mut |r| {
+            if let Response::SharedTrace { job, device, trace } = r {
+                let req = Request::SearchTrace { job, device, trace };
+                shared.push((job, wire::encode(&req).expect("encodes")));
+            }
+        });
+    }
+    for (job, msg) in shared {
+        host.shared_trace(job, msg);
+    }
+    back
+}
+
+/// "What would fit?" routed: it runs on the search workers (the engine's worker at most
+/// shares the trace first).
+fn start_what_if(host: &mut Host<&mut Fake>, engine: &mut Engine, job: u64) {
+    let back = route(
+        host,
+        engine,
+        Request::WhatIf {
+            job,
+            capacity_bytes: None,
+        },
+    );
+    assert!(
+        matches!(back, None | Some(Request::ShareTrace { .. })),
+        "{back:?}"
+    );
+}
+
+#[test]
+fn a_share_job_crosses_as_a_js_number_exactly() {
+    // worker.js's `{trace, job}` carries the job as an f64: a job that rounds is dropped
+    // as a share for another trace, and the sweep waits for ever.
+    for job in [
+        super::SHARE_JOBS,
+        super::SHARE_JOBS + 1,
+        super::SHARE_JOBS + 12_345,
+    ] {
+        assert_eq!(job as f64 as u64, job);
+    }
+}
+
 #[test]
 fn the_pool_is_the_hardware_concurrency_at_least_two_and_at_most_eight() {
     assert_eq!(pool_size(Some(1), None), 2);
@@ -203,13 +254,18 @@ fn ranks_of_different_devices_are_refused_through_the_pool_too() {
 fn cancel_terminates_every_search_worker_and_the_other_searches_go_on_in_a_fresh_one() {
     let mut fake = Fake::default();
     let mut host = Host::new(&mut fake, 2);
+    let mut engine = Engine::new();
     let spec = "kvcache:tokens=500";
     // The load goes to the engine's worker and is kept for the search worker.
     assert!(matches!(
-        host.route(Request::Workload {
-            job: 1,
-            spec: spec.into()
-        }),
+        route(
+            &mut host,
+            &mut engine,
+            Request::Workload {
+                job: 1,
+                spec: spec.into()
+            }
+        ),
         Some(Request::Workload { .. })
     ));
     assert!(
@@ -221,13 +277,18 @@ fn cancel_terminates_every_search_worker_and_the_other_searches_go_on_in_a_fresh
         .is_some(),
         "layouts stay with the engine"
     );
-    assert!(
-        host.route(Request::WhatIf {
+    // The engine's worker shared its trace right after the workload: the search workers
+    // never decode anything.
+    assert_eq!(host.counts().traces_shared, 1);
+    let back = route(
+        &mut host,
+        &mut engine,
+        Request::WhatIf {
             job: 3,
-            capacity_bytes: None
-        })
-        .is_none()
+            capacity_bytes: None,
+        },
     );
+    assert!(back.is_none(), "{back:?}");
     assert!(
         host.route(Request::MinCapacity {
             job: 4,
@@ -270,7 +331,8 @@ fn cancel_terminates_every_search_worker_and_the_other_searches_go_on_in_a_fresh
             .any(|r| matches!(r, Response::WhatIf { .. } | Response::Loaded { .. })),
         "no answer of the cancelled sweep, none of the setup: {answers:?}"
     );
-    // The next sweep runs in that worker, which has the trace, and a fresh helper.
+    // The next sweep runs in that worker, which has the trace, and a fresh helper: the
+    // trace is not shared again.
     assert!(
         host.route(Request::WhatIf {
             job: 5,
@@ -278,6 +340,7 @@ fn cancel_terminates_every_search_worker_and_the_other_searches_go_on_in_a_fresh
         })
         .is_none()
     );
+    assert_eq!(host.counts().traces_shared, 1);
     let answers = poll_until(&mut host, 400, |r| matches!(r, Response::WhatIf { .. }));
     assert!(
         matches!(answers.last(), Some(Response::WhatIf { job: 5, answer }) if answer.candidates_tried > 100),
@@ -285,6 +348,12 @@ fn cancel_terminates_every_search_worker_and_the_other_searches_go_on_in_a_fresh
     );
     assert_eq!(host.counts().search_started, 4);
     assert_eq!(host.counts().sweep_workers, 2, "both replayed settings");
+    // Each worker took its share of a batch in one message, not a replay at a time.
+    let shares = |fake: &Fake| -> usize {
+        (fake.ran.values().flatten())
+            .filter(|r| r.starts_with("SweepReplays"))
+            .count()
+    };
     // A new trace lets the idle worker go.
     host.route(Request::Workload {
         job: 6,
@@ -299,23 +368,29 @@ fn cancel_terminates_every_search_worker_and_the_other_searches_go_on_in_a_fresh
     );
     assert_eq!(fake.terminated.len(), 4);
     assert!(fake.live.is_empty());
+    let replayed = fake.ran.values().flatten().count();
+    assert!(
+        (1..=2 * 4).contains(&shares(&fake)),
+        "a message per worker and batch: {:?}",
+        fake.ran
+    );
+    assert!(replayed < 20, "{replayed} messages for over 100 replays");
 }
 
 #[test]
 fn a_file_the_engine_opens_itself_is_opened_by_the_next_search_worker_too() {
     let mut fake = Fake::default();
     let mut host = Host::new(&mut fake, 2);
-    host.route(Request::Workload {
-        job: 1,
-        spec: "kvcache:tokens=200".into(),
-    });
-    assert!(
-        host.route(Request::WhatIf {
-            job: 2,
-            capacity_bytes: None
-        })
-        .is_none()
+    let mut engine = Engine::new();
+    route(
+        &mut host,
+        &mut engine,
+        Request::Workload {
+            job: 1,
+            spec: "kvcache:tokens=200".into(),
+        },
     );
+    start_what_if(&mut host, &mut engine, 2);
     poll_until(&mut host, 400, |r| matches!(r, Response::WhatIf { .. }));
     // A dropped file: the engine's worker reads it itself (no request passes the host);
     // the open is what a search worker must run first from now on. Here the fake's
@@ -328,14 +403,9 @@ fn a_file_the_engine_opens_itself_is_opened_by_the_next_search_worker_too() {
     };
     let mut direct = Engine::new();
     direct.handle(load.clone(), &mut |_| {});
+    engine.handle(load.clone(), &mut |_| {});
     host.opening(wire::encode(&load).expect("encodes"));
-    assert!(
-        host.route(Request::WhatIf {
-            job: 4,
-            capacity_bytes: None
-        })
-        .is_none()
-    );
+    start_what_if(&mut host, &mut engine, 4);
     let answers = poll_until(&mut host, 400, |r| matches!(r, Response::WhatIf { .. }));
     let mut expected = Vec::new();
     direct.handle(
@@ -360,10 +430,157 @@ fn a_file_the_engine_opens_itself_is_opened_by_the_next_search_worker_too() {
     );
     for fresh in &fake.spawned[2..] {
         assert!(
-            fake.ran[fresh][0].starts_with("Load"),
-            "a fresh worker opened the file first: {:?}",
+            fake.ran[fresh][0].starts_with("SearchTrace"),
+            "a fresh worker took the trace the engine shared, not the file: {:?}",
             fake.ran[fresh]
         );
     }
+    assert!(
+        !fake.ran.values().flatten().any(|r| r.starts_with("Load")),
+        "no search worker decoded the file: {:?}",
+        fake.ran
+    );
     assert_eq!(fake.spawned.len(), 4);
+}
+
+#[test]
+fn a_sweep_cancelled_while_the_trace_is_shared_starts_nothing_and_the_next_takes_it() {
+    let mut fake = Fake::default();
+    let mut host = Host::new(&mut fake, 2);
+    let mut engine = Engine::new();
+    let workload = Request::Workload {
+        job: 1,
+        spec: "kvcache:tokens=200".into(),
+    };
+    assert!(host.route(workload.clone()).is_some());
+    engine.handle(workload, &mut |_| {});
+    // The page's "What would fit?" before the trace was shared (the page asks for it as
+    // it sends the trace; here not): the host asks for it once; cancelled before it came.
+    let back = host.route(Request::WhatIf {
+        job: 2,
+        capacity_bytes: None,
+    });
+    assert!(
+        matches!(back, Some(Request::ShareTrace { job }) if job >= super::SHARE_JOBS),
+        "{back:?}"
+    );
+    assert!(host.share_request().is_none(), "asked once");
+    assert_eq!(host.counts().search_live, 0, "no worker before the trace");
+    assert!(host.route(Request::Cancel { job: 2 }).is_none());
+    let mut shared = Vec::new();
+    engine.handle(back.expect("asked"), &mut |r| shared.push(r));
+    let Some(Response::SharedTrace { job, device, trace }) = shared.pop() else {
+        panic!("{shared:?}");
+    };
+    // Bytes that are no trace: the search worker holds none (a search fails, it does
+    // not panic).
+    let mut bad = Engine::new();
+    bad.handle_search(
+        Request::SearchTrace {
+            job,
+            device,
+            trace: trace[..trace.len() / 2].to_vec(),
+        },
+        &mut |_| {},
+    );
+    let mut answers = Vec::new();
+    bad.handle_search(Request::SweepSizes { job: 9 }, &mut |r| answers.push(r));
+    assert!(
+        matches!(&answers[..], [Response::Failed { job: 9, .. }]),
+        "{answers:?}"
+    );
+    let req = Request::SearchTrace { job, device, trace };
+    let msg = wire::encode(&req).expect("encodes");
+    host.shared_trace(job, msg.clone());
+    assert_eq!(host.counts().traces_shared, 1);
+    let after = host.poll();
+    assert!(
+        matches!(after.last(), Some(Response::Failed { job: 2, message }) if message == "cancelled")
+            && after
+                .iter()
+                .all(|r| r.job() == 2 && !matches!(r, Response::WhatIf { .. })),
+        "only the cancel's answer: {after:?}"
+    );
+    assert_eq!(
+        host.counts().search_live,
+        0,
+        "the cancelled sweep started nothing"
+    );
+    // The next sweep takes the shared trace without asking again.
+    assert!(
+        host.route(Request::WhatIf {
+            job: 3,
+            capacity_bytes: None
+        })
+        .is_none()
+    );
+    let answers = poll_until(&mut host, 400, |r| matches!(r, Response::WhatIf { .. }));
+    assert!(matches!(
+        answers.last(),
+        Some(Response::WhatIf { job: 3, .. })
+    ));
+    // A trace shared for a trace since replaced is dropped.
+    host.route(Request::Workload {
+        job: 4,
+        spec: "kvcache:tokens=100".into(),
+    });
+    host.shared_trace(job, msg);
+    assert_eq!(host.counts().traces_shared, 1);
+    assert!(
+        matches!(host.share_request(), Some(Request::ShareTrace { job: j }) if j != job),
+        "the new trace is asked for"
+    );
+    drop(host);
+    assert!(
+        fake.ran.values().all(|r| r[0].starts_with("SearchTrace")),
+        "{:?}",
+        fake.ran
+    );
+}
+
+#[test]
+fn a_trace_the_engine_cannot_share_is_swept_on_the_file_and_not_asked_again() {
+    let mut fake = Fake::default();
+    let mut host = Host::new(&mut fake, 2);
+    // The engine's worker holds no trace (its load failed, say): the share fails.
+    let mut engine = Engine::new();
+    let workload = Request::Workload {
+        job: 1,
+        spec: "kvcache:tokens=100".into(),
+    };
+    assert!(host.route(workload).is_some());
+    let Some(share) = host.share_request() else {
+        panic!("a share is asked for the workload");
+    };
+    let mut answers = Vec::new();
+    engine.handle(share.clone(), &mut |r| answers.push(r));
+    assert!(
+        matches!(&answers[..], [Response::Failed { .. }]),
+        "{answers:?}"
+    );
+    start_what_if(&mut host, &mut engine, 2);
+    assert_eq!(host.counts().search_live, 0, "waiting for the share");
+    host.share_failed(share.job());
+    let answers = poll_until(&mut host, 400, |r| matches!(r, Response::WhatIf { .. }));
+    assert!(matches!(
+        answers.last(),
+        Some(Response::WhatIf { job: 2, .. })
+    ));
+    // The next sweep does not wait for a share again.
+    assert!(
+        host.route(Request::WhatIf {
+            job: 3,
+            capacity_bytes: None
+        })
+        .is_none()
+    );
+    poll_until(&mut host, 400, |r| {
+        matches!(r, Response::WhatIf { job: 3, .. })
+    });
+    drop(host);
+    assert!(
+        fake.ran.values().all(|r| r[0].starts_with("Workload")),
+        "the search workers built the workload themselves: {:?}",
+        fake.ran
+    );
 }

@@ -11,6 +11,7 @@ use crate::snapshot::{
     StrId,
 };
 
+pub mod binary;
 pub mod evidence;
 
 /// A private memory pool (`segment_pool_id`): CUDA-graph pools and `torch.cuda.MemPool`s.

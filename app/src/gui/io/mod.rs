@@ -284,6 +284,9 @@ impl EngineHandle {
                 if let Some(req) = beside.route(req) {
                     w.send(&req);
                 }
+                if let Some(share) = beside.share_request() {
+                    w.send(&share);
+                }
             }
         }
     }
@@ -321,6 +324,9 @@ impl EngineHandle {
                 Ok(msg) => {
                     w.post(&msg);
                     beside.opening(msg);
+                    if let Some(share) = beside.share_request() {
+                        w.send(&share);
+                    }
                 }
                 Err(e) => log::error!("cannot post the file to the engine worker: {e:?}"),
             },
@@ -372,7 +378,15 @@ impl EngineHandle {
             Inner::Thread { rx, .. } => rx.try_iter().collect(),
             #[cfg(target_arch = "wasm32")]
             Inner::Worker(w, beside) => {
+                for (job, msg) in w.take_shared() {
+                    beside.shared_trace(job, msg);
+                }
                 let mut out = w.poll();
+                for r in &out {
+                    if let Response::Failed { job, .. } = r {
+                        beside.share_failed(*job);
+                    }
+                }
                 out.extend(beside.poll());
                 web::mark_workers(beside.counts());
                 out

@@ -265,6 +265,8 @@ fn engine_answers() -> Vec<Response> {
         },
         &mut push,
     );
+    // The trace shared with the search workers (its bytes as serde's bytes).
+    engine.handle(Request::ShareTrace { job: 4 }, &mut push);
     out
 }
 
@@ -297,7 +299,7 @@ fn chunked_messages_are_the_wire_bytes_and_decode_to_the_same_answers() {
                 .to_string()
         })
         .collect();
-    for kind in ["Recorded", "Loaded", "Replayed", "Layout"] {
+    for kind in ["Recorded", "Loaded", "Replayed", "Layout", "SharedTrace"] {
         assert!(kinds.iter().any(|k| k == kind), "no {kind} among {kinds:?}");
     }
     let mut biggest = 0;

@@ -16,6 +16,10 @@ pub struct WorkerEngine {
     /// Answers decoded as they arrive, straight from the JS array each came in
     /// ([`chunked::decode_js`]): the page's wasm memory never holds one encoded.
     inbox: Rc<RefCell<Vec<Response>>>,
+    /// Traces the worker shared for the search workers ([`Response::SharedTrace`],
+    /// posted as `{trace, job}`: the [`Request::SearchTrace`] they take, left in JS
+    /// memory): each with its job.
+    shared: Rc<RefCell<Vec<(u64, JsValue)>>>,
     background: Rc<RefCell<Background>>,
     _on_message: Closure<dyn FnMut(web_sys::MessageEvent)>,
 }
@@ -61,12 +65,20 @@ impl WorkerEngine {
         let worker = web_sys::Worker::new_with_options("./worker.js", &opts)
             .map_err(|e| format!("{e:?}"))?;
         let inbox: Rc<RefCell<Vec<Response>>> = Rc::default();
+        let shared: Rc<RefCell<Vec<(u64, JsValue)>>> = Rc::default();
         let background: Rc<RefCell<Background>> = Rc::default();
         let (sink, bg, to) = (inbox.clone(), background.clone(), worker.clone());
+        let traces = shared.clone();
         let ctx = ctx.clone();
         let on_message =
             Closure::<dyn FnMut(web_sys::MessageEvent)>::new(move |e: web_sys::MessageEvent| {
                 let data = e.data();
+                if let Some(shared) = shared_trace(&data) {
+                    // Handed to the search workers as it is: never decoded here.
+                    traces.borrow_mut().push(shared);
+                    ctx.request_repaint();
+                    return;
+                }
                 let answer = if let Some(decoded) = chunked::decode_js::<Response>(&data) {
                     // Decoded as it arrives, straight from the JS array it came in
                     // ([`chunked::decode_js`]): the page's wasm memory never holds it encoded.
@@ -105,6 +117,7 @@ impl WorkerEngine {
         Ok(WorkerEngine {
             worker,
             inbox,
+            shared,
             background,
             _on_message: on_message,
         })
@@ -143,6 +156,21 @@ impl WorkerEngine {
     pub fn poll(&self) -> Vec<Response> {
         std::mem::take(&mut *self.inbox.borrow_mut())
     }
+
+    /// The traces shared since the last call ([`WorkerEngine::shared`]).
+    pub fn take_shared(&self) -> Vec<(u64, JsValue)> {
+        std::mem::take(&mut *self.shared.borrow_mut())
+    }
+}
+
+/// The worker's `{trace, job}` message (a shared trace): its job and its request.
+fn shared_trace(data: &JsValue) -> Option<(u64, JsValue)> {
+    let trace = js_sys::Reflect::get(data, &"trace".into()).ok()?;
+    if trace.is_undefined() {
+        return None;
+    }
+    let job = js_sys::Reflect::get(data, &"job".into()).ok()?.as_f64()?;
+    Some((job as u64, trace))
 }
 
 /// `{open: job, name, file}`: what worker.js reads a dropped `File` from (the engine's
@@ -249,16 +277,22 @@ pub fn mark_layout(op: u32) {
 }
 
 /// `data-allocsim-rank-workers`: the workers that answered ranks of the last set;
-/// `data-allocsim-search-workers`: `started=S terminated=T live=L sweep=W planned=P`
-/// search workers (W: those that answered replays of the last finished sweep; P: sweeps
-/// whose replays started, the trace read).
+/// `data-allocsim-search-workers`: `started=S terminated=T live=L sweep=W planned=P
+/// shared=X` search workers (W: those that answered replays of the last finished sweep;
+/// P: sweeps whose replays started, the trace read; X: traces the engine's worker shared
+/// with them).
 pub fn mark_workers(c: crate::gui::workers::Counts) {
     mark("data-allocsim-rank-workers", &c.rank_workers.to_string());
     mark(
         "data-allocsim-search-workers",
         &format!(
-            "started={} terminated={} live={} sweep={} planned={}",
-            c.search_started, c.search_terminated, c.search_live, c.sweep_workers, c.sweeps_planned
+            "started={} terminated={} live={} sweep={} planned={} shared={}",
+            c.search_started,
+            c.search_terminated,
+            c.search_live,
+            c.sweep_workers,
+            c.sweeps_planned,
+            c.traces_shared
         ),
     );
 }
