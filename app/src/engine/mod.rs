@@ -840,7 +840,8 @@ pub fn replay_data(spec: &str, r: &mut ReplayResult) -> ReplayData {
         recorded: o.recorded,
         fatal: o.fatal,
     };
-    // The op times go with it: they are the trace's own (the UI's ops table has them).
+    // The op times do not go with it: they are the trace's own (the UI's ops table has
+    // them).
     let timeline = std::mem::take(&mut r.timeline);
     ReplayData {
         spec: spec.to_string(),
@@ -861,11 +862,7 @@ pub fn replay_data(spec: &str, r: &mut ReplayResult) -> ReplayData {
             oom: r.oom.as_ref().map(oom_data),
             ooms: r.ooms.iter().map(oom_data).collect(),
         },
-        reserved_bytes: timeline.reserved_bytes.to_vec(),
-        allocated_bytes: timeline.allocated_bytes.to_vec(),
-        requested_bytes: timeline.requested_bytes.to_vec(),
-        largest_free_bytes: timeline.largest_free_bytes.to_vec(),
-        free_holes: timeline.free_holes.iter().map(|h| h as u32).collect(),
+        timeline,
     }
 }
 

@@ -129,7 +129,7 @@ impl AllocsimApp {
         let Some(doc) = &self.doc else { return };
         let Some(s) = doc.slots.first() else { return };
         let Some(r) = &s.replay else { return };
-        let tl = state::timeline_of(&r.data);
+        let tl = &r.data.timeline;
         let name = format!(
             "{}_{}_timeline.csv",
             stem(&doc.trace.name),
