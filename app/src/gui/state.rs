@@ -836,10 +836,7 @@ pub fn block_in_stacks(
 /// The stack's top per op, as an envelope (the highest top over any span of ops).
 #[must_use]
 pub fn stack_top(ops: &OpsTable) -> Envelope {
-    Envelope::new(
-        crate::engine::bands::live_bytes_per_op(ops)
-            .into_iter()
-            .map(|b| (b as f64 / MIB) as f32)
-            .collect(),
-    )
+    let mut top = Vec::with_capacity(ops.len());
+    crate::engine::bands::each_live_bytes(ops, |b| top.push((b as f64 / MIB) as f32));
+    Envelope::new(top)
 }
