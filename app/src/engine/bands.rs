@@ -221,7 +221,6 @@ mod tests {
             t.size_bytes.push(if c == 'a' { v } else { 0 });
             t.link.push(if c == 'a' { NO_OP } else { v as u32 });
             t.end.push(NO_OP);
-            t.stream.push(0);
             t.stack.push(0);
             t.event_index.push(k as u32);
             t.time_us.push(0);

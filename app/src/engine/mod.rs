@@ -737,16 +737,14 @@ pub fn ops_table(dt: &DeviceTrace) -> OpsTable {
         size_bytes: Vec::with_capacity(n),
         link: vec![NO_OP; n],
         end: vec![NO_OP; n],
-        stream: Vec::with_capacity(n),
         stack: Vec::with_capacity(n),
         event_index: Vec::with_capacity(n),
         time_us: Vec::with_capacity(n),
     };
     for (k, op) in dt.ops.iter().enumerate() {
-        let (kind, size, stream) = match op.kind {
+        let (kind, size) = match op.kind {
             OpKind::Alloc {
                 size_bytes,
-                stream,
                 recorded_oom,
                 ..
             } => (
@@ -756,7 +754,6 @@ pub fn ops_table(dt: &DeviceTrace) -> OpsTable {
                     op_kind::ALLOC
                 },
                 size_bytes,
-                stream,
             ),
             OpKind::Free { alloc, deferred } => {
                 if let Some(a) = t.link.get_mut(alloc as usize) {
@@ -767,21 +764,20 @@ pub fn ops_table(dt: &DeviceTrace) -> OpsTable {
                     }
                 }
                 t.link[k] = alloc;
-                (op_kind::FREE, 0, 0)
+                (op_kind::FREE, 0)
             }
             OpKind::CompleteFree { alloc } => {
                 if let Some(e) = t.end.get_mut(alloc as usize) {
                     *e = k as u32;
                 }
                 t.link[k] = alloc;
-                (op_kind::COMPLETE_FREE, 0, 0)
+                (op_kind::COMPLETE_FREE, 0)
             }
-            OpKind::EmptyCache => (op_kind::EMPTY_CACHE, 0, 0),
-            OpKind::ReleasePool { .. } => (op_kind::RELEASE_POOL, 0, 0),
+            OpKind::EmptyCache => (op_kind::EMPTY_CACHE, 0),
+            OpKind::ReleasePool { .. } => (op_kind::RELEASE_POOL, 0),
         };
         t.kind.push(kind);
         t.size_bytes.push(size);
-        t.stream.push(stream);
         t.stack.push(op.stack.0);
         t.event_index.push(op.event_index);
         t.time_us.push(op.time_us);

@@ -308,8 +308,6 @@ pub struct OpsTable {
     /// Alloc: the op after which its memory is no longer the program's (the completion of
     /// a deferred free, else the free; [`NO_OP`] if never).
     pub end: Vec<u32>,
-    /// Stream of an alloc (0 for other ops).
-    pub stream: Vec<u64>,
     /// Index into [`StackTable`] (0: no frames).
     pub stack: Vec<u32>,
     /// Index of the trace entry in `device_traces[d]`.
