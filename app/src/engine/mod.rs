@@ -20,6 +20,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use allocsim_core::capacity::CapacityArg;
 use allocsim_core::explain::Explanation;
+use allocsim_core::metrics::Column;
 use allocsim_core::models::{LayoutBlockState, ModelSpec};
 use allocsim_core::offline::{self, BestPossible};
 use allocsim_core::replay::{self, OomReport, Outcome, ReplayOptions, ReplayResult};
@@ -739,7 +740,7 @@ pub fn ops_table(dt: &DeviceTrace) -> OpsTable {
         end: vec![NO_OP; n],
         stack: Vec::with_capacity(n),
         event_index: Vec::with_capacity(n),
-        time_us: Vec::with_capacity(n),
+        times: Column::default(),
     };
     for (k, op) in dt.ops.iter().enumerate() {
         let (kind, size) = match op.kind {
@@ -780,8 +781,9 @@ pub fn ops_table(dt: &DeviceTrace) -> OpsTable {
         t.size_bytes.push(size);
         t.stack.push(op.stack.0);
         t.event_index.push(op.event_index);
-        t.time_us.push(op.time_us);
+        t.push_time_us(op.time_us);
     }
+    t.times.shrink_to_fit();
     t
 }
 

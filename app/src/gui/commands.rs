@@ -135,7 +135,11 @@ impl AllocsimApp {
             stem(&doc.trace.name),
             sanitize(&s.spec)
         );
-        crate::gui::io::save_file(&name, tl.to_csv(&doc.trace.ops.time_us).into_bytes());
+        crate::gui::io::save_file(
+            &name,
+            tl.to_csv(&doc.trace.ops.times_us().collect::<Vec<i64>>())
+                .into_bytes(),
+        );
     }
 
     /// The compare summary as JSON (the fields of `allocsim compare --json`).

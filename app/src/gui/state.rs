@@ -618,41 +618,53 @@ pub fn band_quad(
 /// Whether the ops of `trace` have times that never go backwards (else the time axis is
 /// not offered).
 fn timed(trace: &TraceData) -> bool {
-    let t = &trace.ops.time_us;
-    trace.has_times && !t.is_empty() && t.windows(2).all(|w| w[1] >= w[0])
+    let mut last = i64::MIN;
+    trace.has_times
+        && !trace.ops.times.is_empty()
+        && trace.ops.times_us().all(|t| {
+            let on = t >= last;
+            last = t;
+            on
+        })
 }
 
 /// Seconds since the first op, per op: read from the ops table's times when asked (no
 /// copy of them; empty when the trace has no times or they go backwards).
 #[derive(Debug, Clone, Copy)]
 pub struct Seconds<'a> {
-    times_us: &'a [i64],
+    ops: &'a OpsTable,
+    /// The ops with a time: all, or none.
+    len: usize,
 }
 
 impl Seconds<'_> {
     /// Those of `trace`'s ops if `timed`, else none.
     fn of(trace: &TraceData, timed: bool) -> Seconds<'_> {
         Seconds {
-            times_us: if timed { &trace.ops.time_us } else { &[] },
+            ops: &trace.ops,
+            len: if timed { trace.ops.len() } else { 0 },
         }
     }
 
     /// Number of ops with a time (0: untimed).
     #[must_use]
     pub fn len(&self) -> usize {
-        self.times_us.len()
+        self.len
     }
 
     #[must_use]
     pub fn is_empty(&self) -> bool {
-        self.times_us.is_empty()
+        self.len == 0
     }
 
     /// Seconds of op `i` since the first op.
     #[must_use]
     pub fn get(&self, i: usize) -> Option<f64> {
-        let t0 = *self.times_us.first()?;
-        self.times_us.get(i).map(|&t| (t - t0) as f64 / 1e6)
+        if i >= self.len {
+            return None;
+        }
+        let t0 = self.ops.time_us(0)?;
+        self.ops.time_us(i).map(|t| (t - t0) as f64 / 1e6)
     }
 
     /// Seconds of the last op.
@@ -665,9 +677,16 @@ impl Seconds<'_> {
     /// `pred`, as `slice::partition_point`.
     #[must_use]
     pub fn partition_point(&self, pred: impl Fn(f64) -> bool) -> usize {
-        let t0 = self.times_us.first().copied().unwrap_or(0);
-        self.times_us
-            .partition_point(|&t| pred((t - t0) as f64 / 1e6))
+        let (mut lo, mut hi) = (0, self.len);
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            if self.get(mid).is_some_and(&pred) {
+                lo = mid + 1;
+            } else {
+                hi = mid;
+            }
+        }
+        lo
     }
 }
 
@@ -839,4 +858,78 @@ pub fn stack_top(ops: &OpsTable) -> Envelope {
     let mut top = Vec::with_capacity(ops.len());
     crate::engine::bands::each_live_bytes(ops, |b| top.push((b as f64 / MIB) as f32));
     Envelope::new(top)
+}
+
+#[cfg(test)]
+mod seconds_tests {
+    use super::*;
+
+    fn trace_with_times(times: &[i64]) -> TraceData {
+        let mut ops = OpsTable::default();
+        for &x in times {
+            ops.kind.push(crate::engine::wire::op_kind::EMPTY_CACHE);
+            ops.push_time_us(x);
+        }
+        TraceData {
+            has_times: true,
+            ops: Arc::new(ops),
+            ..TraceData::default()
+        }
+    }
+
+    /// The seconds read from the ops table's compact times are those of a plain copy:
+    /// every op's, and every search of the time axis.
+    #[test]
+    fn seconds_from_the_compact_times_equal_a_plain_copy() {
+        let mut times = vec![-5_000_000_000_i64, -1, 0, 7];
+        let mut x = 1_700_000_000_000_000_i64;
+        for i in 0..1_000 {
+            x += [0, 1, 250, 70_000, 5_000_000_000][i % 5];
+            times.push(x);
+        }
+        let t = trace_with_times(&times);
+        let round: Vec<i64> = t.ops.times_us().collect();
+        assert_eq!(round, times);
+        assert!(timed(&t));
+        let s = Seconds::of(&t, timed(&t));
+        let plain: Vec<f64> = times.iter().map(|&x| (x - times[0]) as f64 / 1e6).collect();
+        assert_eq!(s.len(), plain.len());
+        for (i, &p) in plain.iter().enumerate() {
+            assert_eq!(s.get(i), Some(p), "op {i}");
+        }
+        assert_eq!(s.get(plain.len()), None);
+        assert_eq!(s.last(), plain.last().copied());
+        for &at in &[
+            -1.0,
+            0.0,
+            5.0,
+            5.000_001,
+            1e6,
+            plain[500],
+            plain[999] + 0.5,
+            1e12,
+        ] {
+            assert_eq!(
+                s.partition_point(|t| t <= at),
+                plain.partition_point(|&t| t <= at),
+                "{at}"
+            );
+            assert_eq!(
+                s.partition_point(|t| t < at),
+                plain.partition_point(|&t| t < at),
+                "{at}"
+            );
+        }
+        // Extreme times survive the column exactly.
+        let ends = trace_with_times(&[i64::MIN, i64::MIN + 1, -1, 0, i64::MAX]);
+        assert_eq!(
+            ends.ops.times_us().collect::<Vec<_>>(),
+            [i64::MIN, i64::MIN + 1, -1, 0, i64::MAX]
+        );
+        // Times that go backwards, or none: no time axis.
+        let back = trace_with_times(&[5, 4]);
+        assert!(!timed(&back));
+        assert!(Seconds::of(&back, timed(&back)).is_empty());
+        assert!(!timed(&TraceData::default()));
+    }
 }

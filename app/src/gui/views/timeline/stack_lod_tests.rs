@@ -219,7 +219,7 @@ fn ops(script: &[(char, u64)]) -> OpsTable {
         t.end.push(NO_OP);
         t.stack.push(0);
         t.event_index.push(k as u32);
-        t.time_us.push(0);
+        t.push_time_us(0);
         if c == 'f' {
             t.link[v as usize] = k as u32;
             t.end[v as usize] = k as u32;
