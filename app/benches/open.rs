@@ -166,6 +166,26 @@ fn main() {
         })
     };
     println!("recorded timeline + end state drawn: {}", secs(recorded));
+    // What the UI holds at the end, by owner (heap bytes, exact; the engine's trace,
+    // outcomes and checkpoints are `bench_memory`'s).
+    let mb = |b: usize| b as f64 / 1e6;
+    println!(
+        "the UI holds: ops table {:.0} MB (shared with the engine), stack's top {:.0} MB, bands {:.0} MB ({} pieces), replays {}",
+        mb(doc.trace.ops.heap_bytes()),
+        mb(doc.stack_top.heap_bytes()),
+        mb(doc.trace.bands.pieces.capacity()
+            * std::mem::size_of::<allocsim_app::engine::wire::BandPiece>()),
+        doc.trace.bands.pieces.len(),
+        doc.slots
+            .iter()
+            .filter_map(|s| Some(format!(
+                "{} {:.0} MB",
+                s.spec,
+                mb(s.replay.as_ref()?.heap_bytes())
+            )))
+            .collect::<Vec<_>>()
+            .join(", "),
+    );
     match full {
         Some((d, c)) => println!(
             "first full frame (the whole trace's timeline + the memory map at an event, main replay): {:.2} s, CPU {c:.2} s in all threads",

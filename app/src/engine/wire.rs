@@ -335,6 +335,18 @@ impl OpsTable {
         self.kind.is_empty()
     }
 
+    /// The heap bytes of its columns (their capacity).
+    #[must_use]
+    pub fn heap_bytes(&self) -> usize {
+        self.kind.capacity()
+            + 8 * self.size_bytes.capacity()
+            + 4 * (self.link.capacity()
+                + self.end.capacity()
+                + self.stack.capacity()
+                + self.event_index.capacity())
+            + self.times.capacity_bytes()
+    }
+
     /// `time_us` of op `k`'s trace entry.
     #[must_use]
     pub fn time_us(&self, k: usize) -> Option<i64> {

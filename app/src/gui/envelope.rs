@@ -119,6 +119,15 @@ impl Levels {
         Levels { levels }
     }
 
+    /// The heap bytes of the levels.
+    #[must_use]
+    pub fn heap_bytes(&self) -> usize {
+        self.levels
+            .iter()
+            .map(|l| l.capacity() * std::mem::size_of::<(f32, f32)>())
+            .sum()
+    }
+
     /// The levels over their samples: what is drawn.
     #[must_use]
     pub fn over<'a>(&'a self, samples: Samples<'a>) -> Curve<'a> {
@@ -203,6 +212,12 @@ impl Envelope {
             levels: Levels::new(Samples::Floats(&values)),
             base: values,
         }
+    }
+
+    /// The heap bytes of the samples and their levels.
+    #[must_use]
+    pub fn heap_bytes(&self) -> usize {
+        4 * self.base.capacity() + self.levels.heap_bytes()
     }
 
     /// The samples and their levels, as drawn.

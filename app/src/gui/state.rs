@@ -374,6 +374,21 @@ impl ReplayView {
         }
     }
 
+    /// The heap bytes of its timeline and curves.
+    #[must_use]
+    pub fn heap_bytes(&self) -> usize {
+        self.data.timeline.capacity_bytes()
+            + [
+                &self.reserved,
+                &self.allocated,
+                &self.largest_free,
+                &self.fragmentation,
+            ]
+            .iter()
+            .map(|l| l.heap_bytes())
+            .sum::<usize>()
+    }
+
     /// Reserved bytes per op.
     #[must_use]
     pub fn reserved(&self) -> Curve<'_> {
