@@ -153,18 +153,10 @@ impl Column {
         let bytes = &self.bytes[start..start + BLOCK * width];
         match width {
             0 => out.fill(base),
-            1 => out
-                .iter_mut()
-                .zip(bytes)
-                .for_each(|(o, &d)| *o = base + u64::from(d)),
-            _ => out
-                .iter_mut()
-                .zip(bytes.chunks_exact(width))
-                .for_each(|(o, d)| {
-                    let mut le = [0u8; 8];
-                    le[..width].copy_from_slice(d);
-                    *o = base + u64::from_le_bytes(le);
-                }),
+            1 => decode_each::<1>(out, bytes, |d| base + u64::from(d[0])),
+            2 => decode_each::<2>(out, bytes, |d| base + u64::from(u16::from_le_bytes(d))),
+            4 => decode_each::<4>(out, bytes, |d| base + u64::from(u32::from_le_bytes(d))),
+            _ => decode_each::<8>(out, bytes, |d| base + u64::from_le_bytes(d)),
         }
     }
 
@@ -187,6 +179,18 @@ impl Column {
         self.blocks.shrink_to_fit();
         self.bytes.shrink_to_fit();
         self.tail.shrink_to_fit();
+    }
+}
+
+/// Writes `read` of each `W`-byte difference of a block into `out`: one loop per width,
+/// a fixed-size read per sample.
+fn decode_each<const W: usize>(
+    out: &mut [u64; BLOCK],
+    bytes: &[u8],
+    read: impl Fn([u8; W]) -> u64,
+) {
+    for (o, d) in out.iter_mut().zip(bytes.chunks_exact(W)) {
+        *o = read(d.try_into().unwrap_or([0; W]));
     }
 }
 
