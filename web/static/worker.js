@@ -21,7 +21,11 @@ function crashed(e, job) {
 
 self.onmessage = (event) => {
   if (chain === null) {
-    chain = init({ module_or_path: event.data }).then(() => worker_init());
+    chain = init({ module_or_path: event.data }).then((wasm) => {
+      // This worker's wasm memory in bytes (a high-water mark), for the benchmarks.
+      self.allocsimWasmBytes = () => wasm.memory.buffer.byteLength;
+      worker_init();
+    });
     return;
   }
   const msg = event.data;

@@ -17,7 +17,7 @@
 // renderer's RSS from /proc before the drop and after each step.
 //
 // node bench-memviz.mjs --url OUR_SITE_URL --traces DIR --out DIR [--runs 3]
-//   [--trace NAME_OR_PATH,...] [--open-only NAME,...] [--clicks 5] [--timeout-s 300]
+//   [--trace NAME_OR_PATH,...] [--open-only NAME,...] [--clicks 5] [--timeout-s 300] [--settle-ms MS]
 //   [--tools ours,memviz,ours-gz] [--chromium PATH]
 
 import { createServer } from "node:http";
@@ -37,6 +37,10 @@ const traceArgs = arg("--trace", "kvcache_decode.pickle.gz,big_gpt_long_stacks_s
 /// Traces for which ours is measured to its first full frame only (bench.mjs --open-only).
 const openOnly = new Set(arg("--open-only", "").split(",").filter((x) => x));
 const clicks = Number(arg("--clicks", "5"));
+/// Passed to bench.mjs: milliseconds ours waits after its first full frame before its
+/// memory is read (the browser's worker stacks the bands after every configuration is on
+/// screen: a settle of a few seconds counts them in).
+const settleMs = arg("--settle-ms", "0");
 const timeoutMs = Number(arg("--timeout-s", "300")) * 1000;
 const chromiumPath = arg("--chromium", "/usr/bin/chromium");
 /// Which runs make a round: `ours` and `memviz` on the raw pickle, and `ours-gz`, ours given
@@ -240,6 +244,7 @@ function oursRun(dir, name, i) {
   mkdirSync(runOut, { recursive: true });
   const args = [join(here, "bench.mjs"), "--url", ourUrl, "--traces", dir, "--trace", name, "--runs", "1", "--out", runOut];
   if (openOnly.has(name)) args.push("--open-only", "1");
+  if (settleMs !== "0") args.push("--settle-ms", settleMs);
   args.push("--chromium", chromiumPath);
   const p = spawnSync("node", args, { encoding: "utf8", timeout: 30 * 60 * 1000 });
   if (p.status !== 0) return { tool: "allocsim", did_not_finish: `bench.mjs exited ${p.status}: ${(p.stderr || p.stdout).slice(-400)}` };

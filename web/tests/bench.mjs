@@ -25,6 +25,8 @@ import {
   processMemory,
   jsHeap,
   paintedAfter,
+  wasmMemory,
+  sampleMemory,
 } from "./lib.mjs";
 
 const url = arg("--url");
@@ -55,8 +57,10 @@ async function oneRun(i) {
   await page.waitForTimeout(300);
   r.memory_before_mib = { ...processMemory(s.profile), js_heap: await jsHeap(s) };
 
+  const sampling = sampleMemory(s.profile);
   const dropT = await dropFile(page, join(traces, trace), trace);
   await waitFrame(page, `ready:${trace}`, 300000);
+  r.peak_while_opening_mib = sampling();
   const readyT = await markTime(page, "data-allocsim-frame", dropT, `v.startsWith('ready:${trace}')`);
   r.open_to_first_full_frame_ms = Math.round(readyT - dropT);
   // The first frame with the file's recorded timeline and end state (drawn once decoded).
@@ -66,6 +70,7 @@ async function oneRun(i) {
   r.events = Number((await page.evaluate(() => document.body.getAttribute("data-allocsim-frame"))).split(":").pop());
   await page.waitForTimeout(500 + settle);
   r.memory_after_open_mib = { ...processMemory(s.profile), js_heap: await jsHeap(s) };
+  r.wasm_memory_after_open_mib = await wasmMemory(page);
   await canvasStats(page, join(out, `bench-${i}-opened.png`));
 
   await page.mouse.move(700, 890);
@@ -103,7 +108,8 @@ for (let i = 1; i <= runs; i++) {
       `every configuration replayed with its layout in ${r.open_to_first_full_frame_ms} ms ` +
       `(longest frame gap ${r.while_loading.longest_gap_ms} ms); layout at another event: median ${ms[ms.length >> 1]} ms, max ${ms[ms.length - 1]} ms ` +
       `(painted: median ${painted[painted.length >> 1]} ms, max ${painted[painted.length - 1]} ms); ` +
-      `renderer RSS ${r.memory_after_open_mib.renderer} MiB after open, ${r.memory_after_scrub_mib.renderer} MiB after scrubbing; ` +
+      `renderer RSS ${r.memory_after_open_mib.renderer} MiB after open (peak ${r.peak_while_opening_mib.renderer} MiB while opening; ` +
+      `wasm: page ${r.wasm_memory_after_open_mib.page} MiB, workers ${r.wasm_memory_after_open_mib.workers.join(", ")} MiB), ${r.memory_after_scrub_mib.renderer} MiB after scrubbing; ` +
       `GPU process ${r.memory_after_scrub_mib.gpu} MiB; JS heap ${r.memory_after_scrub_mib.js_heap.used_mib} MiB`,
   );
   if (r.console_errors.length > 0) log(`run ${i}: console errors: ${r.console_errors.join(" | ")}`);
@@ -131,6 +137,9 @@ const summary = {
   load_average: readFileSync("/proc/loadavg", "utf8").split(" ").slice(0, 3).join(" "),
   renderer_rss_mib_before_open_max: max((r) => r.memory_before_mib.renderer),
   renderer_rss_mib_after_open_max: max((r) => r.memory_after_open_mib.renderer),
+  renderer_rss_mib_peak_while_opening_max: max((r) => r.peak_while_opening_mib.renderer),
+  page_wasm_mib_after_open_max: max((r) => r.wasm_memory_after_open_mib.page ?? 0),
+  engine_worker_wasm_mib_after_open_max: max((r) => r.wasm_memory_after_open_mib.workers[0] ?? 0),
   renderer_rss_mib_after_scrub_max: max((r) => r.memory_after_scrub_mib.renderer),
   gpu_process_rss_mib_after_scrub_max: max((r) => r.memory_after_scrub_mib.gpu),
   js_heap_used_mib_after_scrub_max: max((r) => r.memory_after_scrub_mib.js_heap.used_mib),

@@ -282,3 +282,32 @@ export async function paintedAfter(page, after) {
     after,
   );
 }
+
+/// The wasm memories of the page and of each of its workers, in MiB (`allocsimWasmBytes`,
+/// set by index.html and worker.js): high-water marks, as wasm memory never shrinks.
+export async function wasmMemory(page) {
+  const mib = (b) => (typeof b === "number" ? Math.round(b / 1048576) : null);
+  const out = { page: mib(await page.evaluate(() => self.allocsimWasmBytes?.()).catch(() => null)), workers: [] };
+  for (const w of page.workers()) {
+    out.workers.push(mib(await w.evaluate(() => self.allocsimWasmBytes?.()).catch(() => null)));
+  }
+  return out;
+}
+
+/// Samples the tab's processes' RSS every `ms` until `stop()`; `stop()` returns the peak
+/// of each (renderer, GPU process) in MiB.
+export function sampleMemory(profile, ms = 200) {
+  const peak = { renderer: 0, gpu: 0 };
+  const take = () => {
+    const m = processMemory(profile);
+    peak.renderer = Math.max(peak.renderer, m.renderer);
+    peak.gpu = Math.max(peak.gpu, m.gpu);
+  };
+  take();
+  const timer = setInterval(take, ms);
+  return () => {
+    clearInterval(timer);
+    take();
+    return peak;
+  };
+}

@@ -19,20 +19,47 @@ struct Live {
     start: u32,
 }
 
+/// Pieces an attempt keeps while it cuts (8 MiB of them); past them it only counts, and the
+/// pieces are cut again into a vector of exactly their number. A big trace's attempts that
+/// overflow [`MAX_PIECES`] so never hold their pieces, nor does a kept vector grow by
+/// doubling: in wasm, whose memory never shrinks, that growth was the worker's high-water
+/// mark (on the 1 M-event trace, 448 MiB for 4.3 M pieces of 32 bytes).
+const KEPT_WHILE_COUNTING: usize = 1 << 18;
+
 /// Builds the bands of `ops` (allocations end at their `end` op).
 #[must_use]
 pub fn build(ops: &OpsTable) -> Bands {
     let peak = peak_live_bytes(ops);
+    let ends = ends(ops);
     let mut epsilon = (peak / 4096).max(1);
     loop {
-        if let Some(pieces) = build_with(ops, epsilon, MAX_PIECES) {
-            return Bands {
-                pieces,
-                peak_bytes: peak,
-                epsilon_bytes: epsilon,
-            };
+        match cut(
+            ops,
+            &ends,
+            epsilon,
+            MAX_PIECES,
+            KEPT_WHILE_COUNTING,
+            Vec::new(),
+        ) {
+            None => epsilon *= 2,
+            Some(cut_pieces) => {
+                let mut pieces = match cut_pieces {
+                    Cut::Kept(pieces) => pieces,
+                    Cut::Counted(count) => {
+                        match cut(ops, &ends, epsilon, count, count, Vec::with_capacity(count)) {
+                            Some(Cut::Kept(pieces)) => pieces,
+                            _ => unreachable!("the same cut twice gives the same pieces"),
+                        }
+                    }
+                };
+                sort_by_area(&mut pieces, ops);
+                return Bands {
+                    pieces,
+                    peak_bytes: peak,
+                    epsilon_bytes: epsilon,
+                };
+            }
         }
-        epsilon *= 2;
     }
 }
 
@@ -117,18 +144,40 @@ fn sum_deltas<T: Copy + Into<i128>>(delta: &[T], f: &mut impl FnMut(u64)) {
     }
 }
 
-fn build_with(ops: &OpsTable, epsilon: u64, max_pieces: usize) -> Option<Vec<BandPiece>> {
-    let n = ops.len() as u32;
-    // Ops at which an allocation ends, by alloc: the end op of each alloc is known, so
-    // collect (end op, alloc) and walk them in op order.
+/// What an attempt gave: its pieces, or only their number (more than it keeps).
+enum Cut {
+    Kept(Vec<BandPiece>),
+    Counted(usize),
+}
+
+/// The ops at which an allocation ends, (end op, alloc), in op order.
+fn ends(ops: &OpsTable) -> Vec<(u32, u32)> {
     let mut ends: Vec<(u32, u32)> = (0..ops.len())
         .filter(|&k| ops.is_alloc(k) && ops.end[k] != NO_OP && ops.size_bytes[k] > 0)
         .map(|k| (ops.end[k], k as u32))
         .collect();
     ends.sort_unstable();
+    ends
+}
+
+/// The pieces sliding by `epsilon` cuts, in the order they are cut: kept in `kept` while
+/// there are at most `keep` of them, then only counted; `None` past `max_pieces`.
+fn cut(
+    ops: &OpsTable,
+    ends: &[(u32, u32)],
+    epsilon: u64,
+    max_pieces: usize,
+    keep: usize,
+    kept: Vec<BandPiece>,
+) -> Option<Cut> {
+    let n = ops.len() as u32;
     let mut next_end = 0usize;
     let mut live: Vec<Live> = Vec::new();
-    let mut pieces: Vec<BandPiece> = Vec::new();
+    let mut out = Pieces {
+        kept: Some(kept),
+        keep,
+        count: 0,
+    };
     let mut top = 0u64;
     for k in 0..n {
         let ku = k as usize;
@@ -152,60 +201,75 @@ fn build_with(ops: &OpsTable, epsilon: u64, max_pieces: usize) -> Option<Vec<Ban
                 continue;
             };
             let gone = live.remove(i);
-            push_piece(
-                &mut pieces,
-                gone.start,
-                k,
-                gone.drawn_y,
-                gone.size,
-                gone.alloc,
-            );
+            out.push(gone.start, k, gone.drawn_y, gone.size, gone.alloc);
             top -= gone.size;
             for l in &mut live[i..] {
                 l.y -= gone.size;
                 if l.drawn_y - l.y >= epsilon {
-                    push_piece(&mut pieces, l.start, k, l.drawn_y, l.size, l.alloc);
+                    out.push(l.start, k, l.drawn_y, l.size, l.alloc);
                     l.start = k;
                     l.drawn_y = l.y;
                 }
             }
-            if pieces.len() > max_pieces {
+            if out.count > max_pieces {
                 return None;
             }
         }
     }
-    drop(ends);
     for l in live {
-        push_piece(&mut pieces, l.start, n, l.drawn_y, l.size, l.alloc);
+        out.push(l.start, n, l.drawn_y, l.size, l.alloc);
     }
-    // In place: an allocation's pieces start at distinct ops, so no two pieces compare
-    // equal and the unstable sort gives the one order (a stable sort would borrow half
-    // the pieces again as scratch, up to 96 MB).
+    if out.count > max_pieces {
+        return None;
+    }
+    Some(match out.kept {
+        Some(pieces) => Cut::Kept(pieces),
+        None => Cut::Counted(out.count),
+    })
+}
+
+/// Largest area first; ties (none between two pieces: an allocation's pieces start at
+/// different ops) by allocation and start.
+fn sort_by_area(pieces: &mut [BandPiece], ops: &OpsTable) {
     pieces.sort_unstable_by(|a, b| {
-        area(b)
-            .total_cmp(&area(a))
+        area(b, ops)
+            .total_cmp(&area(a, ops))
             .then(a.alloc.cmp(&b.alloc))
             .then(a.x0.cmp(&b.x0))
     });
-    Some(pieces)
 }
 
-fn push_piece(pieces: &mut Vec<BandPiece>, x0: u32, x1: u32, y0: u64, h: u64, alloc: u32) {
-    if x1 > x0 && h > 0 {
-        pieces.push(BandPiece {
-            x0,
-            x1,
-            y0_bytes: y0,
-            height_bytes: h,
-            alloc,
-        });
+/// The pieces an attempt has cut: kept up to `keep`, counted always.
+struct Pieces {
+    kept: Option<Vec<BandPiece>>,
+    keep: usize,
+    count: usize,
+}
+
+impl Pieces {
+    fn push(&mut self, x0: u32, x1: u32, y0: u64, h: u64, alloc: u32) {
+        if x1 <= x0 || h == 0 {
+            return;
+        }
+        self.count += 1;
+        if self.count > self.keep {
+            self.kept = None;
+        }
+        if let Some(kept) = &mut self.kept {
+            kept.push(BandPiece {
+                x0,
+                x1,
+                y0_bytes: y0,
+                alloc,
+            });
+        }
     }
 }
 
 /// Area of a piece in ops × bytes (the level-of-detail order).
 #[must_use]
-pub fn area(p: &BandPiece) -> f64 {
-    f64::from(p.x1 - p.x0) * p.height_bytes as f64
+pub fn area(p: &BandPiece, ops: &OpsTable) -> f64 {
+    f64::from(p.x1 - p.x0) * p.height_bytes(ops) as f64
 }
 
 #[cfg(test)]
@@ -237,11 +301,11 @@ mod tests {
     }
 
     /// The stack height at op k from the pieces: every live byte covered exactly once.
-    fn covered(b: &Bands, k: u32) -> u64 {
+    fn covered(t: &OpsTable, b: &Bands, k: u32) -> u64 {
         b.pieces
             .iter()
             .filter(|p| p.x0 <= k && k < p.x1)
-            .map(|p| p.height_bytes)
+            .map(|p| p.height_bytes(t))
             .sum()
     }
 
@@ -264,17 +328,62 @@ mod tests {
         assert_eq!(of(0), vec![(0, 2, 0)]);
         assert_eq!(of(1), vec![(1, 2, 100), (2, 4, 0)]);
         assert_eq!(of(3), vec![(3, 4, 50)]);
-        assert_eq!(covered(&b, 1), 150);
-        assert_eq!(covered(&b, 2), 50);
-        assert_eq!(covered(&b, 3), 60);
+        assert_eq!(covered(&t, &b, 1), 150);
+        assert_eq!(covered(&t, &b, 2), 50);
+        assert_eq!(covered(&t, &b, 3), 60);
     }
 
     #[test]
     fn pieces_come_largest_area_first() {
         let t = ops(&[('a', 10), ('a', 1000), ('f', 0), ('a', 5)]);
         let b = build(&t);
-        assert!(b.pieces.windows(2).all(|w| area(&w[0]) >= area(&w[1])));
+        assert!(
+            b.pieces
+                .windows(2)
+                .all(|w| area(&w[0], &t) >= area(&w[1], &t))
+        );
         assert_eq!(b.pieces[0].alloc, 1);
+    }
+
+    /// A trace whose pieces outnumber what an attempt keeps: cut again into a vector of
+    /// exactly their number, they are the pieces a kept attempt gives; past a maximum the
+    /// attempt gives up.
+    #[test]
+    fn counted_pieces_are_cut_again_exactly() {
+        let mut script = Vec::new();
+        for i in 0..300u64 {
+            script.push(('a', 1 + (i * 7919) % 1000));
+            if i % 3 == 2 {
+                // Free an older allocation: those above it slide down.
+                let alloc = script
+                    .iter()
+                    .take(script.len() / 2)
+                    .position(|&(c, _)| c == 'a');
+                if let Some(a) = alloc.filter(|_| i % 2 == 0) {
+                    script.push(('f', a as u64));
+                }
+            }
+        }
+        // Each alloc freed at most once.
+        let mut freed = std::collections::BTreeSet::new();
+        script.retain(|&(c, v)| c == 'a' || freed.insert(v));
+        let t = ops(&script);
+        let ends = ends(&t);
+        let Some(Cut::Kept(all)) = cut(&t, &ends, 1, usize::MAX, usize::MAX, Vec::new()) else {
+            panic!("kept")
+        };
+        assert!(all.len() > 300);
+        let Some(Cut::Counted(count)) = cut(&t, &ends, 1, usize::MAX, 10, Vec::new()) else {
+            panic!("counted")
+        };
+        assert_eq!(count, all.len());
+        let Some(Cut::Kept(again)) = cut(&t, &ends, 1, count, count, Vec::with_capacity(count))
+        else {
+            panic!("kept again")
+        };
+        assert_eq!(again, all);
+        assert_eq!(again.capacity(), count);
+        assert!(cut(&t, &ends, 1, count - 1, 10, Vec::new()).is_none());
     }
 
     #[test]
@@ -284,8 +393,8 @@ mod tests {
         let t = ops(&[('a', 1), ('a', 1 << 30), ('f', 0)]);
         let b = build(&t);
         assert_eq!(b.pieces.iter().filter(|p| p.alloc == 1).count(), 1);
-        assert_eq!(covered(&b, 1), (1 << 30) + 1);
-        assert_eq!(covered(&b, 2), 1 << 30);
+        assert_eq!(covered(&t, &b, 1), (1 << 30) + 1);
+        assert_eq!(covered(&t, &b, 2), 1 << 30);
     }
 
     /// Live bytes by their definition: the sizes of the allocs live after op `k`.

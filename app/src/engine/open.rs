@@ -83,14 +83,17 @@ impl ProgressReport {
     }
 }
 
-/// What the engine's worker holds at its peak while it opens a snapshot of
-/// `plain_bytes` (uncompressed), as a multiple of that size: the decoded snapshot (0.62×
-/// the file on the 1.12 GB generated one), the trace built from it, the ops table and
-/// bands, and two replays with their timelines and checkpoints. Measured natively with
-/// `app/benches/open.rs` on that file: 5.99 GB at the peak, 5.3× the file, of which the
-/// UI's copies (the ops table and two timelines, 1.1 GB) live in the page's memory in the
-/// browser, not the worker's.
-pub const PEAK_MEMORY_PER_BYTE: f64 = 4.4;
+/// What one wasm instance of the browser's app holds at its peak while it opens a snapshot
+/// of `plain_bytes` (uncompressed), as a multiple of that size. The engine's worker and the
+/// page each have a memory of their own, and neither is ever given back. Measured in
+/// headless Chromium on the 1.12 GB generated snapshot (`web/tests/bench.mjs`, which reads
+/// both memories after the open): the worker 2,223 MiB (2.07× the file: the decode's
+/// high-water mark, 1,583 MiB, then two replays), the page 2,210 MiB (2.06×: the ops table,
+/// the recorded timeline, the replays' views, the bands). With a margin: 2.5, so files up
+/// to 1.7 GB are tried. A frame-less snapshot costs more per byte (the 1 M-event synthetic's
+/// decode peaks at 2.9× its 74.5 MB), so one near that size may still run out: its worker
+/// then stops and the open fails with a message (`worker.js`), never a hang.
+pub const PEAK_MEMORY_PER_BYTE: f64 = 2.5;
 
 /// Where a WebAssembly engine cannot open a snapshot (its memory ends at 4 GiB): the
 /// one-line message to show before starting, or `None`. `plain_bytes`: the file's size,

@@ -300,17 +300,23 @@ pub mod op_kind {
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct OpsTable {
     /// An [`op_kind`] constant.
+    #[serde(deserialize_with = "exact_vec")]
     pub kind: Vec<u8>,
     /// Requested bytes of an alloc (0 for other ops).
+    #[serde(deserialize_with = "exact_vec")]
     pub size_bytes: Vec<u64>,
     /// Alloc: its free op ([`NO_OP`] if never freed). Free, complete-free: its alloc op.
+    #[serde(deserialize_with = "exact_vec")]
     pub link: Vec<u32>,
     /// Alloc: the op after which its memory is no longer the program's (the completion of
     /// a deferred free, else the free; [`NO_OP`] if never).
+    #[serde(deserialize_with = "exact_vec")]
     pub end: Vec<u32>,
     /// Index into [`StackTable`] (0: no frames).
+    #[serde(deserialize_with = "exact_vec")]
     pub stack: Vec<u32>,
     /// Index of the trace entry in `device_traces[d]`.
+    #[serde(deserialize_with = "exact_vec")]
     pub event_index: Vec<u32>,
     /// `time_us` of the trace entry (0 when the trace has no times), exact in core's
     /// compact column (times move little within 64 ops: 2 to 4 bytes an op where a
@@ -441,14 +447,28 @@ pub fn format_frame(name: &str, file: &str, line: i64) -> String {
 }
 
 /// One rectangle of the stacked-allocation view: allocation `alloc` occupied bytes
-/// `y0_bytes..y0_bytes + height_bytes` of the stack of live allocations over ops `x0..x1`.
+/// `y0_bytes..y0_bytes + height_bytes` of the stack of live allocations over ops `x0..x1`,
+/// its height the allocation's requested bytes ([`BandPiece::height_bytes`]: not kept, a
+/// piece is 24 bytes, the 1 M-event trace has 4.3 M of them in each of the worker's and
+/// the page's memories).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BandPiece {
     pub x0: u32,
     pub x1: u32,
     pub y0_bytes: u64,
-    pub height_bytes: u64,
     pub alloc: u32,
+}
+
+impl BandPiece {
+    /// Its height: the requested bytes of its allocation in `ops`, the table it was
+    /// stacked from.
+    #[must_use]
+    pub fn height_bytes(&self, ops: &OpsTable) -> u64 {
+        ops.size_bytes
+            .get(self.alloc as usize)
+            .copied()
+            .unwrap_or(0)
+    }
 }
 
 /// Every live allocation stacked over the ops (`memory_viz`'s "Active Memory Timeline",
@@ -456,6 +476,7 @@ pub struct BandPiece {
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct Bands {
     /// Largest area (ops × bytes) first, so a level of detail is a prefix.
+    #[serde(deserialize_with = "exact_vec")]
     pub pieces: Vec<BandPiece>,
     /// Largest sum of live requested bytes.
     pub peak_bytes: u64,
@@ -592,9 +613,11 @@ pub struct RecordedData {
     pub name: String,
     pub device: u32,
     /// Bytes reserved from the device after each entry (`segment_*` entries).
+    #[serde(deserialize_with = "exact_vec")]
     pub reserved_bytes: Vec<u64>,
     /// Requested bytes of the live allocations after each entry (`alloc` up to
     /// `free_completed`).
+    #[serde(deserialize_with = "exact_vec")]
     pub requested_bytes: Vec<u64>,
     /// The file's `segments` of the device: the layout after its last entry (`op` is that
     /// entry's index; no block is linked to an alloc op).
@@ -656,6 +679,35 @@ pub struct WhatIfData {
     pub candidates_fitting: u32,
 }
 
+/// A long column of a message decoded into a vector of exactly its length (the length the
+/// message states, where memory allows), as serde's own would grow by doubling from at
+/// most 1 MiB: in wasm, whose memory is never given back, each doubling left the old
+/// vector beside the new one in the receiver's high-water mark (the 1 M-event trace's
+/// 4.3 M band pieces: 137 MB of pieces, 402 MB at the last doubling).
+fn exact_vec<'de, D, T>(d: D) -> Result<Vec<T>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    struct Exact<T>(std::marker::PhantomData<T>);
+    impl<'de, T: Deserialize<'de>> serde::de::Visitor<'de> for Exact<T> {
+        type Value = Vec<T>;
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("a sequence")
+        }
+        fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Vec<T>, A::Error> {
+            let mut out = Vec::new();
+            // A length no memory can hold fails here, and the vector grows as it decodes.
+            let _ = out.try_reserve_exact(seq.size_hint().unwrap_or(0));
+            while let Some(x) = seq.next_element()? {
+                out.push(x);
+            }
+            Ok(out)
+        }
+    }
+    d.deserialize_seq(Exact(std::marker::PhantomData))
+}
+
 /// Encodes a message for a trip to or from the Web Worker.
 pub fn encode<T: Serialize>(msg: &T) -> Result<Vec<u8>, String> {
     postcard::to_allocvec(msg).map_err(|e| format!("cannot encode a message: {e}"))
@@ -703,4 +755,51 @@ pub struct RankOutcome {
     /// The row's `devices` (the GPUs its process saw), which the row does not serialize:
     /// ranks of different devices make no set.
     pub devices: u32,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Long columns come back equal and in vectors of exactly their length; a length the
+    /// message cannot hold is refused, not allocated.
+    #[test]
+    fn long_columns_decode_into_vectors_of_their_length() {
+        let n = 300_000u32;
+        let bands = Bands {
+            pieces: (0..n)
+                .map(|i| BandPiece {
+                    x0: i,
+                    x1: i + 1 + i % 7,
+                    y0_bytes: u64::from(i) << 20,
+                    alloc: n - i,
+                })
+                .collect(),
+            peak_bytes: 1 << 40,
+            epsilon_bytes: 1 << 28,
+        };
+        let bytes = encode(&bands).unwrap();
+        let back: Bands = decode(&bytes).unwrap();
+        assert_eq!(back.pieces, bands.pieces);
+        assert_eq!(back.pieces.capacity(), back.pieces.len());
+        let mut ops = OpsTable::default();
+        for k in 0..n {
+            ops.kind.push(op_kind::ALLOC);
+            ops.size_bytes.push(u64::from(k));
+            ops.link.push(NO_OP);
+            ops.end.push(NO_OP);
+            ops.stack.push(k % 3);
+            ops.event_index.push(k);
+            ops.push_time_us(i64::from(k));
+        }
+        let back: OpsTable = decode(&encode(&ops).unwrap()).unwrap();
+        assert_eq!(back.size_bytes, ops.size_bytes);
+        assert_eq!(back.times, ops.times);
+        assert_eq!(back.size_bytes.capacity(), n as usize);
+        assert_eq!(back.kind.capacity(), n as usize);
+        // A stated length of 2^32 pieces in a message of a few bytes.
+        let mut lying = vec![0x80, 0x80, 0x80, 0x80, 0x10];
+        lying.extend_from_slice(&[0; 8]);
+        assert!(decode::<Bands>(&lying).is_err());
+    }
 }

@@ -174,6 +174,14 @@ fn the_first_full_frame_waits_for_the_main_replay_alone_and_the_tables_are_share
     // answered before the main layout.
     assert!(doc.slots[1].replay.is_none(), "the second replay waits");
     assert!(doc.bounds.is_none(), "the bounds wait too");
+    // The main configuration ran out of memory: its explanation's sweep waits for every
+    // configuration's replay.
+    assert!(
+        main.replay
+            .as_ref()
+            .is_some_and(|r| !r.data.summary.ooms.is_empty())
+    );
+    assert!(app.what_if.is_none(), "the sweep waits for the replays");
     assert!(!app.first_frame_marked());
     // An engine that runs in order (this one, the browser's worker) stacks the bands
     // after this frame too; natively they are stacked beside the main replay.
@@ -197,6 +205,7 @@ fn the_first_full_frame_waits_for_the_main_replay_alone_and_the_tables_are_share
             .all(|s| s.replay.is_some() && s.layout.is_some())
     );
     assert!(doc.bounds.is_some());
+    assert!(app.what_if.is_some(), "the sweep started after the replays");
     assert!(doc.bands_job.is_none() && !doc.trace.bands.pieces.is_empty());
     let (full, all) = (app.last_full_ms, app.last_load_ms);
     assert!(

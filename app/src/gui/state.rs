@@ -91,9 +91,13 @@ impl Document {
     /// Whether the main configuration is on screen: its replay and a layout, or its error.
     #[must_use]
     pub fn main_settled(&self) -> bool {
-        self.slots
-            .first()
-            .is_some_and(|s| s.error.is_some() || (s.replay.is_some() && s.layout.is_some()))
+        self.slots.first().is_some_and(Slot::settled)
+    }
+
+    /// Whether every configuration is on screen: its replay and a layout, or its error.
+    #[must_use]
+    pub fn all_settled(&self) -> bool {
+        self.slots.iter().all(Slot::settled)
     }
 
     /// Takes the trace's bands (stacked by the engine after the trace arrived): the
@@ -319,6 +323,12 @@ impl Nearby {
 }
 
 impl Slot {
+    /// Whether it is on screen: its replay and a layout, or its error.
+    #[must_use]
+    pub fn settled(&self) -> bool {
+        self.error.is_some() || (self.replay.is_some() && self.layout.is_some())
+    }
+
     #[must_use]
     pub fn new(spec: String, capacity_bytes: Option<u64>) -> Slot {
         Slot {
@@ -624,7 +634,7 @@ pub fn band_quad(
     let stack = trace.ops.stack.get(p.alloc as usize).copied().unwrap_or(0);
     let c = color.unwrap_or_else(|| theme::site(stack, p.alloc));
     let y0 = (p.y0_bytes as f64 / MIB) as f32;
-    let y1 = ((p.y0_bytes + p.height_bytes) as f64 / MIB) as f32;
+    let y1 = ((p.y0_bytes + p.height_bytes(&trace.ops)) as f64 / MIB) as f32;
     let mut q = Quad::new(p.x0 as f32, y0, p.x1 as f32, y1, c);
     q.alt_x = [t(p.x0), t(p.x1)];
     q

@@ -754,12 +754,13 @@ fn band_quads_are_built_a_slice_per_call_and_published_as_they_double() {
     use super::state::{Document, band_quads};
     use crate::engine::wire::{BandPiece, TraceData};
     let mut trace = TraceData::default();
+    // Each piece's height is its allocation's size.
+    std::sync::Arc::make_mut(&mut trace.ops).size_bytes = vec![1 << 20; 300_000];
     std::sync::Arc::make_mut(&mut trace.bands).pieces = (0..300_000u32)
         .map(|i| BandPiece {
             x0: i,
             x1: i + 3,
             y0_bytes: u64::from(i) << 10,
-            height_bytes: 1 << 20,
             alloc: i,
         })
         .collect();

@@ -366,14 +366,13 @@ pub fn timeline_ui(
             }
         }
         Mode::Bands => {
-            let bands = &doc.trace.bands;
             let ppp = ui.ctx().pixels_per_point();
             let sx = f64::from(plot.width()) / (hi - lo).max(1e-12);
             let (olo, ohi) = st.ops_in(doc, lo, hi);
             // Pieces smaller than a third of a pixel are left to the folded band; quads are
             // built largest first over a few frames: draw those built so far.
             let drawn = stack_lod::drawn_prefix(
-                bands,
+                &doc.trace,
                 doc.bands.len(),
                 ohi - olo,
                 plot.width(),
@@ -808,7 +807,10 @@ fn hover_tooltip(
         let x = op;
         let drawn = &doc.trace.bands.pieces[..st.bands_drawn.min(doc.trace.bands.pieces.len())];
         let hit = drawn.iter().find(|p| {
-            p.x0 <= x && x < p.x1 && p.y0_bytes <= bytes && bytes < p.y0_bytes + p.height_bytes
+            p.x0 <= x
+                && x < p.x1
+                && p.y0_bytes <= bytes
+                && bytes < p.y0_bytes + p.height_bytes(&doc.trace.ops)
         });
         let top = doc
             .stack_top
@@ -833,7 +835,7 @@ fn hover_tooltip(
             let ops = &doc.trace.ops;
             let a = p.alloc as usize;
             lines.push((
-                format!("{} requested", format_size(p.height_bytes)),
+                format!("{} requested", format_size(p.height_bytes(ops))),
                 Color32::WHITE,
             ));
             lines.push((

@@ -1,12 +1,13 @@
 //! Conservation in the stacked view at every level of detail. A level of detail draws the
-//! largest band pieces only (a prefix of [`Bands::pieces`]); what it leaves out is never
+//! largest band pieces only (a prefix of
+//! [`Bands::pieces`](crate::engine::wire::Bands::pieces)); what it leaves out is never
 //! lost: under the pieces, each pixel column is filled from 0 to the highest stack of
 //! live requested bytes over the ops drawn in that column (the *folded* band, as
 //! `memory_viz` folds its small allocations into a summary band). So the drawn stack of a
 //! column is its peak at every zoom, and a left-out piece shows as the folded colour,
 //! which the hover explains (how many allocations, how many bytes).
 
-use crate::engine::wire::{BandPiece, Bands, NO_OP, OpsTable};
+use crate::engine::wire::{BandPiece, NO_OP, OpsTable, TraceData};
 use crate::gui::envelope::Envelope;
 use crate::gui::render::Quad;
 
@@ -20,11 +21,11 @@ pub struct Column {
 }
 
 /// The pieces a view draws: those of at least a third of a pixel in area (ops × bytes),
-/// among the `built` first. `ops_in_view` ops span `plot_w` points, `ymax` bytes span
-/// `plot_h` points, at `ppp` pixels per point.
+/// among the `built` first of `trace`'s. `ops_in_view` ops span `plot_w` points, `ymax`
+/// bytes span `plot_h` points, at `ppp` pixels per point.
 #[must_use]
 pub fn drawn_prefix(
-    bands: &Bands,
+    trace: &TraceData,
     built: usize,
     ops_in_view: usize,
     plot_w: f32,
@@ -35,9 +36,10 @@ pub fn drawn_prefix(
     let ops_per_pt = ops_in_view.max(1) as f64 / f64::from(plot_w.max(1.0));
     let bytes_per_pt = ymax / f64::from(plot_h.max(1.0));
     let min_area = 0.33 / f64::from(ppp * ppp) * ops_per_pt * bytes_per_pt;
-    bands
+    trace
+        .bands
         .pieces
-        .partition_point(|p| crate::engine::bands::area(p) >= min_area)
+        .partition_point(|p| crate::engine::bands::area(p, &trace.ops) >= min_area)
         .min(built)
 }
 
@@ -138,7 +140,7 @@ pub fn folded_at(ops: &OpsTable, drawn: &[BandPiece], k: u32) -> (usize, u64) {
     }
     for p in drawn.iter().filter(|p| p.x0 <= k && k < p.x1) {
         count = count.saturating_sub(1);
-        bytes = bytes.saturating_sub(p.height_bytes);
+        bytes = bytes.saturating_sub(p.height_bytes(ops));
     }
     (count, bytes)
 }

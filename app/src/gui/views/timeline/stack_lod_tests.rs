@@ -96,7 +96,7 @@ fn check_conservation(doc: &Document, requested: &[u64]) -> usize {
                 let ymax = peak as f64 * 1.06;
                 let pixel_mib = ymax / MIB / f64::from(h_px);
                 let view_lod = drawn_prefix(
-                    &doc.trace.bands,
+                    &doc.trace,
                     doc.bands.len(),
                     ohi - olo,
                     w_px as f32,
@@ -249,7 +249,7 @@ fn a_one_op_spike_left_out_by_the_level_of_detail_still_reaches_its_height() {
     let cols = columns(&st, &doc, 10);
     // At this zoom the spike (1 op of 1 GiB among 1002 ops over 10 pixels) is left out.
     let lod = drawn_prefix(
-        &doc.trace.bands,
+        &doc.trace,
         doc.bands.len(),
         t.len(),
         10.0,
