@@ -67,6 +67,23 @@ fn main() {
     let before = peak_rss();
     let cpu0 = cpu_seconds();
     let t = Instant::now();
+    // When the resident set is highest: sampled every 5 ms beside the frames (`VmHWM`
+    // says how high, not when), so the stage that holds the peak can be told.
+    let sampler_done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let sampler = {
+        let done = sampler_done.clone();
+        std::thread::spawn(move || {
+            let mut top = (0u64, 0.0f64);
+            while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                let rss = status_bytes("VmRSS:");
+                if rss > top.0 {
+                    top = (rss, t.elapsed().as_secs_f64());
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            top
+        })
+    };
     app.open_path(path.clone(), CapacityArg::AsRecorded, &[]);
     // The resident set as each stage begins (the status line's text changes).
     let mut stages: Vec<(String, f64, u64)> = Vec::new();
@@ -128,6 +145,9 @@ fn main() {
         std::thread::sleep(Duration::from_secs_f64(1.0 / 60.0).saturating_sub(f.elapsed()));
     }
     let (all, cpu) = all.unwrap_or_default();
+    sampler_done.store(true, std::sync::atomic::Ordering::Relaxed);
+    let (top_rss, top_at) = sampler.join().unwrap_or_default();
+    let end_rss = status_bytes("VmRSS:");
     let doc = app.document().expect("opened");
     println!(
         "{}: {size} bytes, {} events in all, {} ops on device {}",
@@ -146,6 +166,26 @@ fn main() {
         })
     };
     println!("recorded timeline + end state drawn: {}", secs(recorded));
+    // What the UI holds at the end, by owner (heap bytes, exact; the engine's trace,
+    // outcomes and checkpoints are `bench_memory`'s).
+    let mb = |b: usize| b as f64 / 1e6;
+    println!(
+        "the UI holds: ops table {:.0} MB (shared with the engine), stack's top {:.0} MB, bands {:.0} MB ({} pieces), replays {}",
+        mb(doc.trace.ops.heap_bytes()),
+        mb(doc.stack_top.heap_bytes()),
+        mb(doc.trace.bands.pieces.capacity()
+            * std::mem::size_of::<allocsim_app::engine::wire::BandPiece>()),
+        doc.trace.bands.pieces.len(),
+        doc.slots
+            .iter()
+            .filter_map(|s| Some(format!(
+                "{} {:.0} MB",
+                s.spec,
+                mb(s.replay.as_ref()?.heap_bytes())
+            )))
+            .collect::<Vec<_>>()
+            .join(", "),
+    );
     match full {
         Some((d, c)) => println!(
             "first full frame (the whole trace's timeline + the memory map at an event, main replay): {:.2} s, CPU {c:.2} s in all threads",
@@ -163,9 +203,17 @@ fn main() {
     for (stage, at, rss) in &stages {
         println!("  at {at:6.2} s, RSS {:.2} GB: {stage}", *rss as f64 / 1e9);
     }
+    // The stage the sampled peak fell in: the last one begun before it.
+    let during = stages
+        .iter()
+        .rev()
+        .find(|s| s.1 <= top_at)
+        .map_or("opening", |s| s.0.as_str());
     println!(
-        "peak RSS: {:.2} GB (before opening: {:.2} GB)",
+        "peak RSS: {:.2} GB (before opening: {:.2} GB); sampled every 5 ms: {:.2} GB at {top_at:.2} s, during \"{during}\"; at the end {:.2} GB",
         peak_rss() as f64 / 1e9,
-        before as f64 / 1e9
+        before as f64 / 1e9,
+        top_rss as f64 / 1e9,
+        end_rss as f64 / 1e9,
     );
 }

@@ -133,9 +133,31 @@ impl Column {
         Some(base + u64::from_le_bytes(le))
     }
 
-    /// The samples in order.
-    pub fn iter(&self) -> impl Iterator<Item = u64> + '_ {
-        (0..self.len()).filter_map(|i| self.get(i))
+    /// The samples in order, a block decoded at a time.
+    #[must_use]
+    pub fn iter(&self) -> ColumnIter<'_> {
+        ColumnIter {
+            column: self,
+            block: 0,
+            buf: [0; BLOCK],
+            next: 0,
+            filled: 0,
+        }
+    }
+
+    /// Writes sealed block `b`'s samples into `out`.
+    fn decode_block(&self, b: usize, out: &mut [u64; BLOCK]) {
+        let (base, at) = self.blocks[b];
+        let width = WIDTHS[(at & 7) as usize];
+        let start = (at >> 3) as usize;
+        let bytes = &self.bytes[start..start + BLOCK * width];
+        match width {
+            0 => out.fill(base),
+            1 => decode_each::<1>(out, bytes, |d| base + u64::from(d[0])),
+            2 => decode_each::<2>(out, bytes, |d| base + u64::from(u16::from_le_bytes(d))),
+            4 => decode_each::<4>(out, bytes, |d| base + u64::from(u32::from_le_bytes(d))),
+            _ => decode_each::<8>(out, bytes, |d| base + u64::from_le_bytes(d)),
+        }
     }
 
     /// The samples as a plain vector.
@@ -160,6 +182,75 @@ impl Column {
     }
 }
 
+/// Writes `read` of each `W`-byte difference of a block into `out`: one loop per width,
+/// a fixed-size read per sample.
+fn decode_each<const W: usize>(
+    out: &mut [u64; BLOCK],
+    bytes: &[u8],
+    read: impl Fn([u8; W]) -> u64,
+) {
+    for (o, d) in out.iter_mut().zip(bytes.chunks_exact(W)) {
+        *o = read(d.try_into().unwrap_or([0; W]));
+    }
+}
+
+/// A [`Column`]'s samples in order ([`Column::iter`]).
+#[derive(Debug, Clone)]
+pub struct ColumnIter<'a> {
+    column: &'a Column,
+    /// The next sealed block to decode.
+    block: usize,
+    buf: [u64; BLOCK],
+    next: usize,
+    filled: usize,
+}
+
+impl Iterator for ColumnIter<'_> {
+    type Item = u64;
+
+    fn next(&mut self) -> Option<u64> {
+        if self.next == self.filled {
+            let c = self.column;
+            match self.block.cmp(&c.blocks.len()) {
+                std::cmp::Ordering::Less => {
+                    c.decode_block(self.block, &mut self.buf);
+                    self.filled = BLOCK;
+                }
+                std::cmp::Ordering::Equal => {
+                    self.buf[..c.tail.len()].copy_from_slice(&c.tail);
+                    self.filled = c.tail.len();
+                }
+                std::cmp::Ordering::Greater => return None,
+            }
+            self.block += 1;
+            self.next = 0;
+            if self.filled == 0 {
+                return None;
+            }
+        }
+        self.next += 1;
+        Some(self.buf[self.next - 1])
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        // Buffer `block - 1` is the one being read; every block before it is read.
+        let done = self.block.saturating_sub(1) * BLOCK + self.next;
+        let left = self.column.len() - done;
+        (left, Some(left))
+    }
+}
+
+impl ExactSizeIterator for ColumnIter<'_> {}
+
+impl<'a> IntoIterator for &'a Column {
+    type Item = u64;
+    type IntoIter = ColumnIter<'a>;
+
+    fn into_iter(self) -> ColumnIter<'a> {
+        self.iter()
+    }
+}
+
 impl FromIterator<u64> for Column {
     fn from_iter<I: IntoIterator<Item = u64>>(iter: I) -> Column {
         let mut c = Column::default();
@@ -174,7 +265,7 @@ impl FromIterator<u64> for Column {
 /// The metrics timeline: one sample after every op, stored column by column, each a
 /// [`Column`] (exact, in blocks of the fewest bytes; the op's time is the trace's,
 /// `Op::time_us`, not kept again here).
-#[derive(Debug, Clone, Default, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Timeline {
     pub reserved_bytes: Column,
     pub allocated_bytes: Column,
@@ -360,6 +451,17 @@ mod tests {
         assert_eq!(collected, c);
         for (i, &v) in want.iter().enumerate() {
             assert_eq!(c.get(i), Some(v), "sample {i}");
+        }
+        // Read in order a block at a time: the same samples, for a column ending on a
+        // block's boundary, inside one, or empty; its length known at every step.
+        for n in [0, 1, 63, 64, 65, 128, 200, 300, want.len()] {
+            let c: Column = want[..n].iter().copied().collect();
+            let mut it = c.iter();
+            for (i, &v) in want[..n].iter().enumerate() {
+                assert_eq!(it.len(), n - i, "{n} samples, at {i}");
+                assert_eq!(it.next(), Some(v), "{n} samples, sample {i}");
+            }
+            assert_eq!((it.len(), it.next(), it.next()), (0, None, None), "{n}");
         }
         // The constant runs take no bytes, the narrow ones their width: far below 8 a sample.
         let held = collected.capacity_bytes();

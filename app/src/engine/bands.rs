@@ -67,31 +67,81 @@ pub fn build(ops: &OpsTable) -> Bands {
 /// allocation is live from its alloc op up to, not including, its end op).
 #[must_use]
 pub fn live_bytes_per_op(ops: &OpsTable) -> Vec<u64> {
-    // +size at the alloc op, −size at the end op.
-    let n = ops.len();
-    let mut delta = vec![0i128; n + 1];
-    for k in 0..n {
-        if ops.is_alloc(k) {
-            delta[k] += i128::from(ops.size_bytes[k]);
-            if ops.end[k] != NO_OP && (ops.end[k] as usize) < n {
-                delta[ops.end[k] as usize] -= i128::from(ops.size_bytes[k]);
-            }
-        }
-    }
-    let mut live = 0i128;
-    delta[..n]
-        .iter()
-        .map(|d| {
-            live += d;
-            u64::try_from(live.max(0)).unwrap_or(u64::MAX)
-        })
-        .collect()
+    let mut live = Vec::with_capacity(ops.len());
+    each_live_bytes(ops, |b| live.push(b));
+    live
 }
 
 /// The largest sum of live requested bytes after any op.
 #[must_use]
 pub fn peak_live_bytes(ops: &OpsTable) -> u64 {
-    live_bytes_per_op(ops).into_iter().max().unwrap_or(0)
+    let mut peak = 0;
+    each_live_bytes(ops, |b| peak = peak.max(b));
+    peak
+}
+
+/// Calls `f` with the live requested bytes after each op, in order, from the change at
+/// each op (+size at the alloc op, −size at the end op): 8 bytes an op while it runs,
+/// none kept. A change past `i64` (tens of thousands of the largest requests ending at
+/// one op, which no recording has) is summed in `i128` instead, 16 bytes an op.
+pub fn each_live_bytes(ops: &OpsTable, mut f: impl FnMut(u64)) {
+    match deltas::<i64>(ops) {
+        Some(delta) => sum_deltas(&delta, &mut f),
+        None => sum_deltas(&deltas::<i128>(ops).unwrap_or_default(), &mut f),
+    }
+}
+
+/// The change of live requested bytes at each op, or `None` if one does not fit `T`.
+fn deltas<T>(ops: &OpsTable) -> Option<Vec<T>>
+where
+    T: Copy + Default + TryFrom<u64> + num_add::CheckedAddSub,
+{
+    let n = ops.len();
+    let mut delta = vec![T::default(); n];
+    for k in 0..n {
+        if ops.is_alloc(k) {
+            let size = T::try_from(ops.size_bytes[k]).ok()?;
+            delta[k] = delta[k].checked_add(size)?;
+            let end = ops.end[k] as usize;
+            if ops.end[k] != NO_OP && end < n {
+                delta[end] = delta[end].checked_sub(size)?;
+            }
+        }
+    }
+    Some(delta)
+}
+
+/// Checked `+` and `-` of the two delta types.
+mod num_add {
+    pub trait CheckedAddSub: Sized {
+        fn checked_add(self, x: Self) -> Option<Self>;
+        fn checked_sub(self, x: Self) -> Option<Self>;
+    }
+    impl CheckedAddSub for i64 {
+        fn checked_add(self, x: i64) -> Option<i64> {
+            i64::checked_add(self, x)
+        }
+        fn checked_sub(self, x: i64) -> Option<i64> {
+            i64::checked_sub(self, x)
+        }
+    }
+    impl CheckedAddSub for i128 {
+        fn checked_add(self, x: i128) -> Option<i128> {
+            i128::checked_add(self, x)
+        }
+        fn checked_sub(self, x: i128) -> Option<i128> {
+            i128::checked_sub(self, x)
+        }
+    }
+}
+
+/// The running sum of `delta`, each clamped to `0..=u64::MAX`, passed to `f`.
+fn sum_deltas<T: Copy + Into<i128>>(delta: &[T], f: &mut impl FnMut(u64)) {
+    let mut live = 0i128;
+    for &d in delta {
+        live += d.into();
+        f(u64::try_from(live.max(0)).unwrap_or(u64::MAX));
+    }
 }
 
 /// What an attempt gave: its pieces, or only their number (more than it keeps).
@@ -239,10 +289,9 @@ mod tests {
             t.size_bytes.push(if c == 'a' { v } else { 0 });
             t.link.push(if c == 'a' { NO_OP } else { v as u32 });
             t.end.push(NO_OP);
-            t.stream.push(0);
             t.stack.push(0);
             t.event_index.push(k as u32);
-            t.time_us.push(0);
+            t.push_time_us(0);
             if c == 'f' {
                 t.link[v as usize] = k as u32;
                 t.end[v as usize] = k as u32;
@@ -346,5 +395,76 @@ mod tests {
         assert_eq!(b.pieces.iter().filter(|p| p.alloc == 1).count(), 1);
         assert_eq!(covered(&t, &b, 1), (1 << 30) + 1);
         assert_eq!(covered(&t, &b, 2), 1 << 30);
+    }
+
+    /// Live bytes by their definition: the sizes of the allocs live after op `k`.
+    fn live_by_definition(t: &OpsTable, k: usize) -> u64 {
+        let live = (0..=k)
+            .filter(|&a| t.is_alloc(a) && (t.end[a] == NO_OP || t.end[a] as usize > k))
+            .map(|a| u128::from(t.size_bytes[a]))
+            .sum::<u128>();
+        u64::try_from(live).unwrap_or(u64::MAX)
+    }
+
+    #[test]
+    fn live_bytes_are_the_sizes_of_the_live_allocations_even_past_64_bits() {
+        let mut x = 0x9E37_79B9_7F4A_7C15u64;
+        let mut next = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        // Ordinary sizes (the i64 sums), then requests so large their sum passes 2^63
+        // and 2^64 (summed in i128, clamped to u64::MAX), then freed again.
+        let mut script = Vec::new();
+        for (n, bits) in [(300, 30), (6, 63), (40, 20)] {
+            for _ in 0..n {
+                let allocs: Vec<usize> = (0..script.len())
+                    .filter(|&i| {
+                        let (c, _) = script[i];
+                        c == 'a' && !script.iter().any(|&(c2, v)| c2 == 'f' && v == i as u64)
+                    })
+                    .collect();
+                if next() % 3 == 0 && !allocs.is_empty() {
+                    let i = allocs[(next() as usize) % allocs.len()];
+                    script.push(('f', i as u64));
+                } else {
+                    script.push(('a', (1u64 << (bits - 1)) + next() % (1u64 << (bits - 1))));
+                }
+            }
+            if bits == 63 {
+                // One request past i64 itself.
+                script.push(('a', u64::MAX - 5));
+            }
+        }
+        let t = ops(&script);
+        // The pieces' order is the one order: no two share an allocation and a start.
+        let b = build(&ops(&script[..300]));
+        let mut keys: Vec<(u32, u32)> = b.pieces.iter().map(|p| (p.alloc, p.x0)).collect();
+        keys.sort_unstable();
+        assert!(b.pieces.len() > 100);
+        assert!(keys.windows(2).all(|w| w[0] != w[1]));
+        let live = live_bytes_per_op(&t);
+        assert_eq!(live.len(), t.len());
+        for (k, &b) in live.iter().enumerate() {
+            assert_eq!(b, live_by_definition(&t, k), "op {k}");
+        }
+        assert!(live.contains(&u64::MAX), "the sum passed 64 bits");
+        assert_eq!(peak_live_bytes(&t), u64::MAX);
+        assert!(deltas::<i64>(&t).is_none(), "summed in i128");
+        // Without the huge requests the i64 path answers alone, the same way.
+        let small = ops(&script[..300]);
+        assert!(deltas::<i64>(&small).is_some());
+        assert_eq!(
+            live_bytes_per_op(&small),
+            (0..300)
+                .map(|k| live_by_definition(&small, k))
+                .collect::<Vec<_>>()
+        );
+        assert_eq!(
+            peak_live_bytes(&small),
+            *live_bytes_per_op(&small).iter().max().unwrap()
+        );
     }
 }

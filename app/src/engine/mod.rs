@@ -20,6 +20,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use allocsim_core::capacity::CapacityArg;
 use allocsim_core::explain::Explanation;
+use allocsim_core::metrics::Column;
 use allocsim_core::models::{LayoutBlockState, ModelSpec};
 use allocsim_core::offline::{self, BestPossible};
 use allocsim_core::replay::{self, OomReport, Outcome, ReplayOptions, ReplayResult};
@@ -762,16 +763,14 @@ pub fn ops_table(dt: &DeviceTrace) -> OpsTable {
         size_bytes: Vec::with_capacity(n),
         link: vec![NO_OP; n],
         end: vec![NO_OP; n],
-        stream: Vec::with_capacity(n),
         stack: Vec::with_capacity(n),
         event_index: Vec::with_capacity(n),
-        time_us: Vec::with_capacity(n),
+        times: Column::default(),
     };
     for (k, op) in dt.ops.iter().enumerate() {
-        let (kind, size, stream) = match op.kind {
+        let (kind, size) = match op.kind {
             OpKind::Alloc {
                 size_bytes,
-                stream,
                 recorded_oom,
                 ..
             } => (
@@ -781,7 +780,6 @@ pub fn ops_table(dt: &DeviceTrace) -> OpsTable {
                     op_kind::ALLOC
                 },
                 size_bytes,
-                stream,
             ),
             OpKind::Free { alloc, deferred } => {
                 if let Some(a) = t.link.get_mut(alloc as usize) {
@@ -792,25 +790,25 @@ pub fn ops_table(dt: &DeviceTrace) -> OpsTable {
                     }
                 }
                 t.link[k] = alloc;
-                (op_kind::FREE, 0, 0)
+                (op_kind::FREE, 0)
             }
             OpKind::CompleteFree { alloc } => {
                 if let Some(e) = t.end.get_mut(alloc as usize) {
                     *e = k as u32;
                 }
                 t.link[k] = alloc;
-                (op_kind::COMPLETE_FREE, 0, 0)
+                (op_kind::COMPLETE_FREE, 0)
             }
-            OpKind::EmptyCache => (op_kind::EMPTY_CACHE, 0, 0),
-            OpKind::ReleasePool { .. } => (op_kind::RELEASE_POOL, 0, 0),
+            OpKind::EmptyCache => (op_kind::EMPTY_CACHE, 0),
+            OpKind::ReleasePool { .. } => (op_kind::RELEASE_POOL, 0),
         };
         t.kind.push(kind);
         t.size_bytes.push(size);
-        t.stream.push(stream);
         t.stack.push(op.stack.0);
         t.event_index.push(op.event_index);
-        t.time_us.push(op.time_us);
+        t.push_time_us(op.time_us);
     }
+    t.times.shrink_to_fit();
     t
 }
 
@@ -865,7 +863,8 @@ pub fn replay_data(spec: &str, r: &mut ReplayResult) -> ReplayData {
         recorded: o.recorded,
         fatal: o.fatal,
     };
-    // The op times go with it: they are the trace's own (the UI's ops table has them).
+    // The op times do not go with it: they are the trace's own (the UI's ops table has
+    // them).
     let timeline = std::mem::take(&mut r.timeline);
     ReplayData {
         spec: spec.to_string(),
@@ -886,11 +885,7 @@ pub fn replay_data(spec: &str, r: &mut ReplayResult) -> ReplayData {
             oom: r.oom.as_ref().map(oom_data),
             ooms: r.ooms.iter().map(oom_data).collect(),
         },
-        reserved_bytes: timeline.reserved_bytes.to_vec(),
-        allocated_bytes: timeline.allocated_bytes.to_vec(),
-        requested_bytes: timeline.requested_bytes.to_vec(),
-        largest_free_bytes: timeline.largest_free_bytes.to_vec(),
-        free_holes: timeline.free_holes.iter().map(|h| h as u32).collect(),
+        timeline,
     }
 }
 

@@ -77,7 +77,7 @@ fn oom_story_fails_by_default_and_fits_with_expandable_segments() {
         oom.explanation
     );
     assert!(oom.free_bytes > 1 << 30, "more than 1 GiB was free");
-    assert_eq!(r.reserved_bytes.len(), r.summary.ops_done as usize);
+    assert_eq!(r.timeline.len(), r.summary.ops_done as usize);
     let x = replayed(&mut e, 1, "pytorch@expandable_segments:True", cap);
     assert!(
         x.summary.oom.is_none(),
@@ -616,9 +616,10 @@ fn the_recorded_timeline_comes_first_and_agrees_with_the_trace_and_the_replay() 
                     ex.file
                 );
             }
-            if trace.exact && k < replay.reserved_bytes.len() {
+            if trace.exact && k < replay.timeline.len() {
                 assert_eq!(
-                    recorded.reserved_bytes[ev], replay.reserved_bytes[k],
+                    Some(recorded.reserved_bytes[ev]),
+                    replay.timeline.reserved_bytes.get(k),
                     "{}: reserved bytes at op {k} (event {ev})",
                     ex.file
                 );
@@ -845,8 +846,8 @@ fn the_ui_shares_the_engines_tables_and_takes_the_replays_timeline_without_a_cop
         "the live index is built with the bands"
     );
     let r = replayed(&mut e, 0, "pytorch", OOM_STORY.cap_bytes());
-    assert_eq!(r.reserved_bytes.len(), r.summary.ops_done as usize);
-    assert!(!r.reserved_bytes.is_empty());
+    assert_eq!(r.timeline.len(), r.summary.ops_done as usize);
+    assert!(!r.timeline.is_empty());
     // The engine kept no timeline: the UI's columns are the only ones.
     let kept = &e.slots[0].as_ref().expect("slot 0").result.timeline;
     assert_eq!(kept.len(), 0, "the timeline moved to the UI");
@@ -854,7 +855,10 @@ fn the_ui_shares_the_engines_tables_and_takes_the_replays_timeline_without_a_cop
     let l = layout(&mut e, 0, r.summary.ops_done - 1);
     assert_eq!(
         l.segments.iter().map(|s| s.size_bytes).sum::<u64>(),
-        r.reserved_bytes[r.reserved_bytes.len() - 1]
+        r.timeline
+            .reserved_bytes
+            .get(r.timeline.len() - 1)
+            .expect("a sample")
     );
     // Natively the bands are stacked beside the engine (a detached job), so the main
     // replay does not wait for them.

@@ -129,13 +129,17 @@ impl AllocsimApp {
         let Some(doc) = &self.doc else { return };
         let Some(s) = doc.slots.first() else { return };
         let Some(r) = &s.replay else { return };
-        let tl = state::timeline_of(&r.data);
+        let tl = &r.data.timeline;
         let name = format!(
             "{}_{}_timeline.csv",
             stem(&doc.trace.name),
             sanitize(&s.spec)
         );
-        crate::gui::io::save_file(&name, tl.to_csv(&doc.trace.ops.time_us).into_bytes());
+        crate::gui::io::save_file(
+            &name,
+            tl.to_csv(&doc.trace.ops.times_us().collect::<Vec<i64>>())
+                .into_bytes(),
+        );
     }
 
     /// The compare summary as JSON (the fields of `allocsim compare --json`).

@@ -180,11 +180,11 @@ fn hovering_the_status_lines_fragmentation_gives_its_formula_and_numbers() {
         (
             format!(
                 "fragmentation {:.0}%",
-                r.fragmentation.get(c).expect("sampled") * 100.0
+                r.fragmentation().get(c).expect("sampled") * 100.0
             ),
-            r.data.reserved_bytes[c],
-            r.data.allocated_bytes[c],
-            r.data.largest_free_bytes[c],
+            r.data.timeline.reserved_bytes.get(c).expect("sampled"),
+            r.data.timeline.allocated_bytes.get(c).expect("sampled"),
+            r.data.timeline.largest_free_bytes.get(c).expect("sampled"),
         )
     };
     let free = reserved - allocated;

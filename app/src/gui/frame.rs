@@ -131,7 +131,7 @@ pub(crate) fn top_bar_ui(ui: &mut Ui, app: &mut AllocsimApp) {
                 ui.radio_value(&mut app.timeline.mode, Mode::Bands, "Every allocation stacked");
                 ui.separator();
                 ui.radio_value(&mut app.timeline.axis, Axis::Events, "Over events");
-                let has_time = app.doc.as_ref().is_some_and(|d| !d.seconds.is_empty());
+                let has_time = app.doc.as_ref().is_some_and(|d| !d.seconds().is_empty());
                 ui.add_enabled_ui(has_time, |ui| ui.radio_value(&mut app.timeline.axis, Axis::Time, "Over wall time"));
                 ui.separator();
                 ui.checkbox(&mut app.timeline.show_allocated, "Allocated");
@@ -251,24 +251,24 @@ pub(crate) fn status_bar_ui(ui: &mut Ui, app: &mut AllocsimApp) {
             let c = app.cursor as usize;
             let ops = &doc.trace.ops;
             ui.label(format!("event {} · op {} of {}", ops.event_index.get(c).copied().unwrap_or(0), c, ops.len()));
-            if let Some(t) = doc.seconds.get(c) {
-                ui.label(format!("· {}", format_seconds(*t)));
+            if let Some(t) = doc.seconds().get(c) {
+                ui.label(format!("· {}", format_seconds(t)));
             }
             ui.separator();
             if let Some(s) = doc.slots.first()
                 && let Some(r) = &s.replay
-                && c < r.len()
+                && let Some(st) = r.stats_at(c)
             {
-                let (reserved, allocated) = (r.data.reserved_bytes[c], r.data.allocated_bytes[c]);
+                let (reserved, allocated) = (st.reserved_bytes, st.allocated_bytes);
                 ui.label(format!(
                     "reserved {} · allocated {} ·",
                     format_size(reserved),
                     format_size(allocated),
                 ));
-                let largest = r.data.largest_free_bytes.get(c).copied().unwrap_or(0);
+                let largest = st.largest_free_bytes;
                 ui.label(format!(
                     "fragmentation {:.0}%",
-                    r.fragmentation.get(c).unwrap_or(0.0) * 100.0
+                    r.fragmentation().get(c).unwrap_or(0.0) * 100.0
                 ))
                 .on_hover_text(fragmentation_hover(reserved, allocated, largest));
             }
@@ -434,7 +434,7 @@ pub(crate) fn central_ui(ui: &mut Ui, app: &mut AllocsimApp) {
                 ui.selectable_value(&mut app.timeline.mode, Mode::Metrics, "Metrics");
                 ui.selectable_value(&mut app.timeline.mode, Mode::Bands, "Allocations");
                 ui.separator();
-                let has_time = app.doc.as_ref().is_some_and(|d| !d.seconds.is_empty());
+                let has_time = app.doc.as_ref().is_some_and(|d| !d.seconds().is_empty());
                 ui.selectable_value(&mut app.timeline.axis, Axis::Events, "Events");
                 ui.add_enabled_ui(has_time, |ui| {
                     ui.selectable_value(&mut app.timeline.axis, Axis::Time, "Time")

@@ -62,6 +62,7 @@ fn recorded_stream(app: &AllocsimApp, every: usize) -> (Vec<Message>, Vec<Sample
         .as_ref()
         .expect("replayed")
         .data
+        .timeline
         .reserved_bytes;
     let ops_total = reserved.len();
     let mut msgs = vec![Message::Started {
@@ -71,7 +72,7 @@ fn recorded_stream(app: &AllocsimApp, every: usize) -> (Vec<Message>, Vec<Sample
     }];
     let mut samples = Vec::new();
     for op in (0..ops_total).step_by(every) {
-        let sim = reserved[op];
+        let sim = reserved.get(op).expect("a sample");
         let s = Sample {
             op: op as u64,
             event_index: u64::from(doc.trace.ops.event_index[op]),

@@ -323,7 +323,7 @@ impl AllocsimApp {
                 self.marked_layout = None;
                 self.timeline.view = None;
                 if self.timeline.axis == crate::gui::views::timeline::Axis::Time
-                    && self.doc.as_ref().is_some_and(|d| d.seconds.is_empty())
+                    && self.doc.as_ref().is_some_and(|d| d.seconds().is_empty())
                 {
                     self.timeline.axis = crate::gui::views::timeline::Axis::Events;
                 }

@@ -5,10 +5,9 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use allocsim_core::metrics::{self, Timeline};
 use allocsim_core::models::ModelStats;
 
-use super::envelope::Envelope;
+use super::envelope::{Curve, Envelope, Levels, Samples};
 use super::render::{Quad, QuadSet};
 use super::theme;
 use crate::engine::wire::{
@@ -26,8 +25,8 @@ const BAR: f32 = theme::ROW_HEIGHT / (theme::ROW_HEIGHT + theme::ROW_GAP);
 #[derive(Debug)]
 pub struct Document {
     pub trace: Arc<TraceData>,
-    /// Seconds since the first op, per op (empty without times).
-    pub seconds: Vec<f64>,
+    /// Whether the ops have times that never go backwards ([`Document::seconds`]).
+    timed: bool,
     /// The band quads built so far (x: op, alt x: seconds, y: MiB): quad `i` is band
     /// piece `i` of the trace, so a prefix is the largest pieces. Built only once the
     /// stacked view is shown, a slice per frame ([`Document::build_bands`]), so that no
@@ -62,14 +61,20 @@ const BAND_SLICE: usize = 16_384;
 const BAND_PREVIEW_MAX: usize = 1 << 18;
 
 impl Document {
+    /// Seconds since the first op, per op (empty without times).
+    #[must_use]
+    pub fn seconds(&self) -> Seconds<'_> {
+        Seconds::of(&self.trace, self.timed)
+    }
+
     /// A document for `trace`, without replays yet and with no band built.
     #[must_use]
     pub fn new(trace: Arc<TraceData>) -> Document {
-        let seconds = seconds_of(&trace);
+        let timed = timed(&trace);
         let stack_top = stack_top(&trace.ops);
         Document {
             trace,
-            seconds,
+            timed,
             stack_top,
             bands: QuadSet::default(),
             bands_building: Vec::new(),
@@ -119,6 +124,7 @@ impl Document {
     /// every piece is built.
     pub fn build_bands(&mut self, budget: std::time::Duration) -> bool {
         let pieces = &self.trace.bands.pieces;
+        let seconds = Seconds::of(&self.trace, self.timed);
         if self.bands.len() >= pieces.len() {
             return true;
         }
@@ -129,7 +135,7 @@ impl Document {
             self.bands_building.extend(
                 pieces[from..to]
                     .iter()
-                    .map(|p| band_quad(&self.trace, &self.seconds, p, None)),
+                    .map(|p| band_quad(&self.trace, seconds, p, None)),
             );
             if to == pieces.len() || start.elapsed() >= budget {
                 break;
@@ -340,15 +346,16 @@ impl Slot {
     }
 }
 
-/// A replay's numbers and its timeline as envelopes (bytes as f32).
+/// A replay's numbers and its timeline: core's compact columns as the replay made them
+/// (moved, never copied into plain vectors), and the min/max levels of the drawn curves
+/// (bytes as `f32`), which read the columns where they are.
 #[derive(Debug)]
 pub struct ReplayView {
     pub data: ReplayData,
-    pub reserved: Envelope,
-    pub allocated: Envelope,
-    pub largest_free: Envelope,
-    /// Fragmentation (0..=1) per sample.
-    pub fragmentation: Envelope,
+    reserved: Levels,
+    allocated: Levels,
+    largest_free: Levels,
+    fragmentation: Levels,
     /// The op at which allocated bytes peak first.
     pub peak_op: u32,
 }
@@ -356,59 +363,85 @@ pub struct ReplayView {
 impl ReplayView {
     #[must_use]
     pub fn new(data: ReplayData) -> ReplayView {
-        let f = |v: &[u64]| Envelope::new(v.iter().map(|&b| b as f32).collect());
-        // Core's definition, per sample of the columns.
-        let frag: Vec<f32> = (0..data.reserved_bytes.len())
-            .map(|i| {
-                metrics::fragmentation(&ModelStats {
-                    reserved_bytes: data.reserved_bytes[i],
-                    allocated_bytes: data.allocated_bytes[i],
-                    largest_free_bytes: data.largest_free_bytes[i],
-                    ..ModelStats::default()
-                }) as f32
-            })
-            .collect();
-        let peak_op = data
+        let t = &data.timeline;
+        let peak_op = t
             .allocated_bytes
             .iter()
             .enumerate()
             .fold(
                 (0usize, 0u64),
-                |(bi, bv), (i, &v)| if v > bv { (i, v) } else { (bi, bv) },
+                |(bi, bv), (i, v)| if v > bv { (i, v) } else { (bi, bv) },
             )
             .0 as u32;
         ReplayView {
-            reserved: f(&data.reserved_bytes),
-            allocated: f(&data.allocated_bytes),
-            largest_free: f(&data.largest_free_bytes),
-            fragmentation: Envelope::new(frag),
+            reserved: Levels::new(Samples::Column(&t.reserved_bytes)),
+            allocated: Levels::new(Samples::Column(&t.allocated_bytes)),
+            largest_free: Levels::new(Samples::Column(&t.largest_free_bytes)),
+            // Core's definition, per sample of the columns.
+            fragmentation: Levels::new(Samples::Fragmentation(t)),
             peak_op,
             data,
         }
     }
 
+    /// The heap bytes of its timeline and curves.
+    #[must_use]
+    pub fn heap_bytes(&self) -> usize {
+        self.data.timeline.capacity_bytes()
+            + [
+                &self.reserved,
+                &self.allocated,
+                &self.largest_free,
+                &self.fragmentation,
+            ]
+            .iter()
+            .map(|l| l.heap_bytes())
+            .sum::<usize>()
+    }
+
+    /// Reserved bytes per op.
+    #[must_use]
+    pub fn reserved(&self) -> Curve<'_> {
+        self.reserved
+            .over(Samples::Column(&self.data.timeline.reserved_bytes))
+    }
+
+    /// Allocated bytes per op.
+    #[must_use]
+    pub fn allocated(&self) -> Curve<'_> {
+        self.allocated
+            .over(Samples::Column(&self.data.timeline.allocated_bytes))
+    }
+
+    /// The largest free block's bytes per op.
+    #[must_use]
+    pub fn largest_free(&self) -> Curve<'_> {
+        self.largest_free
+            .over(Samples::Column(&self.data.timeline.largest_free_bytes))
+    }
+
+    /// Fragmentation (0..=1) per op.
+    #[must_use]
+    pub fn fragmentation(&self) -> Curve<'_> {
+        self.fragmentation
+            .over(Samples::Fragmentation(&self.data.timeline))
+    }
+
+    /// The stats after op `k` (`None` past the ops done).
+    #[must_use]
+    pub fn stats_at(&self, k: usize) -> Option<ModelStats> {
+        (k < self.len()).then(|| self.data.timeline.stats_at(k))
+    }
+
     /// Samples (ops done).
     #[must_use]
     pub fn len(&self) -> usize {
-        self.data.reserved_bytes.len()
+        self.data.timeline.len()
     }
 
     #[must_use]
     pub fn is_empty(&self) -> bool {
         self.len() == 0
-    }
-}
-
-/// The core's timeline of a replay (for its CSV definition): core's compact columns, built
-/// from the UI's.
-#[must_use]
-pub fn timeline_of(d: &ReplayData) -> Timeline {
-    Timeline {
-        reserved_bytes: d.reserved_bytes.iter().copied().collect(),
-        allocated_bytes: d.allocated_bytes.iter().copied().collect(),
-        requested_bytes: d.requested_bytes.iter().copied().collect(),
-        largest_free_bytes: d.largest_free_bytes.iter().copied().collect(),
-        free_holes: d.free_holes.iter().map(|&h| u64::from(h)).collect(),
     }
 }
 
@@ -571,7 +604,7 @@ impl LayoutView {
 #[must_use]
 pub fn band_quads(
     trace: &TraceData,
-    seconds: &[f64],
+    seconds: Seconds<'_>,
     pick: &dyn Fn(&crate::engine::wire::BandPiece) -> bool,
     color: Option<egui::Color32>,
 ) -> Vec<Quad> {
@@ -588,14 +621,14 @@ pub fn band_quads(
 #[must_use]
 pub fn band_quad(
     trace: &TraceData,
-    seconds: &[f64],
+    seconds: Seconds<'_>,
     p: &crate::engine::wire::BandPiece,
     color: Option<egui::Color32>,
 ) -> Quad {
     let t = |x: u32| -> f32 {
         match seconds.len() {
             0 => x as f32,
-            n => seconds[(x as usize).min(n - 1)] as f32,
+            n => seconds.get((x as usize).min(n - 1)).unwrap_or(0.0) as f32,
         }
     };
     let stack = trace.ops.stack.get(p.alloc as usize).copied().unwrap_or(0);
@@ -607,15 +640,79 @@ pub fn band_quad(
     q
 }
 
-/// Seconds since the first op (empty when the trace has no times or they go backwards).
-#[must_use]
-pub fn seconds_of(trace: &TraceData) -> Vec<f64> {
-    let t = &trace.ops.time_us;
-    if !trace.has_times || t.is_empty() || t.windows(2).any(|w| w[1] < w[0]) {
-        return Vec::new();
+/// Whether the ops of `trace` have times that never go backwards (else the time axis is
+/// not offered).
+fn timed(trace: &TraceData) -> bool {
+    let mut last = i64::MIN;
+    trace.has_times
+        && !trace.ops.times.is_empty()
+        && trace.ops.times_us().all(|t| {
+            let on = t >= last;
+            last = t;
+            on
+        })
+}
+
+/// Seconds since the first op, per op: read from the ops table's times when asked (no
+/// copy of them; empty when the trace has no times or they go backwards).
+#[derive(Debug, Clone, Copy)]
+pub struct Seconds<'a> {
+    ops: &'a OpsTable,
+    /// The ops with a time: all, or none.
+    len: usize,
+}
+
+impl Seconds<'_> {
+    /// Those of `trace`'s ops if `timed`, else none.
+    fn of(trace: &TraceData, timed: bool) -> Seconds<'_> {
+        Seconds {
+            ops: &trace.ops,
+            len: if timed { trace.ops.len() } else { 0 },
+        }
     }
-    let t0 = t[0];
-    t.iter().map(|&x| (x - t0) as f64 / 1e6).collect()
+
+    /// Number of ops with a time (0: untimed).
+    #[must_use]
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Seconds of op `i` since the first op.
+    #[must_use]
+    pub fn get(&self, i: usize) -> Option<f64> {
+        if i >= self.len {
+            return None;
+        }
+        let t0 = self.ops.time_us(0)?;
+        self.ops.time_us(i).map(|t| (t - t0) as f64 / 1e6)
+    }
+
+    /// Seconds of the last op.
+    #[must_use]
+    pub fn last(&self) -> Option<f64> {
+        self.get(self.len().checked_sub(1)?)
+    }
+
+    /// The number of ops (a prefix: the seconds never go backwards) whose seconds satisfy
+    /// `pred`, as `slice::partition_point`.
+    #[must_use]
+    pub fn partition_point(&self, pred: impl Fn(f64) -> bool) -> usize {
+        let (mut lo, mut hi) = (0, self.len);
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            if self.get(mid).is_some_and(&pred) {
+                lo = mid + 1;
+            } else {
+                hi = mid;
+            }
+        }
+        lo
+    }
 }
 
 /// The op of trace event `event` (an index into the device's trace entries): the op made
@@ -783,10 +880,81 @@ pub fn block_in_stacks(
 /// The stack's top per op, as an envelope (the highest top over any span of ops).
 #[must_use]
 pub fn stack_top(ops: &OpsTable) -> Envelope {
-    Envelope::new(
-        crate::engine::bands::live_bytes_per_op(ops)
-            .into_iter()
-            .map(|b| (b as f64 / MIB) as f32)
-            .collect(),
-    )
+    let mut top = Vec::with_capacity(ops.len());
+    crate::engine::bands::each_live_bytes(ops, |b| top.push((b as f64 / MIB) as f32));
+    Envelope::new(top)
+}
+
+#[cfg(test)]
+mod seconds_tests {
+    use super::*;
+
+    fn trace_with_times(times: &[i64]) -> TraceData {
+        let mut ops = OpsTable::default();
+        for &x in times {
+            ops.kind.push(crate::engine::wire::op_kind::EMPTY_CACHE);
+            ops.push_time_us(x);
+        }
+        TraceData {
+            has_times: true,
+            ops: Arc::new(ops),
+            ..TraceData::default()
+        }
+    }
+
+    /// The seconds read from the ops table's compact times are those of a plain copy:
+    /// every op's, and every search of the time axis.
+    #[test]
+    fn seconds_from_the_compact_times_equal_a_plain_copy() {
+        let mut times = vec![-5_000_000_000_i64, -1, 0, 7];
+        let mut x = 1_700_000_000_000_000_i64;
+        for i in 0..1_000 {
+            x += [0, 1, 250, 70_000, 5_000_000_000][i % 5];
+            times.push(x);
+        }
+        let t = trace_with_times(&times);
+        let round: Vec<i64> = t.ops.times_us().collect();
+        assert_eq!(round, times);
+        assert!(timed(&t));
+        let s = Seconds::of(&t, timed(&t));
+        let plain: Vec<f64> = times.iter().map(|&x| (x - times[0]) as f64 / 1e6).collect();
+        assert_eq!(s.len(), plain.len());
+        for (i, &p) in plain.iter().enumerate() {
+            assert_eq!(s.get(i), Some(p), "op {i}");
+        }
+        assert_eq!(s.get(plain.len()), None);
+        assert_eq!(s.last(), plain.last().copied());
+        for &at in &[
+            -1.0,
+            0.0,
+            5.0,
+            5.000_001,
+            1e6,
+            plain[500],
+            plain[999] + 0.5,
+            1e12,
+        ] {
+            assert_eq!(
+                s.partition_point(|t| t <= at),
+                plain.partition_point(|&t| t <= at),
+                "{at}"
+            );
+            assert_eq!(
+                s.partition_point(|t| t < at),
+                plain.partition_point(|&t| t < at),
+                "{at}"
+            );
+        }
+        // Extreme times survive the column exactly.
+        let ends = trace_with_times(&[i64::MIN, i64::MIN + 1, -1, 0, i64::MAX]);
+        assert_eq!(
+            ends.ops.times_us().collect::<Vec<_>>(),
+            [i64::MIN, i64::MIN + 1, -1, 0, i64::MAX]
+        );
+        // Times that go backwards, or none: no time axis.
+        let back = trace_with_times(&[5, 4]);
+        assert!(!timed(&back));
+        assert!(Seconds::of(&back, timed(&back)).is_empty());
+        assert!(!timed(&TraceData::default()));
+    }
 }

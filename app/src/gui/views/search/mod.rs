@@ -235,7 +235,7 @@ impl AllocsimApp {
             };
             QuadSet::new(state::band_quads(
                 &trace,
-                &doc.seconds,
+                doc.seconds(),
                 &pick,
                 Some(theme::HIGHLIGHT),
             ))

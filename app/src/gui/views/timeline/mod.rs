@@ -11,6 +11,7 @@ pub use axes::format_seconds;
 
 use egui::{Align2, Color32, FontId, Pos2, Rect, Sense, Shape, Stroke, pos2};
 
+use crate::gui::envelope::Curve;
 use crate::gui::render::{self, Transform};
 use crate::gui::state::{Document, MIB};
 use crate::gui::theme;
@@ -140,8 +141,8 @@ impl TimelineState {
     pub fn full_range(&self, doc: &Document) -> (f64, f64) {
         let n = doc.trace.ops.len().max(1) as f64;
         match self.axis {
-            Axis::Time if !doc.seconds.is_empty() => {
-                let last = doc.seconds[doc.seconds.len() - 1];
+            Axis::Time if !doc.seconds().is_empty() => {
+                let last = doc.seconds().last().unwrap_or(0.0);
                 (0.0, last.max(1e-6) * 1.0001)
             }
             _ => (0.0, n),
@@ -162,8 +163,8 @@ impl TimelineState {
     #[must_use]
     pub fn x_of_op(&self, doc: &Document, op: u32) -> f64 {
         match self.axis {
-            Axis::Time if !doc.seconds.is_empty() => {
-                doc.seconds.get(op as usize).copied().unwrap_or(0.0)
+            Axis::Time if !doc.seconds().is_empty() => {
+                doc.seconds().get(op as usize).unwrap_or(0.0)
             }
             _ => f64::from(op),
         }
@@ -177,8 +178,8 @@ impl TimelineState {
             return 0;
         }
         let k = match self.axis {
-            Axis::Time if !doc.seconds.is_empty() => {
-                doc.seconds.partition_point(|&t| t <= x).saturating_sub(1)
+            Axis::Time if !doc.seconds().is_empty() => {
+                doc.seconds().partition_point(|t| t <= x).saturating_sub(1)
             }
             _ => x.max(0.0).floor() as usize,
         };
@@ -190,9 +191,9 @@ impl TimelineState {
     pub fn ops_in(&self, doc: &Document, a: f64, b: f64) -> (usize, usize) {
         let n = doc.trace.ops.len();
         match self.axis {
-            Axis::Time if !doc.seconds.is_empty() => {
-                let lo = doc.seconds.partition_point(|&t| t <= a).saturating_sub(1);
-                let hi = doc.seconds.partition_point(|&t| t < b).max(lo + 1);
+            Axis::Time if !doc.seconds().is_empty() => {
+                let lo = doc.seconds().partition_point(|t| t <= a).saturating_sub(1);
+                let hi = doc.seconds().partition_point(|t| t < b).max(lo + 1);
                 (lo, hi.min(n))
             }
             _ => {
@@ -290,7 +291,7 @@ pub fn timeline_ui(
     let ymax = axes::y_max(ymax);
     let to_y = |bytes: f64| plot.bottom() - (bytes / ymax * f64::from(plot.height())) as f32;
 
-    let timed = st.axis == Axis::Time && !doc.seconds.is_empty();
+    let timed = st.axis == Axis::Time && !doc.seconds().is_empty();
     axes::grid(
         &painter,
         plot,
@@ -396,7 +397,7 @@ pub fn timeline_ui(
                 viewport: [plot.width() * ppp, plot.height() * ppp],
                 min_px: [0.0, 0.0],
                 gap_px: 0.0,
-                use_alt_x: if st.axis == Axis::Time && !doc.seconds.is_empty() {
+                use_alt_x: if st.axis == Axis::Time && !doc.seconds().is_empty() {
                     1.0
                 } else {
                     0.0
@@ -585,7 +586,7 @@ fn reserved_shapes(st: &TimelineState, doc: &Document, xm: &XMap, ymax: f64) -> 
         .enumerate()
         .filter_map(|(i, s)| {
             let r = s.replay.as_ref()?;
-            let pts = envelope_points(st, doc, xm, &r.reserved, &to_y);
+            let pts = envelope_points(st, doc, xm, &r.reserved(), &to_y);
             Some(Shape::line(pts, Stroke::new(1.5, theme::slot(i))))
         })
         .collect()
@@ -614,18 +615,18 @@ fn metric_shapes(
         let c = theme::slot(i);
         if st.show_largest_free {
             shapes.push(Shape::line(
-                envelope_points(st, doc, xm, &r.largest_free, &to_y),
+                envelope_points(st, doc, xm, &r.largest_free(), &to_y),
                 Stroke::new(1.0, c.gamma_multiply(0.45)),
             ));
         }
         if st.show_allocated {
             shapes.push(Shape::line(
-                envelope_points(st, doc, xm, &r.allocated, &to_y),
+                envelope_points(st, doc, xm, &r.allocated(), &to_y),
                 Stroke::new(1.0, c.gamma_multiply(0.8)),
             ));
         }
         shapes.push(Shape::line(
-            envelope_points(st, doc, xm, &r.reserved, &to_y),
+            envelope_points(st, doc, xm, &r.reserved(), &to_y),
             Stroke::new(2.0, c),
         ));
         if st.show_fragmentation && frag_rect.height() > 4.0 {
@@ -635,7 +636,7 @@ fn metric_shapes(
                 ..*xm
             };
             shapes.push(Shape::line(
-                envelope_points(st, doc, &fxm, &r.fragmentation, &fy),
+                envelope_points(st, doc, &fxm, &r.fragmentation(), &fy),
                 Stroke::new(1.0, c),
             ));
         }
@@ -710,7 +711,7 @@ fn envelope_points(
     st: &TimelineState,
     doc: &Document,
     xm: &XMap,
-    env: &crate::gui::envelope::Envelope,
+    env: &Curve<'_>,
     to_y: &dyn Fn(f32) -> f32,
 ) -> Vec<Pos2> {
     envelope_points_in(xm, env, &|a, b| st.ops_in(doc, a, b), to_y)
@@ -721,7 +722,7 @@ fn envelope_points(
 #[allow(clippy::many_single_char_names)]
 fn envelope_points_in(
     xm: &XMap,
-    env: &crate::gui::envelope::Envelope,
+    env: &Curve<'_>,
     samples_in: &dyn Fn(f64, f64) -> (usize, usize),
     to_y: &dyn Fn(f32) -> f32,
 ) -> Vec<Pos2> {
@@ -873,15 +874,15 @@ fn hover_tooltip(
                 lines.push((format!("{}: stopped (OOM)", s.spec), theme::slot(i)));
                 continue;
             }
-            let d = &r.data;
+            let d = r.data.timeline.stats_at(k);
             lines.push((
                 format!(
                     "{}: reserved {}, allocated {}, largest free {}, fragmentation {:.0}%",
                     s.spec,
-                    format_size(d.reserved_bytes[k]),
-                    format_size(d.allocated_bytes[k]),
-                    format_size(d.largest_free_bytes[k]),
-                    r.fragmentation.get(k).unwrap_or(0.0) * 100.0
+                    format_size(d.reserved_bytes),
+                    format_size(d.allocated_bytes),
+                    format_size(d.largest_free_bytes),
+                    r.fragmentation().get(k).unwrap_or(0.0) * 100.0
                 ),
                 theme::slot(i),
             ));

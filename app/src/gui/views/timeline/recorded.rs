@@ -20,11 +20,11 @@ pub(super) fn recorded_shapes(
 ) -> Vec<Shape> {
     vec![
         Shape::line(
-            envelope_points_in(xm, &r.requested, samples_in, to_y),
+            envelope_points_in(xm, &r.requested.curve(), samples_in, to_y),
             Stroke::new(1.0, theme::RECORDED.gamma_multiply(0.7)),
         ),
         Shape::line(
-            envelope_points_in(xm, &r.reserved, samples_in, to_y),
+            envelope_points_in(xm, &r.reserved.curve(), samples_in, to_y),
             Stroke::new(2.0, theme::RECORDED),
         ),
     ]

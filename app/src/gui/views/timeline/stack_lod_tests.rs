@@ -71,7 +71,7 @@ fn check_conservation(doc: &Document, requested: &[u64]) -> usize {
     let mut checked = 0;
     let mut short_without_fold = 0;
     for axis in [Axis::Events, Axis::Time] {
-        if axis == Axis::Time && doc.seconds.is_empty() {
+        if axis == Axis::Time && doc.seconds().is_empty() {
             continue;
         }
         for &(w_px, h_px) in &[(1200usize, 400f32), (333, 150.0)] {
@@ -84,7 +84,10 @@ fn check_conservation(doc: &Document, requested: &[u64]) -> usize {
                 st.view = match axis {
                     Axis::Events => Some((a, a + width)),
                     Axis::Time => {
-                        let t = |op: f64| doc.seconds[(op as usize).min(doc.seconds.len() - 1)];
+                        let t = |op: f64| {
+                            let s = doc.seconds();
+                            s.get((op as usize).min(s.len() - 1)).expect("timed")
+                        };
                         Some((t(a), t(a + width).max(t(a) + 1e-6)))
                     }
                 };
@@ -178,7 +181,7 @@ fn a_million_event_workload_draws_every_byte_at_every_level_of_detail() {
     });
     assert!(trace.ops.len() >= 1_000_000, "{} ops", trace.ops.len());
     let doc = document(trace);
-    let checked = check_conservation(&doc, &replay.requested_bytes);
+    let checked = check_conservation(&doc, &replay.timeline.requested_bytes.to_vec());
     assert!(checked > 10_000);
 }
 
@@ -198,8 +201,8 @@ fn the_largest_real_snapshot_draws_every_byte_at_every_level_of_detail() {
         bytes,
     });
     let doc = document(trace);
-    assert!(!doc.seconds.is_empty(), "the snapshot has times");
-    check_conservation(&doc, &replay.requested_bytes);
+    assert!(!doc.seconds().is_empty(), "the snapshot has times");
+    check_conservation(&doc, &replay.timeline.requested_bytes.to_vec());
 }
 
 /// Ops from a script: `a(size)` allocates, `f(i)` frees the alloc at op i.
@@ -214,10 +217,9 @@ fn ops(script: &[(char, u64)]) -> OpsTable {
         t.size_bytes.push(if c == 'a' { v } else { 0 });
         t.link.push(if c == 'a' { NO_OP } else { v as u32 });
         t.end.push(NO_OP);
-        t.stream.push(0);
         t.stack.push(0);
         t.event_index.push(k as u32);
-        t.time_us.push(0);
+        t.push_time_us(0);
         if c == 'f' {
             t.link[v as usize] = k as u32;
             t.end[v as usize] = k as u32;
