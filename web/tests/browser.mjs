@@ -192,6 +192,9 @@ try {
       attributeFilter: ["data-allocsim-progress"],
     });
   });
+  const sharedCount = async () =>
+    Number((/shared=(\d+)/.exec((await page.evaluate(() => document.body.getAttribute("data-allocsim-search-workers"))) || "") || [])[1] || 0);
+  const sharedBefore = await sharedCount();
   const dropT = await dropFile(page, join(traces, BIG), BIG);
   await waitFrame(page, `ready:${BIG}`, 300000);
   const readyT = await markTime(page, "data-allocsim-frame", dropT, `v.startsWith('ready:${BIG}')`);
@@ -211,6 +214,10 @@ try {
   log(`${BIG}: first full frame ${Math.round(readyT - dropT)} ms after the drop; ${gaps.frames} frames meanwhile, longest gap ${gaps.longest_gap_ms} ms`);
   if (gaps.longest_gap_ms > FROZEN_MS) fail(`the page froze for ${gaps.longest_gap_ms} ms while ${BIG} loaded (bound ${FROZEN_MS} ms)`);
   if (gaps.frames < 5) fail(`only ${gaps.frames} frames while ${BIG} loaded`);
+  // Its main configuration fits: no sweep comes, so its trace is not copied for the
+  // search workers (the engine's worker shares a trace only where a sweep is coming).
+  const sharedAfter = await sharedCount();
+  if (sharedAfter !== sharedBefore) fail(`${BIG} fits, yet its trace was shared with the search workers (${sharedBefore} → ${sharedAfter})`);
   const s4 = await shot(page, "4-kvcache_decode.png");
   if (s4.colours < 20 || s4.differing < 0.05) fail(`the canvas looks blank after ${BIG}`);
   const checkProgress = async (name) => {

@@ -149,6 +149,8 @@ impl AllocsimApp {
         if !main_oom {
             return;
         }
+        // The sweep will come: its workers take the trace now, ahead of the searches.
+        self.engine.prepare_search();
         let cap = self.config.capacity_bytes();
         if self.doc.as_ref().is_some_and(Document::all_settled)
             && self

@@ -261,9 +261,9 @@ impl<W: Workers> Host<W> {
 
     /// What the engine's worker must run next, after what was sent to it: the trace it
     /// loads shared with the search workers ([`Request::ShareTrace`]), asked once per
-    /// trace and as soon as the trace is sent, so that the engine's worker (which runs its
-    /// requests in order) shares it right after building it, before the replays asked
-    /// for once it is shown.
+    /// trace: when a sweep is about to come (`EngineHandle::prepare_search`, as the main
+    /// configuration runs out of memory, ahead of the searches and explanation asked
+    /// then) or when one starts.
     pub fn share_request(&mut self) -> Option<Request> {
         if self.search.setup.is_empty()
             || self

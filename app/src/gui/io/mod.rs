@@ -284,10 +284,22 @@ impl EngineHandle {
                 if let Some(req) = beside.route(req) {
                     w.send(&req);
                 }
-                if let Some(share) = beside.share_request() {
-                    w.send(&share);
-                }
             }
+        }
+    }
+
+    /// Gets the search workers ready for a sweep of the trace sent last: in the browser
+    /// the engine's worker is asked to share its built trace with them
+    /// ([`Request::ShareTrace`], once per trace), behind what was sent to it so far and
+    /// ahead of what follows. Asked where a sweep is about to come (the main configuration
+    /// ran out of memory), so that a file never swept pays for no copy of its trace.
+    /// Elsewhere the sweep runs beside the engine on its trace: nothing to do.
+    pub fn prepare_search(&mut self) {
+        #[cfg(target_arch = "wasm32")]
+        if let Inner::Worker(w, beside) = &mut self.inner
+            && let Some(share) = beside.share_request()
+        {
+            w.send(&share);
         }
     }
 
@@ -324,9 +336,6 @@ impl EngineHandle {
                 Ok(msg) => {
                     w.post(&msg);
                     beside.opening(msg);
-                    if let Some(share) = beside.share_request() {
-                        w.send(&share);
-                    }
                 }
                 Err(e) => log::error!("cannot post the file to the engine worker: {e:?}"),
             },
