@@ -90,6 +90,7 @@ fn a_replay_beside_the_build_is_the_replay_after_it() {
                 cap,
                 opts,
                 &start,
+                None,
                 &mut pieces.clone().into_iter(),
             )
             .unwrap();
@@ -105,4 +106,92 @@ fn a_replay_beside_the_build_is_the_replay_after_it() {
         traces.len()
     );
     assert!(compared > 0);
+}
+
+/// The replay beside the build as the app keeps it (`engine/open.rs`): with its timeline
+/// and checkpoints spaced from the ops expected rather than built. Everything but where
+/// the checkpoints lie is the replay after the build, and so are the layouts rebuilt from
+/// them.
+#[test]
+fn a_replay_beside_the_build_with_checkpoints_rebuilds_the_same_layouts() {
+    // Few checkpoints, spaced from the op count: the expected and the built spacings differ.
+    let opts = ReplayOptions {
+        checkpoint_every: 1,
+        max_checkpoints: 8,
+        ..ReplayOptions::default()
+    };
+    let (mut compared, mut spaced_apart) = (0, 0);
+    for t in allocsim_tests::corpus()
+        .into_iter()
+        .chain(allocsim_tests::repo_traces())
+    {
+        let Ok(snap) = decode_snapshot(&std::fs::read(&t.path).unwrap()) else {
+            continue;
+        };
+        let d = (0..snap.device_traces.len())
+            .max_by_key(|&i| (snap.device_traces[i].len(), std::cmp::Reverse(i)))
+            .unwrap_or(0);
+        let events = snap.device_traces.get(d).map_or(&[][..], Vec::as_slice);
+        let settings = snap.settings.clone();
+        let segment_events = build::segment_events(events);
+        let before = build::expected_ops(events, &[]);
+        let mut start: Option<Vec<StartSegment>> = None;
+        let mut pieces: Vec<Vec<Op>> = Vec::new();
+        let mut sink = |x: Streamed<'_>| match x {
+            Streamed::Start(s) => start = Some(s.to_vec()),
+            Streamed::Ops(piece) => pieces.push(piece.to_vec()),
+        };
+        let Ok((v, true)) = build::build_streaming(
+            snap,
+            t.cap_bytes,
+            Some((d as u32, &mut sink as &mut dyn FnMut(Streamed<'_>))),
+        ) else {
+            continue;
+        };
+        let Some(start) = start else { continue };
+        let dt = &v.trace.devices[d];
+        let blocks: usize = start.iter().map(|s| s.blocks.len()).sum();
+        let spec = ModelSpec::parse("pytorch").unwrap();
+        let cap = session::capacity(&v.trace, d, CapacityArg::AsRecorded).bytes;
+        let after = session::replay_device(&v.trace, d, &spec, cap, opts).unwrap();
+        let beside = session::replay_streamed(
+            &settings,
+            &segment_events,
+            &spec,
+            cap,
+            opts,
+            &start,
+            Some(before + blocks),
+            &mut pieces.into_iter(),
+        )
+        .unwrap();
+        assert_eq!(summary(&beside), summary(&after), "{}", t.name);
+        assert!(beside.timeline == after.timeline, "{}: timeline", t.name);
+        let n = after.ops_done;
+        assert!(
+            (0..n).all(|k| beside.outcomes.get(k) == after.outcomes.get(k)),
+            "{}: outcomes",
+            t.name
+        );
+        if n == 0 {
+            continue;
+        }
+        assert!(!beside.checkpoints.is_empty(), "{}", t.name);
+        let at =
+            |r: &ReplayResult| -> Vec<usize> { r.checkpoints.iter().map(|c| c.ops_done).collect() };
+        spaced_apart += usize::from(at(&beside) != at(&after));
+        for k in [1, n / 3, n / 2, n - 1, n] {
+            let want = allocsim_core::replay::layout_at(dt, &after, k);
+            let got = allocsim_core::replay::layout_at(dt, &beside, k);
+            assert_eq!(
+                format!("{got:?}"),
+                format!("{want:?}"),
+                "{} after {k} ops",
+                t.name
+            );
+        }
+        compared += 1;
+    }
+    assert!(compared >= 10, "{compared} traces compared");
+    assert!(spaced_apart > 0, "no trace had its checkpoints elsewhere");
 }

@@ -221,6 +221,7 @@ fn streamed(
                 assumed,
                 opts,
                 &start,
+                None,
                 &mut pieces,
             );
             r.ok()
