@@ -9,8 +9,9 @@ use allocsim_core::capacity::CapacityArg;
 use allocsim_core::models::ModelSpec;
 use allocsim_core::replay::{ReplayOptions, ReplayResult};
 use allocsim_core::session;
-use allocsim_core::snapshot::decode_snapshot;
+use allocsim_core::snapshot::{RawEvent, RawSettings, decode_snapshot};
 use allocsim_core::trace::{Op, StartSegment};
+use allocsim_core::validate::Validation;
 
 /// What the CLI's JSON shows of a replay, and more.
 fn summary(r: &ReplayResult) -> String {
@@ -36,6 +37,52 @@ fn summary(r: &ReplayResult) -> String {
     )
 }
 
+/// The build of `t` streaming its busiest device, as the CLI and the app run it.
+struct StreamedBuild {
+    device: usize,
+    settings: RawSettings,
+    segment_events: Vec<RawEvent>,
+    /// `build::expected_ops` of the device's events, before the start state is known.
+    expected_ops: usize,
+    start: Option<Vec<StartSegment>>,
+    pieces: Vec<Vec<Op>>,
+    built: Validation,
+    exact: bool,
+}
+
+fn build_streamed(t: &allocsim_tests::CorpusTrace) -> Option<StreamedBuild> {
+    let snap = decode_snapshot(&std::fs::read(&t.path).unwrap()).ok()?;
+    let d = (0..snap.device_traces.len())
+        .max_by_key(|&i| (snap.device_traces[i].len(), std::cmp::Reverse(i)))
+        .unwrap_or(0);
+    let events = snap.device_traces.get(d).map_or(&[][..], Vec::as_slice);
+    let settings = snap.settings.clone();
+    let segment_events = build::segment_events(events);
+    let expected_ops = build::expected_ops(events, &[]);
+    let mut start: Option<Vec<StartSegment>> = None;
+    let mut pieces: Vec<Vec<Op>> = Vec::new();
+    let mut sink = |x: Streamed<'_>| match x {
+        Streamed::Start(s) => start = Some(s.to_vec()),
+        Streamed::Ops(piece) => pieces.push(piece.to_vec()),
+    };
+    let (built, exact) = build::build_streaming(
+        snap,
+        t.cap_bytes,
+        Some((d as u32, &mut sink as &mut dyn FnMut(Streamed<'_>))),
+    )
+    .ok()?;
+    Some(StreamedBuild {
+        device: d,
+        settings,
+        segment_events,
+        expected_ops,
+        start,
+        pieces,
+        built,
+        exact,
+    })
+}
+
 #[test]
 fn a_replay_beside_the_build_is_the_replay_after_it() {
     let traces: Vec<_> = allocsim_tests::corpus()
@@ -49,26 +96,17 @@ fn a_replay_beside_the_build_is_the_replay_after_it() {
     };
     let (mut exact, mut compared) = (0, 0);
     for t in &traces {
-        let Ok(snap) = decode_snapshot(&std::fs::read(&t.path).unwrap()) else {
-            continue;
-        };
-        let d = (0..snap.device_traces.len())
-            .max_by_key(|&i| (snap.device_traces[i].len(), std::cmp::Reverse(i)))
-            .unwrap_or(0);
-        let settings = snap.settings.clone();
-        let segment_events =
-            build::segment_events(snap.device_traces.get(d).map_or(&[][..], Vec::as_slice));
-        let mut start: Option<Vec<StartSegment>> = None;
-        let mut pieces: Vec<Vec<Op>> = Vec::new();
-        let mut sink = |x: Streamed<'_>| match x {
-            Streamed::Start(s) => start = Some(s.to_vec()),
-            Streamed::Ops(piece) => pieces.push(piece.to_vec()),
-        };
-        let Ok((v, is_exact)) = build::build_streaming(
-            snap,
-            t.cap_bytes,
-            Some((d as u32, &mut sink as &mut dyn FnMut(Streamed<'_>))),
-        ) else {
+        let Some(StreamedBuild {
+            device: d,
+            settings,
+            segment_events,
+            start,
+            pieces,
+            built: v,
+            exact: is_exact,
+            ..
+        }) = build_streamed(t)
+        else {
             continue;
         };
         let dt = &v.trace.devices[d];
@@ -125,30 +163,19 @@ fn a_replay_beside_the_build_with_checkpoints_rebuilds_the_same_layouts() {
         .into_iter()
         .chain(allocsim_tests::repo_traces())
     {
-        let Ok(snap) = decode_snapshot(&std::fs::read(&t.path).unwrap()) else {
+        let Some(StreamedBuild {
+            device: d,
+            settings,
+            segment_events,
+            expected_ops: before,
+            start: Some(start),
+            pieces,
+            built: v,
+            exact: true,
+        }) = build_streamed(&t)
+        else {
             continue;
         };
-        let d = (0..snap.device_traces.len())
-            .max_by_key(|&i| (snap.device_traces[i].len(), std::cmp::Reverse(i)))
-            .unwrap_or(0);
-        let events = snap.device_traces.get(d).map_or(&[][..], Vec::as_slice);
-        let settings = snap.settings.clone();
-        let segment_events = build::segment_events(events);
-        let before = build::expected_ops(events, &[]);
-        let mut start: Option<Vec<StartSegment>> = None;
-        let mut pieces: Vec<Vec<Op>> = Vec::new();
-        let mut sink = |x: Streamed<'_>| match x {
-            Streamed::Start(s) => start = Some(s.to_vec()),
-            Streamed::Ops(piece) => pieces.push(piece.to_vec()),
-        };
-        let Ok((v, true)) = build::build_streaming(
-            snap,
-            t.cap_bytes,
-            Some((d as u32, &mut sink as &mut dyn FnMut(Streamed<'_>))),
-        ) else {
-            continue;
-        };
-        let Some(start) = start else { continue };
         let dt = &v.trace.devices[d];
         let blocks: usize = start.iter().map(|s| s.blocks.len()).sum();
         let spec = ModelSpec::parse("pytorch").unwrap();

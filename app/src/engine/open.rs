@@ -154,41 +154,19 @@ pub fn build_beside(
     // The ops of the blocks alive at the start are added once they are known.
     let expected = build::expected_ops(events, &[]);
     let capacity = main.capacity_bytes;
-    let (built, result) = std::thread::scope(|s| {
-        let (start_tx, start_rx) = mpsc::sync_channel::<Vec<StartSegment>>(1);
-        let (ops_tx, ops_rx) = mpsc::sync_channel::<Vec<Op>>(8);
-        let replay = s.spawn(move || {
-            let start = start_rx.recv().ok()?;
-            let blocks: usize = start.iter().map(|s| s.blocks.len()).sum();
-            allocsim_core::session::replay_streamed(
-                &settings,
-                &segment_events,
-                &spec,
-                capacity,
-                ReplayOptions::default(),
-                &start,
-                Some(expected + blocks),
-                &mut ops_rx.into_iter(),
-            )
-            .ok()
-        });
-        // Sends fail only once the replay has stopped: the build goes on regardless.
-        let mut sink = move |x: Streamed<'_>| match x {
-            Streamed::Start(start) => {
-                let _ = start_tx.send(start.to_vec());
-            }
-            Streamed::Ops(piece) => {
-                let _ = ops_tx.send(piece.to_vec());
-            }
-        };
-        let built = build::build_streaming(
-            snap,
-            None,
-            Some((d, &mut sink as &mut dyn FnMut(Streamed<'_>))),
-        );
-        // The replay's pieces end here.
-        drop(sink);
-        (built, replay.join().ok().flatten())
+    let (built, result) = build_replaying(snap, None, Some(d), |start, pieces| {
+        let blocks: usize = start.iter().map(|s| s.blocks.len()).sum();
+        allocsim_core::session::replay_streamed(
+            &settings,
+            &segment_events,
+            &spec,
+            capacity,
+            ReplayOptions::default(),
+            start,
+            Some(expected + blocks),
+            pieces,
+        )
+        .ok()
     });
     match built {
         Ok((v, exact)) => {
@@ -204,6 +182,44 @@ pub fn build_beside(
         }
         Err(e) => (Err(e), None),
     }
+}
+
+/// Builds `snap` (`build::build_streaming` under `capacity`) while `replay` runs on
+/// another thread, given device `device`'s start state and then its ops in pieces as the
+/// build makes them (none: no replay). Both answers, and the build's word on whether what
+/// it handed on is that device's start state and ops in the trace (else the replay's
+/// answer is not the trace's).
+pub fn build_replaying<T: Send>(
+    snap: RawSnapshot,
+    capacity: Option<u64>,
+    device: Option<u32>,
+    replay: impl FnOnce(&[StartSegment], &mut dyn Iterator<Item = Vec<Op>>) -> Option<T> + Send,
+) -> (Result<(Validation, bool), allocsim_core::Error>, Option<T>) {
+    std::thread::scope(|s| {
+        let (start_tx, start_rx) = mpsc::sync_channel::<Vec<StartSegment>>(1);
+        let (ops_tx, ops_rx) = mpsc::sync_channel::<Vec<Op>>(8);
+        let replayed = s.spawn(move || {
+            let start = start_rx.recv().ok()?;
+            replay(&start, &mut ops_rx.into_iter())
+        });
+        // Sends fail only once the replay has stopped: the build goes on regardless.
+        let mut sink = move |x: Streamed<'_>| match x {
+            Streamed::Start(start) => {
+                let _ = start_tx.send(start.to_vec());
+            }
+            Streamed::Ops(piece) => {
+                let _ = ops_tx.send(piece.to_vec());
+            }
+        };
+        let built = build::build_streaming(
+            snap,
+            capacity,
+            device.map(|d| (d, &mut sink as &mut dyn FnMut(Streamed<'_>))),
+        );
+        // The replay's pieces end here (and without a device, its start state).
+        drop(sink);
+        (built, replayed.join().ok().flatten())
+    })
 }
 
 /// The decode's progress as the engine's [`Response::Progress`], at most every half
