@@ -50,6 +50,37 @@ struct StreamedBuild {
     exact: bool,
 }
 
+impl StreamedBuild {
+    /// `spec` under the capacity as recorded, replayed after the build and beside it (its
+    /// checkpoints spaced from the ops expected where `spaced`); none without a start
+    /// state handed on.
+    fn replays(
+        &self,
+        spec: &str,
+        opts: ReplayOptions,
+        spaced: bool,
+    ) -> Option<(ReplayResult, ReplayResult)> {
+        let start = self.start.as_ref()?;
+        let (v, d) = (&self.built, self.device);
+        let spec = ModelSpec::parse(spec).unwrap();
+        let cap = session::capacity(&v.trace, d, CapacityArg::AsRecorded).bytes;
+        let after = session::replay_device(&v.trace, d, &spec, cap, opts).unwrap();
+        let blocks: usize = start.iter().map(|s| s.blocks.len()).sum();
+        let beside = session::replay_streamed(
+            &self.settings,
+            &self.segment_events,
+            &spec,
+            cap,
+            opts,
+            start,
+            spaced.then_some(self.expected_ops + blocks),
+            &mut self.pieces.clone().into_iter(),
+        )
+        .unwrap();
+        Some((after, beside))
+    }
+}
+
 fn build_streamed(t: &allocsim_tests::CorpusTrace) -> Option<StreamedBuild> {
     let snap = decode_snapshot(&std::fs::read(&t.path).unwrap()).ok()?;
     let d = (0..snap.device_traces.len())
@@ -96,42 +127,21 @@ fn a_replay_beside_the_build_is_the_replay_after_it() {
     };
     let (mut exact, mut compared) = (0, 0);
     for t in &traces {
-        let Some(StreamedBuild {
-            device: d,
-            settings,
-            segment_events,
-            start,
-            pieces,
-            built: v,
-            exact: is_exact,
-            ..
-        }) = build_streamed(t)
-        else {
+        let Some(b) = build_streamed(t) else {
             continue;
         };
-        let dt = &v.trace.devices[d];
-        let streamed: Vec<Op> = pieces.iter().flatten().copied().collect();
+        let is_exact = b.exact;
+        let dt = &b.built.trace.devices[b.device];
+        let streamed: Vec<Op> = b.pieces.iter().flatten().copied().collect();
         if is_exact {
             exact += 1;
-            assert_eq!(start.as_deref(), Some(&dt.start[..]), "{}", t.name);
+            assert_eq!(b.start.as_deref(), Some(&dt.start[..]), "{}", t.name);
             assert!(streamed == dt.ops, "{}: the streamed ops differ", t.name);
         }
-        let Some(start) = start else { continue };
         for spec in ["pytorch", "pytorch@expandable_segments:True", "bfc"] {
-            let spec = ModelSpec::parse(spec).unwrap();
-            let cap = session::capacity(&v.trace, d, CapacityArg::AsRecorded).bytes;
-            let after = session::replay_device(&v.trace, d, &spec, cap, opts).unwrap();
-            let beside = session::replay_streamed(
-                &settings,
-                &segment_events,
-                &spec,
-                cap,
-                opts,
-                &start,
-                None,
-                &mut pieces.clone().into_iter(),
-            )
-            .unwrap();
+            let Some((after, beside)) = b.replays(spec, opts, false) else {
+                continue;
+            };
             if is_exact {
                 assert_eq!(summary(&beside), summary(&after), "{} {spec:?}", t.name);
                 compared += 1;
@@ -163,35 +173,13 @@ fn a_replay_beside_the_build_with_checkpoints_rebuilds_the_same_layouts() {
         .into_iter()
         .chain(allocsim_tests::repo_traces())
     {
-        let Some(StreamedBuild {
-            device: d,
-            settings,
-            segment_events,
-            expected_ops: before,
-            start: Some(start),
-            pieces,
-            built: v,
-            exact: true,
-        }) = build_streamed(&t)
-        else {
+        let Some(b) = build_streamed(&t).filter(|b| b.exact) else {
             continue;
         };
-        let dt = &v.trace.devices[d];
-        let blocks: usize = start.iter().map(|s| s.blocks.len()).sum();
-        let spec = ModelSpec::parse("pytorch").unwrap();
-        let cap = session::capacity(&v.trace, d, CapacityArg::AsRecorded).bytes;
-        let after = session::replay_device(&v.trace, d, &spec, cap, opts).unwrap();
-        let beside = session::replay_streamed(
-            &settings,
-            &segment_events,
-            &spec,
-            cap,
-            opts,
-            &start,
-            Some(before + blocks),
-            &mut pieces.into_iter(),
-        )
-        .unwrap();
+        let Some((after, beside)) = b.replays("pytorch", opts, true) else {
+            continue;
+        };
+        let dt = &b.built.trace.devices[b.device];
         assert_eq!(summary(&beside), summary(&after), "{}", t.name);
         assert!(beside.timeline == after.timeline, "{}: timeline", t.name);
         let n = after.ops_done;
