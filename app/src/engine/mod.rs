@@ -72,8 +72,6 @@ pub struct Engine {
     /// The main configuration's replay done beside the build of the file just opened,
     /// for the UI's first replay request if it asks for that one (natively).
     beside: Option<open::Beside>,
-    /// The ops table of a device made beside its build, for [`Engine::trace_data`].
-    ops_made: Option<(usize, OpsTable)>,
     /// Answers kept for the trace and device shown (shared with detached work).
     cache: Arc<Mutex<Cache>>,
     /// The cancel flag of each cancellable job in flight.
@@ -383,12 +381,7 @@ impl Engine {
             beside = kept;
             built.map_err(|e| format!("{name}: {e}"))
         });
-        // The ops table made beside is that of the device about to be shown.
-        self.ops_made = beside
-            .as_mut()
-            .and_then(|b| Some((b.device, b.ops.take()?)));
         self.install(job, name, r, emit);
-        self.ops_made = None;
         self.beside = beside;
     }
 
@@ -447,11 +440,7 @@ impl Engine {
             stage: "building the ops table".into(),
             fraction: 0.7,
         });
-        let made = self
-            .ops_made
-            .take()
-            .filter(|(d, t)| *d == self.device && t.kind.len() == dt.ops.len());
-        self.ops = Arc::new(made.map_or_else(|| ops_table(dt), |(_, t)| t));
+        self.ops = Arc::new(ops_table(dt));
         self.live = Arc::default();
         let report = self.reports.iter().find(|r| r.device == dt.device);
         let mut notes = Vec::new();
@@ -811,34 +800,17 @@ pub type DetachedWork = Box<dyn FnOnce(&mut dyn FnMut(Response)) + Send + 'stati
 /// The ops of a device as columns.
 #[must_use]
 pub fn ops_table(dt: &DeviceTrace) -> OpsTable {
-    let mut t = OpsTable::with_room(dt.ops.len());
-    for op in &dt.ops {
-        t.push_op(op);
-    }
-    t.times.shrink_to_fit();
-    t
-}
-
-impl OpsTable {
-    /// An empty table with room for `n` ops.
-    #[must_use]
-    pub fn with_room(n: usize) -> OpsTable {
-        OpsTable {
-            kind: Vec::with_capacity(n),
-            size_bytes: Vec::with_capacity(n),
-            link: Vec::with_capacity(n),
-            end: Vec::with_capacity(n),
-            stack: Vec::with_capacity(n),
-            event_index: Vec::with_capacity(n),
-            times: Column::default(),
-        }
-    }
-
-    /// Appends the device's next op (a free links back to its alloc, already here).
-    pub fn push_op(&mut self, op: &allocsim_core::trace::Op) {
-        let k = self.kind.len();
-        self.link.push(NO_OP);
-        self.end.push(NO_OP);
+    let n = dt.ops.len();
+    let mut t = OpsTable {
+        kind: Vec::with_capacity(n),
+        size_bytes: Vec::with_capacity(n),
+        link: vec![NO_OP; n],
+        end: vec![NO_OP; n],
+        stack: Vec::with_capacity(n),
+        event_index: Vec::with_capacity(n),
+        times: Column::default(),
+    };
+    for (k, op) in dt.ops.iter().enumerate() {
         let (kind, size) = match op.kind {
             OpKind::Alloc {
                 size_bytes,
@@ -853,32 +825,34 @@ impl OpsTable {
                 size_bytes,
             ),
             OpKind::Free { alloc, deferred } => {
-                if let Some(a) = self.link.get_mut(alloc as usize) {
+                if let Some(a) = t.link.get_mut(alloc as usize) {
                     *a = k as u32;
                     // A deferred free holds its memory until its completion (if any).
                     if !deferred {
-                        self.end[alloc as usize] = k as u32;
+                        t.end[alloc as usize] = k as u32;
                     }
                 }
-                self.link[k] = alloc;
+                t.link[k] = alloc;
                 (op_kind::FREE, 0)
             }
             OpKind::CompleteFree { alloc } => {
-                if let Some(e) = self.end.get_mut(alloc as usize) {
+                if let Some(e) = t.end.get_mut(alloc as usize) {
                     *e = k as u32;
                 }
-                self.link[k] = alloc;
+                t.link[k] = alloc;
                 (op_kind::COMPLETE_FREE, 0)
             }
             OpKind::EmptyCache => (op_kind::EMPTY_CACHE, 0),
             OpKind::ReleasePool { .. } => (op_kind::RELEASE_POOL, 0),
         };
-        self.kind.push(kind);
-        self.size_bytes.push(size);
-        self.stack.push(op.stack.0);
-        self.event_index.push(op.event_index);
-        self.push_time_us(op.time_us);
+        t.kind.push(kind);
+        t.size_bytes.push(size);
+        t.stack.push(op.stack.0);
+        t.event_index.push(op.event_index);
+        t.push_time_us(op.time_us);
     }
+    t.times.shrink_to_fit();
+    t
 }
 
 /// A flat copy of the core's frame table.

@@ -16,7 +16,7 @@ use allocsim_core::snapshot::{Action, RawSnapshot};
 use allocsim_core::trace::{Op, StartSegment};
 use allocsim_core::validate::Validation;
 
-use super::wire::{MainReplay, OpsTable, Response};
+use super::wire::{MainReplay, Response};
 
 /// The file is read this many bytes at a time.
 pub const PIECE_BYTES: usize = 4 << 20;
@@ -119,16 +119,13 @@ fn read_ahead<R: Read + Send>(
 
 /// The main configuration's replay done beside the trace's build ([`build_beside`]):
 /// the answer to the UI's [`super::wire::Request::Replay`] of `spec` under
-/// `capacity_bytes` on device `device`, should it ask for exactly that; and that
-/// device's ops table, made from the same ops.
+/// `capacity_bytes` on device `device`, should it ask for exactly that.
 #[derive(Debug)]
 pub struct Beside {
     pub spec: String,
     pub capacity_bytes: Option<u64>,
     pub device: usize,
     pub result: ReplayResult,
-    /// Taken by the engine when it shows the device ([`super::ops_table`]'s answer).
-    pub ops: Option<OpsTable>,
 }
 
 /// Builds the trace of `snap` (as `build::build`, no capacity given) while `main` replays
@@ -159,11 +156,7 @@ pub fn build_beside(
     let capacity = main.capacity_bytes;
     let (built, result) = build_replaying(snap, None, Some(d), |start, pieces| {
         let blocks: usize = start.iter().map(|s| s.blocks.len()).sum();
-        // The UI's ops table too, op by op as they are replayed: the replay waits on
-        // the build anyway, the engine would build it after.
-        let mut ops = OpsTable::with_room(expected + blocks);
-        let mut pieces = pieces.inspect(|piece| piece.iter().for_each(|op| ops.push_op(op)));
-        let r = allocsim_core::session::replay_streamed(
+        allocsim_core::session::replay_streamed(
             &settings,
             &segment_events,
             &spec,
@@ -171,23 +164,19 @@ pub fn build_beside(
             ReplayOptions::default(),
             start,
             Some(expected + blocks),
-            &mut pieces,
+            pieces,
         )
-        .ok()?;
-        drop(pieces);
-        ops.times.shrink_to_fit();
-        Some((r, ops))
+        .ok()
     });
     match built {
         Ok((v, exact)) => {
             let kept = result
                 .filter(|_| exact && v.trace.busiest_device() == d as usize)
-                .map(|(result, ops)| Beside {
+                .map(|result| Beside {
                     spec: main.spec.clone(),
                     capacity_bytes: capacity,
                     device: d as usize,
                     result,
-                    ops: Some(ops),
                 });
             (Ok(v), kept)
         }
