@@ -663,6 +663,21 @@ impl<'m, M: Allocator + ?Sized> ReplayRun<'m, M> {
         }
     }
 
+    /// Spaces the checkpoints (and makes room for the outcomes) as for about `ops` ops,
+    /// where their number is not known before the last (a replay beside the trace's
+    /// build: [`crate::build::expected_ops`]). Before the first op only. The layouts
+    /// rebuilt from them are the same, however spaced; only their speed differs.
+    #[must_use]
+    pub fn expecting(mut self, ops: usize) -> Self {
+        debug_assert_eq!(self.pushed, 0, "before the first op");
+        self.every =
+            checkpoint_interval(ops, self.opts.checkpoint_every, self.opts.max_checkpoints);
+        if self.opts.keep_timeline {
+            self.outcomes = Outcomes::with_capacity(ops);
+        }
+        self
+    }
+
     /// Replays the next op.
     #[inline]
     pub fn push(&mut self, op: &Op) {

@@ -86,8 +86,10 @@ fn pytorch_at_start(
 /// [`replay_device`] of a device whose trace is being built: its start state, and its
 /// ops in pieces as they come (`build::build_streaming`); `settings` and
 /// `segment_events` are the snapshot's and the device's recorded segment events. The
-/// same result as [`replay_device`] on the built trace, but without checkpoints (the
-/// number of ops, which spaces them, is not known before the last).
+/// same result as [`replay_device`] on the built trace, but its checkpoints spaced as for
+/// `expected_ops` ops (the number of ops, which spaces them, is not known before the
+/// last; `None`: no checkpoints).
+#[allow(clippy::too_many_arguments)]
 pub fn replay_streamed(
     settings: &RawSettings,
     segment_events: &[RawEvent],
@@ -95,6 +97,7 @@ pub fn replay_streamed(
     capacity: Option<u64>,
     mut opts: ReplayOptions,
     start: &[StartSegment],
+    expected_ops: Option<usize>,
     pieces: &mut dyn Iterator<Item = Vec<Op>>,
 ) -> Result<ReplayResult, crate::Error> {
     let resolved = spec.resolve(settings)?;
@@ -106,26 +109,35 @@ pub fn replay_streamed(
         capacity,
     );
     let initial_ops = start.iter().map(|s| s.blocks.len()).sum();
-    opts.checkpoint_every = 0;
+    if expected_ops.is_none() {
+        opts.checkpoint_every = 0;
+    }
     if let ResolvedModel::Pytorch(cfg) = resolved {
         let (mut m, preloaded) = pytorch_at_start(cfg, capacity, start, &mut dev);
         opts.preloaded |= preloaded;
         return Ok(feed(
             ReplayRun::new(&mut m, dev, capacity, opts, initial_ops, None),
+            expected_ops,
             pieces,
         ));
     }
     let mut m = resolved.build(capacity);
     Ok(feed(
         ReplayRun::new(m.as_mut(), dev, capacity, opts, initial_ops, None),
+        expected_ops,
         pieces,
     ))
 }
 
 fn feed<M: Allocator + ?Sized>(
-    mut run: ReplayRun<'_, M>,
+    run: ReplayRun<'_, M>,
+    expected_ops: Option<usize>,
     pieces: &mut dyn Iterator<Item = Vec<Op>>,
 ) -> ReplayResult {
+    let mut run = match expected_ops {
+        Some(n) => run.expecting(n),
+        None => run,
+    };
     for piece in pieces {
         for op in &piece {
             run.push(op);

@@ -9,8 +9,9 @@ use allocsim_core::capacity::CapacityArg;
 use allocsim_core::models::ModelSpec;
 use allocsim_core::replay::{ReplayOptions, ReplayResult};
 use allocsim_core::session;
-use allocsim_core::snapshot::decode_snapshot;
+use allocsim_core::snapshot::{RawEvent, RawSettings, decode_snapshot};
 use allocsim_core::trace::{Op, StartSegment};
+use allocsim_core::validate::Validation;
 
 /// What the CLI's JSON shows of a replay, and more.
 fn summary(r: &ReplayResult) -> String {
@@ -36,6 +37,83 @@ fn summary(r: &ReplayResult) -> String {
     )
 }
 
+/// The build of `t` streaming its busiest device, as the CLI and the app run it.
+struct StreamedBuild {
+    device: usize,
+    settings: RawSettings,
+    segment_events: Vec<RawEvent>,
+    /// `build::expected_ops` of the device's events, before the start state is known.
+    expected_ops: usize,
+    start: Option<Vec<StartSegment>>,
+    pieces: Vec<Vec<Op>>,
+    built: Validation,
+    exact: bool,
+}
+
+impl StreamedBuild {
+    /// `spec` under the capacity as recorded, replayed after the build and beside it (its
+    /// checkpoints spaced from the ops expected where `spaced`); none without a start
+    /// state handed on.
+    fn replays(
+        &self,
+        spec: &str,
+        opts: ReplayOptions,
+        spaced: bool,
+    ) -> Option<(ReplayResult, ReplayResult)> {
+        let start = self.start.as_ref()?;
+        let (v, d) = (&self.built, self.device);
+        let spec = ModelSpec::parse(spec).unwrap();
+        let cap = session::capacity(&v.trace, d, CapacityArg::AsRecorded).bytes;
+        let after = session::replay_device(&v.trace, d, &spec, cap, opts).unwrap();
+        let blocks: usize = start.iter().map(|s| s.blocks.len()).sum();
+        let beside = session::replay_streamed(
+            &self.settings,
+            &self.segment_events,
+            &spec,
+            cap,
+            opts,
+            start,
+            spaced.then_some(self.expected_ops + blocks),
+            &mut self.pieces.clone().into_iter(),
+        )
+        .unwrap();
+        Some((after, beside))
+    }
+}
+
+fn build_streamed(t: &allocsim_tests::CorpusTrace) -> Option<StreamedBuild> {
+    let snap = decode_snapshot(&std::fs::read(&t.path).unwrap()).ok()?;
+    let d = (0..snap.device_traces.len())
+        .max_by_key(|&i| (snap.device_traces[i].len(), std::cmp::Reverse(i)))
+        .unwrap_or(0);
+    let events = snap.device_traces.get(d).map_or(&[][..], Vec::as_slice);
+    let settings = snap.settings.clone();
+    let segment_events = build::segment_events(events);
+    let expected_ops = build::expected_ops(events, &[]);
+    let mut start: Option<Vec<StartSegment>> = None;
+    let mut pieces: Vec<Vec<Op>> = Vec::new();
+    let mut sink = |x: Streamed<'_>| match x {
+        Streamed::Start(s) => start = Some(s.to_vec()),
+        Streamed::Ops(piece) => pieces.push(piece.to_vec()),
+    };
+    let (built, exact) = build::build_streaming(
+        snap,
+        t.cap_bytes,
+        Some((d as u32, &mut sink as &mut dyn FnMut(Streamed<'_>))),
+    )
+    .ok()?;
+    Some(StreamedBuild {
+        device: d,
+        settings,
+        segment_events,
+        expected_ops,
+        start,
+        pieces,
+        built,
+        exact,
+    })
+}
+
 #[test]
 fn a_replay_beside_the_build_is_the_replay_after_it() {
     let traces: Vec<_> = allocsim_tests::corpus()
@@ -49,50 +127,21 @@ fn a_replay_beside_the_build_is_the_replay_after_it() {
     };
     let (mut exact, mut compared) = (0, 0);
     for t in &traces {
-        let Ok(snap) = decode_snapshot(&std::fs::read(&t.path).unwrap()) else {
+        let Some(b) = build_streamed(t) else {
             continue;
         };
-        let d = (0..snap.device_traces.len())
-            .max_by_key(|&i| (snap.device_traces[i].len(), std::cmp::Reverse(i)))
-            .unwrap_or(0);
-        let settings = snap.settings.clone();
-        let segment_events =
-            build::segment_events(snap.device_traces.get(d).map_or(&[][..], Vec::as_slice));
-        let mut start: Option<Vec<StartSegment>> = None;
-        let mut pieces: Vec<Vec<Op>> = Vec::new();
-        let mut sink = |x: Streamed<'_>| match x {
-            Streamed::Start(s) => start = Some(s.to_vec()),
-            Streamed::Ops(piece) => pieces.push(piece.to_vec()),
-        };
-        let Ok((v, is_exact)) = build::build_streaming(
-            snap,
-            t.cap_bytes,
-            Some((d as u32, &mut sink as &mut dyn FnMut(Streamed<'_>))),
-        ) else {
-            continue;
-        };
-        let dt = &v.trace.devices[d];
-        let streamed: Vec<Op> = pieces.iter().flatten().copied().collect();
+        let is_exact = b.exact;
+        let dt = &b.built.trace.devices[b.device];
+        let streamed: Vec<Op> = b.pieces.iter().flatten().copied().collect();
         if is_exact {
             exact += 1;
-            assert_eq!(start.as_deref(), Some(&dt.start[..]), "{}", t.name);
+            assert_eq!(b.start.as_deref(), Some(&dt.start[..]), "{}", t.name);
             assert!(streamed == dt.ops, "{}: the streamed ops differ", t.name);
         }
-        let Some(start) = start else { continue };
         for spec in ["pytorch", "pytorch@expandable_segments:True", "bfc"] {
-            let spec = ModelSpec::parse(spec).unwrap();
-            let cap = session::capacity(&v.trace, d, CapacityArg::AsRecorded).bytes;
-            let after = session::replay_device(&v.trace, d, &spec, cap, opts).unwrap();
-            let beside = session::replay_streamed(
-                &settings,
-                &segment_events,
-                &spec,
-                cap,
-                opts,
-                &start,
-                &mut pieces.clone().into_iter(),
-            )
-            .unwrap();
+            let Some((after, beside)) = b.replays(spec, opts, false) else {
+                continue;
+            };
             if is_exact {
                 assert_eq!(summary(&beside), summary(&after), "{} {spec:?}", t.name);
                 compared += 1;
@@ -105,4 +154,59 @@ fn a_replay_beside_the_build_is_the_replay_after_it() {
         traces.len()
     );
     assert!(compared > 0);
+}
+
+/// The replay beside the build as the app keeps it (`engine/open.rs`): with its timeline
+/// and checkpoints spaced from the ops expected rather than built. Everything but where
+/// the checkpoints lie is the replay after the build, and so are the layouts rebuilt from
+/// them.
+#[test]
+fn a_replay_beside_the_build_with_checkpoints_rebuilds_the_same_layouts() {
+    // Few checkpoints, spaced from the op count: the expected and the built spacings differ.
+    let opts = ReplayOptions {
+        checkpoint_every: 1,
+        max_checkpoints: 8,
+        ..ReplayOptions::default()
+    };
+    let (mut compared, mut spaced_apart) = (0, 0);
+    for t in allocsim_tests::corpus()
+        .into_iter()
+        .chain(allocsim_tests::repo_traces())
+    {
+        let Some(b) = build_streamed(&t).filter(|b| b.exact) else {
+            continue;
+        };
+        let Some((after, beside)) = b.replays("pytorch", opts, true) else {
+            continue;
+        };
+        let dt = &b.built.trace.devices[b.device];
+        assert_eq!(summary(&beside), summary(&after), "{}", t.name);
+        assert!(beside.timeline == after.timeline, "{}: timeline", t.name);
+        let n = after.ops_done;
+        assert!(
+            (0..n).all(|k| beside.outcomes.get(k) == after.outcomes.get(k)),
+            "{}: outcomes",
+            t.name
+        );
+        if n == 0 {
+            continue;
+        }
+        assert!(!beside.checkpoints.is_empty(), "{}", t.name);
+        let at =
+            |r: &ReplayResult| -> Vec<usize> { r.checkpoints.iter().map(|c| c.ops_done).collect() };
+        spaced_apart += usize::from(at(&beside) != at(&after));
+        for k in [1, n / 3, n / 2, n - 1, n] {
+            let want = allocsim_core::replay::layout_at(dt, &after, k);
+            let got = allocsim_core::replay::layout_at(dt, &beside, k);
+            assert_eq!(
+                format!("{got:?}"),
+                format!("{want:?}"),
+                "{} after {k} ops",
+                t.name
+            );
+        }
+        compared += 1;
+    }
+    assert!(compared >= 10, "{compared} traces compared");
+    assert!(spaced_apart > 0, "no trace had its checkpoints elsewhere");
 }

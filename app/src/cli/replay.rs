@@ -1,14 +1,11 @@
 //! `allocsim replay FILE [--allocator NAME] [--config STR] [--capacity SIZE] [--trace-device D] [--json]`.
 
 use std::path::Path;
-use std::sync::mpsc;
 
-use allocsim_core::build::Streamed;
 use allocsim_core::capacity::{CapacityArg, CapacityChoice};
 use allocsim_core::models::ModelSpec;
 use allocsim_core::replay::{ReplayOptions, ReplayResult};
 use allocsim_core::snapshot::Action;
-use allocsim_core::trace::{Op, StartSegment};
 use allocsim_core::units::format_size;
 use serde_json::{Value, json};
 
@@ -208,42 +205,21 @@ fn streamed(
         !(arg == CapacityArg::AsRecorded && events.iter().any(|e| e.action == Action::Oom));
     let settings = snap.settings.clone();
     let segment_events = allocsim_core::build::segment_events(events);
-    let (built, beside) = std::thread::scope(|s| {
-        let (start_tx, start_rx) = mpsc::sync_channel::<Vec<StartSegment>>(1);
-        let (ops_tx, ops_rx) = mpsc::sync_channel::<Vec<Op>>(8);
-        let replay = s.spawn(move || {
-            let start = start_rx.recv().ok()?;
-            let mut pieces = ops_rx.into_iter();
-            let r = allocsim_core::session::replay_streamed(
+    let device = u32::try_from(d).ok().filter(|_| stream);
+    let (built, beside) =
+        crate::engine::open::build_replaying(snap, arg.given_bytes(), device, |start, pieces| {
+            allocsim_core::session::replay_streamed(
                 &settings,
                 &segment_events,
                 spec,
                 assumed,
                 opts,
-                &start,
-                &mut pieces,
-            );
-            r.ok()
+                start,
+                None,
+                pieces,
+            )
+            .ok()
         });
-        // Sends fail only once the replay has stopped: the build goes on regardless.
-        let mut sink = move |x: Streamed<'_>| match x {
-            Streamed::Start(start) => {
-                let _ = start_tx.send(start.to_vec());
-            }
-            Streamed::Ops(piece) => {
-                let _ = ops_tx.send(piece.to_vec());
-            }
-        };
-        let device = u32::try_from(d).ok().filter(|_| stream);
-        let built = allocsim_core::build::build_streaming(
-            snap,
-            arg.given_bytes(),
-            device.map(|dv| (dv, &mut sink as &mut dyn FnMut(Streamed<'_>))),
-        );
-        // The replay's pieces end here.
-        drop(sink);
-        (built, replay.join().ok().flatten())
-    });
     let (v, exact) = built.map_err(|e| Failure::bad_input(format!("{name}: {e}")))?;
     let streamed_device = d;
     let d = super::pick_device(&v.trace, a.trace_device)?;

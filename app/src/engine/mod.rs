@@ -29,8 +29,8 @@ use allocsim_core::validate::DeviceReport;
 use allocsim_core::{session, workloads};
 
 use wire::{
-    AddressHit, BlockView, LayoutData, NO_OP, OomData, OpsTable, ReplayData, ReplaySummary,
-    Request, Response, SegmentView, StackTable, TraceData, block_state, op_kind,
+    AddressHit, BlockView, LayoutData, MainReplay, NO_OP, OomData, OpsTable, ReplayData,
+    ReplaySummary, Request, Response, SegmentView, StackTable, TraceData, block_state, op_kind,
 };
 
 /// The cancel flags of an engine's jobs in flight ([`Engine::cancels`]).
@@ -69,6 +69,9 @@ pub struct Engine {
     /// (which then waits for the one being built).
     live: Arc<OnceLock<live::LiveIndex>>,
     slots: Vec<Option<Slot>>,
+    /// The main configuration's replay done beside the build of the file just opened,
+    /// for the UI's first replay request if it asks for that one (natively).
+    beside: Option<open::Beside>,
     /// Answers kept for the trace and device shown (shared with detached work).
     cache: Arc<Mutex<Cache>>,
     /// The cancel flag of each cancellable job in flight.
@@ -118,7 +121,12 @@ impl Engine {
     pub fn handle(&mut self, req: Request, emit: &mut dyn FnMut(Response)) {
         match req {
             Request::Load { job, name, bytes } => self.load(job, name, &bytes, emit),
-            Request::Open { job, name, path } => self.open(job, name, &path, emit),
+            Request::Open {
+                job,
+                name,
+                path,
+                main,
+            } => self.open(job, name, &path, &main, emit),
             Request::SelectDevice { job, device } => {
                 let Some(trace) = &self.trace else {
                     return emit(Response::Failed {
@@ -321,6 +329,7 @@ impl Engine {
     /// Drops the replays and what was computed for the trace or device shown before.
     fn forget(&mut self) {
         self.slots.clear();
+        self.beside = None;
         if let Ok(mut c) = self.cache.lock() {
             c.clear();
         }
@@ -339,8 +348,16 @@ impl Engine {
 
     /// Opens the file at `path` read in pieces ([`open::decode_file`]): progress while
     /// it decodes, [`Request::Cancel`] stops it (the host sets the flag: this thread is
-    /// busy), and the file's bytes are gone once decoded.
-    fn open(&mut self, job: u64, name: String, path: &str, emit: &mut dyn FnMut(Response)) {
+    /// busy), and the file's bytes are gone once decoded. The main configuration `main`
+    /// is replayed beside the trace's build ([`open::build_beside`]).
+    fn open(
+        &mut self,
+        job: u64,
+        name: String,
+        path: &str,
+        main: &MainReplay,
+        emit: &mut dyn FnMut(Response),
+    ) {
         let flag = Arc::new(AtomicBool::new(false));
         if let Ok(mut c) = self.cancels.lock() {
             c.insert(job, Arc::clone(&flag));
@@ -357,7 +374,15 @@ impl Engine {
             open::OpenError::Cancelled => format!("opening {name}: cancelled"),
             open::OpenError::Failed(message) => message,
         });
-        self.open_decoded(job, name, decoded, emit);
+        let mut beside = None;
+        let r = decoded.and_then(|snap| {
+            emit(recorded_response(job, &snap, &name));
+            let (built, kept) = open::build_beside(snap, main);
+            beside = kept;
+            built.map_err(|e| format!("{name}: {e}"))
+        });
+        self.install(job, name, r, emit);
+        self.beside = beside;
     }
 
     /// Takes a snapshot decoded elsewhere (natively [`Engine::open`]; in the browser the
@@ -373,14 +398,7 @@ impl Engine {
         // Decoded, the file's own timeline and end state go to the UI at once; the trace
         // is built and validated after.
         let r = decoded.and_then(|snap| {
-            let device = recorded::busiest_device(&snap);
-            // No progress message after it: in the browser each answer wakes the page for
-            // a frame, which a software rasterizer pays for with the CPU the validation
-            // needs; the recorded view says the trace is being built.
-            emit(Response::Recorded {
-                job,
-                recorded: Box::new(recorded::recorded(&snap, &name, device)),
-            });
+            emit(recorded_response(job, &snap, &name));
             allocsim_core::build::build(snap, None).map_err(|e| format!("{name}: {e}"))
         });
         self.install(job, name, r, emit);
@@ -494,13 +512,22 @@ impl Engine {
             stage: format!("replaying {spec}"),
             fraction: 0.1,
         });
-        let mut result = match session::replay_device(
-            trace,
-            self.device,
-            &parsed,
-            capacity,
-            ReplayOptions::default(),
-        ) {
+        // The replay beside the build is taken once, where it is the one asked for.
+        let beside = self
+            .beside
+            .take()
+            .filter(|b| b.device == self.device && b.spec == spec && b.capacity_bytes == capacity);
+        let replayed = match beside {
+            Some(b) => Ok(b.result),
+            None => session::replay_device(
+                trace,
+                self.device,
+                &parsed,
+                capacity,
+                ReplayOptions::default(),
+            ),
+        };
+        let mut result = match replayed {
             Ok(r) => r,
             Err(e) => {
                 return emit(Response::Failed {
@@ -748,6 +775,22 @@ impl Engine {
             })),
             other => Err(other),
         }
+    }
+}
+
+/// The file's own timeline and end state of its busiest device, for the UI as soon as it
+/// is decoded. No progress message after it: in the browser each answer wakes the page for
+/// a frame, which a software rasterizer pays for with the CPU the validation needs; the
+/// recorded view says the trace is being built.
+fn recorded_response(
+    job: u64,
+    snap: &allocsim_core::snapshot::RawSnapshot,
+    name: &str,
+) -> Response {
+    let device = recorded::busiest_device(snap);
+    Response::Recorded {
+        job,
+        recorded: Box::new(recorded::recorded(snap, name, device)),
     }
 }
 

@@ -7,11 +7,16 @@ use std::io::Read;
 use std::path::Path;
 use std::sync::mpsc;
 
-use allocsim_core::snapshot::RawSnapshot;
+use allocsim_core::build::{self, Streamed};
+use allocsim_core::models::ModelSpec;
+use allocsim_core::replay::{ReplayOptions, ReplayResult};
 use allocsim_core::snapshot::import::{DecodeOptions, ImportError};
 use allocsim_core::snapshot::stream::{Progress, StreamDecoder, StreamError};
+use allocsim_core::snapshot::{Action, RawSnapshot};
+use allocsim_core::trace::{Op, StartSegment};
+use allocsim_core::validate::Validation;
 
-use super::wire::Response;
+use super::wire::{MainReplay, Response};
 
 /// The file is read this many bytes at a time.
 pub const PIECE_BYTES: usize = 4 << 20;
@@ -109,6 +114,111 @@ fn read_ahead<R: Read + Send>(
             let _ = give_back.send(buf);
         }
         Ok(())
+    })
+}
+
+/// The main configuration's replay done beside the trace's build ([`build_beside`]):
+/// the answer to the UI's [`super::wire::Request::Replay`] of `spec` under
+/// `capacity_bytes` on device `device`, should it ask for exactly that.
+#[derive(Debug)]
+pub struct Beside {
+    pub spec: String,
+    pub capacity_bytes: Option<u64>,
+    pub device: usize,
+    pub result: ReplayResult,
+}
+
+/// Builds the trace of `snap` (as `build::build`, no capacity given) while `main` replays
+/// its busiest device on another thread, fed the start state and ops as the build makes
+/// them (`build::build_streaming`, as `allocsim replay FILE` does), its checkpoints spaced
+/// from the ops expected (`build::expected_ops`). The replay is kept only where the build
+/// says what it handed on is the trace's start state and ops and the device is the built
+/// trace's busiest; whether its capacity is the one asked for is for the asker to check.
+/// A recording with a refusal under a capacity as recorded (likely inferred: not the
+/// unlimited one assumed) is not replayed beside.
+pub fn build_beside(
+    snap: RawSnapshot,
+    main: &MainReplay,
+) -> (Result<Validation, allocsim_core::Error>, Option<Beside>) {
+    let d = super::recorded::busiest_device(&snap);
+    let events = snap
+        .device_traces
+        .get(d as usize)
+        .map_or(&[][..], Vec::as_slice);
+    let spec = match ModelSpec::parse(&main.spec) {
+        Ok(s) if !(main.as_recorded && events.iter().any(|e| e.action == Action::Oom)) => s,
+        _ => return (build::build(snap, None), None),
+    };
+    let settings = snap.settings.clone();
+    let segment_events = build::segment_events(events);
+    // The ops of the blocks alive at the start are added once they are known.
+    let expected = build::expected_ops(events, &[]);
+    let capacity = main.capacity_bytes;
+    let (built, result) = build_replaying(snap, None, Some(d), |start, pieces| {
+        let blocks: usize = start.iter().map(|s| s.blocks.len()).sum();
+        allocsim_core::session::replay_streamed(
+            &settings,
+            &segment_events,
+            &spec,
+            capacity,
+            ReplayOptions::default(),
+            start,
+            Some(expected + blocks),
+            pieces,
+        )
+        .ok()
+    });
+    match built {
+        Ok((v, exact)) => {
+            let kept = result
+                .filter(|_| exact && v.trace.busiest_device() == d as usize)
+                .map(|result| Beside {
+                    spec: main.spec.clone(),
+                    capacity_bytes: capacity,
+                    device: d as usize,
+                    result,
+                });
+            (Ok(v), kept)
+        }
+        Err(e) => (Err(e), None),
+    }
+}
+
+/// Builds `snap` (`build::build_streaming` under `capacity`) while `replay` runs on
+/// another thread, given device `device`'s start state and then its ops in pieces as the
+/// build makes them (none: no replay). Both answers, and the build's word on whether what
+/// it handed on is that device's start state and ops in the trace (else the replay's
+/// answer is not the trace's).
+pub fn build_replaying<T: Send>(
+    snap: RawSnapshot,
+    capacity: Option<u64>,
+    device: Option<u32>,
+    replay: impl FnOnce(&[StartSegment], &mut dyn Iterator<Item = Vec<Op>>) -> Option<T> + Send,
+) -> (Result<(Validation, bool), allocsim_core::Error>, Option<T>) {
+    std::thread::scope(|s| {
+        let (start_tx, start_rx) = mpsc::sync_channel::<Vec<StartSegment>>(1);
+        let (ops_tx, ops_rx) = mpsc::sync_channel::<Vec<Op>>(8);
+        let replayed = s.spawn(move || {
+            let start = start_rx.recv().ok()?;
+            replay(&start, &mut ops_rx.into_iter())
+        });
+        // Sends fail only once the replay has stopped: the build goes on regardless.
+        let mut sink = move |x: Streamed<'_>| match x {
+            Streamed::Start(start) => {
+                let _ = start_tx.send(start.to_vec());
+            }
+            Streamed::Ops(piece) => {
+                let _ = ops_tx.send(piece.to_vec());
+            }
+        };
+        let built = build::build_streaming(
+            snap,
+            capacity,
+            device.map(|d| (d, &mut sink as &mut dyn FnMut(Streamed<'_>))),
+        );
+        // The replay's pieces end here (and without a device, its start state).
+        drop(sink);
+        (built, replayed.join().ok().flatten())
     })
 }
 

@@ -696,6 +696,15 @@ impl Drop for TempFile {
     }
 }
 
+/// What the app sends with a new file: PyTorch, as recorded.
+fn main_pytorch() -> wire::MainReplay {
+    wire::MainReplay {
+        spec: "pytorch".into(),
+        capacity_bytes: None,
+        as_recorded: true,
+    }
+}
+
 fn open_file(engine: &mut Engine, job: u64, path: &std::path::Path) -> Vec<Response> {
     run(
         engine,
@@ -703,6 +712,7 @@ fn open_file(engine: &mut Engine, job: u64, path: &std::path::Path) -> Vec<Respo
             job,
             name: path.file_name().unwrap().to_string_lossy().into_owned(),
             path: path.to_string_lossy().into_owned(),
+            main: main_pytorch(),
         },
     )
 }
@@ -788,6 +798,7 @@ fn an_open_is_cancelled_from_outside_the_busy_engine() {
             job: 5,
             name: "big.pickle".into(),
             path: file.0.to_string_lossy().into_owned(),
+            main: main_pytorch(),
         },
         &mut |r| {
             // The host's Cancel arrives while the engine reads (it does not queue behind).
@@ -863,4 +874,83 @@ fn the_ui_shares_the_engines_tables_and_takes_the_replays_timeline_without_a_cop
     // Natively the bands are stacked beside the engine (a detached job), so the main
     // replay does not wait for them.
     assert!(e.detached(Request::Bands { job: 9 }).is_ok());
+}
+
+#[test]
+fn the_main_replay_beside_an_open_answers_as_the_replay_after_the_build() {
+    let mut used = 0;
+    for e in EXAMPLES {
+        let file = TempFile::new(&format!("beside-{}.pickle", e.file), &gunzipped(e));
+        let mut opened = Engine::new();
+        let trace = match last(open_file(&mut opened, 7, &file.0)) {
+            Response::Loaded { trace, .. } => trace,
+            other => panic!("{}: {other:?}", e.file),
+        };
+        // What the UI asks for first: PyTorch under the capacity as recorded.
+        let cap = trace.recorded_capacity.as_ref().and_then(|c| c.bytes);
+        let beside = opened
+            .beside
+            .as_ref()
+            .is_some_and(|b| b.capacity_bytes == cap);
+        used += usize::from(beside);
+        let mut after = Engine::new();
+        loaded(&mut after, e);
+        let want = replayed(&mut after, 0, "pytorch", cap);
+        let got = replayed(&mut opened, 0, "pytorch", cap);
+        assert!(opened.beside.is_none(), "taken once");
+        assert_eq!(
+            serde_json::to_string(&got).expect("json"),
+            serde_json::to_string(&want).expect("json"),
+            "{}",
+            e.file
+        );
+        let n = trace.ops.len() as u32;
+        for op in [0, n / 3, n / 2, n.saturating_sub(1)] {
+            assert_eq!(
+                serde_json::to_string(&layout(&mut opened, 0, op)).expect("json"),
+                serde_json::to_string(&layout(&mut after, 0, op)).expect("json"),
+                "{} op {op}",
+                e.file
+            );
+        }
+    }
+    assert!(used >= 2, "{used} examples replayed beside the build");
+}
+
+#[test]
+fn a_replay_beside_an_open_is_not_taken_for_another_configuration() {
+    // The first example replayed beside its open (one without a recorded refusal).
+    let (e, mut opened, trace) = EXAMPLES
+        .iter()
+        .find_map(|e| {
+            let file = TempFile::new(&format!("other-{}.pickle", e.file), &gunzipped(e));
+            let mut opened = Engine::new();
+            match last(open_file(&mut opened, 7, &file.0)) {
+                Response::Loaded { trace, .. } if opened.beside.is_some() => {
+                    Some((e, opened, trace))
+                }
+                _ => None,
+            }
+        })
+        .expect("an example replayed beside its open");
+    let cap = Some(
+        trace
+            .recorded_capacity
+            .as_ref()
+            .and_then(|c| c.bytes)
+            .unwrap_or(64 << 30)
+            / 2,
+    );
+    let mut after = Engine::new();
+    loaded(&mut after, e);
+    for (spec, cap) in [("pytorch", cap), ("pytorch@expandable_segments:True", None)] {
+        let got = replayed(&mut opened, 0, spec, cap);
+        let want = replayed(&mut after, 0, spec, cap);
+        assert_eq!(got.summary.config, want.summary.config, "{spec}");
+        assert_eq!(
+            serde_json::to_string(&got).expect("json"),
+            serde_json::to_string(&want).expect("json"),
+            "{spec} {cap:?}"
+        );
+    }
 }

@@ -20,6 +20,16 @@ pub const CRASHED: &str = "the engine crashed";
 /// `u32::MAX`: no op (an allocation never freed, an op that is no allocation).
 pub const NO_OP: u32 = u32::MAX;
 
+/// The main configuration of a file being opened ([`Request::Open`]): its spec, and its
+/// capacity — given (`capacity_bytes`), or as recorded (`as_recorded`; then unlimited is
+/// assumed, what a recording without a refusal gets).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MainReplay {
+    pub spec: String,
+    pub capacity_bytes: Option<u64>,
+    pub as_recorded: bool,
+}
+
 /// What the UI asks the engine to do.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub enum Request {
@@ -35,6 +45,9 @@ pub enum Request {
         job: u64,
         name: String,
         path: String,
+        /// The configuration the UI will replay first: natively replayed beside the
+        /// trace's build, its [`Request::Replay`] then answered from it.
+        main: MainReplay,
     },
     /// Show another device of the loaded trace (answered with [`Response::Loaded`]).
     SelectDevice { job: u64, device: u32 },

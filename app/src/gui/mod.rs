@@ -397,7 +397,21 @@ impl AllocsimApp {
         self.load_cancellable = matches!(source, OpenSource::File(_)).then_some(job);
         match source {
             OpenSource::Bytes(bytes) => self.engine.send(Request::Load { job, name, bytes }),
-            OpenSource::File(file) => self.engine.open_file(job, name, file),
+            OpenSource::File(file) => {
+                // What `Response::Loaded` sets for a new file.
+                let main = crate::engine::wire::MainReplay {
+                    spec: "pytorch".into(),
+                    capacity_bytes: match self.opening.as_ref().map(|o| o.capacity) {
+                        Some(CapacityArg::Bytes(b)) => Some(b),
+                        _ => None,
+                    },
+                    as_recorded: self
+                        .opening
+                        .as_ref()
+                        .is_none_or(|o| o.capacity == CapacityArg::AsRecorded),
+                };
+                self.engine.open_file(job, name, file, main);
+            }
         }
     }
 

@@ -5,7 +5,7 @@
 
 use std::sync::{Arc, Mutex};
 
-use crate::engine::wire::{Request, Response};
+use crate::engine::wire::{MainReplay, Request, Response};
 
 /// A file the user chose or dropped, or a download that finished.
 #[derive(Debug, Clone)]
@@ -323,13 +323,18 @@ impl EngineHandle {
     /// [`Request::Open`]; in the browser the worker reads the `File` in slices, and the
     /// search worker is given the same `File` for its next search).
     #[allow(clippy::needless_pass_by_value)] // moved into the future on the web
-    pub fn open_file(&mut self, job: u64, name: String, file: FileRef) {
+    /// `main`: the configuration the UI will replay first (natively replayed beside the
+    /// trace's build).
+    pub fn open_file(&mut self, job: u64, name: String, file: FileRef, main: MainReplay) {
         #[cfg(not(target_arch = "wasm32"))]
         self.send(Request::Open {
             job,
             name,
             path: file.to_string_lossy().into_owned(),
+            main,
         });
+        #[cfg(target_arch = "wasm32")]
+        let _ = main;
         #[cfg(target_arch = "wasm32")]
         match &mut self.inner {
             Inner::Worker(w, beside) => match web::open_message(job, &name, &file) {
