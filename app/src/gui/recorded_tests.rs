@@ -21,6 +21,22 @@ fn paced_harness(startup: Startup) -> Harness<'static, AllocsimApp> {
     h
 }
 
+/// The document of the file opened, its trace built and no replay answered yet, and the
+/// recorded lines drawn over its ops meanwhile.
+fn built_without_replays(
+    app: &AllocsimApp,
+) -> (&super::state::Document, &crate::gui::state::RecordedView) {
+    let doc = app.document().expect("the trace arrived");
+    assert!(
+        doc.slots.iter().all(|s| s.replay.is_none()),
+        "no replay yet"
+    );
+    let rd = app
+        .recorded_in_document()
+        .expect("the recorded lines over the ops");
+    (doc, rd)
+}
+
 #[test]
 fn the_recorded_timeline_and_end_state_are_drawn_before_the_replays_answer() {
     let mut h = paced_harness(Startup::Example(&OOM_STORY));
@@ -83,14 +99,7 @@ fn the_recorded_timeline_and_end_state_are_drawn_before_the_replays_answer() {
         h.step();
     }
     let app = h.state();
-    let doc = app.document().expect("the trace arrived");
-    assert!(
-        doc.slots.iter().all(|s| s.replay.is_none()),
-        "no replay yet"
-    );
-    let rd = app
-        .recorded_in_document()
-        .expect("the recorded lines over the ops");
+    let (doc, rd) = built_without_replays(app);
     assert_eq!(rd.reserved.len(), doc.trace.ops.len());
     assert_eq!(rd.layout.data.op as usize, doc.trace.ops.len() - 1);
     assert_eq!(
@@ -141,12 +150,7 @@ fn the_recorded_timeline_is_marked_when_it_arrives_with_the_trace() {
     h.state_mut().engine.set_pace(Pace::All);
     h.step();
     let app = h.state();
-    let doc = app.document().expect("the trace arrived");
-    assert!(
-        doc.slots.iter().all(|s| s.replay.is_none()),
-        "no replay yet"
-    );
-    assert!(app.recorded_in_document().is_some());
+    built_without_replays(app);
     assert!(
         app.recorded_frame_marked(),
         "the recorded timeline was marked"
