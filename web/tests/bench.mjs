@@ -47,6 +47,40 @@ const log = (msg) => console.log(msg);
 /// The keys pressed for "the layout at another event", in order.
 const KEYS = ["ArrowRight", "ArrowRight", "PageDown", "PageDown", "End", "Home", "PageDown", "ArrowLeft", "End", "PageUp"];
 
+/// Where the open's time and memory went: each stage the worker reported (the progress
+/// marker's stage, without its fraction) and each frame marker, from the page time it first
+/// showed, with the renderer's RSS sampled nearest then and the highest while it lasted.
+function stages(marks, samples) {
+  const out = [];
+  for (const [t, name, value] of marks) {
+    const what = name === "data-allocsim-progress" ? value.replace(/:[0-9.]+$/, "") : `${name}=${value}`;
+    if (out.length > 0 && out[out.length - 1].what === what) continue;
+    out.push({ t_ms: t, what });
+  }
+  for (let i = 0; i < out.length; i++) {
+    const end = i + 1 < out.length ? out[i + 1].t_ms : Infinity;
+    const during = samples.filter(([t]) => t >= out[i].t_ms && t < end).map(([, mib]) => mib);
+    out[i].ms = Number.isFinite(end) ? end - out[i].t_ms : null;
+    out[i].renderer_max_mib = during.length > 0 ? Math.max(...during) : null;
+  }
+  return out;
+}
+
+/// The workers' timing lines (`allocsim worker NAME: WHAT took MS ms (NOTE), ended at
+/// EPOCH_MS`, web/src/lib.rs) as `{t_ms, ms, what}`, `t_ms` from the drop (`dropEpoch`).
+function workerStages(consoleLines, dropEpoch) {
+  const out = [];
+  // Playwright may report a worker's line twice (the worker and the page): once each.
+  for (const line of new Set(consoleLines.map((l) => l.replace(/^\[[^\]]*\] /, "")))) {
+    const m = line.match(/allocsim worker (.*) took (\d+) ms(.*), ended at (\d+)/);
+    if (!m) continue;
+    const ended = Number(m[4]) - dropEpoch;
+    if (ended < 0) continue;
+    out.push({ t_ms: Math.round(ended - Number(m[2])), ms: Number(m[2]), what: `${m[1]}${m[3]}` });
+  }
+  return out.sort((a, b) => a.t_ms - b.t_ms);
+}
+
 async function oneRun(i) {
   const s = await launch(chromiumPath);
   const { page } = s;
@@ -67,6 +101,9 @@ async function oneRun(i) {
   const recordedT = await markTime(page, "data-allocsim-frame", dropT, `v.startsWith('recorded:${trace}:')`);
   r.open_to_recorded_frame_ms = recordedT === null ? null : Math.round(recordedT - dropT);
   r.while_loading = await frameGaps(page, dropT, readyT);
+  r.stages = stages(r.while_loading.marks, r.peak_while_opening_mib.samples);
+  r.worker_stages = workerStages(s.console, (await page.evaluate(() => performance.timeOrigin)) + dropT);
+  delete r.while_loading.marks;
   r.events = Number((await page.evaluate(() => document.body.getAttribute("data-allocsim-frame"))).split(":").pop());
   await page.waitForTimeout(500 + settle);
   r.memory_after_open_mib = { ...processMemory(s.profile), js_heap: await jsHeap(s) };
@@ -112,6 +149,10 @@ for (let i = 1; i <= runs; i++) {
       `wasm: page ${r.wasm_memory_after_open_mib.page} MiB, workers ${r.wasm_memory_after_open_mib.workers.join(", ")} MiB), ${r.memory_after_scrub_mib.renderer} MiB after scrubbing; ` +
       `GPU process ${r.memory_after_scrub_mib.gpu} MiB; JS heap ${r.memory_after_scrub_mib.js_heap.used_mib} MiB`,
   );
+  for (const st of r.stages) log(`  +${st.t_ms} ms (${st.ms ?? "-"} ms, renderer up to ${st.renderer_max_mib ?? "-"} MiB) ${st.what}`);
+  for (const st of r.worker_stages) log(`  +${st.t_ms} ms (${st.ms} ms) worker ${st.what}`);
+  const at = r.peak_while_opening_mib.at_peak;
+  if (at) log(`  renderer at its peak (+${at.t_ms} ms, ${at.total_mib} MiB): ${at.top.map((m) => `${m.mib}/${m.size_mib} MiB ${m.perms} ${m.path}`).join("; ")}; rest ${at.rest_mib} MiB`);
   if (r.console_errors.length > 0) log(`run ${i}: console errors: ${r.console_errors.join(" | ")}`);
   all.push(r);
 }

@@ -69,7 +69,7 @@ export async function launch(executablePath, { width = 1400, height = 900 } = {}
         for (const c of changes) {
           window.__marks.push({ t: performance.now(), name: c.attributeName, value: document.body.getAttribute(c.attributeName) });
         }
-      }).observe(document.body, { attributes: true, attributeFilter: ["data-allocsim-frame", "data-allocsim-layout", "data-allocsim-search", "data-allocsim-search-workers"] });
+      }).observe(document.body, { attributes: true, attributeFilter: ["data-allocsim-frame", "data-allocsim-layout", "data-allocsim-progress", "data-allocsim-search", "data-allocsim-search-workers"] });
     };
     if (document.body) watch();
     else document.addEventListener("DOMContentLoaded", watch);
@@ -294,14 +294,86 @@ export async function wasmMemory(page) {
   return out;
 }
 
+/// The renderer's resident memory by mapping (/proc/PID/smaps of the tab's biggest renderer):
+/// the `top` largest writable mappings by RSS, each `{mib, size_mib}` (a wasm memory is one
+/// mapping of exactly its `byteLength` between guard regions; JS `ArrayBuffer`s, V8's heap
+/// and malloc's arenas are others), and the RSS of the rest.
+export function rendererMappings(profile, top = 12) {
+  const pid = rendererPid(profile);
+  if (pid === null) return null;
+  let text;
+  try {
+    text = readFileSync(`/proc/${pid}/smaps`, "utf8");
+  } catch {
+    return null;
+  }
+  const maps = [];
+  let cur = null;
+  for (const line of text.split("\n")) {
+    const head = line.match(/^([0-9a-f]+)-([0-9a-f]+) (\S+) \S+ \S+ \S+\s*(.*)$/);
+    if (head) {
+      cur = { size_mib: 0, mib: 0, perms: head[3], path: head[4] };
+      maps.push(cur);
+    } else if (cur && line.startsWith("Size:")) cur.size_mib = Number(line.match(/(\d+)/)[1]) / 1024;
+    else if (cur && line.startsWith("Rss:")) cur.mib = Number(line.match(/(\d+)/)[1]) / 1024;
+  }
+  maps.sort((a, b) => b.mib - a.mib);
+  const round = (m) => ({ mib: Math.round(m.mib), size_mib: Math.round(m.size_mib), perms: m.perms, path: m.path });
+  const total = maps.reduce((s, m) => s + m.mib, 0);
+  const shown = maps.slice(0, top);
+  return {
+    pid,
+    total_mib: Math.round(total),
+    top: shown.map(round),
+    rest_mib: Math.round(total - shown.reduce((s, m) => s + m.mib, 0)),
+  };
+}
+
+/// The pid of the tab's biggest renderer (by RSS), or null.
+function rendererPid(profile) {
+  let best = null;
+  for (const pid of readdirSync("/proc").filter((p) => /^\d+$/.test(p))) {
+    try {
+      const cmd = readFileSync(`/proc/${pid}/cmdline`, "utf8");
+      if (!cmd.includes("--type=renderer")) continue;
+      const rss = Number(readFileSync(`/proc/${pid}/status`, "utf8").match(/VmRSS:\s+(\d+) kB/)?.[1] ?? 0);
+      // Only this browser's renderers: their parent chain leads to our profile's browser.
+      if (!ownedBy(Number(pid), profile)) continue;
+      if (best === null || rss > best.rss) best = { pid: Number(pid), rss };
+    } catch {
+      // The process ended while we looked.
+    }
+  }
+  return best?.pid ?? null;
+}
+
+function ownedBy(pid, profile) {
+  for (let p = pid, hops = 0; p > 1 && hops < 8; hops++) {
+    const cmd = readFileSync(`/proc/${p}/cmdline`, "utf8");
+    if (cmd.includes(profile) && !cmd.includes("--type=")) return true;
+    const stat = readFileSync(`/proc/${p}/stat`, "utf8");
+    p = Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[1]);
+  }
+  return false;
+}
+
 /// Samples the tab's processes' RSS every `ms` until `stop()`; `stop()` returns the peak
-/// of each (renderer, GPU process) in MiB.
+/// of each (renderer, GPU process) in MiB, with `at_peak`: the renderer's mappings
+/// ([`rendererMappings`]) read at the renderer's highest sample (read again only when a
+/// sample passes the last by 64 MiB), and `samples`: `[ms since the start, renderer MiB]`.
 export function sampleMemory(profile, ms = 200) {
-  const peak = { renderer: 0, gpu: 0 };
+  const peak = { renderer: 0, gpu: 0, at_peak: null, samples: [] };
+  const t0 = Date.now();
+  let mapped = 0;
   const take = () => {
     const m = processMemory(profile);
     peak.renderer = Math.max(peak.renderer, m.renderer);
     peak.gpu = Math.max(peak.gpu, m.gpu);
+    peak.samples.push([Date.now() - t0, m.renderer]);
+    if (m.renderer > mapped + 64) {
+      mapped = m.renderer;
+      peak.at_peak = { t_ms: Date.now() - t0, ...rendererMappings(profile) };
+    }
   };
   take();
   const timer = setInterval(take, ms);
