@@ -73,8 +73,26 @@ export async function launch(executablePath, { width = 1400, height = 900 } = {}
     };
     if (document.body) watch();
     else document.addEventListener("DOMContentLoaded", watch);
+    // The frames the app drew (not only the browser's animation frames): the first WebGL
+    // draw call after each animation frame marks one, with its time.
+    window.__paints = [];
+    let drew = true;
+    for (const proto of [globalThis.WebGL2RenderingContext?.prototype, globalThis.WebGLRenderingContext?.prototype]) {
+      if (!proto) continue;
+      for (const name of ["drawElements", "drawArrays", "drawElementsInstanced", "drawArraysInstanced", "drawRangeElements", "clear"]) {
+        const draw = proto[name];
+        proto[name] = function (...args) {
+          if (!drew) {
+            drew = true;
+            window.__paints.push(performance.now());
+          }
+          return draw.apply(this, args);
+        };
+      }
+    }
     const tick = (t) => {
       window.__frames.push(t);
+      drew = false;
       requestAnimationFrame(tick);
     };
     requestAnimationFrame(tick);
@@ -292,6 +310,62 @@ export async function wasmMemory(page) {
     out.workers.push(mib(await w.evaluate(() => self.allocsimWasmBytes?.()).catch(() => null)));
   }
   return out;
+}
+
+/// CPU seconds used so far by each thread of this Chromium's browser process, renderers
+/// and GPU process
+/// (utime + stime from /proc/PID/task/TID/stat), keyed `kind:thread name` (threads of one
+/// name summed): taken at two times, [`cpuBetween`] says where the CPU went between them
+/// (the page's main thread, the workers, the compositor, SwiftShader's threads, the
+/// browser process's reading of a dropped file).
+export function threadCpu(profile) {
+  const tick = 100; // USER_HZ on Linux
+  const procs = new Map();
+  for (const pid of readdirSync("/proc").filter((p) => /^\d+$/.test(p))) {
+    try {
+      const cmd = readFileSync(`/proc/${pid}/cmdline`, "utf8");
+      const kind = cmd.includes("--type=renderer")
+        ? "renderer"
+        : cmd.includes("--type=gpu-process")
+          ? "gpu"
+          : cmd.includes(profile) && !cmd.includes("--type=")
+            ? "browser"
+            : null;
+      if (kind && ownedBy(Number(pid), profile)) procs.set(pid, kind);
+    } catch {
+      // The process ended while we looked.
+    }
+  }
+  const out = {};
+  for (const [pid, kind] of procs) {
+    let tids = [];
+    try {
+      tids = readdirSync(`/proc/${pid}/task`);
+    } catch {
+      continue;
+    }
+    for (const tid of tids) {
+      try {
+        const stat = readFileSync(`/proc/${pid}/task/${tid}/stat`, "utf8");
+        const name = stat.slice(stat.indexOf("(") + 1, stat.lastIndexOf(")"));
+        const f = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+        const key = `${kind}:${name}`;
+        out[key] = (out[key] ?? 0) + (Number(f[11]) + Number(f[12])) / tick;
+      } catch {
+        // The thread ended while we looked.
+      }
+    }
+  }
+  return out;
+}
+
+/// The CPU seconds each thread kind used between two [`threadCpu`] readings, largest
+/// first (those over 0.05 s).
+export function cpuBetween(before, after) {
+  return Object.entries(after)
+    .map(([k, v]) => [k, Math.round((v - (before[k] ?? 0)) * 100) / 100])
+    .filter(([, v]) => v >= 0.05)
+    .sort((a, b) => b[1] - a[1]);
 }
 
 /// The renderer's resident memory by mapping (/proc/PID/smaps of the tab's biggest renderer):

@@ -10,6 +10,12 @@ use wasm_bindgen::prelude::*;
 use crate::engine::wire::{Request, Response};
 use crate::gui::chunked;
 
+/// The longest a progress message waits for the frame that shows it. Each message used to
+/// draw a frame at once: opening the 1.12 GB snapshot posts one per 0.5 % of its decode,
+/// 5–6 a second, and a frame of the window costs the GPU process (SwiftShader) some
+/// 100 ms of CPU, which the engine's worker needs.
+const PROGRESS_FRAME_MS: u64 = 500;
+
 /// The engine in a Web Worker (`worker.js` beside the page, same wasm).
 pub struct WorkerEngine {
     worker: web_sys::Worker,
@@ -100,12 +106,16 @@ impl WorkerEngine {
                 // A background answer wakes no frame (the next one takes it), unless it
                 // is a failure (the worker may have stopped).
                 let quiet = background && !matches!(answer, Response::Failed { .. });
+                let progress = matches!(answer, Response::Progress { .. });
                 sink.borrow_mut().push(answer);
                 if background {
                     bg.in_flight = None;
                     bg.next(&to);
                 }
-                if !quiet {
+                if progress {
+                    // Shown within PROGRESS_FRAME_MS, with whatever else came meanwhile.
+                    ctx.request_repaint_after(std::time::Duration::from_millis(PROGRESS_FRAME_MS));
+                } else if !quiet {
                     ctx.request_repaint();
                 }
             });
