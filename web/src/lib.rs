@@ -154,14 +154,17 @@ mod entry {
     /// (`Blob.slice(..).arrayBuffer()`), fed to the streamed decoder (a plain pickle is
     /// read twice), with progress; never the whole file in memory. A file too big for
     /// wasm's 4 GiB is refused before it is read.
+    /// `main` (the wire's bytes of a [`wire::MainReplay`]) is replayed once the trace is
+    /// built, before the page asks ([`Engine::open_decoded_replaying`]).
     #[wasm_bindgen]
-    pub async fn worker_open(job: f64, name: String, file: web_sys::File) {
+    pub async fn worker_open(job: f64, name: String, file: web_sys::File, main: Option<Vec<u8>>) {
         let job = job as u64;
+        let main = main.and_then(|m| wire::decode::<wire::MainReplay>(&m).ok());
         let decoded = read_job(job, &name, &file).await;
-        let _timed = Timed::new("the build and the ops table", now_ms());
+        let _timed = Timed::new("the build, the ops table and the main replay", now_ms());
         ENGINE.with(|e| {
             e.borrow_mut()
-                .open_decoded(job, name, decoded, &mut |r| post(&r));
+                .open_decoded_replaying(job, name, decoded, main.as_ref(), &mut |r| post(&r));
         });
     }
 

@@ -7,7 +7,7 @@ use std::rc::Rc;
 use wasm_bindgen::JsCast;
 use wasm_bindgen::prelude::*;
 
-use crate::engine::wire::{Request, Response};
+use crate::engine::wire::{MainReplay, Request, Response};
 use crate::gui::chunked;
 
 /// The longest a progress message waits for the frame that shows it. Each message used to
@@ -183,14 +183,23 @@ fn shared_trace(data: &JsValue) -> Option<(u64, JsValue)> {
     Some((job as u64, trace))
 }
 
-/// `{open: job, name, file}`: what worker.js reads a dropped `File` from (the engine's
-/// worker, and the search worker for its copy of the trace).
-pub fn open_message(job: u64, name: &str, file: &web_sys::File) -> Result<JsValue, JsValue> {
+/// `{open: job, name, file, main}`: what worker.js reads a dropped `File` from (the
+/// engine's worker, and the search worker for its copy of the trace); `main`, the main
+/// configuration the engine's worker replays once the trace is built, as the wire's bytes
+/// ([`crate::engine::Engine::open_decoded_replaying`]).
+pub fn open_message(
+    job: u64,
+    name: &str,
+    file: &web_sys::File,
+    main: &MainReplay,
+) -> Result<JsValue, JsValue> {
     let msg = js_sys::Object::new();
     let set = |k: &str, v: &JsValue| js_sys::Reflect::set(&msg, &k.into(), v);
     set("open", &JsValue::from_f64(job as f64))?;
     set("name", &name.into())?;
     set("file", file)?;
+    let main: JsValue = chunked::encode_js(main).map_err(JsValue::from)?.into();
+    set("main", &main)?;
     Ok(msg.into())
 }
 
