@@ -124,9 +124,12 @@ mod entry {
         msg: &[u8],
         handle: fn(&mut Engine, wire::Request, &mut dyn FnMut(wire::Response)),
     ) {
+        let started = now_ms();
         match wire::decode::<wire::Request>(msg) {
             Ok(req) => {
+                let kind = req.kind();
                 JOB.with(|j| j.set(req.job()));
+                let _timed = Timed::new(kind, started);
                 ENGINE.with(|e| {
                     handle(&mut e.borrow_mut(), req, &mut |r| match r {
                         wire::Response::SharedTrace { job, device, trace } => {
@@ -151,13 +154,17 @@ mod entry {
     /// (`Blob.slice(..).arrayBuffer()`), fed to the streamed decoder (a plain pickle is
     /// read twice), with progress; never the whole file in memory. A file too big for
     /// wasm's 4 GiB is refused before it is read.
+    /// `main` (the wire's bytes of a [`wire::MainReplay`]) is replayed once the trace is
+    /// built, before the page asks ([`Engine::open_decoded_replaying`]).
     #[wasm_bindgen]
-    pub async fn worker_open(job: f64, name: String, file: web_sys::File) {
+    pub async fn worker_open(job: f64, name: String, file: web_sys::File, main: Option<Vec<u8>>) {
         let job = job as u64;
+        let main = main.and_then(|m| wire::decode::<wire::MainReplay>(&m).ok());
         let decoded = read_job(job, &name, &file).await;
+        let _timed = Timed::new("the build, the ops table and the main replay", now_ms());
         ENGINE.with(|e| {
             e.borrow_mut()
-                .open_decoded(job, name, decoded, &mut |r| post(&r));
+                .open_decoded_replaying(job, name, decoded, main.as_ref(), &mut |r| post(&r));
         });
     }
 
@@ -197,10 +204,20 @@ mod entry {
 
     /// Bytes `from..to` of `file` as a JS array (one read).
     async fn slice(file: &web_sys::File, from: u64, to: u64) -> Result<js_sys::Uint8Array, String> {
+        bytes_of(start_read(file, from, to)?).await
+    }
+
+    /// Starts reading bytes `from..to` of `file` (the browser reads them meanwhile).
+    fn start_read(file: &web_sys::File, from: u64, to: u64) -> Result<js_sys::Promise, String> {
         let blob = file
             .slice_with_f64_and_f64(from as f64, to as f64)
             .map_err(|e| format!("{e:?}"))?;
-        let buf = wasm_bindgen_futures::JsFuture::from(blob.array_buffer())
+        Ok(blob.array_buffer())
+    }
+
+    /// The bytes a read started by [`start_read`] gives.
+    async fn bytes_of(read: js_sys::Promise) -> Result<js_sys::Uint8Array, String> {
+        let buf = wasm_bindgen_futures::JsFuture::from(read)
             .await
             .map_err(|e| format!("{e:?}"))?;
         Ok(js_sys::Uint8Array::new(&buf))
@@ -220,6 +237,48 @@ mod entry {
         }
     }
 
+    /// A stage of the worker's work that says how long it took when dropped, on the
+    /// console (`debug`: the benchmark's timeline of the open reads these lines), where it
+    /// took [`TIMED_MS`] or more.
+    struct Timed {
+        what: &'static str,
+        started: f64,
+    }
+
+    /// The shortest stage [`Timed`] reports.
+    const TIMED_MS: f64 = 50.0;
+
+    impl Timed {
+        fn new(what: &'static str, started: f64) -> Timed {
+            Timed { what, started }
+        }
+    }
+
+    impl Drop for Timed {
+        fn drop(&mut self) {
+            timed(self.what, now_ms() - self.started, "");
+        }
+    }
+
+    /// `allocsim worker NAME: WHAT took MS ms (NOTE), ended at EPOCH_MS` on the console.
+    fn timed(what: &str, ms: f64, note: &str) {
+        if ms < TIMED_MS {
+            return;
+        }
+        let name = js_sys::global()
+            .dyn_into::<web_sys::DedicatedWorkerGlobalScope>()
+            .map(|g| g.name())
+            .unwrap_or_default();
+        let name = if name.is_empty() { "engine" } else { &name };
+        web_sys::console::debug_1(
+            &format!(
+                "allocsim worker {name}: {what} took {ms:.0} ms{note}, ended at {:.0}",
+                js_sys::Date::now()
+            )
+            .into(),
+        );
+    }
+
     fn now_ms() -> f64 {
         js_sys::global()
             .dyn_into::<web_sys::WorkerGlobalScope>()
@@ -229,10 +288,17 @@ mod entry {
     }
 
     /// The bytes of `file` the decoder reads from: the whole file, or the slice holding
-    /// the bytes it needs next.
+    /// the bytes it needs next, with the slice after it read meanwhile.
     struct Window {
         from: u64,
         bytes: js_sys::Uint8Array,
+        /// The slice being read ahead (its bytes `from..to` and the read): the one after
+        /// `bytes`, or the file's first once `bytes` ends it (a plain pickle's second pass
+        /// starts there). Reading a slice of a `File` takes the browser a while (it is
+        /// another process's work): the worker decodes one while the next is read.
+        ahead: Option<(u64, u64, js_sys::Promise)>,
+        /// Milliseconds spent waiting for slices, for the timing lines.
+        waited_ms: f64,
     }
 
     impl Window {
@@ -250,9 +316,19 @@ mod entry {
             piece: &mut Vec<u8>,
         ) -> Result<(), String> {
             if at < self.from || to > self.to() {
-                let end = (at + SLICE_BYTES).max(to).min(file.size() as u64);
-                self.bytes = slice(file, at, end).await?;
+                let size = file.size() as u64;
+                let started = now_ms();
+                // The slice before is garbage from here (JS memory, freed by its collector).
+                self.bytes = js_sys::Uint8Array::new_with_length(0);
+                self.bytes = match self.ahead.take() {
+                    Some((from, end, read)) if from == at && end >= to => bytes_of(read).await?,
+                    _ => slice(file, at, (at + SLICE_BYTES).max(to).min(size)).await?,
+                };
                 self.from = at;
+                self.waited_ms += now_ms() - started;
+                let next = if self.to() < size { self.to() } else { 0 };
+                let end = (next + SLICE_BYTES).min(size);
+                self.ahead = Some((next, end, start_read(file, next, end)?));
             }
             let offset = |x: u64| u32::try_from(x - self.from).unwrap_or(u32::MAX);
             piece.resize(usize::try_from(to - at).unwrap_or(0), 0);
@@ -278,6 +354,8 @@ mod entry {
             } else {
                 js_sys::Uint8Array::new_with_length(0)
             },
+            ahead: None,
+            waited_ms: 0.0,
         };
         decode(job, name, file, &mut window).await
     }
@@ -321,8 +399,12 @@ mod entry {
         };
         let mut dec = StreamDecoder::new(size, DecodeOptions::default());
         let mut yielded = now_ms();
+        let mut pass = 0;
         loop {
             let mut at = 0u64;
+            pass += 1;
+            let pass_started = now_ms();
+            window.waited_ms = 0.0;
             while at < size {
                 let to = (at + open::PIECE_BYTES as u64).min(size);
                 window
@@ -340,6 +422,15 @@ mod entry {
                     return Err(fail(ImportError::Cancelled));
                 }
             }
+            timed(
+                "a pass over the file",
+                now_ms() - pass_started,
+                &format!(
+                    " (pass {pass}; {:.0} ms of it waiting for slices)",
+                    window.waited_ms
+                ),
+            );
+            let _timed = Timed::new("the decode's end of input", now_ms());
             let done = dec
                 .end_of_input_with(&mut |p| {
                     report.report(p, &mut |r| post(&r));

@@ -4,7 +4,8 @@
 // workers of the ranks' pool (the same handler), and the search worker, named
 // "allocsim-search", which keeps a trace for "What would fit?" and the capacity searches
 // and which the page terminates to cancel one. A dropped file arrives as {open, name,
-// file} and is read here in slices; {cancel} stops it at once (not queued behind it). If
+// file, main} (main: the configuration to replay once built, as the wire's bytes) and is
+// read here in slices; {cancel} stops it at once (not queued behind it). If
 // the wasm stops (an allocation past its memory runs no panic hook) while it opens a
 // file, the page hears {crashed, job}.
 import init, { worker_init, worker_handle, worker_open, worker_cancel, search_handle, search_open } from "./allocsim_web.js";
@@ -40,7 +41,7 @@ self.onmessage = (event) => {
   }
   if (msg && msg.open !== undefined) {
     chain = chain
-      .then(() => open(msg.open, msg.name, msg.file))
+      .then(() => open(msg.open, msg.name, msg.file, msg.main))
       .catch((e) => crashed(e, msg.open));
     return;
   }

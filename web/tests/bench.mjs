@@ -27,6 +27,8 @@ import {
   paintedAfter,
   wasmMemory,
   sampleMemory,
+  threadCpu,
+  cpuBetween,
 } from "./lib.mjs";
 
 const url = arg("--url");
@@ -47,6 +49,42 @@ const log = (msg) => console.log(msg);
 /// The keys pressed for "the layout at another event", in order.
 const KEYS = ["ArrowRight", "ArrowRight", "PageDown", "PageDown", "End", "Home", "PageDown", "ArrowLeft", "End", "PageUp"];
 
+/// Where the open's time and memory went: each stage the worker reported (the progress
+/// marker's stage, without its fraction) and each frame marker, from the page time it first
+/// showed, with the highest renderer RSS sampled while it lasted and the frames the app
+/// drew meanwhile (`frames`: their page times from the drop).
+function stages(marks, samples, frames) {
+  const out = [];
+  for (const [t, name, value] of marks) {
+    const what = name === "data-allocsim-progress" ? value.replace(/:[0-9.]+$/, "") : `${name}=${value}`;
+    if (out.length > 0 && out[out.length - 1].what === what) continue;
+    out.push({ t_ms: t, what });
+  }
+  for (let i = 0; i < out.length; i++) {
+    const end = i + 1 < out.length ? out[i + 1].t_ms : Infinity;
+    const during = samples.filter(([t]) => t >= out[i].t_ms && t < end).map(([, mib]) => mib);
+    out[i].ms = Number.isFinite(end) ? end - out[i].t_ms : null;
+    out[i].renderer_max_mib = during.length > 0 ? Math.max(...during) : null;
+    out[i].paints = frames.filter((t) => t >= out[i].t_ms && t < end).length;
+  }
+  return out;
+}
+
+/// The workers' timing lines (`allocsim worker NAME: WHAT took MS ms (NOTE), ended at
+/// EPOCH_MS`, web/src/lib.rs) as `{t_ms, ms, what}`, `t_ms` from the drop (`dropEpoch`).
+function workerStages(consoleLines, dropEpoch) {
+  const out = [];
+  // Playwright may report a worker's line twice (the worker and the page): once each.
+  for (const line of new Set(consoleLines.map((l) => l.replace(/^\[[^\]]*\] /, "")))) {
+    const m = line.match(/allocsim worker (.*) took (\d+) ms(.*), ended at (\d+)/);
+    if (!m) continue;
+    const ended = Number(m[4]) - dropEpoch;
+    if (ended < 0) continue;
+    out.push({ t_ms: Math.round(ended - Number(m[2])), ms: Number(m[2]), what: `${m[1]}${m[3]}` });
+  }
+  return out.sort((a, b) => a.t_ms - b.t_ms);
+}
+
 async function oneRun(i) {
   const s = await launch(chromiumPath);
   const { page } = s;
@@ -58,15 +96,23 @@ async function oneRun(i) {
   r.memory_before_mib = { ...processMemory(s.profile), js_heap: await jsHeap(s) };
 
   const sampling = sampleMemory(s.profile);
+  const cpuAtDrop = threadCpu(s.profile);
   const dropT = await dropFile(page, join(traces, trace), trace);
   await waitFrame(page, `ready:${trace}`, 300000);
   r.peak_while_opening_mib = sampling();
+  // Where the CPU went from the drop to the full frame, by thread.
+  r.cpu_s_while_opening = cpuBetween(cpuAtDrop, threadCpu(s.profile));
   const readyT = await markTime(page, "data-allocsim-frame", dropT, `v.startsWith('ready:${trace}')`);
   r.open_to_first_full_frame_ms = Math.round(readyT - dropT);
   // The first frame with the file's recorded timeline and end state (drawn once decoded).
   const recordedT = await markTime(page, "data-allocsim-frame", dropT, `v.startsWith('recorded:${trace}:')`);
   r.open_to_recorded_frame_ms = recordedT === null ? null : Math.round(recordedT - dropT);
   r.while_loading = await frameGaps(page, dropT, readyT);
+  const paints = await page.evaluate(([from, to]) => window.__paints.filter((t) => t >= from && t <= to).map((t) => t - from), [dropT, readyT]);
+  r.paints_while_opening = paints.length;
+  r.stages = stages(r.while_loading.marks, r.peak_while_opening_mib.samples, paints);
+  r.worker_stages = workerStages(s.console, (await page.evaluate(() => performance.timeOrigin)) + dropT);
+  delete r.while_loading.marks;
   r.events = Number((await page.evaluate(() => document.body.getAttribute("data-allocsim-frame"))).split(":").pop());
   await page.waitForTimeout(500 + settle);
   r.memory_after_open_mib = { ...processMemory(s.profile), js_heap: await jsHeap(s) };
@@ -112,6 +158,11 @@ for (let i = 1; i <= runs; i++) {
       `wasm: page ${r.wasm_memory_after_open_mib.page} MiB, workers ${r.wasm_memory_after_open_mib.workers.join(", ")} MiB), ${r.memory_after_scrub_mib.renderer} MiB after scrubbing; ` +
       `GPU process ${r.memory_after_scrub_mib.gpu} MiB; JS heap ${r.memory_after_scrub_mib.js_heap.used_mib} MiB`,
   );
+  for (const st of r.stages) log(`  +${st.t_ms} ms (${st.ms ?? "-"} ms, ${st.paints} frames drawn, renderer up to ${st.renderer_max_mib ?? "-"} MiB) ${st.what}`);
+  for (const st of r.worker_stages) log(`  +${st.t_ms} ms (${st.ms} ms) worker ${st.what}`);
+  log(`  CPU seconds from the drop to the full frame: ${r.cpu_s_while_opening.map(([k, v]) => `${k} ${v}`).join(", ")}`);
+  const at = r.peak_while_opening_mib.at_peak;
+  if (at) log(`  renderer at its peak (+${at.t_ms} ms, ${at.total_mib} MiB): ${at.top.map((m) => `${m.mib}/${m.size_mib} MiB ${m.perms} ${m.path}`).join("; ")}; rest ${at.rest_mib} MiB`);
   if (r.console_errors.length > 0) log(`run ${i}: console errors: ${r.console_errors.join(" | ")}`);
   all.push(r);
 }

@@ -69,12 +69,30 @@ export async function launch(executablePath, { width = 1400, height = 900 } = {}
         for (const c of changes) {
           window.__marks.push({ t: performance.now(), name: c.attributeName, value: document.body.getAttribute(c.attributeName) });
         }
-      }).observe(document.body, { attributes: true, attributeFilter: ["data-allocsim-frame", "data-allocsim-layout", "data-allocsim-search", "data-allocsim-search-workers"] });
+      }).observe(document.body, { attributes: true, attributeFilter: ["data-allocsim-frame", "data-allocsim-layout", "data-allocsim-progress", "data-allocsim-search", "data-allocsim-search-workers"] });
     };
     if (document.body) watch();
     else document.addEventListener("DOMContentLoaded", watch);
+    // The frames the app drew (not only the browser's animation frames): the first WebGL
+    // draw call after each animation frame marks one, with its time.
+    window.__paints = [];
+    let drew = true;
+    for (const proto of [globalThis.WebGL2RenderingContext?.prototype, globalThis.WebGLRenderingContext?.prototype]) {
+      if (!proto) continue;
+      for (const name of ["drawElements", "drawArrays", "drawElementsInstanced", "drawArraysInstanced", "drawRangeElements", "clear"]) {
+        const draw = proto[name];
+        proto[name] = function (...args) {
+          if (!drew) {
+            drew = true;
+            window.__paints.push(performance.now());
+          }
+          return draw.apply(this, args);
+        };
+      }
+    }
     const tick = (t) => {
       window.__frames.push(t);
+      drew = false;
       requestAnimationFrame(tick);
     };
     requestAnimationFrame(tick);
@@ -294,14 +312,142 @@ export async function wasmMemory(page) {
   return out;
 }
 
+/// CPU seconds used so far by each thread of this Chromium's browser process, renderers
+/// and GPU process
+/// (utime + stime from /proc/PID/task/TID/stat), keyed `kind:thread name` (threads of one
+/// name summed): taken at two times, [`cpuBetween`] says where the CPU went between them
+/// (the page's main thread, the workers, the compositor, SwiftShader's threads, the
+/// browser process's reading of a dropped file).
+export function threadCpu(profile) {
+  const tick = 100; // USER_HZ on Linux
+  const procs = new Map();
+  for (const pid of readdirSync("/proc").filter((p) => /^\d+$/.test(p))) {
+    try {
+      const cmd = readFileSync(`/proc/${pid}/cmdline`, "utf8");
+      const kind = cmd.includes("--type=renderer")
+        ? "renderer"
+        : cmd.includes("--type=gpu-process")
+          ? "gpu"
+          : cmd.includes(profile) && !cmd.includes("--type=")
+            ? "browser"
+            : null;
+      if (kind && ownedBy(Number(pid), profile)) procs.set(pid, kind);
+    } catch {
+      // The process ended while we looked.
+    }
+  }
+  const out = {};
+  for (const [pid, kind] of procs) {
+    let tids = [];
+    try {
+      tids = readdirSync(`/proc/${pid}/task`);
+    } catch {
+      continue;
+    }
+    for (const tid of tids) {
+      try {
+        const stat = readFileSync(`/proc/${pid}/task/${tid}/stat`, "utf8");
+        const name = stat.slice(stat.indexOf("(") + 1, stat.lastIndexOf(")"));
+        const f = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+        const key = `${kind}:${name}`;
+        out[key] = (out[key] ?? 0) + (Number(f[11]) + Number(f[12])) / tick;
+      } catch {
+        // The thread ended while we looked.
+      }
+    }
+  }
+  return out;
+}
+
+/// The CPU seconds each thread kind used between two [`threadCpu`] readings, largest
+/// first (those over 0.05 s).
+export function cpuBetween(before, after) {
+  return Object.entries(after)
+    .map(([k, v]) => [k, Math.round((v - (before[k] ?? 0)) * 100) / 100])
+    .filter(([, v]) => v >= 0.05)
+    .sort((a, b) => b[1] - a[1]);
+}
+
+/// The renderer's resident memory by mapping (/proc/PID/smaps of the tab's biggest renderer):
+/// the `top` largest writable mappings by RSS, each `{mib, size_mib}` (a wasm memory is one
+/// mapping of exactly its `byteLength` between guard regions; JS `ArrayBuffer`s, V8's heap
+/// and malloc's arenas are others), and the RSS of the rest.
+export function rendererMappings(profile, top = 12) {
+  const pid = rendererPid(profile);
+  if (pid === null) return null;
+  let text;
+  try {
+    text = readFileSync(`/proc/${pid}/smaps`, "utf8");
+  } catch {
+    return null;
+  }
+  const maps = [];
+  let cur = null;
+  for (const line of text.split("\n")) {
+    const head = line.match(/^([0-9a-f]+)-([0-9a-f]+) (\S+) \S+ \S+ \S+\s*(.*)$/);
+    if (head) {
+      cur = { size_mib: 0, mib: 0, perms: head[3], path: head[4] };
+      maps.push(cur);
+    } else if (cur && line.startsWith("Size:")) cur.size_mib = Number(line.match(/(\d+)/)[1]) / 1024;
+    else if (cur && line.startsWith("Rss:")) cur.mib = Number(line.match(/(\d+)/)[1]) / 1024;
+  }
+  maps.sort((a, b) => b.mib - a.mib);
+  const round = (m) => ({ mib: Math.round(m.mib), size_mib: Math.round(m.size_mib), perms: m.perms, path: m.path });
+  const total = maps.reduce((s, m) => s + m.mib, 0);
+  const shown = maps.slice(0, top);
+  return {
+    pid,
+    total_mib: Math.round(total),
+    top: shown.map(round),
+    rest_mib: Math.round(total - shown.reduce((s, m) => s + m.mib, 0)),
+  };
+}
+
+/// The pid of the tab's biggest renderer (by RSS), or null.
+function rendererPid(profile) {
+  let best = null;
+  for (const pid of readdirSync("/proc").filter((p) => /^\d+$/.test(p))) {
+    try {
+      const cmd = readFileSync(`/proc/${pid}/cmdline`, "utf8");
+      if (!cmd.includes("--type=renderer")) continue;
+      const rss = Number(readFileSync(`/proc/${pid}/status`, "utf8").match(/VmRSS:\s+(\d+) kB/)?.[1] ?? 0);
+      // Only this browser's renderers: their parent chain leads to our profile's browser.
+      if (!ownedBy(Number(pid), profile)) continue;
+      if (best === null || rss > best.rss) best = { pid: Number(pid), rss };
+    } catch {
+      // The process ended while we looked.
+    }
+  }
+  return best?.pid ?? null;
+}
+
+function ownedBy(pid, profile) {
+  for (let p = pid, hops = 0; p > 1 && hops < 8; hops++) {
+    const cmd = readFileSync(`/proc/${p}/cmdline`, "utf8");
+    if (cmd.includes(profile) && !cmd.includes("--type=")) return true;
+    const stat = readFileSync(`/proc/${p}/stat`, "utf8");
+    p = Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[1]);
+  }
+  return false;
+}
+
 /// Samples the tab's processes' RSS every `ms` until `stop()`; `stop()` returns the peak
-/// of each (renderer, GPU process) in MiB.
+/// of each (renderer, GPU process) in MiB, with `at_peak`: the renderer's mappings
+/// ([`rendererMappings`]) read at the renderer's highest sample (read again only when a
+/// sample passes the last by 64 MiB), and `samples`: `[ms since the start, renderer MiB]`.
 export function sampleMemory(profile, ms = 200) {
-  const peak = { renderer: 0, gpu: 0 };
+  const peak = { renderer: 0, gpu: 0, at_peak: null, samples: [] };
+  const t0 = Date.now();
+  let mapped = 0;
   const take = () => {
     const m = processMemory(profile);
     peak.renderer = Math.max(peak.renderer, m.renderer);
     peak.gpu = Math.max(peak.gpu, m.gpu);
+    peak.samples.push([Date.now() - t0, m.renderer]);
+    if (m.renderer > mapped + 64) {
+      mapped = m.renderer;
+      peak.at_peak = { t_ms: Date.now() - t0, ...rendererMappings(profile) };
+    }
   };
   take();
   const timer = setInterval(take, ms);

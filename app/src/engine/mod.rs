@@ -395,13 +395,50 @@ impl Engine {
         decoded: Result<allocsim_core::snapshot::RawSnapshot, String>,
         emit: &mut dyn FnMut(Response),
     ) {
+        self.open_decoded_replaying(job, name, decoded, None, emit);
+    }
+
+    /// [`Engine::open_decoded`], then, with `main`, the main configuration replayed at
+    /// once and kept for the UI's first [`Request::Replay`] of it (as natively beside the
+    /// build: [`open::build_beside`], under the same rule, [`open::replayed_ahead`]). For
+    /// the browser's worker, which runs alone on its thread: otherwise it waits, idle,
+    /// while the page takes the trace ([`Response::Loaded`]: 1.2 s on the 1.12 GB
+    /// snapshot) and asks.
+    pub fn open_decoded_replaying(
+        &mut self,
+        job: u64,
+        name: String,
+        decoded: Result<allocsim_core::snapshot::RawSnapshot, String>,
+        main: Option<&MainReplay>,
+        emit: &mut dyn FnMut(Response),
+    ) {
         // Decoded, the file's own timeline and end state go to the UI at once; the trace
         // is built and validated after.
+        let mut ahead = None;
         let r = decoded.and_then(|snap| {
             emit(recorded_response(job, &snap, &name));
+            ahead = main.and_then(|m| open::replayed_ahead(&snap, m).map(|spec| (m, spec)));
             allocsim_core::build::build(snap, None).map_err(|e| format!("{name}: {e}"))
         });
+        let built = r.is_ok();
         self.install(job, name, r, emit);
+        if let (true, Some((main, spec)), Some(trace)) = (built, ahead, &self.trace) {
+            // As [`Engine::replay`] replays it when asked.
+            if let Ok(result) = session::replay_device(
+                trace,
+                self.device,
+                &spec,
+                main.capacity_bytes,
+                ReplayOptions::default(),
+            ) {
+                self.beside = Some(open::Beside {
+                    spec: main.spec.clone(),
+                    capacity_bytes: main.capacity_bytes,
+                    device: self.device,
+                    result,
+                });
+            }
+        }
     }
 
     /// Takes a decoded and validated snapshot as the trace shown, or says why not.

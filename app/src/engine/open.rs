@@ -128,6 +128,23 @@ pub struct Beside {
     pub result: ReplayResult,
 }
 
+/// The model of `main` where it may be replayed before the UI asks for it (beside the
+/// build, or after it in the browser's worker): not for a recording of `snap` with a
+/// refusal on its busiest device under a capacity as recorded (likely inferred: not the
+/// unlimited one assumed).
+#[must_use]
+pub fn replayed_ahead(snap: &RawSnapshot, main: &MainReplay) -> Option<ModelSpec> {
+    let d = super::recorded::busiest_device(snap);
+    let events = snap
+        .device_traces
+        .get(d as usize)
+        .map_or(&[][..], Vec::as_slice);
+    let refused = events.iter().any(|e| e.action == Action::Oom);
+    ModelSpec::parse(&main.spec)
+        .ok()
+        .filter(|_| !(main.as_recorded && refused))
+}
+
 /// Builds the trace of `snap` (as `build::build`, no capacity given) while `main` replays
 /// its busiest device on another thread, fed the start state and ops as the build makes
 /// them (`build::build_streaming`, as `allocsim replay FILE` does), its checkpoints spaced
@@ -141,14 +158,13 @@ pub fn build_beside(
     main: &MainReplay,
 ) -> (Result<Validation, allocsim_core::Error>, Option<Beside>) {
     let d = super::recorded::busiest_device(&snap);
+    let Some(spec) = replayed_ahead(&snap, main) else {
+        return (build::build(snap, None), None);
+    };
     let events = snap
         .device_traces
         .get(d as usize)
         .map_or(&[][..], Vec::as_slice);
-    let spec = match ModelSpec::parse(&main.spec) {
-        Ok(s) if !(main.as_recorded && events.iter().any(|e| e.action == Action::Oom)) => s,
-        _ => return (build::build(snap, None), None),
-    };
     let settings = snap.settings.clone();
     let segment_events = build::segment_events(events);
     // The ops of the blocks alive at the start are added once they are known.

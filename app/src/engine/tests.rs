@@ -954,3 +954,53 @@ fn a_replay_beside_an_open_is_not_taken_for_another_configuration() {
         );
     }
 }
+
+/// The browser's worker replays the main configuration as soon as the trace is built
+/// (`Engine::open_decoded_replaying`): the UI's first `Replay` of it is answered from that
+/// replay, as one replayed when asked is, and only once; another capacity is replayed when
+/// asked; a recording with a refusal, as recorded, is not replayed ahead.
+#[test]
+fn a_main_replay_done_ahead_answers_as_one_replayed_when_asked() {
+    let main = main_pytorch();
+    let mut replayed_ahead = 0;
+    for e in EXAMPLES {
+        let snap = || allocsim_core::snapshot::import::decode_snapshot(e.bytes).expect("decodes");
+        let mut asked = Engine::new();
+        asked.open_decoded(1, e.file.into(), Ok(snap()), &mut |_| {});
+        let mut ahead = Engine::new();
+        let mut answers = Vec::new();
+        ahead.open_decoded_replaying(1, e.file.into(), Ok(snap()), Some(&main), &mut |r| {
+            answers.push(r);
+        });
+        assert!(
+            matches!(answers.last(), Some(Response::Loaded { .. })),
+            "{}: the trace is answered before the replay ahead, and the replay is not",
+            e.file
+        );
+        let expected = open::replayed_ahead(&snap(), &main).is_some();
+        assert_eq!(ahead.beside.is_some(), expected, "{}", e.file);
+        replayed_ahead += usize::from(expected);
+        let encode = |r: &ReplayData| wire::encode(r).expect("encodes");
+        let want = replayed(&mut asked, 0, "pytorch", None);
+        assert_eq!(
+            encode(&replayed(&mut ahead, 0, "pytorch", None)),
+            encode(&want),
+            "{}",
+            e.file
+        );
+        assert!(ahead.beside.is_none(), "{}: taken once", e.file);
+        // Again, and under another capacity: replayed when asked, as the other engine does.
+        assert_eq!(
+            encode(&replayed(&mut ahead, 1, "pytorch", None)),
+            encode(&want)
+        );
+        let cap = Some(1 << 30);
+        assert_eq!(
+            encode(&replayed(&mut ahead, 2, "pytorch", cap)),
+            encode(&replayed(&mut asked, 2, "pytorch", cap)),
+            "{}",
+            e.file
+        );
+    }
+    assert!(replayed_ahead > 0, "no example was replayed ahead");
+}

@@ -187,6 +187,35 @@ impl Request {
             Request::DropSlot { .. } | Request::Cancel { .. } => 0,
         }
     }
+
+    /// The request's name (its variant), for the worker's timing lines.
+    #[must_use]
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Request::Load { .. } => "Load",
+            Request::Open { .. } => "Open",
+            Request::SelectDevice { .. } => "SelectDevice",
+            Request::Replay { .. } => "Replay",
+            Request::DropSlot { .. } => "DropSlot",
+            Request::Layout { .. } => "Layout",
+            Request::FindAddress { .. } => "FindAddress",
+            Request::WhatIf { .. } => "WhatIf",
+            Request::Runtimes { .. } => "Runtimes",
+            Request::Explain { .. } => "Explain",
+            Request::Bounds { .. } => "Bounds",
+            Request::Bands { .. } => "Bands",
+            Request::Cancel { .. } => "Cancel",
+            Request::Workload { .. } => "Workload",
+            Request::MinCapacity { .. } => "MinCapacity",
+            Request::Diff { .. } => "Diff",
+            Request::Ranks { .. } => "Ranks",
+            Request::Rank { .. } => "Rank",
+            Request::SweepSizes { .. } => "SweepSizes",
+            Request::SweepReplays { .. } => "SweepReplays",
+            Request::ShareTrace { .. } => "ShareTrace",
+            Request::SearchTrace { .. } => "SearchTrace",
+        }
+    }
 }
 
 /// What the engine answers.

@@ -189,7 +189,7 @@ pub(crate) fn top_bar_ui(ui: &mut Ui, app: &mut AllocsimApp) {
                     app.engine.send(super::Request::Cancel { job });
                 }
             } else if app.busy() {
-                ui.spinner();
+                crate::gui::theme::busy(ui);
             }
         });
         path_prompt_ui(ui, app);
@@ -375,7 +375,7 @@ fn recorded_preview_ui(ui: &mut Ui, app: &mut AllocsimApp) {
     ui.horizontal_wrapped(|ui| {
         ui.label(RichText::new(&r.name).strong());
         ui.weak("as recorded; building the trace and replaying");
-        ui.spinner();
+        crate::gui::theme::busy(ui);
     });
     let h = (ui.available_height() * 0.42).max(140.0);
     ui.allocate_ui(egui::vec2(ui.available_width(), h), |ui| {
@@ -419,7 +419,7 @@ pub(crate) fn central_ui(ui: &mut Ui, app: &mut AllocsimApp) {
             if app.doc.is_none() {
                 ui.centered_and_justified(|ui| {
                     if app.load_job.is_some() {
-                        ui.spinner();
+                        crate::gui::theme::busy(ui);
                     } else {
                         ui.heading(
                             "Drop a PyTorch memory snapshot here, or open one from the File menu",

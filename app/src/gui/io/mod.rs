@@ -334,10 +334,8 @@ impl EngineHandle {
             main,
         });
         #[cfg(target_arch = "wasm32")]
-        let _ = main;
-        #[cfg(target_arch = "wasm32")]
         match &mut self.inner {
-            Inner::Worker(w, beside) => match web::open_message(job, &name, &file) {
+            Inner::Worker(w, beside) => match web::open_message(job, &name, &file, &main) {
                 Ok(msg) => {
                     w.post(&msg);
                     beside.opening(msg);

@@ -287,7 +287,7 @@ impl crate::gui::chunked::Sink for VecChunks {
 #[test]
 fn chunked_messages_are_the_wire_bytes_and_decode_to_the_same_answers() {
     use crate::engine::wire;
-    use crate::gui::chunked::{Joined, decode_from, encode_into};
+    use crate::gui::chunked::{Joined, decode_from, encode_into, encoded_len};
     let answers = engine_answers();
     let kinds: Vec<String> = answers
         .iter()
@@ -306,6 +306,12 @@ fn chunked_messages_are_the_wire_bytes_and_decode_to_the_same_answers() {
     for r in &answers {
         let whole = wire::encode(r).expect("encodes");
         biggest = biggest.max(whole.len());
+        // What the browser's `encode_js` sizes its one JS array by.
+        assert_eq!(
+            encoded_len(r).expect("counts"),
+            whole.len() as u64,
+            "the counted length"
+        );
         for chunk in [1, 7, 4096, 1 << 20] {
             let chunks = encode_into(r, VecChunks::default(), chunk).expect("encodes");
             assert!(

@@ -7,8 +7,14 @@ use std::rc::Rc;
 use wasm_bindgen::JsCast;
 use wasm_bindgen::prelude::*;
 
-use crate::engine::wire::{Request, Response};
+use crate::engine::wire::{MainReplay, Request, Response};
 use crate::gui::chunked;
+
+/// The longest a progress message waits for the frame that shows it. Each message used to
+/// draw a frame at once: opening the 1.12 GB snapshot posts one per 0.5 % of its decode,
+/// 5–6 a second, and a frame of the window costs the GPU process (SwiftShader) some
+/// 100 ms of CPU, which the engine's worker needs.
+const PROGRESS_FRAME_MS: u64 = 500;
 
 /// The engine in a Web Worker (`worker.js` beside the page, same wasm).
 pub struct WorkerEngine {
@@ -100,12 +106,16 @@ impl WorkerEngine {
                 // A background answer wakes no frame (the next one takes it), unless it
                 // is a failure (the worker may have stopped).
                 let quiet = background && !matches!(answer, Response::Failed { .. });
+                let progress = matches!(answer, Response::Progress { .. });
                 sink.borrow_mut().push(answer);
                 if background {
                     bg.in_flight = None;
                     bg.next(&to);
                 }
-                if !quiet {
+                if progress {
+                    // Shown within PROGRESS_FRAME_MS, with whatever else came meanwhile.
+                    ctx.request_repaint_after(std::time::Duration::from_millis(PROGRESS_FRAME_MS));
+                } else if !quiet {
                     ctx.request_repaint();
                 }
             });
@@ -173,14 +183,23 @@ fn shared_trace(data: &JsValue) -> Option<(u64, JsValue)> {
     Some((job as u64, trace))
 }
 
-/// `{open: job, name, file}`: what worker.js reads a dropped `File` from (the engine's
-/// worker, and the search worker for its copy of the trace).
-pub fn open_message(job: u64, name: &str, file: &web_sys::File) -> Result<JsValue, JsValue> {
+/// `{open: job, name, file, main}`: what worker.js reads a dropped `File` from (the
+/// engine's worker, and the search worker for its copy of the trace); `main`, the main
+/// configuration the engine's worker replays once the trace is built, as the wire's bytes
+/// ([`crate::engine::Engine::open_decoded_replaying`]).
+pub fn open_message(
+    job: u64,
+    name: &str,
+    file: &web_sys::File,
+    main: &MainReplay,
+) -> Result<JsValue, JsValue> {
     let msg = js_sys::Object::new();
     let set = |k: &str, v: &JsValue| js_sys::Reflect::set(&msg, &k.into(), v);
     set("open", &JsValue::from_f64(job as f64))?;
     set("name", &name.into())?;
     set("file", file)?;
+    let main: JsValue = chunked::encode_js(main).map_err(JsValue::from)?.into();
+    set("main", &main)?;
     Ok(msg.into())
 }
 

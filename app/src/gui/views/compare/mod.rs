@@ -61,7 +61,7 @@ pub(crate) fn summary_table_ui(ui: &mut Ui, doc: &state::Document) {
                     match &s.min_capacity {
                         Some(Ok(b)) => ui.label(format_size(*b)),
                         Some(Err(e)) => ui.colored_label(theme::BAD_TEXT, "none").on_hover_text(e),
-                        None => ui.spinner(),
+                        None => crate::gui::theme::busy(ui),
                     };
                     match &m.oom {
                         Some(o) if o.fatal => ui

@@ -57,7 +57,7 @@ pub fn diff_ui(ui: &mut Ui, app: &mut AllocsimApp) {
     });
     if m.diff_job.is_some() {
         ui.horizontal(|ui| {
-            ui.spinner();
+            crate::gui::theme::busy(ui);
             ui.label("replaying both runs…");
         });
         return;

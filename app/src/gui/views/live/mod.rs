@@ -473,7 +473,7 @@ pub fn live_panel_ui(
     let device = match &p.availability {
         Availability::Unknown | Availability::Probing(_) => {
             ui.horizontal(|ui| {
-                ui.spinner();
+                crate::gui::theme::busy(ui);
                 ui.weak("looking for a CUDA device");
             });
             None

@@ -41,7 +41,7 @@ pub(crate) fn map_header_ui(ui: &mut Ui, app: &AllocsimApp, i: usize) {
         {
             recorded_summary_ui(ui, r);
         } else {
-            ui.spinner();
+            crate::gui::theme::busy(ui);
         }
     });
 }
@@ -77,7 +77,7 @@ pub(crate) fn recorded_summary_ui(ui: &mut Ui, r: &state::RecordedView) {
     ui.label(RichText::new("recorded end state").strong())
         .on_hover_text("the file's own segments after its last event; the replays follow");
     layout_summary_ui(ui, &r.layout);
-    ui.spinner();
+    crate::gui::theme::busy(ui);
 }
 
 pub(crate) fn map_tab_ui(ui: &mut Ui, app: &mut AllocsimApp) {

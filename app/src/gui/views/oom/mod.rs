@@ -124,7 +124,7 @@ pub(crate) fn oom_ui(ui: &mut Ui, app: &mut AllocsimApp) {
             }
             _ => {
                 ui.horizontal(|ui| {
-                    ui.spinner();
+                    crate::gui::theme::busy(ui);
                     ui.label("finding the holes and the blockers…");
                 });
             }

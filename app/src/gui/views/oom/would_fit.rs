@@ -235,7 +235,7 @@ pub(crate) fn other_runtimes_ui(ui: &mut Ui, app: &mut AllocsimApp) -> Option<St
             ui.weak("allocators of other runtimes and libraries, under the same cap: not a PyTorch setting");
             match app.runtimes.as_ref().and_then(|r| r.rows.as_ref()) {
                 None => {
-                    ui.spinner();
+                    crate::gui::theme::busy(ui);
                 }
                 Some(Err(e)) => {
                     ui.colored_label(theme::BAD_TEXT, e);

@@ -8,7 +8,7 @@ use egui::{RichText, Ui};
 pub(crate) fn peak_tab_ui(ui: &mut Ui, app: &mut AllocsimApp) {
     let Some(doc) = &app.doc else { return };
     let Some(r) = doc.slots.first().and_then(|s| s.replay.as_ref()) else {
-        ui.spinner();
+        crate::gui::theme::busy(ui);
         return;
     };
     let key = std::ptr::from_ref(r) as usize;

@@ -50,7 +50,7 @@ pub(crate) fn search_ui(ui: &mut Ui, app: &mut AllocsimApp) {
             ui.label(h);
         }
         if app.search.job.is_some() {
-            ui.spinner();
+            crate::gui::theme::busy(ui);
         } else {
             ui.label(format!(
                 "{} allocations held {a:#x} during the trace",
