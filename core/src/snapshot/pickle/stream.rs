@@ -134,7 +134,9 @@ impl PickleStream {
                     _ => total,
                 };
                 let total_len = usize::try_from(total).map_err(|_| too_big(total))?;
+                let hints = scanner.lengths.hints();
                 let mut vm = Vm::with_refs(&[], scanner.refs, total_len, true);
+                vm.list_hints = hints;
                 vm.copy_spans = true;
                 vm.last = false;
                 self.state = State::Decode(Box::new(Decode {
