@@ -566,7 +566,10 @@ impl<'a> Vm<'a> {
             .map_or(0, |&(_, n)| n.min(self.reserve_left));
         self.reserve_left -= hint;
         let mut list = Vec::new();
-        if list.try_reserve_exact(usize::try_from(hint).unwrap_or(0)).is_err() {
+        if list
+            .try_reserve_exact(usize::try_from(hint).unwrap_or(0))
+            .is_err()
+        {
             list = Vec::new();
         }
         list

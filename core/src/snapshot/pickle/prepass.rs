@@ -358,7 +358,11 @@ impl Lengths {
 
     /// The runs noted, by offset.
     pub(super) fn hints(&mut self) -> Vec<(u64, u64)> {
-        let open: Vec<_> = self.levels.iter_mut().filter_map(|l| l.run.take()).collect();
+        let open: Vec<_> = self
+            .levels
+            .iter_mut()
+            .filter_map(|l| l.run.take())
+            .collect();
         for run in open {
             self.keep(Some(run));
         }
@@ -379,7 +383,10 @@ mod tests {
     fn event_lists(data: &[u8]) -> Vec<(usize, usize)> {
         let mut vm = Vm::new(data, true);
         vm.run().expect("decodes");
-        vm.event_lists.iter().map(|l| (l.len(), l.capacity())).collect()
+        vm.event_lists
+            .iter()
+            .map(|l| (l.len(), l.capacity()))
+            .collect()
     }
 
     fn with_traces(lens: &[usize]) -> RawSnapshot {
@@ -396,7 +403,13 @@ mod tests {
 
     #[test]
     fn long_device_traces_are_sized_exactly_short_ones_grow() {
-        let lens = [MIN_RUN as usize + 1, 3 * MIN_RUN as usize + 999, 17, 0, 12_345];
+        let lens = [
+            MIN_RUN as usize + 1,
+            3 * MIN_RUN as usize + 999,
+            17,
+            0,
+            12_345,
+        ];
         let bytes = snapshot_bytes(&with_traces(&lens));
         let lists = event_lists(&bytes);
         let long: Vec<_> = lists.iter().filter(|(n, _)| *n as u64 >= MIN_RUN).collect();
@@ -419,15 +432,21 @@ mod tests {
         vm.list_hints = vec![(first, 1 << 24)];
         vm.run().expect("decodes");
         let cap = vm.event_lists.first().map_or(0, Vec::capacity);
-        assert!(cap as u64 <= bytes.len() as u64 / super::super::machine::ENTRY_BYTES + 2 * MIN_RUN);
-        assert_eq!(vm.event_lists.first().map(Vec::len), Some(2 * MIN_RUN as usize));
+        assert!(
+            cap as u64 <= bytes.len() as u64 / super::super::machine::ENTRY_BYTES + 2 * MIN_RUN
+        );
+        assert_eq!(
+            vm.event_lists.first().map(Vec::len),
+            Some(2 * MIN_RUN as usize)
+        );
     }
 
     /// `CPython`'s own pickles of real snapshots: every device trace of the corpus long
     /// enough to be noted is sized exactly.
     #[test]
     fn real_snapshots_device_traces_are_sized_exactly() {
-        let dir = std::path::PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/traces"));
+        let dir =
+            std::path::PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/traces"));
         let mut files = Vec::new();
         for sub in ["", "incoming"] {
             if let Ok(rd) = std::fs::read_dir(dir.join(sub)) {
@@ -454,7 +473,10 @@ mod tests {
                 }
             }
         }
-        println!("{sized} device traces sized exactly in {} files", files.len());
+        println!(
+            "{sized} device traces sized exactly in {} files",
+            files.len()
+        );
         assert!(sized > 0);
     }
 }
