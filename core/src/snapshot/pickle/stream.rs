@@ -30,7 +30,7 @@ pub struct PickleStream {
 
 enum State {
     Scan {
-        scanner: Scanner,
+        scanner: Box<Scanner>,
         /// The input's size if known (else the memo's dense bound follows the bytes fed).
         total: Option<u64>,
         /// The carry is scanned again once it is this long (a line opcode's carry is
@@ -72,7 +72,7 @@ impl PickleStream {
     pub fn new(total: Option<u64>, window_step: u64) -> PickleStream {
         PickleStream {
             state: State::Scan {
-                scanner: Scanner::new(total.unwrap_or(0), window_step.max(1)),
+                scanner: Box::new(Scanner::new(total.unwrap_or(0), window_step.max(1))),
                 total,
                 rescan_at: 0,
             },
