@@ -423,6 +423,31 @@ mod tests {
         assert_eq!(got, lens);
     }
 
+    /// The pre-pass as a stream runs it: pieces, each scanned with what the last left.
+    fn hints_in_pieces(data: &[u8], piece: usize) -> Vec<(u64, u64)> {
+        let mut s = super::Scanner::new(data.len() as u64, 1 << 16);
+        let mut carry = Vec::new();
+        for chunk in data.chunks(piece) {
+            carry.extend_from_slice(chunk);
+            let read = s.scan(&carry, false);
+            carry.drain(..read.min(carry.len()));
+        }
+        s.scan(&carry, true);
+        s.lengths.hints()
+    }
+
+    #[test]
+    fn the_lengths_are_the_same_over_pieces_of_any_size() {
+        let lens = [2 * MIN_RUN as usize + 7, 5 * MIN_RUN as usize];
+        let bytes = snapshot_bytes(&with_traces(&lens));
+        let whole = super::scan_references(&bytes).1;
+        let got: Vec<u64> = whole.iter().map(|&(_, n)| n).collect();
+        assert_eq!(got, [lens[0] as u64, lens[1] as u64]);
+        for piece in [1, 2, 7, 9, 4099, 65_536] {
+            assert_eq!(hints_in_pieces(&bytes, piece), whole, "pieces of {piece}");
+        }
+    }
+
     #[test]
     fn a_hint_beyond_the_input_size_reserves_no_more_than_it_justifies() {
         let bytes = snapshot_bytes(&with_traces(&[2 * MIN_RUN as usize]));
@@ -466,6 +491,8 @@ mod tests {
             if !data.starts_with(&[0x80]) {
                 continue;
             }
+            let whole = super::scan_references(&data).1;
+            assert_eq!(hints_in_pieces(&data, 4099), whole, "{}", p.display());
             for (n, cap) in event_lists(&data) {
                 if n as u64 >= MIN_RUN {
                     assert_eq!(n, cap, "{}", p.display());
