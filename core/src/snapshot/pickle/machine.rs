@@ -91,8 +91,8 @@ pub(super) struct Vm<'a> {
     pub(super) reserve_left: u64,
 }
 
-/// Input bytes a reserved trace entry must be backed by: `pickle.dump` writes each in
-/// 60 bytes or more (a dict of five keys or more), so real lists are reserved exactly.
+/// Input bytes a reserved trace entry must be backed by: real snapshots spend 72–77 bytes
+/// an entry (a dict of five keys or more), so their lists are reserved exactly.
 pub(super) const ENTRY_BYTES: u64 = 24;
 
 /// Errors are boxed inside the machine: a `Result` of one pointer keeps the hot paths'
