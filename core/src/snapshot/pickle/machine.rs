@@ -556,14 +556,15 @@ impl<'a> Vm<'a> {
     }
 
     /// A new list of trace entries, its first appended by the `APPENDS` being run: room
-    /// for all of them if the pre-pass noted its run.
+    /// for all of them if the pre-pass noted its run. A hint is used once (a list made
+    /// later by `APPEND` or `LIST`, or again after mixing, grows as it goes).
     pub(super) fn new_event_list(&mut self) -> Vec<RawEvent> {
         let hint = self
             .list_hints
             .binary_search_by_key(&(self.appends_at as u64), |&(at, _)| at)
             .ok()
-            .and_then(|i| self.list_hints.get(i))
-            .map_or(0, |&(_, n)| n.min(self.reserve_left));
+            .and_then(|i| self.list_hints.get_mut(i))
+            .map_or(0, |(_, n)| std::mem::take(n).min(self.reserve_left));
         self.reserve_left -= hint;
         let mut list = Vec::new();
         if list

@@ -75,6 +75,17 @@ fn the_lengths_are_the_same_over_pieces_of_any_size() {
 }
 
 #[test]
+fn a_hint_is_used_once() {
+    let bytes = snapshot_bytes(&with_traces(&[2 * MIN_RUN as usize]));
+    let mut vm = Vm::new(&bytes, true);
+    let first = vm.list_hints.first().map(|&(at, _)| at).expect("a hint");
+    vm.appends_at = usize::try_from(first).expect("small");
+    assert_eq!(vm.new_event_list().capacity(), 2 * MIN_RUN as usize);
+    // A second list made at the same APPENDS (a list that mixed entries with other items).
+    assert_eq!(vm.new_event_list().capacity(), 0);
+}
+
+#[test]
 fn a_hint_beyond_the_input_size_reserves_no_more_than_it_justifies() {
     let bytes = snapshot_bytes(&with_traces(&[2 * MIN_RUN as usize]));
     let mut vm = Vm::new(&bytes, true);
