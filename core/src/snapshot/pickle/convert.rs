@@ -125,19 +125,23 @@ impl Vm<'_> {
             return;
         };
         match item {
-            Item::Event(ev) => {
-                if c.items.is_empty() {
-                    if c.events == 0 {
-                        self.event_lists.push(Vec::new());
-                        c.events = self.event_lists.len() as u32;
+            Item::Event(ev) if c.items.is_empty() => {
+                let mut events = c.events;
+                if events == 0 {
+                    let new = self.new_event_list();
+                    self.event_lists.push(new);
+                    events = self.event_lists.len() as u32;
+                    if let Some(c) = self.heap.get_mut(list as usize) {
+                        c.events = events;
                     }
-                    if let Some(list) = self.event_lists.get_mut(c.events as usize - 1) {
-                        list.push(ev);
-                    }
-                } else {
-                    c.items.push(Value::Event(self.extra_events.len() as u32));
-                    self.extra_events.push(ev);
                 }
+                if let Some(list) = self.event_lists.get_mut(events as usize - 1) {
+                    list.push(ev);
+                }
+            }
+            Item::Event(ev) => {
+                c.items.push(Value::Event(self.extra_events.len() as u32));
+                self.extra_events.push(ev);
             }
             Item::Value(v) => {
                 if c.events != 0 {
@@ -147,6 +151,8 @@ impl Vm<'_> {
                             c.items.push(Value::Event(self.extra_events.len() as u32));
                             self.extra_events.push(ev);
                         }
+                        // Its room (reserved by a hint) is not needed any more.
+                        *evs = Vec::new();
                     }
                     c.events = 0;
                 }

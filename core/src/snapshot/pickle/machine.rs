@@ -80,7 +80,20 @@ pub(super) struct Vm<'a> {
     /// Snapshot elements the schema pass may still produce (see
     /// [`super::mapping::element_budget`]).
     pub(super) elements_left: u64,
+    /// The pre-pass's long lists: offset of a run's first `APPENDS`, dicts in the run
+    /// ([`super::prepass::Lengths`]); the list of trace entries that run fills is sized
+    /// by it up front (no doubling of a gigabyte's entries, which in wasm is a copy).
+    pub(super) list_hints: Vec<(u64, u64)>,
+    /// The offset of the `APPENDS` being run.
+    pub(super) appends_at: usize,
+    /// Trace entries the hints may still reserve room for: within a bound of the input's
+    /// size, whatever the hints say ([`ENTRY_BYTES`]).
+    pub(super) reserve_left: u64,
 }
+
+/// Input bytes a reserved trace entry must be backed by: real snapshots spend 72–77 bytes
+/// an entry (a dict of five keys or more), so their lists are reserved exactly.
+pub(super) const ENTRY_BYTES: u64 = 24;
 
 /// Errors are boxed inside the machine: a `Result` of one pointer keeps the hot paths'
 /// returns in registers.
@@ -130,8 +143,10 @@ pub(super) fn kind_name(kind: Kind) -> &'static str {
 
 impl<'a> Vm<'a> {
     pub(super) fn new(data: &'a [u8], eager: bool) -> Vm<'a> {
-        let refs = scan_references(data);
-        Vm::with_refs(data, refs, data.len(), eager)
+        let (refs, hints) = scan_references(data);
+        let mut vm = Vm::with_refs(data, refs, data.len(), eager);
+        vm.list_hints = hints;
+        vm
     }
 
     /// A machine over the input (or its first window: see [`Vm::reseat`]) whose pre-pass
@@ -162,6 +177,9 @@ impl<'a> Vm<'a> {
             stack_cache: HashMap::default(),
             eager,
             elements_left: super::mapping::element_budget(input_len),
+            list_hints: Vec::new(),
+            appends_at: 0,
+            reserve_left: input_len as u64 / ENTRY_BYTES,
         }
     }
 
@@ -188,6 +206,9 @@ impl<'a> Vm<'a> {
             stack_cache: self.stack_cache,
             eager: self.eager,
             elements_left: self.elements_left,
+            list_hints: self.list_hints,
+            appends_at: self.appends_at,
+            reserve_left: self.reserve_left,
         }
     }
 
@@ -532,6 +553,27 @@ impl<'a> Vm<'a> {
         {
             c.shared = true;
         }
+    }
+
+    /// A new list of trace entries, its first appended by the `APPENDS` being run: room
+    /// for all of them if the pre-pass noted its run. A hint is used once (a list made
+    /// later by `APPEND` or `LIST`, or again after mixing, grows as it goes).
+    pub(super) fn new_event_list(&mut self) -> Vec<RawEvent> {
+        let hint = self
+            .list_hints
+            .binary_search_by_key(&(self.appends_at as u64), |&(at, _)| at)
+            .ok()
+            .and_then(|i| self.list_hints.get_mut(i))
+            .map_or(0, |(_, n)| std::mem::take(n).min(self.reserve_left));
+        self.reserve_left -= hint;
+        let mut list = Vec::new();
+        if list
+            .try_reserve_exact(usize::try_from(hint).unwrap_or(0))
+            .is_err()
+        {
+            list = Vec::new();
+        }
+        list
     }
 
     pub(super) fn new_container(&mut self, kind: Kind, items: &[Value], at: usize) -> Res<Value> {

@@ -1,6 +1,7 @@
-//! The pre-pass: which memo indices are ever read back, and where a decoding window may
-//! end. It runs over the whole input at once, or over it in pieces ([`Scanner::scan`]),
-//! so that a streamed decode never holds the file.
+//! The pre-pass: which memo indices are ever read back, where a decoding window may
+//! end, and how long the long lists are ([`Lengths`]: the machine sizes a device trace's
+//! entries up front). It runs over the whole input at once, or over it in pieces
+//! ([`Scanner::scan`]), so that a streamed decode never holds the file.
 
 use super::memo::IndexSet;
 use super::opcodes::{
@@ -15,6 +16,13 @@ pub(super) const SCAN_GET4: u8 = 0x81;
 pub(super) const SCAN_COUNTED: u8 = 0x82;
 pub(super) const SCAN_LINE: u8 = 0x83;
 pub(super) const SCAN_GET_LINE: u8 = 0x84;
+// Opcodes [`Lengths`] follows (all without arguments but `FRAME`).
+pub(super) const SCAN_MARK: u8 = 0x85;
+pub(super) const SCAN_EMPTY_DICT: u8 = 0x86;
+pub(super) const SCAN_APPENDS: u8 = 0x87;
+/// An opcode that pops to the last mark, other than `APPENDS`.
+pub(super) const SCAN_CLOSE: u8 = 0x88;
+pub(super) const SCAN_FRAME: u8 = 0x89;
 pub(super) const SCAN_END: u8 = 0xff;
 
 pub(super) static SCAN_TABLE: [u8; 256] = {
@@ -28,6 +36,17 @@ pub(super) static SCAN_TABLE: [u8; 256] = {
             op::LONG_BINGET => SCAN_GET4,
             op::GET => SCAN_GET_LINE,
             op::INT | op::LONG | op::FLOAT | op::STRING | op::UNICODE | op::PUT => SCAN_LINE,
+            op::MARK => SCAN_MARK,
+            op::EMPTY_DICT => SCAN_EMPTY_DICT,
+            op::APPENDS => SCAN_APPENDS,
+            op::SETITEMS
+            | op::DICT
+            | op::LIST
+            | op::TUPLE
+            | op::FROZENSET
+            | op::ADDITEMS
+            | op::POP_MARK => SCAN_CLOSE,
+            op::FRAME => SCAN_FRAME,
             _ => match fixed_args(code) {
                 Some(n) => n as u8,
                 None if length_prefix(code).is_some() => SCAN_COUNTED,
@@ -41,10 +60,12 @@ pub(super) static SCAN_TABLE: [u8; 256] = {
 
 /// The pre-pass: which memo indices are ever read back. Stops where the machine would
 /// stop (STOP, or an opcode it refuses or cannot read), so it never sees further.
-pub(super) fn scan_references(data: &[u8]) -> IndexSet {
+/// Also gives the long lists' lengths ([`Lengths::hints`]).
+pub(super) fn scan_references(data: &[u8]) -> (IndexSet, Vec<(u64, u64)>) {
     let mut s = Scanner::new(data.len() as u64, u64::MAX);
     s.scan(data, true);
-    s.refs
+    let hints = s.lengths.hints();
+    (s.refs, hints)
 }
 
 /// How the scan ended for good.
@@ -70,6 +91,7 @@ pub(super) struct Scanner {
     next_boundary: u64,
     /// Set once the scan has stopped.
     pub(super) end: Option<End>,
+    pub(super) lengths: Lengths,
 }
 
 /// What a piece of input holds at its end.
@@ -93,6 +115,7 @@ impl Scanner {
             step,
             next_boundary: step,
             end: None,
+            lengths: Lengths::default(),
         }
     }
 
@@ -125,6 +148,7 @@ impl Scanner {
 
     fn scan_piece(&mut self, data: &[u8]) -> (usize, Stop) {
         let refs = &mut self.refs;
+        let lengths = &mut self.lengths;
         let base = self.pos;
         let mut pos = 0usize;
         // Opcodes before `limit` start before the next boundary: no check for one there.
@@ -216,8 +240,138 @@ impl Scanner {
                     }
                     None => return (start, Stop::Short),
                 },
+                SCAN_MARK => lengths.mark(base + start as u64),
+                SCAN_EMPTY_DICT => lengths.dict(),
+                SCAN_APPENDS => lengths.appends(base + start as u64),
+                SCAN_CLOSE => lengths.close(),
+                SCAN_FRAME => {
+                    if pos + 8 > data.len() {
+                        return (start, Stop::Short);
+                    }
+                    pos += 8;
+                    lengths.frame(base + start as u64, base + pos as u64);
+                }
                 _ => return (start, Stop::Over(End::Opcode(base + start as u64))),
             }
         }
     }
 }
+
+/// Lists appended to in runs of many `APPENDS` batches (a device trace: `pickle.dump`
+/// appends 1,000 items a batch), noted by the offset of the run's first `APPENDS` with
+/// the number of dicts made directly in its batches (a trace entry is one).
+///
+/// Follows only the marks: a batch's `MARK` directly after an `APPENDS` (or after a
+/// `FRAME` that directly follows one) at the same mark depth goes on the same list, as
+/// nothing came between. A hint, never trusted for the decode's result: the machine only
+/// reserves room by it, within a bound of the input's size ([`super::machine::Vm`]).
+#[derive(Debug, Default)]
+pub(super) struct Lengths {
+    /// Marks open.
+    depth: usize,
+    /// Per depth below [`MAX_DEPTH`] (index: marks open): dicts made at that depth since
+    /// its mark, whether that mark directly followed an `APPENDS` of the depth below, and
+    /// the run of the depth (offset of its first `APPENDS`, dicts so far).
+    levels: Vec<Level>,
+    /// Where the last `APPENDS` (or a `FRAME` right after it) ended, and its depth after.
+    appends_end: u64,
+    appends_depth: usize,
+    /// Runs over, of at least [`MIN_RUN`] dicts.
+    found: Vec<(u64, u64)>,
+}
+
+#[derive(Debug, Default, Clone, Copy)]
+struct Level {
+    dicts: u64,
+    continues: bool,
+    run: Option<(u64, u64)>,
+}
+
+/// Mark depths followed (a snapshot's trace entries are three deep).
+const MAX_DEPTH: usize = 64;
+/// Runs shorter than this are not noted (their lists grow as they go).
+pub(super) const MIN_RUN: u64 = 4096;
+
+impl Lengths {
+    fn level(&mut self, depth: usize) -> Option<&mut Level> {
+        if depth >= MAX_DEPTH {
+            return None;
+        }
+        if self.levels.len() <= depth {
+            self.levels.resize(depth + 1, Level::default());
+        }
+        self.levels.get_mut(depth)
+    }
+
+    fn mark(&mut self, at: u64) {
+        let continues = at == self.appends_end && self.appends_depth == self.depth;
+        self.depth += 1;
+        if let Some(l) = self.level(self.depth) {
+            l.dicts = 0;
+            l.continues = continues;
+        }
+    }
+
+    fn dict(&mut self) {
+        if let Some(l) = self.level(self.depth) {
+            l.dicts += 1;
+        }
+    }
+
+    fn close(&mut self) {
+        self.depth = self.depth.saturating_sub(1);
+    }
+
+    fn appends(&mut self, at: u64) {
+        if self.depth == 0 {
+            return;
+        }
+        let (dicts, continues) = self
+            .level(self.depth)
+            .map_or((0, false), |l| (l.dicts, l.continues));
+        self.depth -= 1;
+        let mut over = None;
+        if let Some(l) = self.level(self.depth) {
+            match &mut l.run {
+                Some((_, n)) if continues => *n += dicts,
+                run => over = run.replace((at, dicts)),
+            }
+        }
+        self.keep(over);
+        self.appends_end = at + 1;
+        self.appends_depth = self.depth;
+    }
+
+    fn frame(&mut self, at: u64, end: u64) {
+        if at == self.appends_end {
+            self.appends_end = end;
+        }
+    }
+
+    fn keep(&mut self, run: Option<(u64, u64)>) {
+        if let Some((at, n)) = run
+            && n >= MIN_RUN
+        {
+            self.found.push((at, n));
+        }
+    }
+
+    /// The runs noted, by offset.
+    pub(super) fn hints(&mut self) -> Vec<(u64, u64)> {
+        let open: Vec<_> = self
+            .levels
+            .iter_mut()
+            .filter_map(|l| l.run.take())
+            .collect();
+        for run in open {
+            self.keep(Some(run));
+        }
+        let mut found = std::mem::take(&mut self.found);
+        found.sort_unstable();
+        found
+    }
+}
+
+#[cfg(test)]
+#[path = "prepass_tests.rs"]
+mod tests;

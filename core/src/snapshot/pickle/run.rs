@@ -115,6 +115,7 @@ impl Vm<'_> {
                 op::APPENDS => {
                     let mark = self.pop_mark(at, "APPENDS")?;
                     let list = self.target_below(mark, at, "APPENDS", Kind::List)?;
+                    self.appends_at = at;
                     let stack = self.take_stack();
                     for &v in stack.get(mark..).unwrap_or(&[]) {
                         self.append(list, v);

@@ -30,7 +30,7 @@ pub struct PickleStream {
 
 enum State {
     Scan {
-        scanner: Scanner,
+        scanner: Box<Scanner>,
         /// The input's size if known (else the memo's dense bound follows the bytes fed).
         total: Option<u64>,
         /// The carry is scanned again once it is this long (a line opcode's carry is
@@ -72,7 +72,7 @@ impl PickleStream {
     pub fn new(total: Option<u64>, window_step: u64) -> PickleStream {
         PickleStream {
             state: State::Scan {
-                scanner: Scanner::new(total.unwrap_or(0), window_step.max(1)),
+                scanner: Box::new(Scanner::new(total.unwrap_or(0), window_step.max(1))),
                 total,
                 rescan_at: 0,
             },
@@ -134,7 +134,9 @@ impl PickleStream {
                     _ => total,
                 };
                 let total_len = usize::try_from(total).map_err(|_| too_big(total))?;
+                let hints = scanner.lengths.hints();
                 let mut vm = Vm::with_refs(&[], scanner.refs, total_len, true);
+                vm.list_hints = hints;
                 vm.copy_spans = true;
                 vm.last = false;
                 self.state = State::Decode(Box::new(Decode {
@@ -248,3 +250,7 @@ impl Decode {
         Ok(())
     }
 }
+
+#[cfg(test)]
+#[path = "stream_tests.rs"]
+mod tests;

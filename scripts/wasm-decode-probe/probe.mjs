@@ -1,0 +1,29 @@
+// node probe.mjs WASM FILE: the streamed decode in wasm over FILE (pickle, gzip or JSON;
+// 4 MiB pieces, two passes as the browser worker feeds it); prints the entries decoded, the
+// wasm memory's size after it (its peak: wasm memory never shrinks) and the seconds.
+// Build: cargo build --release --target wasm32-unknown-unknown (in this directory); the
+// module is target/wasm32-unknown-unknown/release/wasm_decode_probe.wasm.
+import fs from 'node:fs';
+const [wasmPath, file] = process.argv.slice(2);
+const { instance } = await WebAssembly.instantiate(fs.readFileSync(wasmPath), {});
+const x = instance.exports;
+const total = fs.statSync(file).size;
+const PIECE = 4 << 20;
+const t0 = performance.now();
+x.start(total);
+let r = 0;
+for (let pass = 0; pass < 2 && r !== 2; pass++) {
+  const fd = fs.openSync(file, 'r');
+  const tmp = Buffer.alloc(PIECE);
+  for (;;) {
+    const n = fs.readSync(fd, tmp, 0, PIECE, null);
+    if (n === 0) break;
+    const p = x.buf(n);
+    new Uint8Array(x.memory.buffer, p, n).set(tmp.subarray(0, n));
+    if (x.feed(n) !== 0) { console.log('feed error'); process.exit(1); }
+  }
+  fs.closeSync(fd);
+  r = x.end();
+  if (r < 0) { console.log('decode error'); process.exit(1); }
+}
+console.log(JSON.stringify({ file, entries: x.entries(), wasm_memory_mib: +(x.memory.buffer.byteLength / 1048576).toFixed(1), seconds: +((performance.now() - t0) / 1000).toFixed(2) }));
