@@ -217,3 +217,42 @@ fn the_first_full_frame_waits_for_the_main_replay_alone_and_the_tables_are_share
         "{full:?} {all:?}"
     );
 }
+
+#[test]
+fn every_replay_and_its_layout_are_asked_for_with_the_main_one() {
+    let mut h = paced_harness(Startup::Example(&OOM_STORY));
+    let mut frames = 0;
+    while h.state().document().is_none() {
+        frames += 1;
+        assert!(frames < 100, "the trace never arrived");
+        h.step();
+    }
+    built_without_replays(h.state());
+    // The engine runs what was asked so far and holds its answers, then hands them all to
+    // one frame: every configuration is then on screen with its layout, no request having
+    // waited for an answer (in the browser each round trip costs a frame).
+    h.state_mut().engine.set_pace(Pace::Hold);
+    h.step();
+    h.state_mut().engine.set_pace(Pace::All);
+    h.step();
+    let app = h.state();
+    let doc = app.document().expect("loaded");
+    assert_eq!(doc.slots.len(), 2);
+    let main = doc.slots[0].replay.as_ref().expect("the main replay");
+    let oom = main
+        .data
+        .summary
+        .ooms
+        .first()
+        .expect("the story runs out of memory");
+    assert_eq!(app.cursor, oom.op_index, "the cursor on the first OOM");
+    for (i, s) in doc.slots.iter().enumerate() {
+        assert!(s.replay.is_some(), "slot {i} replayed");
+        assert_eq!(
+            s.layout.as_ref().map(|l| l.data.op),
+            Some(app.cursor),
+            "slot {i}'s layout at the cursor, asked for with its replay"
+        );
+    }
+    assert!(app.first_frame_marked(), "the ready frame is this one");
+}
