@@ -18,6 +18,20 @@ mkdirSync(out, { recursive: true });
 const TRACE_CATEGORIES =
   "devtools.timeline,disabled-by-default-devtools.timeline,disabled-by-default-devtools.timeline.frame,gpu,viz,cc,benchmark";
 
+/// The `n` functions with the most self time in a CPU profile of the page's thread.
+function printHottest(profile, n) {
+  const self = new Map();
+  const byId = new Map(profile.nodes.map((x) => [x.id, x]));
+  const dt = profile.timeDeltas;
+  for (let i = 0; i < profile.samples.length; i++) {
+    const x = byId.get(profile.samples[i]);
+    const name = `${x.callFrame.functionName || "(anon)"} ${x.callFrame.url.split("/").pop()}`;
+    self.set(name, (self.get(name) ?? 0) + (dt[i] ?? 0) / 1000);
+  }
+  const top = [...self.entries()].sort((a, b) => b[1] - a[1]).slice(0, n);
+  for (const [name, ms] of top) console.log(`${ms.toFixed(0).padStart(7)} ms  ${name}`);
+}
+
 /// Each watched thread's tasks of 2 ms or more in the trace `chunks` from `t0` (µs) for
 /// `span` µs, as `start+length` in ms after `t0`, and the animation frames.
 function printTasks(chunks, t0, span) {
@@ -56,6 +70,9 @@ if (openOnly) {
   openCdp = await s.context.newCDPSession(page);
   openCdp.on("Tracing.dataCollected", (e) => openChunks.push(...e.value));
   await openCdp.send("Tracing.start", { categories: TRACE_CATEGORIES, transferMode: "ReportEvents" });
+  await openCdp.send("Profiler.enable");
+  await openCdp.send("Profiler.setSamplingInterval", { interval: 500 });
+  await openCdp.send("Profiler.start");
 }
 const dropT = await dropFile(page, join(traces, trace), trace);
 await waitFrame(page, `ready:${trace}`, 300000);
@@ -66,6 +83,8 @@ if (openOnly) {
   const done = new Promise((r) => openCdp.once("Tracing.tracingComplete", r));
   await openCdp.send("Tracing.end");
   await done;
+  const { profile } = await openCdp.send("Profiler.stop");
+  printHottest(profile, 25);
   const marks = await page.evaluate((from) => window.__marks.filter((m) => m.t >= from).map((m) => [Math.round(m.t - from), m.value]), dropT);
   console.log(`markers: ${JSON.stringify(marks)}`);
   const frames = await page.evaluate(([from, to]) => window.__frames.filter((t) => t >= from && t <= to + 200).map((t) => Math.round(t - from)), [dropT, readyT]);
@@ -130,17 +149,7 @@ console.log(`frame gaps while stepping: ${JSON.stringify(await gaps(k0, k1))}`);
 writeFileSync(join(out, "profile.cpuprofile"), JSON.stringify(profile));
 writeFileSync(join(out, "trace.json"), JSON.stringify({ traceEvents: chunks }));
 
-// Self time per function.
-const self = new Map();
-const byId = new Map(profile.nodes.map((n) => [n.id, n]));
-const dt = profile.timeDeltas;
-for (let i = 0; i < profile.samples.length; i++) {
-  const n = byId.get(profile.samples[i]);
-  const name = `${n.callFrame.functionName || "(anon)"} ${n.callFrame.url.split("/").pop()}`;
-  self.set(name, (self.get(name) ?? 0) + (dt[i] ?? 0) / 1000);
-}
-const top = [...self.entries()].sort((a, b) => b[1] - a[1]).slice(0, 40);
-for (const [n, ms] of top) console.log(`${ms.toFixed(0).padStart(7)} ms  ${n}`);
+printHottest(profile, 40);
 
 // Trace: long tasks per thread name.
 const names = new Map();

@@ -101,40 +101,42 @@ fn the_start_layout_is_at_the_main_replays_first_oom_or_peak() {
         Response::Layout { layout, .. } => *layout,
         other => panic!("{other:?}"),
     };
-    let mut e = Engine::new();
-    let t = loaded(&mut e, &OOM_STORY);
+    let mut engine = Engine::new();
+    let trace = loaded(&mut engine, &OOM_STORY);
     let cap = OOM_STORY.cap_bytes();
     // Slot 1 first: no main replay yet.
-    let x = replayed(&mut e, 1, "pytorch@expandable_segments:True", cap);
-    assert_eq!(start_layout(&mut e, 1, 7), layout(&mut e, 1, 7));
-    let r = replayed(&mut e, 0, "pytorch", cap);
-    let oom = r
+    let expandable = replayed(&mut engine, 1, "pytorch@expandable_segments:True", cap);
+    assert_eq!(start_layout(&mut engine, 1, 7), layout(&mut engine, 1, 7));
+    let main = replayed(&mut engine, 0, "pytorch", cap);
+    let oom = main
         .summary
         .ooms
         .first()
         .expect("the story runs out of memory");
-    assert_eq!(r.start_op(), oom.op_index);
+    assert_eq!(main.start_op(), oom.op_index);
     for slot in [0, 1] {
-        let got = start_layout(&mut e, slot, 7);
+        let got = start_layout(&mut engine, slot, 7);
         assert_eq!(got.op, oom.op_index);
-        assert_eq!(got, layout(&mut e, slot, oom.op_index), "slot {slot}");
+        assert_eq!(got, layout(&mut engine, slot, oom.op_index), "slot {slot}");
     }
     // Without an OOM: the first op at which allocated bytes peak.
     let mut peaks = 0;
     for ex in EXAMPLES {
-        let mut e = Engine::new();
-        loaded(&mut e, ex);
-        let r = replayed(&mut e, 0, "pytorch", None);
-        let a = &r.timeline.allocated_bytes;
-        let Some(peak) = a.iter().max() else { continue };
-        let first = a.iter().position(|v| v == peak).expect("the peak");
-        if r.summary.ooms.is_empty() {
-            assert_eq!(r.start_op() as usize, first, "{}", ex.file);
+        let mut other = Engine::new();
+        loaded(&mut other, ex);
+        let replay = replayed(&mut other, 0, "pytorch", None);
+        let allocated = &replay.timeline.allocated_bytes;
+        let Some(peak) = allocated.iter().max() else {
+            continue;
+        };
+        let first = allocated.iter().position(|v| v == peak).expect("the peak");
+        if replay.summary.ooms.is_empty() {
+            assert_eq!(replay.start_op() as usize, first, "{}", ex.file);
             peaks += usize::from(first > 0);
         }
     }
     assert!(peaks > 0, "an example peaks after its first op");
-    assert!(!t.ops.is_empty() && x.summary.ooms.is_empty());
+    assert!(!trace.ops.is_empty() && expandable.summary.ooms.is_empty());
 }
 
 /// Each block of a layout names the allocation the walk over every op before it finds:

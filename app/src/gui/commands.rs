@@ -58,7 +58,7 @@ impl AllocsimApp {
     /// Takes the keys that move the cursor (arrows, pages, Home, End: pressed and released)
     /// out of a frame's raw input before egui sees it, where no widget has the keyboard
     /// focus; [`AllocsimApp::keys`] handles them. egui draws one more frame after any frame
-    /// with input events, and on a software rasterizer (the browser on SwiftShader) that
+    /// with input events, and on a software rasterizer (the browser on `SwiftShader`) that
     /// frame, identical to the one before, costs as much as the frame that shows the key's
     /// layout: taken out, a key costs the one frame that moves the cursor.
     pub(crate) fn take_cursor_keys(&mut self, ctx: &egui::Context, raw: &mut egui::RawInput) {
