@@ -213,6 +213,22 @@ impl AllocsimApp {
 
     /// Handles what the engine and the I/O sent since last frame.
     pub fn pump(&mut self, ctx: &egui::Context) {
+        // Files dropped in this frame first: one whose handle arrives at once (a path
+        // natively, a `File` in the browser) is opened in this frame, not the next.
+        let dropped = ctx.input(|i| i.raw.dropped_files.clone());
+        // Several files at once start a Diff (two) or Ranks (more); one file dropped on
+        // either view is one more snapshot of it.
+        if dropped.len() >= 2 {
+            crate::gui::views::multi::start(self, dropped.len());
+        }
+        for f in dropped {
+            let (inbox, by_path) = if self.multi.view.is_some() {
+                (&self.multi.inbox, false)
+            } else {
+                (&self.inbox, true)
+            };
+            crate::gui::io::read_dropped(ctx, inbox, f, by_path);
+        }
         for item in self.inbox.take() {
             match item {
                 Ok(f) => {
@@ -237,20 +253,6 @@ impl AllocsimApp {
                 text: String::new(),
             });
             self.dialog_unavailable = Some(reason);
-        }
-        let dropped = ctx.input(|i| i.raw.dropped_files.clone());
-        // Several files at once start a Diff (two) or Ranks (more); one file dropped on
-        // either view is one more snapshot of it.
-        if dropped.len() >= 2 {
-            crate::gui::views::multi::start(self, dropped.len());
-        }
-        for f in dropped {
-            let (inbox, by_path) = if self.multi.view.is_some() {
-                (&self.multi.inbox, false)
-            } else {
-                (&self.inbox, true)
-            };
-            crate::gui::io::read_dropped(ctx, inbox, f, by_path);
         }
         crate::gui::views::multi::pump(self);
         for r in self.engine.poll() {

@@ -256,3 +256,36 @@ fn every_replay_and_its_layout_are_asked_for_with_the_main_one() {
     }
     assert!(app.first_frame_marked(), "the ready frame is this one");
 }
+
+/// A file dropped on the window, as the integration hands it over.
+#[derive(Debug)]
+struct Dropped(std::path::PathBuf);
+
+impl egui::DroppedFile for Dropped {
+    fn path(&self) -> &std::path::Path {
+        &self.0
+    }
+
+    fn bytes(&self) -> Result<Vec<u8>, String> {
+        std::fs::read(&self.0).map_err(|e| e.to_string())
+    }
+}
+
+/// A dropped file whose handle arrives at once (a path natively, a `File` in the browser)
+/// is opened by the frame that gets the drop, not the next one (in the browser a frame
+/// costs 50-300 ms of a software rasterizer): on an engine that answers as it is polled,
+/// that one frame brings the file's trace.
+#[test]
+fn a_dropped_file_is_opened_in_the_frame_of_the_drop() {
+    let mut h = super::tests::harness(Startup::Example(&OOM_STORY));
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../tests/traces/devfull_oom_msg.pickle.gz"
+    );
+    h.input_mut()
+        .dropped_files
+        .push(std::sync::Arc::new(Dropped(path.into())));
+    h.step();
+    let doc = h.state().document().expect("a document");
+    assert_eq!(doc.trace.name, "devfull_oom_msg.pickle.gz");
+}
