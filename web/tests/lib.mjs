@@ -224,6 +224,8 @@ export async function dropFile(page, path, name, selector = "#allocsim_canvas") 
     const dt = new DataTransfer();
     dt.items.add(input.files[0]);
     const target = document.querySelector(selector);
+    // The drop's place in a DevTools trace (profile.mjs --open).
+    console.timeStamp("allocsim-drop");
     const t = performance.now();
     for (const type of ["dragenter", "dragover", "drop"]) {
       target.dispatchEvent(new DragEvent(type, { dataTransfer: dt, bubbles: true, cancelable: true }));

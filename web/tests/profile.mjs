@@ -15,15 +15,87 @@ const trace = arg("--trace", "kvcache_decode.pickle.gz");
 const keys = Number(arg("--keys", "6"));
 const idle = Number(arg("--idle-ms", "3000"));
 mkdirSync(out, { recursive: true });
+const TRACE_CATEGORIES =
+  "devtools.timeline,disabled-by-default-devtools.timeline,disabled-by-default-devtools.timeline.frame,gpu,viz,cc,benchmark";
+
+/// The `n` functions with the most self time in a CPU profile of the page's thread.
+function printHottest(profile, n) {
+  const self = new Map();
+  const byId = new Map(profile.nodes.map((x) => [x.id, x]));
+  const dt = profile.timeDeltas;
+  for (let i = 0; i < profile.samples.length; i++) {
+    const x = byId.get(profile.samples[i]);
+    const name = `${x.callFrame.functionName || "(anon)"} ${x.callFrame.url.split("/").pop()}`;
+    self.set(name, (self.get(name) ?? 0) + (dt[i] ?? 0) / 1000);
+  }
+  const top = [...self.entries()].sort((a, b) => b[1] - a[1]).slice(0, n);
+  for (const [name, ms] of top) console.log(`${ms.toFixed(0).padStart(7)} ms  ${name}`);
+}
+
+/// Each watched thread's tasks of 2 ms or more in the trace `chunks` from `t0` (µs) for
+/// `span` µs, as `start+length` in ms after `t0`, and the animation frames.
+function printTasks(chunks, t0, span) {
+  const names = new Map();
+  for (const e of chunks) if (e.ph === "M" && e.name === "thread_name") names.set(`${e.pid}:${e.tid}`, e.args.name);
+  const watched = ["CrRendererMain", "DedicatedWorker thread", "CrGpuMain", "VizCompositorThread", "Compositor"];
+  const t1 = t0 + span;
+  const byThread = new Map();
+  for (const e of chunks) {
+    if (e.ph !== "X" || !["RunTask", "ThreadControllerImpl::RunTask"].includes(e.name) || e.dur < 2000) continue;
+    const th = names.get(`${e.pid}:${e.tid}`);
+    if (!watched.includes(th) || e.ts + e.dur < t0 || e.ts > t1) continue;
+    const k = `${th} ${e.tid}`;
+    if (!byThread.has(k)) byThread.set(k, []);
+    byThread.get(k).push(e);
+  }
+  for (const [k, own] of byThread) {
+    const busy = own.reduce((a, e) => a + e.dur, 0) / 1000;
+    console.log(`  ${k.padEnd(30)} busy ${busy.toFixed(0).padStart(5)} ms: ${own.map((e) => `${Math.round((e.ts - t0) / 1000)}+${Math.round(e.dur / 1000)}`).join(" ")}`);
+  }
+  const raf = chunks.filter((e) => e.ph === "X" && e.name === "FireAnimationFrame" && e.dur >= 1000 && e.ts >= t0 && e.ts <= t1);
+  console.log(`  animation frames of 1 ms or more: ${raf.map((e) => `${Math.round((e.ts - t0) / 1000)}+${Math.round(e.dur / 1000)}`).join(" ")}`);
+}
 
 const s = await launch(arg("--chromium", "/usr/bin/chromium"));
 const { page } = s;
 await page.goto(url, { waitUntil: "load" });
 await waitFrame(page, "ready:oom_story");
+// `--open 1`: a DevTools trace of the open itself (drop → the `ready:` frame), printed as
+// each thread's tasks in ms after the drop, then exits.
+const openOnly = arg("--open", "0") === "1";
+let openCdp = null;
+const openChunks = [];
+if (openOnly) {
+  await page.waitForTimeout(500);
+  openCdp = await s.context.newCDPSession(page);
+  openCdp.on("Tracing.dataCollected", (e) => openChunks.push(...e.value));
+  await openCdp.send("Tracing.start", { categories: TRACE_CATEGORIES, transferMode: "ReportEvents" });
+  await openCdp.send("Profiler.enable");
+  await openCdp.send("Profiler.setSamplingInterval", { interval: 500 });
+  await openCdp.send("Profiler.start");
+}
 const dropT = await dropFile(page, join(traces, trace), trace);
 await waitFrame(page, `ready:${trace}`, 300000);
 const readyT = await markTime(page, "data-allocsim-frame", dropT, `v.startsWith('ready:${trace}')`);
 console.log(`ready after ${Math.round(readyT - dropT)} ms`);
+if (openOnly) {
+  await page.waitForTimeout(200);
+  const done = new Promise((r) => openCdp.once("Tracing.tracingComplete", r));
+  await openCdp.send("Tracing.end");
+  await done;
+  const { profile } = await openCdp.send("Profiler.stop");
+  printHottest(profile, 25);
+  const marks = await page.evaluate((from) => window.__marks.filter((m) => m.t >= from).map((m) => [Math.round(m.t - from), m.value]), dropT);
+  console.log(`markers: ${JSON.stringify(marks)}`);
+  const frames = await page.evaluate(([from, to]) => window.__frames.filter((t) => t >= from && t <= to + 200).map((t) => Math.round(t - from)), [dropT, readyT]);
+  console.log(`animation frames at: ${JSON.stringify(frames)}`);
+  for (const l of s.console.filter((l) => l.includes("allocsim:"))) console.log(`console: ${l}`);
+  const stamp = openChunks.find((e) => e.name === "TimeStamp" && e.args?.data?.message === "allocsim-drop");
+  printTasks(openChunks, stamp ? stamp.ts : openChunks[0].ts, (readyT - dropT + 200) * 1000);
+  writeFileSync(join(out, "open-trace.json"), JSON.stringify({ traceEvents: openChunks }));
+  await s.close();
+  process.exit(0);
+}
 await page.mouse.move(700, 890);
 await page.waitForTimeout(idle);
 
@@ -47,10 +119,7 @@ await cdp.send("Profiler.setSamplingInterval", { interval: 200 });
 await cdp.send("Profiler.start");
 const chunks = [];
 cdp.on("Tracing.dataCollected", (e) => chunks.push(...e.value));
-await cdp.send("Tracing.start", {
-  categories: "devtools.timeline,disabled-by-default-devtools.timeline,disabled-by-default-devtools.timeline.frame,gpu,viz,cc,benchmark",
-  transferMode: "ReportEvents",
-});
+await cdp.send("Tracing.start", { categories: TRACE_CATEGORIES, transferMode: "ReportEvents" });
 const seq = ["ArrowRight", "PageDown", "End", "Home", "PageDown", "ArrowLeft", "PageUp", "ArrowRight"];
 const lat = [];
 const k0 = await page.evaluate(() => performance.now());
@@ -80,17 +149,7 @@ console.log(`frame gaps while stepping: ${JSON.stringify(await gaps(k0, k1))}`);
 writeFileSync(join(out, "profile.cpuprofile"), JSON.stringify(profile));
 writeFileSync(join(out, "trace.json"), JSON.stringify({ traceEvents: chunks }));
 
-// Self time per function.
-const self = new Map();
-const byId = new Map(profile.nodes.map((n) => [n.id, n]));
-const dt = profile.timeDeltas;
-for (let i = 0; i < profile.samples.length; i++) {
-  const n = byId.get(profile.samples[i]);
-  const name = `${n.callFrame.functionName || "(anon)"} ${n.callFrame.url.split("/").pop()}`;
-  self.set(name, (self.get(name) ?? 0) + (dt[i] ?? 0) / 1000);
-}
-const top = [...self.entries()].sort((a, b) => b[1] - a[1]).slice(0, 40);
-for (const [n, ms] of top) console.log(`${ms.toFixed(0).padStart(7)} ms  ${n}`);
+printHottest(profile, 40);
 
 // Trace: long tasks per thread name.
 const names = new Map();

@@ -51,6 +51,8 @@ impl Cancels {
 /// A replay kept for layouts and searches.
 struct Slot {
     result: ReplayResult,
+    /// [`ReplayData::start_op`] of this replay.
+    start_op: u32,
 }
 
 /// The engine's state: the loaded trace and one replay per compare slot.
@@ -154,14 +156,16 @@ impl Engine {
                     *s = None;
                 }
             }
-            Request::Layout { job, slot, op } => match self.layout(slot, op) {
-                Ok(layout) => emit(Response::Layout {
-                    job,
-                    slot,
-                    layout: Box::new(layout),
-                }),
-                Err(message) => emit(Response::Failed { job, message }),
-            },
+            Request::Layout { job, slot, op } => self.emit_layout(job, slot, op, emit),
+            Request::StartLayout {
+                job,
+                slot,
+                otherwise,
+            } => {
+                let main = self.slots.first().and_then(Option::as_ref);
+                let op = main.map_or(otherwise, |s| s.start_op);
+                self.emit_layout(job, slot, op, emit);
+            }
             Request::FindAddress { job, slot, addr } => match self.find_address(slot, addr) {
                 Ok(hits) => emit(Response::AddressHits {
                     job,
@@ -578,7 +582,8 @@ impl Engine {
         if self.slots.len() <= i {
             self.slots.resize_with(i + 1, || None);
         }
-        self.slots[i] = Some(Slot { result });
+        let start_op = data.start_op();
+        self.slots[i] = Some(Slot { result, start_op });
         emit(Response::Replayed {
             job,
             slot,
@@ -597,6 +602,18 @@ impl Engine {
     }
 
     /// The layout after ops `0..=op`, each block linked to the allocation in it.
+    /// Answers a layout request: slot `slot`'s layout after op `op`, or why not.
+    fn emit_layout(&self, job: u64, slot: u32, op: u32, emit: &mut dyn FnMut(Response)) {
+        match self.layout(slot, op) {
+            Ok(layout) => emit(Response::Layout {
+                job,
+                slot,
+                layout: Box::new(layout),
+            }),
+            Err(message) => emit(Response::Failed { job, message }),
+        }
+    }
+
     fn layout(&self, slot: u32, op: u32) -> Result<LayoutData, String> {
         let (dt, s) = self.slot(slot)?;
         let r = &s.result;

@@ -85,6 +85,60 @@ fn oom_story_fails_by_default_and_fits_with_expandable_segments() {
     );
 }
 
+/// A layout asked for behind the replays, before the cursor is known, is the one at the
+/// main replay's first OOM (else its peak), for every slot; with no main replay, at the
+/// op the UI shows meanwhile.
+#[test]
+fn the_start_layout_is_at_the_main_replays_first_oom_or_peak() {
+    let start_layout = |e: &mut Engine, slot: u32, otherwise: u32| match last(run(
+        e,
+        Request::StartLayout {
+            job: 4,
+            slot,
+            otherwise,
+        },
+    )) {
+        Response::Layout { layout, .. } => *layout,
+        other => panic!("{other:?}"),
+    };
+    let mut engine = Engine::new();
+    let trace = loaded(&mut engine, &OOM_STORY);
+    let cap = OOM_STORY.cap_bytes();
+    // Slot 1 first: no main replay yet.
+    let expandable = replayed(&mut engine, 1, "pytorch@expandable_segments:True", cap);
+    assert_eq!(start_layout(&mut engine, 1, 7), layout(&mut engine, 1, 7));
+    let main = replayed(&mut engine, 0, "pytorch", cap);
+    let oom = main
+        .summary
+        .ooms
+        .first()
+        .expect("the story runs out of memory");
+    assert_eq!(main.start_op(), oom.op_index);
+    for slot in [0, 1] {
+        let got = start_layout(&mut engine, slot, 7);
+        assert_eq!(got.op, oom.op_index);
+        assert_eq!(got, layout(&mut engine, slot, oom.op_index), "slot {slot}");
+    }
+    // Without an OOM: the first op at which allocated bytes peak.
+    let mut peaks = 0;
+    for ex in EXAMPLES {
+        let mut other = Engine::new();
+        loaded(&mut other, ex);
+        let replay = replayed(&mut other, 0, "pytorch", None);
+        let allocated = &replay.timeline.allocated_bytes;
+        let Some(peak) = allocated.iter().max() else {
+            continue;
+        };
+        let first = allocated.iter().position(|v| v == peak).expect("the peak");
+        if replay.summary.ooms.is_empty() {
+            assert_eq!(replay.start_op() as usize, first, "{}", ex.file);
+            peaks += usize::from(first > 0);
+        }
+    }
+    assert!(peaks > 0, "an example peaks after its first op");
+    assert!(!trace.ops.is_empty() && expandable.summary.ooms.is_empty());
+}
+
 /// Each block of a layout names the allocation the walk over every op before it finds:
 /// the latest alloc served at the block's address that the program still holds (the
 /// engine finds them through its `LiveIndex`, without that walk), at 200 ops spread over

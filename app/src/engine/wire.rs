@@ -63,6 +63,12 @@ pub enum Request {
     DropSlot { slot: u32 },
     /// The memory layout of slot `slot` after ops `0..=op`.
     Layout { job: u64, slot: u32, op: u32 },
+    /// The memory layout of slot `slot` where a newly opened trace's cursor goes: after
+    /// the main configuration's (slot 0's) first OOM, else its first peak
+    /// ([`ReplayData::start_op`]); after op `otherwise` where slot 0 has no replay. Sent
+    /// right behind the replays, so that no frame of the UI sits between a replay and
+    /// its layout (in the browser a frame costs 50-300 ms of a software rasterizer).
+    StartLayout { job: u64, slot: u32, otherwise: u32 },
     /// Every allocation of slot `slot` whose bytes contain `addr`.
     FindAddress { job: u64, slot: u32, addr: u64 },
     /// Which PyTorch settings would run the trace under `capacity`, and at what cost
@@ -169,6 +175,7 @@ impl Request {
             | Request::SelectDevice { job, .. }
             | Request::Replay { job, .. }
             | Request::Layout { job, .. }
+            | Request::StartLayout { job, .. }
             | Request::FindAddress { job, .. }
             | Request::WhatIf { job, .. }
             | Request::Runtimes { job, .. }
@@ -661,6 +668,32 @@ pub struct ReplayData {
     /// The replay's own timeline, core's compact columns (exact, about 10 bytes an op in
     /// all), moved out of the replay; to the browser's worker they cross as they are.
     pub timeline: Timeline,
+}
+
+impl ReplayData {
+    /// The op at which allocated bytes peak first.
+    #[must_use]
+    pub fn peak_op(&self) -> u32 {
+        self.timeline
+            .allocated_bytes
+            .iter()
+            .enumerate()
+            .fold(
+                (0usize, 0u64),
+                |(bi, bv), (i, v)| if v > bv { (i, v) } else { (bi, bv) },
+            )
+            .0 as u32
+    }
+
+    /// Where a newly opened trace's cursor goes once this (the main configuration's)
+    /// replay is in: its first OOM, else its [`ReplayData::peak_op`].
+    #[must_use]
+    pub fn start_op(&self) -> u32 {
+        self.summary
+            .ooms
+            .first()
+            .map_or_else(|| self.peak_op(), |o| o.op_index)
+    }
 }
 
 /// Block states in [`BlockView::state`].

@@ -55,9 +55,35 @@ impl AllocsimApp {
         }
     }
 
+    /// Takes the keys that move the cursor (arrows, pages, Home, End: pressed and released)
+    /// out of a frame's raw input before egui sees it, where no widget has the keyboard
+    /// focus; [`AllocsimApp::keys`] handles them. egui draws one more frame after any frame
+    /// with input events, and on a software rasterizer (the browser on `SwiftShader`) that
+    /// frame, identical to the one before, costs as much as the frame that shows the key's
+    /// layout: taken out, a key costs the one frame that moves the cursor.
+    pub(crate) fn take_cursor_keys(&mut self, ctx: &egui::Context, raw: &mut egui::RawInput) {
+        if ctx.egui_wants_keyboard_input() || ctx.memory(|m| m.focused().is_some()) {
+            return;
+        }
+        // The integration draws a frame for every input event already (this hook runs in
+        // it): the keys are handled in this frame.
+        let keys = &mut self.cursor_keys;
+        raw.events.retain(|e| {
+            let cursor_key = matches!(
+                e,
+                egui::Event::Key { key, .. } if cursor_step(*key, 0, 0, 0, false).is_some()
+            );
+            if cursor_key {
+                keys.push(e.clone());
+            }
+            !cursor_key
+        });
+    }
+
     /// Handles the keyboard: arrows step one event, PageUp/PageDown jump, Home/End;
     /// Escape cancels "What would fit?" while it runs.
     pub(crate) fn keys(&mut self, ctx: &egui::Context) {
+        let taken = std::mem::take(&mut self.cursor_keys);
         if ctx.egui_wants_keyboard_input() {
             return;
         }
@@ -72,24 +98,16 @@ impl AllocsimApp {
         let page = i64::from(self.key_page(doc));
         let mut c = i64::from(self.cursor);
         ctx.input(|i| {
-            for e in &i.events {
+            for e in taken.iter().chain(&i.events) {
                 if let egui::Event::Key {
                     key,
                     pressed: true,
                     modifiers,
                     ..
                 } = e
+                    && let Some(to) = cursor_step(*key, c, page, n, modifiers.shift)
                 {
-                    let step = if modifiers.shift { 10 } else { 1 };
-                    match key {
-                        egui::Key::ArrowRight => c += step,
-                        egui::Key::ArrowLeft => c -= step,
-                        egui::Key::PageDown => c += page,
-                        egui::Key::PageUp => c -= page,
-                        egui::Key::Home => c = 0,
-                        egui::Key::End => c = n - 1,
-                        _ => {}
-                    }
+                    c = to;
                 }
             }
         });
@@ -189,4 +207,19 @@ impl AllocsimApp {
             );
         }
     }
+}
+
+/// Where `key` moves a cursor at `c` (`page` ops a page, `n` ops in all; with Shift an
+/// arrow steps ten), or `None` for a key that does not move it.
+fn cursor_step(key: egui::Key, c: i64, page: i64, n: i64, shift: bool) -> Option<i64> {
+    let step = if shift { 10 } else { 1 };
+    Some(match key {
+        egui::Key::ArrowRight => c + step,
+        egui::Key::ArrowLeft => c - step,
+        egui::Key::PageDown => c + page,
+        egui::Key::PageUp => c - page,
+        egui::Key::Home => 0,
+        egui::Key::End => n - 1,
+        _ => return None,
+    })
 }

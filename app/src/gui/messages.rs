@@ -43,10 +43,12 @@ impl AllocsimApp {
         self.request_replays();
     }
 
-    /// Sends a replay for every slot without one; the other configurations' only once
-    /// the main one is on screen (its replay and its layout, [`Document::main_settled`]):
-    /// the first full frame waits for no other replay, and they do not compete with it
-    /// for the cores.
+    /// Sends a replay for every slot without one, each followed by its layout at the
+    /// cursor (for a newly opened trace, where the main replay will put the cursor:
+    /// [`Request::StartLayout`]). The engine answers in order, so the main configuration's
+    /// layout comes before the other replays start (the first full frame waits for no
+    /// other replay), and no frame of the UI sits between a replay and its layout or the
+    /// next replay (in the browser each costs 50-300 ms of a software rasterizer).
     pub(crate) fn request_replays(&mut self) {
         let n = self.doc.as_ref().map_or(0, |d| d.slots.len());
         let mut sent = false;
@@ -55,14 +57,15 @@ impl AllocsimApp {
                 d.slots[i].replay.is_none()
                     && d.slots[i].replay_job.is_none()
                     && d.slots[i].error.is_none()
-                    && (i == 0 || d.main_settled())
             });
             if needs {
                 sent = true;
-                let job = self.job();
+                let (job, layout_job) = (self.job(), self.job());
+                let (cursor, pending) = (self.cursor, self.cursor_pending);
                 if let Some(doc) = &mut self.doc {
                     let s = &mut doc.slots[i];
                     s.replay_job = Some(job);
+                    s.layout_job = Some((layout_job, cursor));
                     s.error = None;
                     let req = Request::Replay {
                         job,
@@ -71,11 +74,28 @@ impl AllocsimApp {
                         capacity_bytes: s.capacity_bytes,
                     };
                     self.engine.send(req);
+                    let (job, slot) = (layout_job, i as u32);
+                    self.engine.send(if pending {
+                        Request::StartLayout {
+                            job,
+                            slot,
+                            otherwise: cursor,
+                        }
+                    } else {
+                        Request::Layout {
+                            job,
+                            slot,
+                            op: cursor,
+                        }
+                    });
                 }
             }
         }
         if sent {
             self.peak_sites = None;
+            // The layouts kept one key away belong to the replays replaced.
+            self.engine.send_background(Vec::new());
+            self.nearby_for = None;
         }
     }
 
@@ -106,27 +126,22 @@ impl AllocsimApp {
         );
     }
 
-    /// What waits for the main configuration's first full frame: the other
-    /// configurations' replays, the bands where the engine runs in order, and the
-    /// best-possible bounds, sent once it is on screen. Natively the bands are asked for
-    /// first (they start on a thread of their own at once, the replays on the engine's).
-    /// In the browser, whose worker answers in order, the bands and the bounds wait until
-    /// every configuration is on screen: the other layouts, asked for as their replays
-    /// arrive, would queue behind them (on the 1.12 GB snapshot 11 s of stacking and 8 s
-    /// of bounds; the 1 M-event trace's stacking 3.2 s); the stacked view shows its
-    /// folded band meanwhile.
+    /// What waits for the main configuration's first full frame: the bands where the
+    /// engine runs in order, and the best-possible bounds, sent once it is on screen (the
+    /// other configurations' replays go with the main one, behind its layout). Natively
+    /// the bands are asked for at once (they start on a thread of their own). In the
+    /// browser, whose worker answers in order, the bands and the bounds wait until every
+    /// configuration is on screen: the other layouts would queue behind them (on the
+    /// 1.12 GB snapshot 11 s of stacking and 8 s of bounds; the 1 M-event trace's stacking
+    /// 3.2 s); the stacked view shows its folded band meanwhile.
     pub(crate) fn after_main_frame(&mut self) {
-        if !self.doc.as_ref().is_some_and(Document::main_settled) {
+        if !self.doc.as_ref().is_some_and(Document::main_settled)
+            || (cfg!(target_arch = "wasm32")
+                && !self.doc.as_ref().is_some_and(Document::all_settled))
+        {
             return;
         }
-        if cfg!(target_arch = "wasm32") {
-            self.request_replays();
-            if !self.doc.as_ref().is_some_and(Document::all_settled) {
-                return;
-            }
-        }
         self.request_bands();
-        self.request_replays();
         self.ask_once(
             |d| (&mut d.bounds_asked, &mut d.bounds_job),
             |job| Request::Bounds { job },
@@ -210,6 +225,22 @@ impl AllocsimApp {
 
     /// Handles what the engine and the I/O sent since last frame.
     pub fn pump(&mut self, ctx: &egui::Context) {
+        // Files dropped in this frame first: one whose handle arrives at once (a path
+        // natively, a `File` in the browser) is opened in this frame, not the next.
+        let dropped = ctx.input(|i| i.raw.dropped_files.clone());
+        // Several files at once start a Diff (two) or Ranks (more); one file dropped on
+        // either view is one more snapshot of it.
+        if dropped.len() >= 2 {
+            crate::gui::views::multi::start(self, dropped.len());
+        }
+        for f in dropped {
+            let (inbox, by_path) = if self.multi.view.is_some() {
+                (&self.multi.inbox, false)
+            } else {
+                (&self.inbox, true)
+            };
+            crate::gui::io::read_dropped(ctx, inbox, f, by_path);
+        }
         for item in self.inbox.take() {
             match item {
                 Ok(f) => {
@@ -234,20 +265,6 @@ impl AllocsimApp {
                 text: String::new(),
             });
             self.dialog_unavailable = Some(reason);
-        }
-        let dropped = ctx.input(|i| i.raw.dropped_files.clone());
-        // Several files at once start a Diff (two) or Ranks (more); one file dropped on
-        // either view is one more snapshot of it.
-        if dropped.len() >= 2 {
-            crate::gui::views::multi::start(self, dropped.len());
-        }
-        for f in dropped {
-            let (inbox, by_path) = if self.multi.view.is_some() {
-                (&self.multi.inbox, false)
-            } else {
-                (&self.inbox, true)
-            };
-            crate::gui::io::read_dropped(ctx, inbox, f, by_path);
         }
         crate::gui::views::multi::pump(self);
         for r in self.engine.poll() {
@@ -380,11 +397,9 @@ impl AllocsimApp {
                 if slot == 0 && self.cursor_pending {
                     // On the first OOM (recorded or not), else at the peak.
                     self.cursor_pending = false;
-                    let r = s.replay.as_ref();
-                    self.cursor = r
-                        .and_then(|r| r.data.summary.ooms.first().map(|o| o.op_index))
-                        .or(r.map(|r| r.peak_op))
-                        .unwrap_or(0);
+                    // Where the engine put the layout asked for with the replay
+                    // (`Request::StartLayout`).
+                    self.cursor = s.replay.as_ref().map_or(0, |r| r.data.start_op());
                 }
                 if slot == 0 {
                     self.peak_sites = None;
@@ -401,6 +416,11 @@ impl AllocsimApp {
                     return;
                 }
                 s.layout_job = None;
+                // Asked for with a replay that failed (the engine may hold an earlier
+                // one): not this configuration's.
+                if s.replay.is_none() {
+                    return;
+                }
                 self.show_layout(slot as usize, *layout);
             }
             Response::AddressHits { job, hits, .. } => {
@@ -525,7 +545,8 @@ impl AllocsimApp {
                         }
                         if s.layout_job.map(|(j, _)| j) == Some(job) {
                             s.layout_job = None;
-                            s.error = Some(message.clone());
+                            // The replay's own error, where it failed, says more.
+                            s.error.get_or_insert_with(|| message.clone());
                         }
                         s.nearby.asked.retain(|&(j, _)| j != job);
                     }

@@ -192,6 +192,9 @@ pub struct AllocsimApp {
     /// (`request_layouts`).
     nearby_for: Option<(usize, [u32; 6])>,
     marked_layout: Option<u32>,
+    /// The cursor keys taken out of egui's input by [`AllocsimApp::take_cursor_keys`],
+    /// handled by the next frame's [`AllocsimApp::keys`].
+    cursor_keys: Vec<egui::Event>,
     /// The live CUDA replay panel (desktop builds with CUDA support only).
     #[cfg(feature = "cuda")]
     pub live: crate::gui::views::live::LivePanel,
@@ -283,6 +286,7 @@ impl AllocsimApp {
             last_full_ms: None,
             last_recorded_ms: None,
             marked_layout: None,
+            cursor_keys: Vec::new(),
             nearby_for: None,
             multi: crate::gui::views::multi::MultiState::default(),
             #[cfg(feature = "cuda")]
@@ -689,6 +693,10 @@ impl AllocsimApp {
 impl eframe::App for AllocsimApp {
     fn ui(&mut self, ui: &mut egui::Ui, _frame: &mut eframe::Frame) {
         AllocsimApp::ui(self, ui);
+    }
+
+    fn raw_input_hook(&mut self, ctx: &egui::Context, raw_input: &mut egui::RawInput) {
+        self.take_cursor_keys(ctx, raw_input);
     }
 
     /// The panels' colour: the panels are drawn without a fill of their own.

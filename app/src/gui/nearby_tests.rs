@@ -141,3 +141,48 @@ fn a_new_replay_drops_the_kept_layouts_and_keeps_new_ones() {
     );
     assert!(assert_kept_layouts_are_the_engines(&mut h) >= 8);
 }
+
+/// The cursor keys (pressed and released) are taken out of egui's raw input before its
+/// pass, as eframe's raw input hook does, so that egui draws no frame after the key's
+/// (`AllocsimApp::take_cursor_keys`); the key's frame moves the cursor as before. Not
+/// where a widget has the keyboard focus: they stay egui's.
+#[test]
+fn cursor_keys_are_taken_before_egui_and_move_the_cursor_in_their_frame() {
+    let mut h = harness(Startup::Example(&OOM_STORY));
+    let ctx = h.ctx.clone();
+    let press = |h: &mut Harness<'static, AllocsimApp>, key: egui::Key| {
+        let mut raw = std::mem::take(h.input_mut());
+        for pressed in [true, false] {
+            raw.events.push(egui::Event::Key {
+                key,
+                physical_key: None,
+                pressed,
+                repeat: false,
+                modifiers: egui::Modifiers::NONE,
+            });
+        }
+        h.state_mut().take_cursor_keys(&ctx, &mut raw);
+        let left = raw.events.len();
+        *h.input_mut() = raw;
+        left
+    };
+    let start = h.state().cursor;
+    assert_eq!(press(&mut h, egui::Key::ArrowRight), 0, "both events taken");
+    h.step();
+    assert_eq!(h.state().cursor, start + 1);
+    settle(&mut h);
+    assert_eq!(press(&mut h, egui::Key::Home), 0);
+    h.step();
+    assert_eq!(h.state().cursor, 0);
+    settle(&mut h);
+    // Another key is egui's.
+    assert_eq!(press(&mut h, egui::Key::A), 2, "not a cursor key");
+    h.step();
+    assert_eq!(h.state().cursor, 0);
+    // A focused widget keeps the keys (egui moves its focus with them).
+    let id = egui::Id::unique("focused in the test");
+    ctx.memory_mut(|m| m.request_focus(id));
+    assert_eq!(press(&mut h, egui::Key::End), 2, "left to egui");
+    *h.input_mut() = egui::RawInput::default();
+    assert!(h.state().errors.is_empty(), "{:?}", h.state().errors);
+}

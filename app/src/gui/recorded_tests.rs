@@ -217,3 +217,75 @@ fn the_first_full_frame_waits_for_the_main_replay_alone_and_the_tables_are_share
         "{full:?} {all:?}"
     );
 }
+
+#[test]
+fn every_replay_and_its_layout_are_asked_for_with_the_main_one() {
+    let mut h = paced_harness(Startup::Example(&OOM_STORY));
+    let mut frames = 0;
+    while h.state().document().is_none() {
+        frames += 1;
+        assert!(frames < 100, "the trace never arrived");
+        h.step();
+    }
+    built_without_replays(h.state());
+    // The engine runs what was asked so far and holds its answers, then hands them all to
+    // one frame: every configuration is then on screen with its layout, no request having
+    // waited for an answer (in the browser each round trip costs a frame).
+    h.state_mut().engine.set_pace(Pace::Hold);
+    h.step();
+    h.state_mut().engine.set_pace(Pace::All);
+    h.step();
+    let app = h.state();
+    let doc = app.document().expect("loaded");
+    assert_eq!(doc.slots.len(), 2);
+    let main = doc.slots[0].replay.as_ref().expect("the main replay");
+    let oom = main
+        .data
+        .summary
+        .ooms
+        .first()
+        .expect("the story runs out of memory");
+    assert_eq!(app.cursor, oom.op_index, "the cursor on the first OOM");
+    for (i, s) in doc.slots.iter().enumerate() {
+        assert!(s.replay.is_some(), "slot {i} replayed");
+        assert_eq!(
+            s.layout.as_ref().map(|l| l.data.op),
+            Some(app.cursor),
+            "slot {i}'s layout at the cursor, asked for with its replay"
+        );
+    }
+    assert!(app.first_frame_marked(), "the ready frame is this one");
+}
+
+/// A file dropped on the window, as the integration hands it over.
+#[derive(Debug)]
+struct Dropped(std::path::PathBuf);
+
+impl egui::DroppedFile for Dropped {
+    fn path(&self) -> &std::path::Path {
+        &self.0
+    }
+
+    fn bytes(&self) -> Result<Vec<u8>, String> {
+        std::fs::read(&self.0).map_err(|e| e.to_string())
+    }
+}
+
+/// A dropped file whose handle arrives at once (a path natively, a `File` in the browser)
+/// is opened by the frame that gets the drop, not the next one (in the browser a frame
+/// costs 50-300 ms of a software rasterizer): on an engine that answers as it is polled,
+/// that one frame brings the file's trace.
+#[test]
+fn a_dropped_file_is_opened_in_the_frame_of_the_drop() {
+    let mut h = super::tests::harness(Startup::Example(&OOM_STORY));
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../tests/traces/devfull_oom_msg.pickle.gz"
+    );
+    h.input_mut()
+        .dropped_files
+        .push(std::sync::Arc::new(Dropped(path.into())));
+    h.step();
+    let doc = h.state().document().expect("a document");
+    assert_eq!(doc.trace.name, "devfull_oom_msg.pickle.gz");
+}

@@ -364,15 +364,7 @@ impl ReplayView {
     #[must_use]
     pub fn new(data: ReplayData) -> ReplayView {
         let t = &data.timeline;
-        let peak_op = t
-            .allocated_bytes
-            .iter()
-            .enumerate()
-            .fold(
-                (0usize, 0u64),
-                |(bi, bv), (i, v)| if v > bv { (i, v) } else { (bi, bv) },
-            )
-            .0 as u32;
+        let peak_op = data.peak_op();
         ReplayView {
             reserved: Levels::new(Samples::Column(&t.reserved_bytes)),
             allocated: Levels::new(Samples::Column(&t.allocated_bytes)),

@@ -27,9 +27,10 @@ fn window(app: AllocsimApp) -> Harness<'static, AllocsimApp> {
         .build_ui_state(|ui, app: &mut AllocsimApp| app.ui(ui), app)
 }
 
-/// Runs frames until the engine has answered everything.
+/// Runs frames until the engine has answered everything (a paced engine answers one
+/// message a frame: an OOM trace's replays, layouts, bands, bounds and sweep take ~210).
 pub(super) fn settle(h: &mut Harness<'static, AllocsimApp>) {
-    for _ in 0..200 {
+    for _ in 0..400 {
         h.step();
         if !h.state().busy() {
             h.step();
