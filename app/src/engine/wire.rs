@@ -205,6 +205,7 @@ impl Request {
             Request::Replay { .. } => "Replay",
             Request::DropSlot { .. } => "DropSlot",
             Request::Layout { .. } => "Layout",
+            Request::StartLayout { .. } => "StartLayout",
             Request::FindAddress { .. } => "FindAddress",
             Request::WhatIf { .. } => "WhatIf",
             Request::Runtimes { .. } => "Runtimes",
