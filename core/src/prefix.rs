@@ -1,32 +1,34 @@
 //! Replays of PyTorch settings that share their common prefix: each setting is replayed
 //! as a copy of a replay it agrees with, forked at the first op where it can decide
-//! differently (`recommend`'s sweep, [`crate::whatif::Sweep`]).
+//! differently (`recommend`'s sweep, [`crate::whatif::Sweep`], natively and on the
+//! browser's search workers).
 //!
-//! Of the settings `recommend` sweeps, three act only in places the replay of a setting
-//! without them shows in advance (pytorch-allocator.md §4–§5.6; the model's `cfg` reads):
+//! Of the settings `recommend` sweeps, two act only where the replay of a setting without
+//! them shows in advance (pytorch-allocator.md §4–§5.6; every read of the model's `cfg`):
 //!
 //! - `max_split_size_mb` M is read by `get_free_block` (a found block of M or more, or a
-//!   request of M or more), `should_split` (a request of M or more) and
-//!   `release_available_cached_blocks` (which frees only blocks of M or more): none of it
-//!   acts before a request rounds to M or more or a segment of M or more exists (a block
-//!   is never larger than its segment). The op that first asks for it, or the op after the
-//!   one that made such a segment, is where it can first act.
-//! - `garbage_collection_threshold` T under a limit L acts only in `malloc` when no free
-//!   block is found and reserved memory is above `(T × L) as u64`; reserved memory at that
-//!   point is the one before the op. The blocks' ages it reads
-//!   (`get_free_blocks_call_count`) are counted under every setting, so a copy carries
-//!   them.
-//! - `roundup_power2_divisions` are read by `round_size` alone: a copy of a replay with
-//!   the same divisions is taken (the replays are grouped by them), never forked across.
+//!   request of M or more), `should_split` (a request of M or more) and, after a failed
+//!   `cudaMalloc`, `release_available_cached_blocks` (which frees only blocks of M or
+//!   more). Before a malloc whose rounded request or found block reaches M, or that takes
+//!   no block while a block of M could exist (a segment of M was made; with expandable
+//!   segments, M bytes were reserved), every decision is the one without it.
+//! - `garbage_collection_threshold` T under a limit L acts only in a `malloc` that takes
+//!   no free block while reserved memory is above `(T × L) as u64`. The blocks' ages it
+//!   reads (`get_free_blocks_call_count`) are counted under every setting, so a copy
+//!   carries them.
 //!
-//! So the settings of one group of divisions are a tree: the setting without a split
-//! limit or collection (the group's root, replayed whole), each split limit forked from
-//! it where it can first act, each threshold forked from the replay of its split limit
-//! (or from the root) where reserved memory first passes it — or straight from the root,
-//! where that comes first. A setting that never acts ends as the replay it agrees with,
-//! under its own name. Any other setting (`expandable_segments`, another key, another
-//! allocator) is replayed whole. Exact: `core/tests/prefix.rs` replays every candidate of
-//! the sweep both ways on every shared trace and compares the whole results.
+//! [`PyTorchModel::peek_malloc`] says what the malloc of the next op would find, without
+//! changing anything. `roundup_power2_divisions` (read by `round_size` on every request)
+//! and `expandable_segments` (from the first segment) are never forked across: the
+//! settings are grouped by them, each group a tree — its root (no split limit, no
+//! collection) replayed whole, each split limit forked from it, each threshold forked
+//! from its split limit's replay (or from the root) — where a node is forked as soon as
+//! it or any setting under it can act (forking earlier than needed is exact too). A
+//! setting that never acts ends as the replay it agrees with, under its own name. Any
+//! other setting (another key, the snapshot's own settings, another allocator) is
+//! replayed whole. Exact: `core/tests/prefix.rs` replays every candidate of the sweep
+//! both ways on every shared trace (the incoming ones too) and two synthetic workloads,
+//! at four capacities, and compares the whole results.
 
 use crate::Error;
 use crate::models::pytorch::{MallocPeek, PyTorchConfig, PyTorchModel};
@@ -71,7 +73,10 @@ fn trigger(node: &PyTorchConfig, cfg: &PyTorchConfig, limit: Option<u64>) -> Tri
     )]
     let reserved_above = match limit {
         // As `garbage_collect` computes it.
-        Some(l) if cfg.garbage_collection_threshold != node.garbage_collection_threshold => {
+        Some(l)
+            if cfg.garbage_collection_threshold.to_bits()
+                != node.garbage_collection_threshold.to_bits() =>
+        {
             (cfg.garbage_collection_threshold * l as f64) as u64
         }
         _ => u64::MAX,
@@ -133,22 +138,22 @@ pub fn replay_sharing(
             );
             continue;
         };
-        let root = match roots.iter().position(|r| {
+        let same_root = |r: &Target| {
             r.cfg.roundup_power2_divisions == cfg.roundup_power2_divisions
                 && r.cfg.expandable_segments == cfg.expandable_segments
-        }) {
-            Some(r) => r,
-            None => {
-                let mut c = plain.clone();
-                c.roundup_power2_divisions = cfg.roundup_power2_divisions;
-                c.expandable_segments = cfg.expandable_segments;
-                roots.push(Target {
-                    index: None,
-                    cfg: c,
-                    children: Vec::new(),
-                });
-                roots.len() - 1
-            }
+        };
+        let root = if let Some(r) = roots.iter().position(same_root) {
+            r
+        } else {
+            let mut c = plain.clone();
+            c.roundup_power2_divisions = cfg.roundup_power2_divisions;
+            c.expandable_segments = cfg.expandable_segments;
+            roots.push(Target {
+                index: None,
+                cfg: c,
+                children: Vec::new(),
+            });
+            roots.len() - 1
         };
         place(&mut roots[root], i, cfg);
     }
@@ -188,17 +193,19 @@ fn forkable(spec: &ModelSpec, plain: &PyTorchConfig) -> Option<PyTorchConfig> {
     cfg.same_but_swept(plain).then_some(cfg)
 }
 
-/// `specs` shared out into `groups` groups (indices into `specs`, none empty) for
-/// [`replay_sharing`] calls that run apart (threads, workers): the settings of one
-/// root (divisions and expandable segments alike) kept together where there are at least
-/// as many roots as groups, the largest split in two while there are fewer; each group of
-/// about the same number of replays.
+/// A root's settings: divisions and expandable segments (None: replayed whole).
+type Root = Option<([u32; 16], bool)>;
+
+/// `specs` shared out into at least `groups` parts (indices into `specs`, none empty)
+/// for [`replay_sharing`] calls that run apart (threads, workers): the settings of one
+/// root (divisions and expandable segments alike) together, the largest part split in
+/// two while there are fewer than `groups`; the largest part first.
 #[must_use]
 pub fn share(specs: &[ModelSpec], groups: usize) -> Vec<Vec<usize>> {
     let Ok(plain) = PyTorchConfig::parse("") else {
         return vec![(0..specs.len()).collect()];
     };
-    let mut keyed: Vec<(Option<([u32; 16], bool)>, Vec<usize>)> = Vec::new();
+    let mut keyed: Vec<(Root, Vec<usize>)> = Vec::new();
     for (i, spec) in specs.iter().enumerate() {
         let key =
             forkable(spec, &plain).map(|c| (c.roundup_power2_divisions, c.expandable_segments));
@@ -208,31 +215,16 @@ pub fn share(specs: &[ModelSpec], groups: usize) -> Vec<Vec<usize>> {
         }
     }
     let mut parts: Vec<Vec<usize>> = keyed.into_iter().map(|(_, v)| v).collect();
-    while parts.len() < groups {
-        parts.sort_by_key(Vec::len);
-        let Some(largest) = parts.pop().filter(|p| p.len() > 1) else {
-            break;
-        };
+    loop {
+        parts.sort_by_key(|p| std::cmp::Reverse(p.len()));
+        if parts.len() >= groups || parts.first().is_none_or(|p| p.len() < 2) {
+            return parts;
+        }
+        let largest = parts.remove(0);
         let (a, b) = largest.split_at(largest.len() / 2);
         parts.push(a.to_vec());
         parts.push(b.to_vec());
     }
-    // The largest first, each to the group with the fewest replays so far.
-    parts.sort_by_key(|p| std::cmp::Reverse(p.len()));
-    let mut out: Vec<Vec<usize>> = vec![Vec::new(); groups.max(1)];
-    for p in parts {
-        let g = out
-            .iter()
-            .enumerate()
-            .min_by_key(|(_, g)| g.len())
-            .map_or(0, |(g, _)| g);
-        out[g].extend(p);
-    }
-    out.retain(|g| !g.is_empty());
-    for g in &mut out {
-        g.sort_unstable();
-    }
-    out
 }
 
 /// Puts setting `cfg` (spec `index`) under `root`: the root itself, a split limit's node,
@@ -265,22 +257,21 @@ fn place(root: &mut Target, index: usize, cfg: PyTorchConfig) {
         return;
     }
     // A threshold with a split limit: under the split limit's node.
-    let node = match root
+    let node = if let Some(n) = root
         .children
         .iter()
         .position(|c| no_gc(&c.cfg) && same_split(&c.cfg))
     {
-        Some(n) => n,
-        None => {
-            let mut c = cfg.clone();
-            c.garbage_collection_threshold = 0.0;
-            root.children.push(Target {
-                index: None,
-                cfg: c,
-                children: Vec::new(),
-            });
-            root.children.len() - 1
-        }
+        n
+    } else {
+        let mut c = cfg.clone();
+        c.garbage_collection_threshold = 0.0;
+        root.children.push(Target {
+            index: None,
+            cfg: c,
+            children: Vec::new(),
+        });
+        root.children.len() - 1
     };
     root.children[node].children.push(Target {
         index: Some(index),

@@ -679,6 +679,7 @@ impl<'m, M: Allocator + ?Sized> ReplayRun<'m, M> {
     }
 
     /// The model replayed.
+    #[must_use]
     pub fn model(&self) -> &M {
         self.model
     }

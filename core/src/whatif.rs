@@ -9,9 +9,9 @@
 use crate::models::pytorch::{PyTorchConfig, PyTorchModel};
 use crate::models::{AllocatorKind, ModelSpec};
 use crate::replay::{ReplayOptions, ReplayResult};
-use crate::session;
 use crate::trace::Trace;
 use crate::{Error, QueryError};
+use crate::{prefix, session};
 
 /// The capacity grid of `min_capacity`: 2 MiB.
 pub const GRID_BYTES: u64 = 2 << 20;
@@ -248,6 +248,29 @@ pub trait Runner {
         job: &(dyn Fn(usize) -> Result<ReplayResult, Error> + Sync),
         done: &mut dyn FnMut(),
     ) -> Vec<Result<ReplayResult, Error>>;
+
+    /// Calls `job(i)` for every `i` in `0..n`, each answering several replays, and returns
+    /// the answers in that order, calling `done(i)` once after job `i` finishes. One
+    /// after the other unless the runner says otherwise.
+    fn run_groups(
+        &self,
+        n: usize,
+        job: &(dyn Fn(usize) -> Result<Vec<ReplayResult>, Error> + Sync),
+        done: &mut dyn FnMut(usize),
+    ) -> Vec<Result<Vec<ReplayResult>, Error>> {
+        (0..n)
+            .map(|i| {
+                let r = job(i);
+                done(i);
+                r
+            })
+            .collect()
+    }
+
+    /// How many jobs it runs at once.
+    fn width(&self) -> usize {
+        1
+    }
 }
 
 /// One job after the other, on the calling thread.
@@ -491,16 +514,12 @@ pub fn recommend_with(
             break;
         }
         let counted = sweep.counts_progress();
-        let job = |i: usize| {
-            session::replay_device(trace, device, &specs[i], capacity, summary_options())
-        };
-        let out = runner.run(specs.len(), &job, &mut || {
+        let results = replay_shared(trace, device, &specs, capacity, runner, &mut |n| {
             if counted {
-                done += 1;
+                done += n;
                 progress(done, total);
             }
-        });
-        let results = out.into_iter().collect::<Result<Vec<_>, _>>()?;
+        })?;
         let before = sweep.decided_without_replay();
         sweep.give(results)?;
         for _ in before..sweep.decided_without_replay() {
@@ -509,6 +528,51 @@ pub fn recommend_with(
         }
     }
     sweep.finish()
+}
+
+/// Replays `specs` on `runner` in as many groups as it runs at once (or as the settings
+/// have roots, [`prefix::share`]), each group's settings sharing their prefixes
+/// ([`prefix::replay_sharing`]): the results in `specs`' order, each the one a replay
+/// from the start gives; `done(n)` as a group of `n` finishes.
+pub fn replay_shared(
+    trace: &Trace,
+    device: usize,
+    specs: &[ModelSpec],
+    capacity: Option<u64>,
+    runner: &dyn Runner,
+    done: &mut dyn FnMut(usize),
+) -> Result<Vec<ReplayResult>, Error> {
+    let groups = prefix::share(specs, runner.width());
+    let job = |g: usize| -> Result<Vec<ReplayResult>, Error> {
+        let group = &groups[g];
+        let mine: Vec<ModelSpec> = group.iter().map(|&i| specs[i].clone()).collect();
+        let mut out: Vec<Option<Result<ReplayResult, Error>>> =
+            group.iter().map(|_| None).collect();
+        prefix::replay_sharing(
+            trace,
+            device,
+            &mine,
+            capacity,
+            summary_options(),
+            &mut |i, _, r| {
+                out[i] = Some(r);
+            },
+        )?;
+        out.into_iter()
+            .map(|r| r.unwrap_or(Err(Error::Query(QueryError::ThreadStopped))))
+            .collect()
+    };
+    let answers = runner.run_groups(groups.len(), &job, &mut |g| done(groups[g].len()));
+    let mut results: Vec<Option<ReplayResult>> = specs.iter().map(|_| None).collect();
+    for (group, answer) in groups.iter().zip(answers) {
+        for (&i, r) in group.iter().zip(answer?) {
+            results[i] = Some(r);
+        }
+    }
+    results
+        .into_iter()
+        .map(|r| r.ok_or(Error::Query(QueryError::ThreadStopped)))
+        .collect()
 }
 
 /// Where a [`Sweep`] is.
