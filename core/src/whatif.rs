@@ -258,13 +258,7 @@ pub trait Runner {
         job: &(dyn Fn(usize) -> Result<Vec<ReplayResult>, Error> + Sync),
         done: &mut dyn FnMut(usize),
     ) -> Vec<Result<Vec<ReplayResult>, Error>> {
-        (0..n)
-            .map(|i| {
-                let r = job(i);
-                done(i);
-                r
-            })
-            .collect()
+        in_order(n, job, done)
     }
 
     /// How many jobs it runs at once.
@@ -284,14 +278,19 @@ impl Runner for InOrder {
         job: &(dyn Fn(usize) -> Result<ReplayResult, Error> + Sync),
         done: &mut dyn FnMut(),
     ) -> Vec<Result<ReplayResult, Error>> {
-        (0..n)
-            .map(|i| {
-                let r = job(i);
-                done();
-                r
-            })
-            .collect()
+        in_order(n, job, &mut |_| done())
     }
+}
+
+/// `job(i)` for every `i` in `0..n` on the calling thread, `done(i)` after each.
+fn in_order<T>(n: usize, job: &dyn Fn(usize) -> T, done: &mut dyn FnMut(usize)) -> Vec<T> {
+    (0..n)
+        .map(|i| {
+            let r = job(i);
+            done(i);
+            r
+        })
+        .collect()
 }
 
 /// The answer of [`recommend`] (or of a [`Sweep`] run anywhere, with the results `R` it

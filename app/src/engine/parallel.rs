@@ -33,10 +33,7 @@ impl whatif::Runner for Threads {
         job: &(dyn Fn(usize) -> Result<ReplayResult, Error> + Sync),
         done: &mut dyn FnMut(),
     ) -> Vec<Result<ReplayResult, Error>> {
-        self.spread(n, job, &mut |_| done())
-            .into_iter()
-            .map(|r| r.unwrap_or_else(|| Err(Error::Query(QueryError::ThreadStopped))))
-            .collect()
+        self.answers(n, job, &mut |_| done())
     }
 
     fn run_groups(
@@ -45,10 +42,7 @@ impl whatif::Runner for Threads {
         job: &(dyn Fn(usize) -> Result<Vec<ReplayResult>, Error> + Sync),
         done: &mut dyn FnMut(usize),
     ) -> Vec<Result<Vec<ReplayResult>, Error>> {
-        self.spread(n, job, done)
-            .into_iter()
-            .map(|r| r.unwrap_or_else(|| Err(Error::Query(QueryError::ThreadStopped))))
-            .collect()
+        self.answers(n, job, done)
     }
 
     fn width(&self) -> usize {
@@ -57,6 +51,19 @@ impl whatif::Runner for Threads {
 }
 
 impl Threads {
+    /// [`Threads::spread`] of jobs that may fail; a job whose thread stopped fails.
+    fn answers<T: Send>(
+        self,
+        n: usize,
+        job: &(dyn Fn(usize) -> Result<T, Error> + Sync),
+        done: &mut dyn FnMut(usize),
+    ) -> Vec<Result<T, Error>> {
+        self.spread(n, job, done)
+            .into_iter()
+            .map(|r| r.unwrap_or_else(|| Err(Error::Query(QueryError::ThreadStopped))))
+            .collect()
+    }
+
     /// `job(i)` for every `i` in `0..n` on up to `threads` threads (each takes the next
     /// index as it finishes one), the results in index order: for work other than one
     /// replay, e.g. a whole rank (decode, replays) of `allocsim ranks`.
@@ -146,6 +153,26 @@ pub struct Cancellable<'a> {
     pub cancel: &'a AtomicBool,
 }
 
+impl Cancellable<'_> {
+    /// `job`, unless the flag is set when it would start.
+    fn checked<'j, T>(
+        &self,
+        job: &'j (dyn Fn(usize) -> Result<T, Error> + Sync),
+    ) -> impl Fn(usize) -> Result<T, Error> + Sync + 'j
+    where
+        Self: 'j,
+    {
+        let cancel = self.cancel;
+        move |i: usize| {
+            if cancel.load(Ordering::Relaxed) {
+                Err(Error::Query(QueryError::Cancelled))
+            } else {
+                job(i)
+            }
+        }
+    }
+}
+
 impl whatif::Runner for Cancellable<'_> {
     fn run(
         &self,
@@ -153,15 +180,7 @@ impl whatif::Runner for Cancellable<'_> {
         job: &(dyn Fn(usize) -> Result<ReplayResult, Error> + Sync),
         done: &mut dyn FnMut(),
     ) -> Vec<Result<ReplayResult, Error>> {
-        let cancel = self.cancel;
-        let checked = |i: usize| {
-            if cancel.load(Ordering::Relaxed) {
-                Err(Error::Query(QueryError::Cancelled))
-            } else {
-                job(i)
-            }
-        };
-        self.inner.run(n, &checked, done)
+        self.inner.run(n, &self.checked(job), done)
     }
 
     fn run_groups(
@@ -170,15 +189,7 @@ impl whatif::Runner for Cancellable<'_> {
         job: &(dyn Fn(usize) -> Result<Vec<ReplayResult>, Error> + Sync),
         done: &mut dyn FnMut(usize),
     ) -> Vec<Result<Vec<ReplayResult>, Error>> {
-        let cancel = self.cancel;
-        let checked = |i: usize| {
-            if cancel.load(Ordering::Relaxed) {
-                Err(Error::Query(QueryError::Cancelled))
-            } else {
-                job(i)
-            }
-        };
-        self.inner.run_groups(n, &checked, done)
+        self.inner.run_groups(n, &self.checked(job), done)
     }
 
     fn width(&self) -> usize {
@@ -224,20 +235,17 @@ mod tests {
             job: &(dyn Fn(usize) -> Result<Vec<ReplayResult>, Error> + Sync),
             done: &mut dyn FnMut(usize),
         ) -> Vec<Result<Vec<ReplayResult>, Error>> {
-            (0..n)
-                .map(|i| {
-                    let r = job(i);
-                    match &r {
-                        Err(e) if e.to_string().contains(CANCELLED) => {
-                            self.stopped.set(self.stopped.get() + 1);
-                        }
-                        Err(_) => {}
-                        Ok(v) => self.ran.set(self.ran.get() + v.len()),
+            let out = whatif::InOrder.run_groups(n, job, done);
+            for r in &out {
+                match r {
+                    Err(e) if e.to_string().contains(CANCELLED) => {
+                        self.stopped.set(self.stopped.get() + 1);
                     }
-                    done(i);
-                    r
-                })
-                .collect()
+                    Err(_) => {}
+                    Ok(v) => self.ran.set(self.ran.get() + v.len()),
+                }
+            }
+            out
         }
     }
 
