@@ -519,12 +519,7 @@ pub fn recommend_with(
                 progress(done, total);
             }
         })?;
-        let before = sweep.decided_without_replay();
         sweep.give(results)?;
-        for _ in before..sweep.decided_without_replay() {
-            done += 1;
-            progress(done, total);
-        }
     }
     sweep.finish()
 }
@@ -577,10 +572,8 @@ pub fn replay_shared(
 /// Where a [`Sweep`] is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Stage {
-    /// The default and one candidate of each distinct effect without a GC threshold.
+    /// The default and one candidate of each distinct effect.
     First,
-    /// The GC candidates whose twin does not decide them.
-    Twins,
     /// The candidates the answer names whose own replay is not held yet.
     Named,
     Done,
@@ -590,13 +583,11 @@ enum Stage {
 /// on a [`Runner`]; the browser on its search workers): [`Sweep::next_batch`] says which
 /// settings to replay, [`Sweep::give`] takes their results in that order, until the batch
 /// is empty; then [`Sweep::finish`] ranks. Candidates that cannot act differently on this
-/// trace share one replay; a `garbage_collection_threshold` candidate shares its twin's
-/// result when the twin never reserves above threshold × capacity (PyTorch collects only
-/// above it). The default replay's OOM explanation ends with the best config when that
+/// trace share one replay (and the replays of the others share their prefixes where they
+/// decide alike, [`replay_shared`]). The default replay's OOM explanation ends with the best config when that
 /// one fits.
 #[derive(Debug)]
 pub struct Sweep<R = ReplayResult> {
-    capacity: Option<u64>,
     /// Every valid candidate.
     configs: Vec<String>,
     /// Each distinct effect, the candidate replayed for it and its result.
@@ -605,15 +596,11 @@ pub struct Sweep<R = ReplayResult> {
     results: Vec<Option<R>>,
     /// Per candidate: its effect.
     effect_of: Vec<usize>,
-    /// Per effect: the effect whose result it takes (itself, or a GC candidate's twin).
-    alias: Vec<usize>,
     default: Option<R>,
     stage: Stage,
     /// What the batch handed out last stands for: effects, or (at [`Stage::Named`])
     /// candidates.
     pending: Vec<usize>,
-    /// GC candidates decided by their twin.
-    aliased: usize,
     /// Candidates in rank order (with their rank), once ranked.
     order: Vec<usize>,
     /// The named candidates' own results.
@@ -631,17 +618,14 @@ impl<R: Swept> Sweep<R> {
     #[must_use]
     pub fn of_sizes(sizes: &[u64], capacity: Option<u64>) -> Sweep<R> {
         let mut sweep = Sweep {
-            capacity,
             configs: Vec::new(),
             effects: Vec::new(),
             replayed: Vec::new(),
             results: Vec::new(),
             effect_of: Vec::new(),
-            alias: Vec::new(),
             default: None,
             stage: Stage::First,
             pending: Vec::new(),
-            aliased: 0,
             order: Vec::new(),
             named: Vec::new(),
         };
@@ -667,12 +651,10 @@ impl<R: Swept> Sweep<R> {
             sweep.configs.push(conf);
         }
         sweep.results = (0..sweep.effects.len()).map(|_| None).collect();
-        sweep.alias = (0..sweep.effects.len()).collect();
         sweep
     }
 
-    /// The progress bar's total: the default and one per distinct effect (each replayed,
-    /// or decided by its twin).
+    /// The progress bar's total: the default and one per distinct effect.
     #[must_use]
     pub fn progress_total(&self) -> usize {
         1 + self.effects.len()
@@ -686,12 +668,6 @@ impl<R: Swept> Sweep<R> {
         self.stage != Stage::Named
     }
 
-    /// GC candidates decided by their twin's replay so far (each counts as progress).
-    #[must_use]
-    pub fn decided_without_replay(&self) -> usize {
-        self.aliased
-    }
-
     fn spec_of(&self, candidate: usize) -> ModelSpec {
         ModelSpec::with_config(AllocatorKind::Pytorch, &self.configs[candidate])
     }
@@ -702,18 +678,14 @@ impl<R: Swept> Sweep<R> {
         loop {
             let specs: Vec<ModelSpec> = match self.stage {
                 Stage::First => {
-                    self.pending = (0..self.effects.len())
-                        .filter(|&k| self.effects[k].gc.is_none())
-                        .collect();
+                    // Every effect at once: replays that share their prefix
+                    // ([`replay_shared`]) make a threshold that never acts cost a copy of
+                    // its twin's replay, and the roots they fork from are replayed once.
+                    self.pending = (0..self.effects.len()).collect();
                     std::iter::once(ModelSpec::new(AllocatorKind::Pytorch))
                         .chain(self.pending.iter().map(|&k| self.spec_of(self.replayed[k])))
                         .collect()
                 }
-                Stage::Twins => self
-                    .pending
-                    .iter()
-                    .map(|&k| self.spec_of(self.replayed[k]))
-                    .collect(),
                 Stage::Named => self.pending.iter().map(|&i| self.spec_of(i)).collect(),
                 Stage::Done => return Vec::new(),
             };
@@ -730,7 +702,7 @@ impl<R: Swept> Sweep<R> {
         let expected = match self.stage {
             Stage::First => 1 + self.pending.len(),
             Stage::Done => 0,
-            _ => self.pending.len(),
+            Stage::Named => self.pending.len(),
         };
         if results.len() != expected {
             return Err(Error::Query(QueryError::SweepResults {
@@ -750,13 +722,6 @@ impl<R: Swept> Sweep<R> {
                 for (k, r) in std::mem::take(&mut self.pending).into_iter().zip(it) {
                     self.results[k] = Some(r);
                 }
-                self.pair_twins();
-                self.stage = Stage::Twins;
-            }
-            Stage::Twins => {
-                for (k, r) in std::mem::take(&mut self.pending).into_iter().zip(results) {
-                    self.results[k] = Some(r);
-                }
                 self.rank_all();
                 self.stage = Stage::Named;
             }
@@ -769,31 +734,9 @@ impl<R: Swept> Sweep<R> {
         }
     }
 
-    /// A GC candidate's twin: the same effect without the threshold. Where the twin never
-    /// reserves above threshold × capacity, PyTorch never collects: the same replay. The
-    /// others are the next batch.
-    fn pair_twins(&mut self) {
-        for k in (0..self.effects.len()).filter(|&k| self.effects[k].gc.is_some()) {
-            let mut e = self.effects[k].clone();
-            let threshold: f64 = e.gc.take().and_then(|g| g.parse().ok()).unwrap_or(0.0);
-            let twin = self.effects.iter().position(|x| *x == e);
-            match (twin, self.capacity) {
-                (Some(t), Some(c))
-                    if self.results[t].as_ref().is_some_and(|r| {
-                        r.swept().peak_reserved_bytes as f64 <= threshold * c as f64
-                    }) =>
-                {
-                    self.alias[k] = t;
-                    self.aliased += 1;
-                }
-                _ => self.pending.push(k),
-            }
-        }
-    }
-
-    /// The result candidate `i` is ranked by: its effect's replay (or its twin's).
+    /// The result candidate `i` is ranked by: its effect's replay.
     fn result_of(&self, i: usize) -> Option<&R> {
-        self.results[self.alias[self.effect_of[i]]].as_ref()
+        self.results[self.effect_of[i]].as_ref()
     }
 
     /// Every candidate ranked by its effect's replay, under its own config string; the
@@ -812,7 +755,7 @@ impl<R: Swept> Sweep<R> {
         for &i in self.order.iter().take(TRADEOFF_ROWS) {
             // The replay held for this candidate was run under its own config string:
             // it is this candidate's own replay (replays are deterministic).
-            let k = self.alias[self.effect_of[i]];
+            let k = self.effect_of[i];
             if self.configs[self.replayed[k]] == self.configs[i] {
                 let r = self.results[k]
                     .clone()

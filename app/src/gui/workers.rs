@@ -549,7 +549,6 @@ impl<W: Workers> Host<W> {
         let Some(sweep) = run.sweep.as_mut() else {
             return;
         };
-        let before = sweep.decided_without_replay();
         let results = std::mem::take(&mut run.results)
             .into_iter()
             .flatten()
@@ -561,7 +560,6 @@ impl<W: Workers> Host<W> {
             });
             return;
         }
-        run.done += sweep.decided_without_replay() - before;
         self.next_sweep_batch(run);
     }
 
