@@ -678,6 +678,53 @@ impl<'m, M: Allocator + ?Sized> ReplayRun<'m, M> {
         self
     }
 
+    /// The model replayed.
+    #[must_use]
+    pub fn model(&self) -> &M {
+        self.model
+    }
+
+    /// What the model did in the last op pushed.
+    #[must_use]
+    pub fn last_events(&self) -> &[ModelEvent] {
+        &self.out
+    }
+
+    /// This replay's state (all of it but the model) driving `model` from here: a copy of
+    /// this replay's model, perhaps under another configuration. Where that configuration
+    /// decides every op before here as this one did, pushing it the rest of the ops ends
+    /// as a replay of the whole trace through it would have (`core::prefix`).
+    pub fn fork<'n, N: Allocator + ?Sized>(&self, model: &'n mut N) -> ReplayRun<'n, N> {
+        ReplayRun {
+            model,
+            device: self.device.clone(),
+            capacity: self.capacity,
+            opts: self.opts,
+            initial_ops: self.initial_ops,
+            total: self.total,
+            every: self.every,
+            outcomes: self.outcomes.clone(),
+            timeline: self.timeline.clone(),
+            out: Vec::with_capacity(16),
+            checkpoints: self.checkpoints.clone(),
+            peak: self.peak,
+            peak_at: self.peak_at,
+            peak_alloc: self.peak_alloc,
+            peak_req: self.peak_req,
+            max_frag: self.max_frag,
+            oom: self.oom.clone(),
+            ooms: self.ooms.clone(),
+            driver: self.driver,
+            reproduced: self.reproduced,
+            ops_done: self.ops_done,
+            pushed: self.pushed,
+            invariant_error: self.invariant_error.clone(),
+            stepper: self.stepper.clone(),
+            allocs_seen: self.allocs_seen,
+            stopped: self.stopped,
+        }
+    }
+
     /// Replays the next op.
     #[inline]
     pub fn push(&mut self, op: &Op) {

@@ -66,6 +66,23 @@ pub fn replay_device(
     ))
 }
 
+/// The PyTorch model under `cfg` for device `device` of `trace` and its simulated device,
+/// as [`replay_device`] starts them for that setting (the flag: the start state was
+/// loaded; pass it on as [`ReplayOptions::preloaded`]).
+#[must_use]
+pub fn pytorch_start(
+    trace: &Trace,
+    device: usize,
+    cfg: &PyTorchConfig,
+    capacity: Option<u64>,
+) -> (PyTorchModel, SimulatedDevice, bool) {
+    let resolved = ResolvedModel::Pytorch(cfg.clone());
+    let mut dev = simulated_device_for(trace, device, &resolved, H200_TOTAL_BYTES, capacity);
+    let start = trace.devices.get(device).map_or(&[][..], |d| &d.start[..]);
+    let (m, preloaded) = pytorch_at_start(cfg.clone(), capacity, start, &mut dev);
+    (m, dev, preloaded)
+}
+
 /// The PyTorch model under `cfg` with the start state `start` loaded (and its segments
 /// preloaded on `dev`) where there is one; the flag says there was.
 fn pytorch_at_start(

@@ -9,9 +9,9 @@
 use crate::models::pytorch::{PyTorchConfig, PyTorchModel};
 use crate::models::{AllocatorKind, ModelSpec};
 use crate::replay::{ReplayOptions, ReplayResult};
-use crate::session;
 use crate::trace::Trace;
 use crate::{Error, QueryError};
+use crate::{prefix, session};
 
 /// The capacity grid of `min_capacity`: 2 MiB.
 pub const GRID_BYTES: u64 = 2 << 20;
@@ -248,6 +248,23 @@ pub trait Runner {
         job: &(dyn Fn(usize) -> Result<ReplayResult, Error> + Sync),
         done: &mut dyn FnMut(),
     ) -> Vec<Result<ReplayResult, Error>>;
+
+    /// Calls `job(i)` for every `i` in `0..n`, each answering several replays, and returns
+    /// the answers in that order, calling `done(i)` once after job `i` finishes. One
+    /// after the other unless the runner says otherwise.
+    fn run_groups(
+        &self,
+        n: usize,
+        job: &(dyn Fn(usize) -> Result<Vec<ReplayResult>, Error> + Sync),
+        done: &mut dyn FnMut(usize),
+    ) -> Vec<Result<Vec<ReplayResult>, Error>> {
+        in_order(n, job, done)
+    }
+
+    /// How many jobs it runs at once.
+    fn width(&self) -> usize {
+        1
+    }
 }
 
 /// One job after the other, on the calling thread.
@@ -261,14 +278,19 @@ impl Runner for InOrder {
         job: &(dyn Fn(usize) -> Result<ReplayResult, Error> + Sync),
         done: &mut dyn FnMut(),
     ) -> Vec<Result<ReplayResult, Error>> {
-        (0..n)
-            .map(|i| {
-                let r = job(i);
-                done();
-                r
-            })
-            .collect()
+        in_order(n, job, &mut |_| done())
     }
+}
+
+/// `job(i)` for every `i` in `0..n` on the calling thread, `done(i)` after each.
+fn in_order<T>(n: usize, job: &dyn Fn(usize) -> T, done: &mut dyn FnMut(usize)) -> Vec<T> {
+    (0..n)
+        .map(|i| {
+            let r = job(i);
+            done(i);
+            r
+        })
+        .collect()
 }
 
 /// The answer of [`recommend`] (or of a [`Sweep`] run anywhere, with the results `R` it
@@ -491,33 +513,67 @@ pub fn recommend_with(
             break;
         }
         let counted = sweep.counts_progress();
-        let job = |i: usize| {
-            session::replay_device(trace, device, &specs[i], capacity, summary_options())
-        };
-        let out = runner.run(specs.len(), &job, &mut || {
+        let results = replay_shared(trace, device, &specs, capacity, runner, &mut |n| {
             if counted {
-                done += 1;
+                done += n;
                 progress(done, total);
             }
-        });
-        let results = out.into_iter().collect::<Result<Vec<_>, _>>()?;
-        let before = sweep.decided_without_replay();
+        })?;
         sweep.give(results)?;
-        for _ in before..sweep.decided_without_replay() {
-            done += 1;
-            progress(done, total);
-        }
     }
     sweep.finish()
+}
+
+/// Replays `specs` on `runner` in as many groups as it runs at once (or as the settings
+/// have roots, [`prefix::share`]), each group's settings sharing their prefixes
+/// ([`prefix::replay_sharing`]): the results in `specs`' order, each the one a replay
+/// from the start gives; `done(n)` as a group of `n` finishes.
+pub fn replay_shared(
+    trace: &Trace,
+    device: usize,
+    specs: &[ModelSpec],
+    capacity: Option<u64>,
+    runner: &dyn Runner,
+    done: &mut dyn FnMut(usize),
+) -> Result<Vec<ReplayResult>, Error> {
+    let groups = prefix::share(specs, runner.width());
+    let job = |g: usize| -> Result<Vec<ReplayResult>, Error> {
+        let group = &groups[g];
+        let mine: Vec<ModelSpec> = group.iter().map(|&i| specs[i].clone()).collect();
+        let mut out: Vec<Option<Result<ReplayResult, Error>>> =
+            group.iter().map(|_| None).collect();
+        prefix::replay_sharing(
+            trace,
+            device,
+            &mine,
+            capacity,
+            summary_options(),
+            &mut |i, _, r| {
+                out[i] = Some(r);
+            },
+        )?;
+        out.into_iter()
+            .map(|r| r.unwrap_or(Err(Error::Query(QueryError::ThreadStopped))))
+            .collect()
+    };
+    let answers = runner.run_groups(groups.len(), &job, &mut |g| done(groups[g].len()));
+    let mut results: Vec<Option<ReplayResult>> = specs.iter().map(|_| None).collect();
+    for (group, answer) in groups.iter().zip(answers) {
+        for (&i, r) in group.iter().zip(answer?) {
+            results[i] = Some(r);
+        }
+    }
+    results
+        .into_iter()
+        .map(|r| r.ok_or(Error::Query(QueryError::ThreadStopped)))
+        .collect()
 }
 
 /// Where a [`Sweep`] is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Stage {
-    /// The default and one candidate of each distinct effect without a GC threshold.
+    /// The default and one candidate of each distinct effect.
     First,
-    /// The GC candidates whose twin does not decide them.
-    Twins,
     /// The candidates the answer names whose own replay is not held yet.
     Named,
     Done,
@@ -527,13 +583,11 @@ enum Stage {
 /// on a [`Runner`]; the browser on its search workers): [`Sweep::next_batch`] says which
 /// settings to replay, [`Sweep::give`] takes their results in that order, until the batch
 /// is empty; then [`Sweep::finish`] ranks. Candidates that cannot act differently on this
-/// trace share one replay; a `garbage_collection_threshold` candidate shares its twin's
-/// result when the twin never reserves above threshold × capacity (PyTorch collects only
-/// above it). The default replay's OOM explanation ends with the best config when that
+/// trace share one replay (and the replays of the others share their prefixes where they
+/// decide alike, [`replay_shared`]). The default replay's OOM explanation ends with the best config when that
 /// one fits.
 #[derive(Debug)]
 pub struct Sweep<R = ReplayResult> {
-    capacity: Option<u64>,
     /// Every valid candidate.
     configs: Vec<String>,
     /// Each distinct effect, the candidate replayed for it and its result.
@@ -542,15 +596,11 @@ pub struct Sweep<R = ReplayResult> {
     results: Vec<Option<R>>,
     /// Per candidate: its effect.
     effect_of: Vec<usize>,
-    /// Per effect: the effect whose result it takes (itself, or a GC candidate's twin).
-    alias: Vec<usize>,
     default: Option<R>,
     stage: Stage,
     /// What the batch handed out last stands for: effects, or (at [`Stage::Named`])
     /// candidates.
     pending: Vec<usize>,
-    /// GC candidates decided by their twin.
-    aliased: usize,
     /// Candidates in rank order (with their rank), once ranked.
     order: Vec<usize>,
     /// The named candidates' own results.
@@ -568,17 +618,14 @@ impl<R: Swept> Sweep<R> {
     #[must_use]
     pub fn of_sizes(sizes: &[u64], capacity: Option<u64>) -> Sweep<R> {
         let mut sweep = Sweep {
-            capacity,
             configs: Vec::new(),
             effects: Vec::new(),
             replayed: Vec::new(),
             results: Vec::new(),
             effect_of: Vec::new(),
-            alias: Vec::new(),
             default: None,
             stage: Stage::First,
             pending: Vec::new(),
-            aliased: 0,
             order: Vec::new(),
             named: Vec::new(),
         };
@@ -604,12 +651,10 @@ impl<R: Swept> Sweep<R> {
             sweep.configs.push(conf);
         }
         sweep.results = (0..sweep.effects.len()).map(|_| None).collect();
-        sweep.alias = (0..sweep.effects.len()).collect();
         sweep
     }
 
-    /// The progress bar's total: the default and one per distinct effect (each replayed,
-    /// or decided by its twin).
+    /// The progress bar's total: the default and one per distinct effect.
     #[must_use]
     pub fn progress_total(&self) -> usize {
         1 + self.effects.len()
@@ -623,12 +668,6 @@ impl<R: Swept> Sweep<R> {
         self.stage != Stage::Named
     }
 
-    /// GC candidates decided by their twin's replay so far (each counts as progress).
-    #[must_use]
-    pub fn decided_without_replay(&self) -> usize {
-        self.aliased
-    }
-
     fn spec_of(&self, candidate: usize) -> ModelSpec {
         ModelSpec::with_config(AllocatorKind::Pytorch, &self.configs[candidate])
     }
@@ -639,18 +678,14 @@ impl<R: Swept> Sweep<R> {
         loop {
             let specs: Vec<ModelSpec> = match self.stage {
                 Stage::First => {
-                    self.pending = (0..self.effects.len())
-                        .filter(|&k| self.effects[k].gc.is_none())
-                        .collect();
+                    // Every effect at once: replays that share their prefix
+                    // ([`replay_shared`]) make a threshold that never acts cost a copy of
+                    // its twin's replay, and the roots they fork from are replayed once.
+                    self.pending = (0..self.effects.len()).collect();
                     std::iter::once(ModelSpec::new(AllocatorKind::Pytorch))
                         .chain(self.pending.iter().map(|&k| self.spec_of(self.replayed[k])))
                         .collect()
                 }
-                Stage::Twins => self
-                    .pending
-                    .iter()
-                    .map(|&k| self.spec_of(self.replayed[k]))
-                    .collect(),
                 Stage::Named => self.pending.iter().map(|&i| self.spec_of(i)).collect(),
                 Stage::Done => return Vec::new(),
             };
@@ -667,7 +702,7 @@ impl<R: Swept> Sweep<R> {
         let expected = match self.stage {
             Stage::First => 1 + self.pending.len(),
             Stage::Done => 0,
-            _ => self.pending.len(),
+            Stage::Named => self.pending.len(),
         };
         if results.len() != expected {
             return Err(Error::Query(QueryError::SweepResults {
@@ -687,13 +722,6 @@ impl<R: Swept> Sweep<R> {
                 for (k, r) in std::mem::take(&mut self.pending).into_iter().zip(it) {
                     self.results[k] = Some(r);
                 }
-                self.pair_twins();
-                self.stage = Stage::Twins;
-            }
-            Stage::Twins => {
-                for (k, r) in std::mem::take(&mut self.pending).into_iter().zip(results) {
-                    self.results[k] = Some(r);
-                }
                 self.rank_all();
                 self.stage = Stage::Named;
             }
@@ -706,31 +734,9 @@ impl<R: Swept> Sweep<R> {
         }
     }
 
-    /// A GC candidate's twin: the same effect without the threshold. Where the twin never
-    /// reserves above threshold × capacity, PyTorch never collects: the same replay. The
-    /// others are the next batch.
-    fn pair_twins(&mut self) {
-        for k in (0..self.effects.len()).filter(|&k| self.effects[k].gc.is_some()) {
-            let mut e = self.effects[k].clone();
-            let threshold: f64 = e.gc.take().and_then(|g| g.parse().ok()).unwrap_or(0.0);
-            let twin = self.effects.iter().position(|x| *x == e);
-            match (twin, self.capacity) {
-                (Some(t), Some(c))
-                    if self.results[t].as_ref().is_some_and(|r| {
-                        r.swept().peak_reserved_bytes as f64 <= threshold * c as f64
-                    }) =>
-                {
-                    self.alias[k] = t;
-                    self.aliased += 1;
-                }
-                _ => self.pending.push(k),
-            }
-        }
-    }
-
-    /// The result candidate `i` is ranked by: its effect's replay (or its twin's).
+    /// The result candidate `i` is ranked by: its effect's replay.
     fn result_of(&self, i: usize) -> Option<&R> {
-        self.results[self.alias[self.effect_of[i]]].as_ref()
+        self.results[self.effect_of[i]].as_ref()
     }
 
     /// Every candidate ranked by its effect's replay, under its own config string; the
@@ -749,7 +755,7 @@ impl<R: Swept> Sweep<R> {
         for &i in self.order.iter().take(TRADEOFF_ROWS) {
             // The replay held for this candidate was run under its own config string:
             // it is this candidate's own replay (replays are deterministic).
-            let k = self.alias[self.effect_of[i]];
+            let k = self.effect_of[i];
             if self.configs[self.replayed[k]] == self.configs[i] {
                 let r = self.results[k]
                     .clone()

@@ -216,15 +216,14 @@ impl Engine {
                 specs,
                 capacity_bytes,
             } => {
-                for (index, spec) in indices.into_iter().zip(&specs) {
-                    emit(search::sweep_replay(
-                        self.trace.as_deref(),
-                        self.device,
-                        (job, index),
-                        spec,
-                        capacity_bytes,
-                    ));
-                }
+                search::sweep_replays(
+                    self.trace.as_deref(),
+                    self.device,
+                    job,
+                    (&indices, &specs),
+                    capacity_bytes,
+                    emit,
+                );
             }
             Request::ShareTrace { job } => emit(match &self.trace {
                 Some(t) => Response::SharedTrace {

@@ -33,21 +33,44 @@ impl whatif::Runner for Threads {
         job: &(dyn Fn(usize) -> Result<ReplayResult, Error> + Sync),
         done: &mut dyn FnMut(),
     ) -> Vec<Result<ReplayResult, Error>> {
+        self.answers(n, job, &mut |_| done())
+    }
+
+    fn run_groups(
+        &self,
+        n: usize,
+        job: &(dyn Fn(usize) -> Result<Vec<ReplayResult>, Error> + Sync),
+        done: &mut dyn FnMut(usize),
+    ) -> Vec<Result<Vec<ReplayResult>, Error>> {
+        self.answers(n, job, done)
+    }
+
+    fn width(&self) -> usize {
+        self.threads.max(1)
+    }
+}
+
+impl Threads {
+    /// [`Threads::spread`] of jobs that may fail; a job whose thread stopped fails.
+    fn answers<T: Send>(
+        self,
+        n: usize,
+        job: &(dyn Fn(usize) -> Result<T, Error> + Sync),
+        done: &mut dyn FnMut(usize),
+    ) -> Vec<Result<T, Error>> {
         self.spread(n, job, done)
             .into_iter()
             .map(|r| r.unwrap_or_else(|| Err(Error::Query(QueryError::ThreadStopped))))
             .collect()
     }
-}
 
-impl Threads {
     /// `job(i)` for every `i` in `0..n` on up to `threads` threads (each takes the next
     /// index as it finishes one), the results in index order: for work other than one
     /// replay, e.g. a whole rank (decode, replays) of `allocsim ranks`.
     pub fn map<T: Send>(&self, n: usize, job: &(dyn Fn(usize) -> T + Sync)) -> Vec<T> {
         // Every index was sent once: the scope joined every thread, and a thread that
         // panicked re-raises its panic there.
-        self.spread(n, job, &mut || {})
+        self.spread(n, job, &mut |_| {})
             .into_iter()
             .flatten()
             .collect()
@@ -55,18 +78,18 @@ impl Threads {
 
     /// `job(i)` for every `i` in `0..n` on up to `threads` threads, each taking the next
     /// index as it finishes one (in order on this thread for one thread or one job); each
-    /// result at its index, `done()` called on this thread after each job finishes.
+    /// result at its index, `done(i)` called on this thread after job `i` finishes.
     fn spread<T: Send>(
         self,
         n: usize,
         job: &(dyn Fn(usize) -> T + Sync),
-        done: &mut dyn FnMut(),
+        done: &mut dyn FnMut(usize),
     ) -> Vec<Option<T>> {
         if self.threads <= 1 || n <= 1 {
             return (0..n)
                 .map(|i| {
                     let r = job(i);
-                    done();
+                    done(i);
                     Some(r)
                 })
                 .collect();
@@ -90,7 +113,7 @@ impl Threads {
             drop(tx);
             for (i, r) in rx {
                 out[i] = Some(r);
-                done();
+                done(i);
             }
         });
         out
@@ -130,6 +153,26 @@ pub struct Cancellable<'a> {
     pub cancel: &'a AtomicBool,
 }
 
+impl Cancellable<'_> {
+    /// `job`, unless the flag is set when it would start.
+    fn checked<'j, T>(
+        &self,
+        job: &'j (dyn Fn(usize) -> Result<T, Error> + Sync),
+    ) -> impl Fn(usize) -> Result<T, Error> + Sync + 'j
+    where
+        Self: 'j,
+    {
+        let cancel = self.cancel;
+        move |i: usize| {
+            if cancel.load(Ordering::Relaxed) {
+                Err(Error::Query(QueryError::Cancelled))
+            } else {
+                job(i)
+            }
+        }
+    }
+}
+
 impl whatif::Runner for Cancellable<'_> {
     fn run(
         &self,
@@ -137,15 +180,20 @@ impl whatif::Runner for Cancellable<'_> {
         job: &(dyn Fn(usize) -> Result<ReplayResult, Error> + Sync),
         done: &mut dyn FnMut(),
     ) -> Vec<Result<ReplayResult, Error>> {
-        let cancel = self.cancel;
-        let checked = |i: usize| {
-            if cancel.load(Ordering::Relaxed) {
-                Err(Error::Query(QueryError::Cancelled))
-            } else {
-                job(i)
-            }
-        };
-        self.inner.run(n, &checked, done)
+        self.inner.run(n, &self.checked(job), done)
+    }
+
+    fn run_groups(
+        &self,
+        n: usize,
+        job: &(dyn Fn(usize) -> Result<Vec<ReplayResult>, Error> + Sync),
+        done: &mut dyn FnMut(usize),
+    ) -> Vec<Result<Vec<ReplayResult>, Error>> {
+        self.inner.run_groups(n, &self.checked(job), done)
+    }
+
+    fn width(&self) -> usize {
+        self.inner.width()
     }
 }
 
@@ -179,6 +227,25 @@ mod tests {
                     _ => self.ran.set(self.ran.get() + 1),
                 })
                 .collect()
+        }
+
+        fn run_groups(
+            &self,
+            n: usize,
+            job: &(dyn Fn(usize) -> Result<Vec<ReplayResult>, Error> + Sync),
+            done: &mut dyn FnMut(usize),
+        ) -> Vec<Result<Vec<ReplayResult>, Error>> {
+            let out = whatif::InOrder.run_groups(n, job, done);
+            for r in &out {
+                match r {
+                    Err(e) if e.to_string().contains(CANCELLED) => {
+                        self.stopped.set(self.stopped.get() + 1);
+                    }
+                    Err(_) => {}
+                    Ok(v) => self.ran.set(self.ran.get() + v.len()),
+                }
+            }
+            out
         }
     }
 
@@ -228,16 +295,23 @@ mod tests {
             inner: &counting,
             cancel: &cancel,
         };
+        let at_cancel = Cell::new(0);
         let r = whatif::recommend_with(&trace, 0, Some(2_362_232_013), &runner, &mut |d, _| {
-            // Cancelled after the default and two replays of the sweep (the default runs
-            // in the sweep's first batch, on the runner).
-            if d >= 3 {
+            // Cancelled once the default and two more replays of the sweep are done (the
+            // replays that share a prefix run as one job: the first group's).
+            if d >= 3 && at_cancel.get() == 0 {
+                at_cancel.set(d);
                 cancel.store(true, Ordering::Relaxed);
             }
         });
         let e = r.expect_err("cancelled");
         assert!(e.to_string().contains(CANCELLED), "{e}");
-        assert_eq!(counting.ran.get(), 3, "replays after the cancel");
-        assert!(counting.stopped.get() > 10, "{}", counting.stopped.get());
+        assert!(at_cancel.get() >= 3);
+        assert_eq!(
+            counting.ran.get(),
+            at_cancel.get(),
+            "replays after the cancel"
+        );
+        assert!(counting.stopped.get() >= 4, "{}", counting.stopped.get());
     }
 }

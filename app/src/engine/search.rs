@@ -6,7 +6,7 @@ use std::sync::atomic::AtomicBool;
 
 use allocsim_core::explain::{self, ExplainOptions, Explanation};
 use allocsim_core::models::{Layout, MODEL_NAMES, ModelSpec};
-use allocsim_core::session;
+use allocsim_core::prefix;
 use allocsim_core::trace::Trace;
 use allocsim_core::whatif::{self, Recommendation, Swept, SweptReplay};
 
@@ -84,27 +84,56 @@ pub(super) fn sweep_sizes(trace: Option<&Trace>, device: usize, job: u64) -> Res
     }
 }
 
-/// One replay of a [`Request::SweepReplays`], as the sweep keeps it.
-pub(super) fn sweep_replay(
+/// The replays of a [`Request::SweepReplays`] (`indices` of the batch, through `specs`),
+/// sharing their prefixes ([`prefix::replay_sharing`]), each emitted as the sweep keeps it
+/// as it ends (in no set order).
+pub(super) fn sweep_replays(
     trace: Option<&Trace>,
     device: usize,
-    (job, index): (u64, u32),
-    spec: &ModelSpec,
+    job: u64,
+    (indices, specs): (&[u32], &[ModelSpec]),
     capacity: Option<u64>,
-) -> Response {
-    let replayed = trace
-        .ok_or_else(|| "no trace is loaded".to_string())
-        .and_then(|t| {
-            session::replay_device(t, device, spec, capacity, whatif::summary_options())
-                .map_err(|e| e.to_string())
-        });
-    match replayed {
-        Ok(r) => Response::SweepReplayed {
+    emit: &mut dyn FnMut(Response),
+) {
+    let Some(trace) = trace else {
+        emit(Response::Failed {
             job,
-            index,
-            result: SweptReplay::from(&r),
+            message: "no trace is loaded".into(),
+        });
+        return;
+    };
+    let mut failed = false;
+    let shared = prefix::replay_sharing(
+        trace,
+        device,
+        specs,
+        capacity,
+        whatif::summary_options(),
+        &mut |i, _, r| match r {
+            Ok(r) if !failed => emit(Response::SweepReplayed {
+                job,
+                index: indices[i],
+                result: SweptReplay::from(&r),
+            }),
+            Ok(_) => {}
+            Err(e) => {
+                if !failed {
+                    emit(Response::Failed {
+                        job,
+                        message: e.to_string(),
+                    });
+                }
+                failed = true;
+            }
         },
-        Err(message) => Response::Failed { job, message },
+    );
+    if let Err(e) = shared
+        && !failed
+    {
+        emit(Response::Failed {
+            job,
+            message: e.to_string(),
+        });
     }
 }
 

@@ -14,6 +14,7 @@
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use allocsim_core::models::ModelSpec;
+use allocsim_core::prefix;
 use allocsim_core::whatif::{Sweep, SweptReplay};
 
 use crate::engine::multi;
@@ -114,7 +115,7 @@ struct SweepRun {
     /// The batch being replayed and the results so far.
     batch: Vec<ModelSpec>,
     results: Vec<Option<SweptReplay>>,
-    /// Each busy worker's replays (indices into `batch`), in the order it runs them.
+    /// Each busy worker's replays (indices into `batch`) not answered yet.
     busy: BTreeMap<WorkerId, VecDeque<usize>>,
     answered_by: BTreeSet<WorkerId>,
     /// Progress: replays and candidates decided.
@@ -510,11 +511,17 @@ impl<W: Workers> Host<W> {
             }
             Response::SweepReplayed { index, result, .. } => {
                 let index = index as usize;
-                let Some(queue) = run.busy.get_mut(&w).filter(|q| q.front() == Some(&index)) else {
+                // A worker answers its share in the order its replays end (those that
+                // share a prefix end by where they fork).
+                let Some((queue, at)) = run
+                    .busy
+                    .get_mut(&w)
+                    .and_then(|q| q.iter().position(|&i| i == index).map(|at| (q, at)))
+                else {
                     self.sweep = Some(run);
                     return;
                 };
-                queue.pop_front();
+                queue.remove(at);
                 run.answered_by.insert(w);
                 run.results[index] = Some(result);
                 if run.sweep.as_ref().is_some_and(Sweep::counts_progress) {
@@ -542,7 +549,6 @@ impl<W: Workers> Host<W> {
         let Some(sweep) = run.sweep.as_mut() else {
             return;
         };
-        let before = sweep.decided_without_replay();
         let results = std::mem::take(&mut run.results)
             .into_iter()
             .flatten()
@@ -554,7 +560,6 @@ impl<W: Workers> Host<W> {
             });
             return;
         }
-        run.done += sweep.decided_without_replay() - before;
         self.next_sweep_batch(run);
     }
 
@@ -587,8 +592,16 @@ impl<W: Workers> Host<W> {
             .chain(&self.search.helpers)
             .map(|(w, _)| *w)
             .collect();
-        for (k, w) in workers.iter().enumerate() {
-            self.post_share(&mut run, *w, k, workers.len());
+        // The parts that share a replay's prefix, the largest first, dealt out in turn.
+        let mut shares: Vec<Vec<usize>> = vec![Vec::new(); workers.len()];
+        for (k, part) in prefix::share(&run.batch, workers.len())
+            .into_iter()
+            .enumerate()
+        {
+            shares[k % workers.len().max(1)].extend(part);
+        }
+        for (w, share) in workers.iter().zip(shares) {
+            self.post_share(&mut run, *w, share);
         }
         self.keep_sweep(run);
     }
@@ -607,11 +620,10 @@ impl<W: Workers> Host<W> {
         }
     }
 
-    /// Worker `w`'s share of the batch (the `k`-th of `of` workers: replays `k`, `k + of`,
-    /// … — neighbours in a batch cost alike), in one message: it never waits for the page
-    /// to hand it the next one.
-    fn post_share(&mut self, run: &mut SweepRun, w: WorkerId, k: usize, of: usize) {
-        let indices: Vec<usize> = (k..run.batch.len()).step_by(of.max(1)).collect();
+    /// Worker `w`'s share of the batch (`indices`: core's `prefix::share`, the settings
+    /// that share a replay's prefix kept together, shares of about the same size), in one
+    /// message: it never waits for the page to hand it the next one.
+    fn post_share(&mut self, run: &mut SweepRun, w: WorkerId, indices: Vec<usize>) {
         if indices.is_empty() {
             return;
         }

@@ -115,6 +115,23 @@ fn log2_floor(v: u64) -> u32 {
 }
 
 impl PyTorchConfig {
+    /// Whether `other` is this configuration but for `max_split_size_mb`,
+    /// `roundup_power2_divisions`, `garbage_collection_threshold` and
+    /// `expandable_segments` (and for which keys were written out): the settings whose first effect on a replay `core::prefix`
+    /// knows.
+    #[must_use]
+    pub fn same_but_swept(&self, other: &PyTorchConfig) -> bool {
+        let plain = |c: &PyTorchConfig| PyTorchConfig {
+            max_split_size_bytes: 0,
+            roundup_power2_divisions: [0; 16],
+            garbage_collection_threshold: 0.0,
+            expandable_segments: false,
+            explicit: Vec::new(),
+            ..c.clone()
+        };
+        plain(self) == plain(other)
+    }
+
     /// Parses a `PYTORCH_CUDA_ALLOC_CONF` string on top of PyTorch's defaults.
     pub fn parse(conf: &str) -> Result<PyTorchConfig, PyTorchConfigError> {
         let mut c = PyTorchConfig::default();

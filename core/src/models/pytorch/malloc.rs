@@ -4,11 +4,22 @@
 //! in-place allocation of a CUDA-graph checkpoint restore.
 
 use super::free_index::FreePos;
-use super::{Block, NIL, PyTorchModel, SMALL_SIZE_BYTES, Segment};
+use super::{Block, DEFAULT_LARGE, DEFAULT_SMALL, NIL, PyTorchModel, SMALL_SIZE_BYTES, Segment};
 use crate::device::Device;
 use crate::models::common::rounding::MAX_REQUEST_BYTES;
 use crate::models::{AllocRequest, ModelEvent, OomInfo};
 use crate::snapshot::Action;
+
+/// What [`PyTorchModel::peek_malloc`] sees of a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MallocPeek {
+    /// The block size the request rounds to.
+    pub rounded: u64,
+    /// The size of the free block the search finds, before the oversize rules.
+    pub found: Option<u64>,
+    /// `get_free_block` takes that block.
+    pub taken: bool,
+}
 
 impl PyTorchModel {
     /// `get_free_block` (§5.2).
@@ -19,60 +30,97 @@ impl PyTorchModel {
         stream: u64,
         size: u64,
     ) -> Option<(u32, FreePos)> {
-        if self.gc_enabled() {
-            self.pools[pool as usize].get_free_blocks_call_count += 1;
-        }
-        let (bsize, idx, at) = {
-            let p = &self.pools[pool as usize];
-            let mut it = p.blocks.at_least(stream, size);
-            let (mut bsize, mut idx) = it.next().map(|(s, _, v)| (s, v))?;
-            let mut at = it.pos();
-            if self.segments[self.b(idx).seg as usize].expandable {
-                if self.cfg.expandable_segments {
-                    let xsize = |m: &PyTorchModel, i: u32| {
-                        let b = m.b(i);
-                        b.size
-                            + if b.next != NIL && !m.b(b.next).mapped {
-                                m.b(b.next).size
-                            } else {
-                                0
-                            }
-                    };
-                    loop {
-                        if !self.segments[self.b(idx).seg as usize].expandable {
-                            break;
-                        }
-                        let Some((ns, nv)) = it.next().map(|(s, _, v)| (s, v)) else {
-                            break;
-                        };
-                        if xsize(self, nv) >= xsize(self, idx) {
-                            break;
-                        }
-                        bsize = ns;
-                        idx = nv;
-                        at = it.pos();
-                    }
-                } else {
-                    while self.segments[self.b(idx).seg as usize].expandable {
-                        let (ns, nv) = it.next().map(|(s, _, v)| (s, v))?;
-                        bsize = ns;
-                        idx = nv;
-                        at = it.pos();
-                    }
-                }
-            }
-            (bsize, idx, at)
-        };
-        let m = self.cfg.max_split_size_bytes;
-        if size < m && bsize >= m {
-            return None;
-        }
-        if size >= m && bsize >= size.saturating_add(self.cfg.max_non_split_rounding_bytes) {
+        // PyTorch counts only where garbage collection is on; the count is read only
+        // there (a block's age), so counting always changes no decision, and a replay of
+        // the defaults carries the ages a collecting configuration forked from it needs
+        // (`core::prefix`).
+        self.pools[pool as usize].get_free_blocks_call_count += 1;
+        let (bsize, idx, at) = self.best_free_block(pool, stream, size)?;
+        if self.oversize_refuses(size, bsize) {
             return None;
         }
         // Still in the pool: `alloc_found_block` takes it out (or moves its entry to the
         // remainder of a split).
         Some((idx, at))
+    }
+
+    /// `get_free_block`'s oversize rules: a block of `max_split_size` or more is not
+    /// taken for a smaller request, nor for a larger one if it would leave
+    /// `max_non_split_rounding` or more unused.
+    fn oversize_refuses(&self, size: u64, bsize: u64) -> bool {
+        let m = self.cfg.max_split_size_bytes;
+        (size < m && bsize >= m)
+            || (size >= m && bsize >= size.saturating_add(self.cfg.max_non_split_rounding_bytes))
+    }
+
+    /// `get_free_block`'s search before the oversize rules: the best fit for `size` on
+    /// `stream` in `pool` (its size, the block, its place in the index). Changes nothing.
+    fn best_free_block(&self, pool: u32, stream: u64, size: u64) -> Option<(u64, u32, FreePos)> {
+        let p = &self.pools[pool as usize];
+        let mut it = p.blocks.at_least(stream, size);
+        let (mut bsize, mut idx) = it.next().map(|(s, _, v)| (s, v))?;
+        let mut at = it.pos();
+        if self.segments[self.b(idx).seg as usize].expandable {
+            if self.cfg.expandable_segments {
+                let xsize = |m: &PyTorchModel, i: u32| {
+                    let b = m.b(i);
+                    b.size
+                        + if b.next != NIL && !m.b(b.next).mapped {
+                            m.b(b.next).size
+                        } else {
+                            0
+                        }
+                };
+                loop {
+                    if !self.segments[self.b(idx).seg as usize].expandable {
+                        break;
+                    }
+                    let Some((ns, nv)) = it.next().map(|(s, _, v)| (s, v)) else {
+                        break;
+                    };
+                    if xsize(self, nv) >= xsize(self, idx) {
+                        break;
+                    }
+                    bsize = ns;
+                    idx = nv;
+                    at = it.pos();
+                }
+            } else {
+                while self.segments[self.b(idx).seg as usize].expandable {
+                    let (ns, nv) = it.next().map(|(s, _, v)| (s, v))?;
+                    bsize = ns;
+                    idx = nv;
+                    at = it.pos();
+                }
+            }
+        }
+        Some((bsize, idx, at))
+    }
+
+    /// What `malloc` would do first with `req`, changing nothing (`core::prefix` asks where
+    /// a setting can first act): the size it rounds to, the free block `get_free_block`'s
+    /// search finds (its size, before the oversize rules), and whether it takes it (false:
+    /// no block is taken, garbage collection and a new segment come next).
+    #[must_use]
+    pub fn peek_malloc(&self, req: &AllocRequest) -> MallocPeek {
+        let rounded = self.round_size(req.size_bytes);
+        let small = rounded <= SMALL_SIZE_BYTES;
+        let pool = if req.pool.is_private() {
+            self.private
+                .get(&req.pool)
+                .map(|p| if small { p.small } else { p.large })
+        } else {
+            Some(if small { DEFAULT_SMALL } else { DEFAULT_LARGE })
+        };
+        let found = pool
+            .and_then(|p| self.best_free_block(p, req.stream, rounded))
+            .map(|(bsize, _, _)| bsize);
+        let taken = found.is_some_and(|bsize| !self.oversize_refuses(rounded, bsize));
+        MallocPeek {
+            rounded,
+            found,
+            taken,
+        }
     }
 
     /// `alloc_block` (§5.5): a new segment (or mapped pages) for the request.

@@ -37,6 +37,7 @@ use std::hash::BuildHasherDefault;
 use super::common::AddrHasher;
 
 pub use config::{PyTorchConfig, PyTorchConfigError};
+pub use malloc::MallocPeek;
 
 use super::{
     AllocRequest, Allocator, AllocatorKind, Layout, ModelError, ModelEvent, ModelStats, OomInfo,
@@ -229,6 +230,18 @@ impl PyTorchModel {
     #[must_use]
     pub fn config(&self) -> &PyTorchConfig {
         &self.cfg
+    }
+
+    /// The same state under configuration `cfg` from here on (`core::prefix` forks a
+    /// replay of the defaults into another configuration where that one first acts).
+    pub fn set_config(&mut self, cfg: PyTorchConfig) {
+        self.cfg = cfg;
+    }
+
+    /// The bytes reserved from the device now.
+    #[must_use]
+    pub fn reserved_bytes(&self) -> u64 {
+        self.reserved_bytes
     }
 
     /// The memory limit in force.
