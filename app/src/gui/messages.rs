@@ -133,11 +133,12 @@ impl AllocsimApp {
     /// browser, whose worker answers in order, the bands and the bounds wait until every
     /// configuration is on screen: the other layouts would queue behind them (on the
     /// 1.12 GB snapshot 11 s of stacking and 8 s of bounds; the 1 M-event trace's stacking
-    /// 3.2 s); the stacked view shows its folded band meanwhile.
+    /// 3.2 s); the stacked view shows its folded band meanwhile. There they also wait
+    /// while "What would fit?" sweeps: its search workers take both cores.
     pub(crate) fn after_main_frame(&mut self) {
         if !self.doc.as_ref().is_some_and(Document::main_settled)
             || (cfg!(target_arch = "wasm32")
-                && !self.doc.as_ref().is_some_and(Document::all_settled))
+                && (!self.doc.as_ref().is_some_and(Document::all_settled) || self.sweeping()))
         {
             return;
         }
@@ -187,8 +188,17 @@ impl AllocsimApp {
         {
             self.request_what_if();
         }
-        self.request_min_capacities();
+        // In the browser the smallest capacities (a bisection of replays on the engine's
+        // worker) wait for the sweep too.
+        if !(cfg!(target_arch = "wasm32") && self.sweeping()) {
+            self.request_min_capacities();
+        }
         self.request_explanation();
+    }
+
+    /// Whether "What would fit?" is sweeping.
+    fn sweeping(&self) -> bool {
+        self.what_if.as_ref().is_some_and(WhatIf::running)
     }
 
     /// Asks the engine to explain the main configuration's OOM the panel shows (the last
@@ -270,8 +280,10 @@ impl AllocsimApp {
         for r in self.engine.poll() {
             self.on_response(r);
         }
-        self.after_main_frame();
+        // The OOM's searches first: in the browser the engine's worker answers in order,
+        // and the trace's share with the search workers must not wait behind the bands.
         self.explain_main_oom();
+        self.after_main_frame();
         self.request_layouts(ctx);
     }
 
