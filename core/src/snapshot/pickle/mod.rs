@@ -31,6 +31,7 @@ mod machine;
 mod mapping;
 mod memo;
 mod opcodes;
+mod parallel;
 mod prepass;
 mod run;
 mod stream;
@@ -46,8 +47,21 @@ use super::RawSnapshot;
 use super::error::ImportError;
 use machine::Vm;
 
-/// Decodes a snapshot pickle (uncompressed).
+/// Decodes a snapshot pickle (uncompressed); a large one on several threads
+/// ([`parallel`]) where the machine has them.
 pub(crate) fn decode_snapshot_pickle(data: &[u8]) -> Result<RawSnapshot, ImportError> {
+    #[cfg(not(target_arch = "wasm32"))]
+    if data.len() >= parallel::PARALLEL_MIN_BYTES {
+        let plan = parallel::Plan::for_input(data.len());
+        if plan.threads > 1 {
+            return parallel::decode(data, plan, &|_| {}).0;
+        }
+    }
+    decode_serial(data)
+}
+
+/// Decodes a snapshot pickle (uncompressed) on this thread.
+pub(crate) fn decode_serial(data: &[u8]) -> Result<RawSnapshot, ImportError> {
     let mut vm = Vm::new(data, true);
     let (root, stop_at) = vm.run().map_err(|e| *e)?;
     vm.snapshot(root, stop_at).map_err(|e| *e)
