@@ -60,6 +60,23 @@ pub(crate) fn decode_snapshot_pickle(data: &[u8]) -> Result<RawSnapshot, ImportE
     decode_serial(data)
 }
 
+/// Decodes a snapshot pickle (uncompressed) on `threads` threads whatever its size, or
+/// serially for 0 (benchmarks); also the chunks decoded apart (0: serially).
+#[doc(hidden)]
+pub fn decode_with_threads(
+    data: &[u8],
+    threads: usize,
+) -> (Result<RawSnapshot, ImportError>, usize) {
+    if threads == 0 {
+        return (decode_serial(data), 0);
+    }
+    let plan = parallel::Plan {
+        threads,
+        ..parallel::Plan::for_input(data.len())
+    };
+    parallel::decode(data, plan, &|_| {})
+}
+
 /// Decodes a snapshot pickle (uncompressed) on this thread.
 pub(crate) fn decode_serial(data: &[u8]) -> Result<RawSnapshot, ImportError> {
     let mut vm = Vm::new(data, true);

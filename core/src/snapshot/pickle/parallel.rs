@@ -59,10 +59,34 @@ impl Plan {
 /// How a chunk's machine reads memo slots put before its chunk.
 pub(super) struct Outer<'a> {
     strings: &'a [(u32, u32, u64)],
-    read: HashMap<u32, Value>,
+    /// The serial memo's directory (which slots are read back), shared: a slot's place
+    /// among them indexes `seen`.
+    global: &'a Memo,
+    /// Per slot read back: 1 + its index in `values` once read, else 0.
+    seen: Vec<u32>,
+    values: Vec<Value>,
+    /// Slots beyond the dense ones.
+    sparse: HashMap<u32, Value>,
     /// The slots read as stand-in frames, by stand-in number, and whether each was
     /// taken for a list of frames (the value of a `frames` key).
     stand_ins: Vec<(u32, bool)>,
+}
+
+impl Outer<'_> {
+    /// What slot `i` (put before the chunk) reads as: its string, else a stand-in.
+    fn resolve(&mut self, i: u32) -> Value {
+        match self.strings.binary_search_by_key(&i, |&(k, _, _)| k) {
+            Ok(j) => {
+                let (_, len, off) = self.strings.get(j).copied().unwrap_or((0, 0, 0));
+                Value::Str { len, off }
+            }
+            Err(_) => {
+                let k = u32::try_from(self.stand_ins.len()).unwrap_or(u32::MAX);
+                self.stand_ins.push((i, false));
+                Value::Frame(FrameId(u32::MAX - k))
+            }
+        }
+    }
 }
 
 /// The stand-in frame `k` is `FrameId(u32::MAX - k)`, its stack `StackId(u32::MAX - k)`.
@@ -74,27 +98,29 @@ fn stand_in(id: u32, count: usize) -> Option<usize> {
 impl Vm<'_> {
     /// `GET` of a slot below the memo's floor: a chunk's machine reads a slot put before
     /// its chunk.
-    #[cold]
     #[inline(never)]
     pub(super) fn get_outer(&mut self, i: u32, at: usize) -> Res<()> {
         let Some(outer) = self.outer.as_deref_mut() else {
             return Err(malformed(at, format!("memo index {i} was never stored")));
         };
-        let v = if let Some(&v) = outer.read.get(&i) {
+        let v = if let Some(slot) = outer.global.dense_slot(i)
+            && let Some(&seen) = outer.seen.get(slot)
+        {
+            if let Some(&v) = seen.checked_sub(1).and_then(|k| outer.values.get(k as usize)) {
+                v
+            } else {
+                let v = outer.resolve(i);
+                outer.values.push(v);
+                if let Some(s) = outer.seen.get_mut(slot) {
+                    *s = u32::try_from(outer.values.len()).unwrap_or(0);
+                }
+                v
+            }
+        } else if let Some(&v) = outer.sparse.get(&i) {
             v
         } else {
-            let v = match outer.strings.binary_search_by_key(&i, |&(k, _, _)| k) {
-                Ok(j) => {
-                    let (_, len, off) = outer.strings.get(j).copied().unwrap_or((0, 0, 0));
-                    Value::Str { len, off }
-                }
-                Err(_) => {
-                    let k = u32::try_from(outer.stand_ins.len()).unwrap_or(u32::MAX);
-                    outer.stand_ins.push((i, false));
-                    Value::Frame(FrameId(u32::MAX - k))
-                }
-            };
-            outer.read.insert(i, v);
+            let v = outer.resolve(i);
+            outer.sparse.insert(i, v);
             v
         };
         self.stack.push(v);
@@ -263,7 +289,10 @@ fn run_chunk(
     vm.pos = start;
     vm.outer = Some(Box::new(Outer {
         strings,
-        read: HashMap::new(),
+        global,
+        seen: vec![0; global.slots.len()],
+        values: Vec::new(),
+        sparse: HashMap::new(),
         stand_ins: Vec::new(),
     }));
     let list = vm.alloc(Kind::List, start).ok()?;
