@@ -75,16 +75,13 @@ pub(super) struct Outer<'a> {
 impl Outer<'_> {
     /// What slot `i` (put before the chunk) reads as: its string, else a stand-in.
     fn resolve(&mut self, i: u32) -> Value {
-        match self.strings.binary_search_by_key(&i, |&(k, _, _)| k) {
-            Ok(j) => {
-                let (_, len, off) = self.strings.get(j).copied().unwrap_or((0, 0, 0));
-                Value::Str { len, off }
-            }
-            Err(_) => {
-                let k = u32::try_from(self.stand_ins.len()).unwrap_or(u32::MAX);
-                self.stand_ins.push((i, false));
-                Value::Frame(FrameId(u32::MAX - k))
-            }
+        if let Ok(j) = self.strings.binary_search_by_key(&i, |&(k, _, _)| k) {
+            let (_, len, off) = self.strings.get(j).copied().unwrap_or((0, 0, 0));
+            Value::Str { len, off }
+        } else {
+            let k = u32::try_from(self.stand_ins.len()).unwrap_or(u32::MAX);
+            self.stand_ins.push((i, false));
+            Value::Frame(FrameId(u32::MAX - k))
         }
     }
 }
@@ -106,7 +103,10 @@ impl Vm<'_> {
         let v = if let Some(slot) = outer.global.dense_slot(i)
             && let Some(&seen) = outer.seen.get(slot)
         {
-            if let Some(&v) = seen.checked_sub(1).and_then(|k| outer.values.get(k as usize)) {
+            if let Some(&v) = seen
+                .checked_sub(1)
+                .and_then(|k| outer.values.get(k as usize))
+            {
                 v
             } else {
                 let v = outer.resolve(i);
@@ -273,12 +273,7 @@ fn chunk_refs(global: &Memo, c: Chunk, bytes: usize) -> Option<IndexSet> {
     Some(set)
 }
 
-fn run_chunk(
-    data: &[u8],
-    global: &Memo,
-    strings: &[(u32, u32, u64)],
-    c: Chunk,
-) -> Option<Done> {
+fn run_chunk(data: &[u8], global: &Memo, strings: &[(u32, u32, u64)], c: Chunk) -> Option<Done> {
     let start = usize::try_from(c.start).ok()?;
     let end = usize::try_from(c.end).ok()?;
     let window = data.get(..end)?;
@@ -353,15 +348,15 @@ fn run_chunk(
 
 /// Merges a chunk into the serial machine standing at its start; `None` if it does not
 /// stand where the chunk's machine assumed.
-fn merge(vm: &mut Vm<'_>, c: &Chunk, done: Done) -> Option<()> {
-    if vm.memo.len != c.start_len || vm.memo.set.is_some() || vm.base() >= vm.stack.len() {
+fn merge(vm: &mut Vm<'_>, chunk: &Chunk, done: Done) -> Option<()> {
+    if vm.memo.len != chunk.start_len || vm.memo.set.is_some() || vm.base() >= vm.stack.len() {
         return None;
     }
     let Some(&Value::Obj(list)) = vm.stack.last() else {
         return None;
     };
-    let l = vm.heap.get(list as usize)?;
-    if l.kind != Kind::List || l.seal != Seal::Open || !l.items.is_empty() {
+    let head = vm.heap.get(list as usize)?;
+    if head.kind != Kind::List || head.seal != Seal::Open || !head.items.is_empty() {
         return None;
     }
     // Each stand-in slot: a frame dict, or a list of frames where the chunk took it for
@@ -380,32 +375,32 @@ fn merge(vm: &mut Vm<'_>, c: &Chunk, done: Done) -> Option<()> {
     if local.frame_count() as u64 + stand_ins.len() as u64 >= u64::from(u32::MAX) {
         return None;
     }
-    let g = &mut vm.builder;
+    let tables = &mut vm.builder;
     let strs: Vec<StrId> = (0..local.string_count() as u32)
-        .map(|i| g.frames.intern_str(local.str(StrId(i))))
+        .map(|i| tables.frames.intern_str(local.str(StrId(i))))
         .collect();
-    let s = |id: StrId| strs.get(id.0 as usize).copied();
+    let map_str = |id: StrId| strs.get(id.0 as usize).copied();
     let mut fx = vec![0u32];
     for info in local.fx_infos() {
         let mapped = FxInfo {
-            node_op: s(info.node_op)?,
-            node_name: s(info.node_name)?,
-            node_target: s(info.node_target)?,
-            original_trace: s(info.original_trace)?,
-            node_info: s(info.node_info)?,
+            node_op: map_str(info.node_op)?,
+            node_name: map_str(info.node_name)?,
+            node_target: map_str(info.node_target)?,
+            original_trace: map_str(info.original_trace)?,
+            node_info: map_str(info.node_info)?,
         };
-        fx.push(g.frames.intern_fx(mapped));
+        fx.push(tables.frames.intern_fx(mapped));
     }
     let mut frames = Vec::with_capacity(local.frame_count());
     for i in 0..local.frame_count() as u32 {
         let f = local.frame(FrameId(i))?;
         let line_text = match f.line_text {
-            Some(t) => Some(s(t)?),
+            Some(t) => Some(map_str(t)?),
             None => None,
         };
-        frames.push(g.frames.intern_frame(Frame {
-            name: s(f.name)?,
-            filename: s(f.filename)?,
+        frames.push(tables.frames.intern_frame(Frame {
+            name: map_str(f.name)?,
+            filename: map_str(f.filename)?,
             line: f.line,
             line_text,
             fx: *fx.get(f.fx as usize)?,
@@ -424,18 +419,18 @@ fn merge(vm: &mut Vm<'_>, c: &Chunk, done: Done) -> Option<()> {
                 None => *frames.get(f.0 as usize)?,
             });
         }
-        stacks.push(g.frames.intern_stack(&buf));
+        stacks.push(tables.frames.intern_stack(&buf));
     }
     let pools: Vec<u32> = done
         .builder
         .pools()
         .iter()
-        .map(|&p| g.intern_pool(p))
+        .map(|&p| tables.intern_pool(p))
         .collect();
     // The entries, renumbered, onto the list.
     let mut n = vm.heap.get(list as usize)?.events;
     if n == 0 && !done.events.is_empty() {
-        vm.appends_at = usize::try_from(c.start).ok()?;
+        vm.appends_at = usize::try_from(chunk.start).ok()?;
         let new = vm.new_event_list();
         vm.event_lists.push(new);
         n = u32::try_from(vm.event_lists.len()).ok()?;
@@ -452,7 +447,7 @@ fn merge(vm: &mut Vm<'_>, c: &Chunk, done: Done) -> Option<()> {
                 },
                 None => *stacks.get(ev.stack.0 as usize)?,
             };
-            ev.user_metadata = s(ev.user_metadata)?;
+            ev.user_metadata = map_str(ev.user_metadata)?;
             if ev.pool != 0 {
                 ev.pool = *pools.get(ev.pool as usize - 1)?;
             }
@@ -466,17 +461,23 @@ fn merge(vm: &mut Vm<'_>, c: &Chunk, done: Done) -> Option<()> {
             Export::StandIn(k) => match stand_ins.get(k)? {
                 Resolved::Frame(_, v) | Resolved::Stack(_, v) => *v,
             },
-            Export::Frame(f, offset) => {
-                sealed(vm, Kind::Dict, offset, Seal::Frame(*frames.get(f.0 as usize)?))?
-            }
-            Export::Stack(st, offset) => {
-                sealed(vm, Kind::List, offset, Seal::Stack(*stacks.get(st.0 as usize)?))?
-            }
+            Export::Frame(f, offset) => sealed(
+                vm,
+                Kind::Dict,
+                offset,
+                Seal::Frame(*frames.get(f.0 as usize)?),
+            )?,
+            Export::Stack(st, offset) => sealed(
+                vm,
+                Kind::List,
+                offset,
+                Seal::Stack(*stacks.get(st.0 as usize)?),
+            )?,
         };
         vm.memo.store(i, v);
     }
-    vm.memo.len = c.end_len;
-    vm.pos = usize::try_from(c.end).ok()?;
+    vm.memo.len = chunk.end_len;
+    vm.pos = usize::try_from(chunk.end).ok()?;
     Some(())
 }
 

@@ -14,6 +14,8 @@ const SMALL: Plan = Plan {
 
 fn no_tamper(_: &mut Vec<Chunk>) {}
 
+type Tamper<'a> = &'a dyn Fn(&mut Vec<Chunk>);
+
 /// The serial and the parallel decode of `data`: the same snapshot (all of it, tables
 /// and their numbering included, compared through `Debug`) or the same error; returns
 /// the chunks the parallel one merged.
@@ -99,7 +101,7 @@ fn written() -> Vec<u8> {
         .collect();
     let stacks: Vec<StackId> = (0..60usize)
         .map(|i| {
-            let fs: Vec<_> = (0..(i % 9 + 1))
+            let fs: Vec<_> = (0..=(i % 9))
                 .map(|k| frames[(i * 7 + k * 3) % frames.len()])
                 .collect();
             t.intern_stack(&fs)
@@ -143,7 +145,12 @@ fn written_snapshots_decode_the_same_in_chunks_of_any_size() {
             chunk_bytes,
             ..SMALL
         };
-        let merged = same(&bytes, plan, &no_tamper, &format!("chunks of {chunk_bytes}"));
+        let merged = same(
+            &bytes,
+            plan,
+            &no_tamper,
+            &format!("chunks of {chunk_bytes}"),
+        );
         assert!(merged > 0, "chunks of {chunk_bytes}");
     }
 }
@@ -189,7 +196,7 @@ fn misnoted_chunks_change_nothing() {
         }
     };
     assert!(same(&bytes, SMALL, &left_out, "a chunk left out") > 0);
-    let tampers: [(&str, &dyn Fn(&mut Vec<Chunk>)); 4] = [
+    let tampers: [(&str, Tamper<'_>); 4] = [
         ("start + 1", &|cs| {
             if let Some(c) = cs.get_mut(2) {
                 c.start += 1;
@@ -212,6 +219,10 @@ fn misnoted_chunks_change_nothing() {
         }),
     ];
     for (what, t) in tampers {
-        assert_eq!(same(&bytes, SMALL, t, what), 0, "{what}: fell back to serial");
+        assert_eq!(
+            same(&bytes, SMALL, t, what),
+            0,
+            "{what}: fell back to serial"
+        );
     }
 }
