@@ -5,7 +5,7 @@ use std::collections::{HashMap, HashSet};
 use super::value::Value;
 
 /// 8 per input byte, so its memory stays below the input size), a hash set beyond.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub(super) struct IndexSet {
     pub(super) bits: Vec<u64>,
     pub(super) dense_limit: u32,

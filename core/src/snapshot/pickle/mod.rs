@@ -24,6 +24,7 @@
 //! - The machine is a loop over an explicit stack: nesting depth costs heap, not call
 //!   stack. Every length is checked against the remaining input before use.
 
+mod chunked;
 mod convert;
 mod fields;
 mod ints;
@@ -39,6 +40,7 @@ mod text;
 mod tree;
 mod value;
 
+pub use chunked::ReadAt;
 pub use mapping::{BYTES_PER_ELEMENT, ELEMENT_SLACK};
 pub use stream::{PickleStream, WINDOW_STEP};
 pub use tree::{MAX_VALUE_DEPTH, PyValue, decode_value};
@@ -75,6 +77,26 @@ pub fn decode_with_threads(
         ..parallel::Plan::for_input(data.len())
     };
     parallel::decode(data, plan, &|_| {})
+}
+
+/// Decodes the plain pickle file of `len` bytes that `read_at` reads, its second pass on
+/// several threads, where the file is large (64 MiB or more) and the machine has them
+/// (native); `progress(pass, bytes done)` returns false to cancel. `None`: not decoded
+/// this way (large-file conditions unmet, or anything unexpected, bad input included):
+/// decode it the streamed way, which reports as ever.
+pub(crate) fn decode_file_parallel(
+    read_at: &ReadAt<'_>,
+    len: u64,
+    progress: &mut dyn FnMut(u8, u64) -> bool,
+) -> Option<Result<RawSnapshot, ImportError>> {
+    if cfg!(target_arch = "wasm32") || len < parallel::PARALLEL_MIN_BYTES as u64 {
+        return None;
+    }
+    let plan = parallel::Plan::for_input(usize::try_from(len).ok()?);
+    if plan.threads < 2 {
+        return None;
+    }
+    chunked::decode(read_at, len, plan, progress).map(|r| r.map(|(snap, _)| snap))
 }
 
 /// Decodes a snapshot pickle (uncompressed) on this thread.

@@ -59,6 +59,9 @@ impl Plan {
 /// How a chunk's machine reads memo slots put before its chunk.
 pub(super) struct Outer<'a> {
     strings: &'a [(u32, u32, u64)],
+    /// Where the strings' bytes are when the input is not all there (streamed: the
+    /// notes' copies, [`Notes::string_bytes`]); they are then copied to the scratch.
+    bytes: Option<&'a [u8]>,
     /// The serial memo's directory (which slots are read back), shared: a slot's place
     /// among them indexes `seen`.
     global: &'a Memo,
@@ -109,7 +112,7 @@ impl Vm<'_> {
             {
                 v
             } else {
-                let v = outer.resolve(i);
+                let v = copy_in(outer.resolve(i), outer.bytes, &mut self.scratch);
                 outer.values.push(v);
                 if let Some(s) = outer.seen.get_mut(slot) {
                     *s = u32::try_from(outer.values.len()).unwrap_or(0);
@@ -119,7 +122,7 @@ impl Vm<'_> {
         } else if let Some(&v) = outer.sparse.get(&i) {
             v
         } else {
-            let v = outer.resolve(i);
+            let v = copy_in(outer.resolve(i), outer.bytes, &mut self.scratch);
             outer.sparse.insert(i, v);
             v
         };
@@ -133,6 +136,26 @@ impl Vm<'_> {
         let k = stand_in(f.0, outer.stand_ins.len())?;
         outer.stand_ins.get_mut(k)?.1 = true;
         Some(StackId(f.0))
+    }
+}
+
+/// A string read from the notes' copies (`bytes`) goes to the scratch buffer.
+fn copy_in(v: Value, bytes: Option<&[u8]>, scratch: &mut Vec<u8>) -> Value {
+    match (v, bytes) {
+        (Value::Str { len, off }, Some(bytes)) => {
+            let start = scratch.len() as u64;
+            let from = usize::try_from(off).unwrap_or(usize::MAX);
+            let got = from
+                .checked_add(len as usize)
+                .and_then(|end| bytes.get(from..end))
+                .unwrap_or(&[]);
+            scratch.extend_from_slice(got);
+            Value::Str {
+                len: got.len() as u32,
+                off: start | SCRATCH,
+            }
+        }
+        (v, _) => v,
     }
 }
 
@@ -153,15 +176,17 @@ pub(super) struct Chunk {
 }
 
 /// A memo slot a chunk put and a later `GET` reads.
-enum Export {
+pub(super) enum Export {
     Value(Value),
+    /// A string, bytes or wide integer in the chunk's scratch buffer: its bytes.
+    Span(Value, Vec<u8>),
     StandIn(usize),
     Frame(FrameId, u64),
     Stack(StackId, u64),
 }
 
 /// What a chunk's machine made.
-struct Done {
+pub(super) struct Done {
     events: Vec<RawEvent>,
     builder: Builder,
     stand_ins: Vec<(u32, bool)>,
@@ -233,7 +258,14 @@ fn try_parallel(
                     let (Some(c), Some(slot)) = (chunks.get(i), results.get(i)) else {
                         break;
                     };
-                    let done = run_chunk(data, &vm.memo, &notes.strings, *c);
+                    let src = Source {
+                        window: data.get(..usize::try_from(c.end).unwrap_or(usize::MAX))
+                            .unwrap_or(&[]),
+                        base: 0,
+                        input_len: data.len(),
+                        string_bytes: None,
+                    };
+                    let done = run_chunk(&src, &vm.memo, &notes.strings, *c);
                     if let Ok(mut slot) = slot.lock() {
                         *slot = done;
                     }
@@ -261,7 +293,7 @@ fn try_parallel(
 
 /// The memo of a chunk's machine: the slots `GET`s read among those the chunk puts,
 /// numbered from the chunk's first.
-fn chunk_refs(global: &Memo, c: Chunk, bytes: usize) -> Option<IndexSet> {
+pub(super) fn chunk_refs(global: &Memo, c: Chunk, bytes: usize) -> Option<IndexSet> {
     let floor = u32::try_from(c.start_len).ok()?;
     let span = u32::try_from(c.end_len.checked_sub(c.start_len)?).ok()?;
     let mut set = IndexSet::new(bytes.max(span as usize));
@@ -273,17 +305,33 @@ fn chunk_refs(global: &Memo, c: Chunk, bytes: usize) -> Option<IndexSet> {
     Some(set)
 }
 
-fn run_chunk(data: &[u8], global: &Memo, strings: &[(u32, u32, u64)], c: Chunk) -> Option<Done> {
+/// Where a chunk's bytes are: the whole input (`base` 0), or the chunk's own bytes at
+/// `base` with the notes' copies of the strings before it.
+pub(super) struct Source<'a> {
+    pub(super) window: &'a [u8],
+    pub(super) base: usize,
+    pub(super) input_len: usize,
+    pub(super) string_bytes: Option<&'a [u8]>,
+}
+
+pub(super) fn run_chunk(
+    src: &Source<'_>,
+    global: &Memo,
+    strings: &[(u32, u32, u64)],
+    c: Chunk,
+) -> Option<Done> {
     let start = usize::try_from(c.start).ok()?;
     let end = usize::try_from(c.end).ok()?;
-    let window = data.get(..end)?;
     let refs = chunk_refs(global, c, end.checked_sub(start)?)?;
-    let mut vm = Vm::with_refs(window, refs, data.len(), true);
+    let mut vm = Vm::with_refs(src.window, refs, src.input_len, true);
+    vm.base = src.base;
+    vm.copy_spans = src.string_bytes.is_some();
     vm.memo.floor = u32::try_from(c.start_len).ok()?;
     vm.last = false;
     vm.pos = start;
     vm.outer = Some(Box::new(Outer {
         strings,
+        bytes: src.string_bytes,
         global,
         seen: vec![0; global.slots.len()],
         values: Vec::new(),
@@ -299,7 +347,6 @@ fn run_chunk(data: &[u8], global: &Memo, strings: &[(u32, u32, u64)], c: Chunk) 
     let clean = vm.pos == end
         && vm.marks.is_empty()
         && vm.stack == [Value::Obj(list)]
-        && vm.scratch.is_empty()
         && vm.extra_events.is_empty()
         && vm.memo.set.is_none()
         && vm.memo.len == span;
@@ -329,10 +376,10 @@ fn run_chunk(data: &[u8], global: &Memo, strings: &[(u32, u32, u64)], c: Chunk) 
             }
             Value::Frame(f) => Export::StandIn(stand_in(f.0, stand_ins.len())?),
             Value::Stack(_) | Value::Event(_) => return None,
-            Value::Str { off, .. } | Value::Bytes { off, .. } | Value::BigInt { off, .. }
+            Value::Str { len, off } | Value::Bytes { len, off } | Value::BigInt { len, off }
                 if off & SCRATCH != 0 =>
             {
-                return None;
+                Export::Span(v, vm.text().span(len, off).to_vec())
             }
             v => Export::Value(v),
         };
@@ -348,7 +395,7 @@ fn run_chunk(data: &[u8], global: &Memo, strings: &[(u32, u32, u64)], c: Chunk) 
 
 /// Merges a chunk into the serial machine standing at its start; `None` if it does not
 /// stand where the chunk's machine assumed.
-fn merge(vm: &mut Vm<'_>, chunk: &Chunk, done: Done) -> Option<()> {
+pub(super) fn merge(vm: &mut Vm<'_>, chunk: &Chunk, done: Done) -> Option<()> {
     if vm.memo.len != chunk.start_len || vm.memo.set.is_some() || vm.base() >= vm.stack.len() {
         return None;
     }
@@ -458,6 +505,16 @@ fn merge(vm: &mut Vm<'_>, chunk: &Chunk, done: Done) -> Option<()> {
     for (i, e) in done.exports {
         let v = match e {
             Export::Value(v) => v,
+            Export::Span(v, bytes) => {
+                let off = vm.scratch.len() as u64 | SCRATCH;
+                vm.scratch.extend_from_slice(&bytes);
+                let len = u32::try_from(bytes.len()).ok()?;
+                match v {
+                    Value::Bytes { .. } => Value::Bytes { len, off },
+                    Value::BigInt { .. } => Value::BigInt { len, off },
+                    _ => Value::Str { len, off },
+                }
+            }
             Export::StandIn(k) => match stand_ins.get(k)? {
                 Resolved::Frame(_, v) | Resolved::Stack(_, v) => *v,
             },
@@ -492,4 +549,4 @@ fn sealed(vm: &mut Vm<'_>, kind: Kind, offset: u64, seal: Seal) -> Option<Value>
 
 #[cfg(test)]
 #[path = "parallel_tests.rs"]
-mod tests;
+pub(in crate::snapshot::pickle) mod tests;

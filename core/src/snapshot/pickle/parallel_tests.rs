@@ -81,7 +81,7 @@ fn the_corpus_decodes_the_same_on_several_threads() {
 
 /// A written snapshot: entries whose stacks share memoized frame dicts, with notes and
 /// pools, over two devices.
-fn written() -> Vec<u8> {
+pub(in crate::snapshot::pickle) fn written() -> Vec<u8> {
     let mut snap = RawSnapshot::default();
     let t = &mut snap.frames;
     let files: Vec<_> = (0..7)

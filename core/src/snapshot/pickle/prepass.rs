@@ -122,6 +122,12 @@ pub(super) struct Notes {
     pub(super) strings: Vec<(u32, u32, u64)>,
     pub(super) strings_cap: usize,
     pub(super) overflow: bool,
+    /// Streamed: the strings' bytes are copied here (their offsets in `strings` are
+    /// into it), as the pieces they were read from go away.
+    pub(super) keep_bytes: bool,
+    pub(super) string_bytes: Vec<u8>,
+    /// The last string's bytes (streamed).
+    pending: Vec<u8>,
     /// End of the last string opcode and its string's (length, offset).
     last_str: (u64, u32, u64),
 }
@@ -138,10 +144,19 @@ impl Notes {
 
     fn memoize(&mut self, at: u64) {
         if self.last_str.0 == at {
-            if self.strings.len() >= self.strings_cap {
+            if self.strings.len() >= self.strings_cap
+                || self.string_bytes.len() + self.pending.len() > self.strings_cap * 4
+            {
                 self.overflow = true;
             } else if let Ok(i) = u32::try_from(self.memos) {
-                self.strings.push((i, self.last_str.1, self.last_str.2));
+                let off = if self.keep_bytes {
+                    let off = self.string_bytes.len() as u64;
+                    self.string_bytes.extend_from_slice(&self.pending);
+                    off
+                } else {
+                    self.last_str.2
+                };
+                self.strings.push((i, self.last_str.1, off));
             }
         }
         self.memos += 1;
@@ -301,6 +316,11 @@ impl Scanner {
                             {
                                 let len = u32::try_from(p - pos - width).unwrap_or(u32::MAX);
                                 n.last_str = (base + p as u64, len, base + (pos + width) as u64);
+                                if n.keep_bytes {
+                                    n.pending.clear();
+                                    n.pending
+                                        .extend_from_slice(data.get(pos + width..p).unwrap_or(&[]));
+                                }
                             }
                             pos = p;
                         }
