@@ -88,7 +88,7 @@ pub(crate) fn decode(
         chunks: &chunks,
         next: AtomicUsize::new(0),
         stop: AtomicBool::new(false),
-        results: Mutex::new(chunks.iter().map(|_| None).collect()),
+        results: Mutex::new(chunks.iter().map(|_| Slot::Pending).collect()),
         ready: Condvar::new(),
     };
     let serial = Serial {
@@ -107,6 +107,14 @@ pub(crate) fn decode(
     })
 }
 
+/// A chunk's result as the serial machine waits for it.
+enum Slot {
+    Pending,
+    Failed,
+    Done(Box<Done>),
+    Taken,
+}
+
 /// What the chunks' threads share.
 struct Shared<'a, 'r> {
     read_at: &'a ReadAt<'r>,
@@ -116,8 +124,8 @@ struct Shared<'a, 'r> {
     chunks: &'a [Chunk],
     next: AtomicUsize,
     stop: AtomicBool,
-    /// Per chunk: `Some` once run (`Some(None)`: it could not be).
-    results: Mutex<Vec<Option<Option<Done>>>>,
+    /// Per chunk, once run.
+    results: Mutex<Vec<Slot>>,
     ready: Condvar,
 }
 
@@ -130,7 +138,7 @@ impl Shared<'_, '_> {
             if let Ok(mut results) = self.results.lock()
                 && let Some(slot) = results.get_mut(i)
             {
-                *slot = Some(done);
+                *slot = done.map_or(Slot::Failed, |d| Slot::Done(Box::new(d)));
             }
             self.ready.notify_all();
         }
@@ -152,8 +160,11 @@ impl Shared<'_, '_> {
     fn wait(&self, i: usize) -> Option<Done> {
         let mut results = self.results.lock().ok()?;
         loop {
-            if let Some(done) = results.get_mut(i)?.take() {
-                return done;
+            let slot = results.get_mut(i)?;
+            match std::mem::replace(slot, Slot::Taken) {
+                Slot::Done(done) => return Some(*done),
+                Slot::Failed | Slot::Taken => return None,
+                Slot::Pending => *slot = Slot::Pending,
             }
             results = self.ready.wait(results).ok()?;
         }
@@ -201,8 +212,7 @@ impl Serial<'_, '_> {
             let k = self.boundaries.partition_point(|&b| b <= from);
             let next = self.boundaries.get(k).copied().unwrap_or(u64::MAX).min(to);
             let last = next == self.end;
-            self.window
-                .resize(usize::try_from(next - from).ok()?, 0);
+            self.window.resize(usize::try_from(next - from).ok()?, 0);
             (self.read_at)(from, &mut self.window).ok()?;
             let at = vm.pos;
             let mut on = vm.reseat(&self.window, at, last);

@@ -80,7 +80,9 @@ fn bad_input_is_left_to_the_streamed_decode() {
     }
     // A GET of a slot never stored, inside a chunk.
     let mid = data.len() / 2;
-    let at = (mid..data.len()).find(|&i| data[i] == b'j').expect("a LONG_BINGET");
+    let at = (mid..data.len())
+        .find(|&i| data[i] == b'j')
+        .expect("a LONG_BINGET");
     let mut bad = data.clone();
     bad[at + 1..at + 5].copy_from_slice(&0x7fff_fff0u32.to_le_bytes());
     assert!(decode(&read_at(&bad), bad.len() as u64, SMALL, &mut |_, _| true).is_none());
@@ -92,6 +94,11 @@ fn bad_input_is_left_to_the_streamed_decode() {
 #[test]
 fn a_cancel_is_reported() {
     let data = super::super::parallel::tests::written();
-    let r = decode(&read_at(&data), data.len() as u64, SMALL, &mut |pass, _| pass < 2);
-    assert!(matches!(r, Some(Err(crate::snapshot::ImportError::Cancelled))));
+    let r = decode(&read_at(&data), data.len() as u64, SMALL, &mut |pass, _| {
+        pass < 2
+    });
+    assert!(matches!(
+        r,
+        Some(Err(crate::snapshot::ImportError::Cancelled))
+    ));
 }

@@ -259,7 +259,8 @@ fn try_parallel(
                         break;
                     };
                     let src = Source {
-                        window: data.get(..usize::try_from(c.end).unwrap_or(usize::MAX))
+                        window: data
+                            .get(..usize::try_from(c.end).unwrap_or(usize::MAX))
                             .unwrap_or(&[]),
                         base: 0,
                         input_len: data.len(),
