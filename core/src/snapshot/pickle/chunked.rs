@@ -131,10 +131,13 @@ struct Shared<'a, 'r> {
 
 impl Shared<'_, '_> {
     fn work(&self) {
+        // One buffer a thread, for all its chunks (a fresh one each time was a page
+        // fault per 4 KiB read).
+        let mut bytes = Vec::new();
         while !self.stop.load(Ordering::Relaxed) {
             let i = self.next.fetch_add(1, Ordering::Relaxed);
             let Some(&c) = self.chunks.get(i) else { break };
-            let done = self.run(c);
+            let done = self.run(c, &mut bytes);
             if let Ok(mut results) = self.results.lock()
                 && let Some(slot) = results.get_mut(i)
             {
@@ -144,11 +147,11 @@ impl Shared<'_, '_> {
         }
     }
 
-    fn run(&self, c: Chunk) -> Option<Done> {
-        let mut bytes = vec![0u8; usize::try_from(c.end.checked_sub(c.start)?).ok()?];
-        (self.read_at)(c.start, &mut bytes).ok()?;
+    fn run(&self, c: Chunk, bytes: &mut Vec<u8>) -> Option<Done> {
+        bytes.resize(usize::try_from(c.end.checked_sub(c.start)?).ok()?, 0);
+        (self.read_at)(c.start, bytes).ok()?;
         let src = Source {
-            window: &bytes,
+            window: bytes,
             base: usize::try_from(c.start).ok()?,
             input_len: self.total,
             string_bytes: Some(&self.notes.string_bytes),
