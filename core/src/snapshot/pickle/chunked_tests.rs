@@ -3,7 +3,6 @@
 
 use super::super::parallel::Plan;
 use super::decode;
-use crate::snapshot::import;
 
 const SMALL: Plan = Plan {
     threads: 3,
@@ -33,30 +32,17 @@ fn chunked(data: &[u8], plan: Plan) -> Option<usize> {
 
 #[test]
 fn the_corpus_decodes_the_same_chunked_from_where_it_lies() {
-    let dir = std::path::PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/traces"));
-    let mut files = Vec::new();
-    for sub in ["", "incoming"] {
-        if let Ok(rd) = std::fs::read_dir(dir.join(sub)) {
-            files.extend(rd.filter_map(Result::ok).map(|e| e.path()));
-        }
-    }
-    files.retain(|p| p.to_string_lossy().ends_with(".pickle.gz"));
-    files.sort();
+    let files = super::super::parallel::tests::corpus();
     if files.is_empty() {
         println!("skipped: ../shared/traces is absent");
         return;
     }
     let mut merged_files = 0;
-    for p in &files {
-        let gz = std::fs::read(p).expect("read");
-        let data = import::gunzip(&gz, import::decompression_cap(gz.len())).expect("gunzip");
-        if !data.starts_with(&[0x80]) {
-            continue;
-        }
+    for (p, data) in &files {
         for threads in [1, 3] {
             let plan = Plan { threads, ..SMALL };
-            if let Some(n) = chunked(&data, plan) {
-                println!("{}: {n} chunks ({threads} threads)", p.display());
+            if let Some(n) = chunked(data, plan) {
+                println!("{p}: {n} chunks ({threads} threads)");
                 assert!(n > 0);
                 merged_files += usize::from(threads == 3);
             }

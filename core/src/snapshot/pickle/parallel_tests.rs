@@ -33,7 +33,8 @@ fn same(data: &[u8], plan: Plan, tamper: &dyn Fn(&mut Vec<Chunk>), what: &str) -
     merged
 }
 
-fn corpus() -> Vec<(String, Vec<u8>)> {
+/// The shared corpus's pickles (`CPython`'s own, of real snapshots), decompressed.
+pub(in crate::snapshot::pickle) fn corpus() -> Vec<(String, Vec<u8>)> {
     let dir = std::path::PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/traces"));
     let mut files = Vec::new();
     for sub in ["", "incoming"] {
