@@ -17,8 +17,8 @@ use super::memo::Memo;
 use super::parallel::{Chunk, Done, Plan, Source, merge, plan_chunks, run_chunk};
 use super::prepass::{End, Notes, Scanner};
 use super::stream::WINDOW_STEP;
-use crate::snapshot::RawSnapshot;
 use crate::snapshot::error::ImportError;
+use crate::snapshot::{RawEvent, RawSnapshot};
 
 /// Reads `buf.len()` bytes of the file at an offset.
 pub type ReadAt<'a> = dyn Fn(u64, &mut [u8]) -> std::io::Result<()> + Sync + 'a;
@@ -90,6 +90,7 @@ pub(crate) fn decode(
         stop: AtomicBool::new(false),
         results: Mutex::new(chunks.iter().map(|_| Slot::Pending).collect()),
         ready: Condvar::new(),
+        rooms: Mutex::new(Vec::new()),
     };
     let serial = Serial {
         read_at,
@@ -127,6 +128,8 @@ struct Shared<'a, 'r> {
     /// Per chunk, once run.
     results: Mutex<Vec<Slot>>,
     ready: Condvar,
+    /// Merged chunks' lists of entries, emptied: room for the next chunks'.
+    rooms: Mutex<Vec<Vec<RawEvent>>>,
 }
 
 impl Shared<'_, '_> {
@@ -156,7 +159,13 @@ impl Shared<'_, '_> {
             input_len: self.total,
             string_bytes: Some(&self.notes.string_bytes),
         };
-        run_chunk(&src, self.directory, &self.notes.strings, c)
+        let room = self
+            .rooms
+            .lock()
+            .ok()
+            .and_then(|mut r| r.pop())
+            .unwrap_or_default();
+        run_chunk(&src, self.directory, &self.notes.strings, c, room)
     }
 
     /// Chunk `i`'s machine's result, once it is there.
@@ -192,7 +201,10 @@ impl Serial<'_, '_> {
         for (i, c) in shared.chunks.iter().enumerate() {
             vm = self.run_to(vm, c.start)?.0;
             let done = shared.wait(i)?;
-            merge(&mut vm, c, done)?;
+            let room = merge(&mut vm, c, done)?;
+            if let Ok(mut rooms) = shared.rooms.lock() {
+                rooms.push(room);
+            }
             if !progress(2, c.end) {
                 return Some(Err(ImportError::Cancelled));
             }

@@ -266,7 +266,7 @@ fn try_parallel(
                         input_len: data.len(),
                         string_bytes: None,
                     };
-                    let done = run_chunk(&src, &vm.memo, &notes.strings, *c);
+                    let done = run_chunk(&src, &vm.memo, &notes.strings, *c, Vec::new());
                     if let Ok(mut slot) = slot.lock() {
                         *slot = done;
                     }
@@ -320,6 +320,7 @@ pub(super) fn run_chunk(
     global: &Memo,
     strings: &[(u32, u32, u64)],
     c: Chunk,
+    room: Vec<RawEvent>,
 ) -> Option<Done> {
     let start = usize::try_from(c.start).ok()?;
     let end = usize::try_from(c.end).ok()?;
@@ -341,6 +342,10 @@ pub(super) fn run_chunk(
     }));
     let list = vm.alloc(Kind::List, start).ok()?;
     vm.stack.push(Value::Obj(list));
+    // The chunk's entries go to `room` (an emptied list of an earlier chunk: its pages
+    // are there already).
+    vm.event_lists.push(room);
+    vm.heap.get_mut(list as usize)?.events = 1;
     if !matches!(vm.run_window(), Ok(None)) {
         return None;
     }
@@ -396,7 +401,8 @@ pub(super) fn run_chunk(
 
 /// Merges a chunk into the serial machine standing at its start; `None` if it does not
 /// stand where the chunk's machine assumed.
-pub(super) fn merge(vm: &mut Vm<'_>, chunk: &Chunk, done: Done) -> Option<()> {
+/// Returns the chunk's list of entries, emptied (room for another chunk's).
+pub(super) fn merge(vm: &mut Vm<'_>, chunk: &Chunk, mut done: Done) -> Option<Vec<RawEvent>> {
     if vm.memo.len != chunk.start_len || vm.memo.set.is_some() || vm.base() >= vm.stack.len() {
         return None;
     }
@@ -487,7 +493,7 @@ pub(super) fn merge(vm: &mut Vm<'_>, chunk: &Chunk, done: Done) -> Option<()> {
     if n != 0 {
         let out = vm.event_lists.get_mut(n as usize - 1)?;
         out.reserve(done.events.len());
-        for mut ev in done.events {
+        for mut ev in done.events.drain(..) {
             ev.stack = match stand_in(ev.stack.0, stand_ins.len()) {
                 Some(k) => match stand_ins.get(k)? {
                     Resolved::Stack(s, _) => *s,
@@ -536,7 +542,7 @@ pub(super) fn merge(vm: &mut Vm<'_>, chunk: &Chunk, done: Done) -> Option<()> {
     }
     vm.memo.len = chunk.end_len;
     vm.pos = usize::try_from(chunk.end).ok()?;
-    Some(())
+    Some(done.events)
 }
 
 /// A converted, shared container as the serial machine would hold it.
