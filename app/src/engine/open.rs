@@ -44,6 +44,19 @@ pub fn decode_file(
     let shown = path.display();
     let cannot_read = |e: std::io::Error| OpenError::Failed(format!("{shown}: cannot read: {e}"));
     let len = std::fs::metadata(path).map_err(cannot_read)?.len();
+    // A large plain pickle: its second pass on several threads, each reading its part of
+    // the file (core's `stream::decode_file_parallel`; `None`: the streamed way below).
+    #[cfg(unix)]
+    if let Ok(file) = std::fs::File::open(path) {
+        use std::os::unix::fs::FileExt;
+        let read_at = |at: u64, buf: &mut [u8]| file.read_exact_at(buf, at);
+        match allocsim_core::snapshot::stream::decode_file_parallel(&read_at, len, progress) {
+            Some(Ok(snap)) => return Ok(snap),
+            Some(Err(ImportError::Cancelled)) => return Err(OpenError::Cancelled),
+            Some(Err(e)) => return Err(OpenError::Failed(format!("{shown}: {e}"))),
+            None => {}
+        }
+    }
     let mut dec = StreamDecoder::new(len, DecodeOptions::default());
     let failed = |e: StreamError| match e {
         StreamError::Import(ImportError::Cancelled) => OpenError::Cancelled,

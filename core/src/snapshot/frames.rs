@@ -199,6 +199,18 @@ impl FrameTable {
         self.frames.len()
     }
 
+    /// Number of distinct strings, "" included.
+    #[must_use]
+    pub(crate) fn string_count(&self) -> usize {
+        self.strings.len()
+    }
+
+    /// The FX node informations, by [`Frame::fx`] − 1.
+    #[must_use]
+    pub(crate) fn fx_infos(&self) -> &[FxInfo] {
+        &self.fx
+    }
+
     /// A frame's line as text: the number, the file's own text of a value that is not an
     /// `i64`, or `?` when the file gives none.
     #[must_use]

@@ -280,6 +280,29 @@ pub enum StreamError {
     },
 }
 
+/// Decodes a large plain pickle file (64 MiB or more) with its second pass on several
+/// threads, natively: `read_at` reads bytes of it at an offset (each thread its own),
+/// `len` its size; `progress` as [`decode_from`]'s. `None` where it is not decoded this
+/// way (a smaller or compressed file, wasm, a pickle this cannot cut exactly, bad input):
+/// decode it with [`decode_from`], which reports as ever.
+pub fn decode_file_parallel(
+    read_at: &crate::snapshot::pickle::ReadAt<'_>,
+    len: u64,
+    progress: &mut dyn FnMut(Progress) -> bool,
+) -> Option<Result<RawSnapshot, ImportError>> {
+    let mut head = [0u8; 2];
+    if len < 2 || read_at(0, &mut head).is_err() || head[0] != 0x80 {
+        return None;
+    }
+    super::pickle::decode_file_parallel(read_at, len, &mut |pass, bytes_done| {
+        progress(Progress {
+            pass,
+            bytes_done,
+            bytes_total: len,
+        })
+    })
+}
+
 /// Decodes a snapshot from a source read in pieces of `piece_bytes`: `open` gives a
 /// reader from its first byte (called once, or twice for a plain pickle), `len` its
 /// size. `progress` is called after each piece (and while a gzip file inflates); it

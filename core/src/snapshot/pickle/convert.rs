@@ -180,6 +180,13 @@ impl Vm<'_> {
                     && let Some(s) = self.convert_stack(id)
                 {
                     *v = Value::Stack(s);
+                } else if let [k, v] = pair
+                    && let Value::Frame(f) = *v
+                    && self.outer.is_some()
+                    && self.is_frames_key(*k)
+                    && let Some(s) = self.stand_in_stack(f)
+                {
+                    *v = Value::Stack(s);
                 }
             }
         }

@@ -89,6 +89,8 @@ pub(super) struct Vm<'a> {
     /// Trace entries the hints may still reserve room for: within a bound of the input's
     /// size, whatever the hints say ([`ENTRY_BYTES`]).
     pub(super) reserve_left: u64,
+    /// A chunk's machine: how it reads memo slots put before its chunk.
+    pub(super) outer: Option<Box<super::parallel::Outer<'a>>>,
 }
 
 /// Input bytes a reserved trace entry must be backed by: real snapshots spend 72–77 bytes
@@ -180,6 +182,7 @@ impl<'a> Vm<'a> {
             list_hints: Vec::new(),
             appends_at: 0,
             reserve_left: input_len as u64 / ENTRY_BYTES,
+            outer: None,
         }
     }
 
@@ -209,6 +212,7 @@ impl<'a> Vm<'a> {
             list_hints: self.list_hints,
             appends_at: self.appends_at,
             reserve_left: self.reserve_left,
+            outer: None,
         }
     }
 

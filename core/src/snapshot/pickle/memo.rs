@@ -5,7 +5,7 @@ use std::collections::{HashMap, HashSet};
 use super::value::Value;
 
 /// 8 per input byte, so its memory stays below the input size), a hash set beyond.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub(super) struct IndexSet {
     pub(super) bits: Vec<u64>,
     pub(super) dense_limit: u32,
@@ -94,6 +94,9 @@ pub(super) struct Memo {
     /// Python's `len(memo)`: the index `MEMOIZE` uses.
     pub(super) len: u64,
     pub(super) input_len: usize,
+    /// A chunk's machine ([`super::parallel`]): the memo index its slot 0 stands for
+    /// (indices below are slots put before the chunk); 0 otherwise.
+    pub(super) floor: u32,
 }
 
 impl Memo {
@@ -114,6 +117,7 @@ impl Memo {
             set: None,
             len: 0,
             input_len,
+            floor: 0,
         }
     }
 
@@ -185,6 +189,14 @@ impl Memo {
             }
             None => false,
         }
+    }
+
+    /// Whether `i` is read back by some `GET`.
+    pub(super) fn is_ref(&self, i: u32) -> bool {
+        if i >= self.refs.dense_limit {
+            return self.refs.sparse.contains(&i);
+        }
+        self.dense_slot(i).is_some()
     }
 
     #[inline]

@@ -23,6 +23,10 @@ pub(super) const SCAN_APPENDS: u8 = 0x87;
 /// An opcode that pops to the last mark, other than `APPENDS`.
 pub(super) const SCAN_CLOSE: u8 = 0x88;
 pub(super) const SCAN_FRAME: u8 = 0x89;
+/// `MEMOIZE`, and the three memo stores (counted by [`Notes`]).
+pub(super) const SCAN_MEMOIZE: u8 = 0x8a;
+pub(super) const SCAN_PUT1: u8 = 0x8b;
+pub(super) const SCAN_PUT4: u8 = 0x8c;
 pub(super) const SCAN_END: u8 = 0xff;
 
 pub(super) static SCAN_TABLE: [u8; 256] = {
@@ -47,6 +51,9 @@ pub(super) static SCAN_TABLE: [u8; 256] = {
             | op::ADDITEMS
             | op::POP_MARK => SCAN_CLOSE,
             op::FRAME => SCAN_FRAME,
+            op::MEMOIZE => SCAN_MEMOIZE,
+            op::BINPUT => SCAN_PUT1,
+            op::LONG_BINPUT => SCAN_PUT4,
             _ => match fixed_args(code) {
                 Some(n) => n as u8,
                 None if length_prefix(code).is_some() => SCAN_COUNTED,
@@ -92,6 +99,78 @@ pub(super) struct Scanner {
     /// Set once the scan has stopped.
     pub(super) end: Option<End>,
     pub(super) lengths: Lengths,
+    /// What a parallel decode needs (whole-file decodes only: [`super::parallel`]).
+    pub(super) notes: Option<Box<Notes>>,
+}
+
+/// The pre-pass's notes for a parallel decode ([`super::parallel`]): the memo's length
+/// at the start of batches of long lists, and which memo slots hold which strings.
+#[derive(Debug, Default)]
+pub(super) struct Notes {
+    /// `MEMOIZE`s so far (Python's `len(memo)` while no `PUT` came).
+    pub(super) memos: u64,
+    /// Whether any `PUT`, `BINPUT` or `LONG_BINPUT` came (the memo's length is then
+    /// not the count of `MEMOIZE`s: no parallel decode).
+    pub(super) puts: bool,
+    /// Batches of a run ([`Lengths`]) that may start a chunk: (offset of its `MARK`,
+    /// memo length there, offset of the run's first `APPENDS`), one per `batch_step`
+    /// bytes at most.
+    pub(super) batches: Vec<(u64, u64, u64)>,
+    pub(super) batch_step: u64,
+    /// Memo slots `MEMOIZE`d directly after a string opcode: (index, length, offset of
+    /// the string's bytes), by index. At most `strings_cap` (then `overflow`).
+    pub(super) strings: Vec<(u32, u32, u64)>,
+    pub(super) strings_cap: usize,
+    pub(super) overflow: bool,
+    /// Streamed: the strings' bytes are copied here (their offsets in `strings` are
+    /// into it), as the pieces they were read from go away.
+    pub(super) keep_bytes: bool,
+    pub(super) string_bytes: Vec<u8>,
+    /// The last string's bytes (streamed).
+    pending: Vec<u8>,
+    /// End of the last string opcode and its string's (length, offset).
+    last_str: (u64, u32, u64),
+}
+
+impl Notes {
+    pub(super) fn new(input_len: u64, batch_step: u64) -> Notes {
+        Notes {
+            batch_step: batch_step.max(1),
+            strings_cap: usize::try_from(input_len / 32).unwrap_or(usize::MAX) + 4096,
+            last_str: (u64::MAX, 0, 0),
+            ..Notes::default()
+        }
+    }
+
+    fn memoize(&mut self, at: u64) {
+        if self.last_str.0 == at {
+            if self.strings.len() >= self.strings_cap
+                || self.string_bytes.len() + self.pending.len() > self.strings_cap * 4
+            {
+                self.overflow = true;
+            } else if let Ok(i) = u32::try_from(self.memos) {
+                let off = if self.keep_bytes {
+                    let off = self.string_bytes.len() as u64;
+                    self.string_bytes.extend_from_slice(&self.pending);
+                    off
+                } else {
+                    self.last_str.2
+                };
+                self.strings.push((i, self.last_str.1, off));
+            }
+        }
+        self.memos += 1;
+    }
+
+    fn batch(&mut self, at: u64, run: u64) {
+        if self
+            .batches
+            .last()
+            .is_none_or(|&(last, _, _)| at >= last.saturating_add(self.batch_step))
+        {
+            self.batches.push((at, self.memos, run));
+        }
+    }
 }
 
 /// What a piece of input holds at its end.
@@ -116,6 +195,7 @@ impl Scanner {
             next_boundary: step,
             end: None,
             lengths: Lengths::default(),
+            notes: None,
         }
     }
 
@@ -223,13 +303,38 @@ impl Scanner {
                         Err(_) => return (start, Stop::Over(End::Unreadable)),
                     };
                     match next {
-                        Some(p) if p <= data.len() => pos = p,
+                        Some(p) if p <= data.len() => {
+                            if let Some(n) = self.notes.as_deref_mut()
+                                && matches!(
+                                    code,
+                                    op::SHORT_BINUNICODE
+                                        | op::BINUNICODE
+                                        | op::BINUNICODE8
+                                        | op::SHORT_BINSTRING
+                                        | op::BINSTRING
+                                )
+                            {
+                                let len = u32::try_from(p - pos - width).unwrap_or(u32::MAX);
+                                n.last_str = (base + p as u64, len, base + (pos + width) as u64);
+                                if n.keep_bytes {
+                                    n.pending.clear();
+                                    n.pending
+                                        .extend_from_slice(data.get(pos + width..p).unwrap_or(&[]));
+                                }
+                            }
+                            pos = p;
+                        }
                         Some(_) => return (start, Stop::Short),
                         None => return (start, Stop::Over(End::Unreadable)),
                     }
                 }
                 SCAN_LINE | SCAN_GET_LINE => match line_at(data, pos) {
                     Some((line, next)) => {
+                        if code == op::PUT
+                            && let Some(n) = self.notes.as_deref_mut()
+                        {
+                            n.puts = true;
+                        }
                         if class == SCAN_GET_LINE {
                             match parse_memo_index(line) {
                                 Some(i) => refs.insert(i),
@@ -240,7 +345,27 @@ impl Scanner {
                     }
                     None => return (start, Stop::Short),
                 },
-                SCAN_MARK => lengths.mark(base + start as u64),
+                SCAN_MARK => {
+                    let run = lengths.mark(base + start as u64);
+                    if let (Some(run), Some(n)) = (run, self.notes.as_deref_mut()) {
+                        n.batch(base + start as u64, run);
+                    }
+                }
+                SCAN_MEMOIZE => {
+                    if let Some(n) = self.notes.as_deref_mut() {
+                        n.memoize(base + start as u64);
+                    }
+                }
+                SCAN_PUT1 | SCAN_PUT4 => {
+                    let next = pos + if class == SCAN_PUT1 { 1 } else { 4 };
+                    if next > data.len() {
+                        return (start, Stop::Short);
+                    }
+                    pos = next;
+                    if let Some(n) = self.notes.as_deref_mut() {
+                        n.puts = true;
+                    }
+                }
                 SCAN_EMPTY_DICT => lengths.dict(),
                 SCAN_APPENDS => lengths.appends(base + start as u64),
                 SCAN_CLOSE => lengths.close(),
@@ -303,13 +428,23 @@ impl Lengths {
         self.levels.get_mut(depth)
     }
 
-    fn mark(&mut self, at: u64) {
+    /// A `MARK`; the run it continues (offset of the run's first `APPENDS`), if any.
+    fn mark(&mut self, at: u64) -> Option<u64> {
         let continues = at == self.appends_end && self.appends_depth == self.depth;
+        let run = if continues {
+            self.levels
+                .get(self.depth)
+                .and_then(|l| l.run)
+                .map(|(first, _)| first)
+        } else {
+            None
+        };
         self.depth += 1;
         if let Some(l) = self.level(self.depth) {
             l.dicts = 0;
             l.continues = continues;
         }
+        run
     }
 
     fn dict(&mut self) {

@@ -3,7 +3,7 @@
 use super::super::machine::Vm;
 use super::MIN_RUN;
 use crate::snapshot::write::snapshot_bytes;
-use crate::snapshot::{Action, RawEvent, RawSnapshot, decode_snapshot, import};
+use crate::snapshot::{Action, RawEvent, RawSnapshot, decode_snapshot};
 
 /// Runs the machine over `data`; the lists of trace entries it built, (len, capacity).
 fn event_lists(data: &[u8]) -> Vec<(usize, usize)> {
@@ -105,31 +105,18 @@ fn a_hint_beyond_the_input_size_reserves_no_more_than_it_justifies() {
 /// enough to be noted is sized exactly.
 #[test]
 fn real_snapshots_device_traces_are_sized_exactly() {
-    let dir = std::path::PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/traces"));
-    let mut files = Vec::new();
-    for sub in ["", "incoming"] {
-        if let Ok(rd) = std::fs::read_dir(dir.join(sub)) {
-            files.extend(rd.filter_map(Result::ok).map(|e| e.path()));
-        }
-    }
-    files.retain(|p| p.to_string_lossy().ends_with(".pickle.gz"));
-    files.sort();
+    let files = super::super::parallel::tests::corpus();
     if files.is_empty() {
         println!("skipped: ../shared/traces is absent");
         return;
     }
     let mut sized = 0;
-    for p in &files {
-        let gz = std::fs::read(p).expect("read");
-        let data = import::gunzip(&gz, import::decompression_cap(gz.len())).expect("gunzip");
-        if !data.starts_with(&[0x80]) {
-            continue;
-        }
-        let whole = super::scan_references(&data).1;
-        assert_eq!(hints_in_pieces(&data, 4099), whole, "{}", p.display());
-        for (n, cap) in event_lists(&data) {
+    for (p, data) in &files {
+        let whole = super::scan_references(data).1;
+        assert_eq!(hints_in_pieces(data, 4099), whole, "{p}");
+        for (n, cap) in event_lists(data) {
             if n as u64 >= MIN_RUN {
-                assert_eq!(n, cap, "{}", p.display());
+                assert_eq!(n, cap, "{p}");
                 sized += 1;
             }
         }

@@ -333,6 +333,9 @@ impl Vm<'_> {
     #[allow(clippy::inline_always)]
     #[inline(always)]
     pub(super) fn get(&mut self, i: u32, at: usize) -> Res<()> {
+        let Some(i) = i.checked_sub(self.memo.floor) else {
+            return self.get_outer(i, at);
+        };
         match self.memo.get(i) {
             Some(v) => {
                 self.stack.push(v);

@@ -84,7 +84,12 @@ impl Builder {
         })
     }
 
-    fn intern_pool(&mut self, pool: (u64, u64)) -> u32 {
+    /// The distinct `pool_id`s of trace entries so far.
+    pub(crate) fn pools(&self) -> &[(u64, u64)] {
+        &self.pools
+    }
+
+    pub(crate) fn intern_pool(&mut self, pool: (u64, u64)) -> u32 {
         if let Some(&i) = self.pool_index.get(&pool) {
             return i;
         }

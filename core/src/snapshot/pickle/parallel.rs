@@ -1,0 +1,559 @@
+//! The second pass on several threads, for a whole input in memory (large plain files).
+//!
+//! The pre-pass ([`Notes`]) notes batch starts (`MARK`s) inside the long lists' runs of
+//! `APPENDS` batches, with the memo's length there, and which memo slots hold which
+//! strings (a `MEMOIZE` directly after a string opcode). The input between two noted
+//! batch starts of one run is a chunk: a machine of its own runs it from a list of its
+//! own, with a memo whose slot 0 is the chunk's first `MEMOIZE` ([`super::memo::Memo`]'s
+//! `floor`). A slot put before the chunk reads as its string when the notes know it, else
+//! as a stand-in frame (a [`FrameId`] counted down from `u32::MAX`). Each chunk interns
+//! its strings, frames, stacks and pools in tables of its own.
+//!
+//! The merge, in file order, runs the serial machine up to each chunk, checks that it
+//! stands where the chunk's machine assumed (the list on top, the memo's length, every
+//! stand-in slot a frame dict already converted), interns the chunk's tables into the
+//! serial ones in their first-seen order (each table in order of its local ids, which
+//! keeps the serial decode's first-seen order), renumbers the chunk's entries, appends
+//! them, and puts the chunk's memo slots that later `GET`s read. Anything else (an error
+//! anywhere, a chunk that ends elsewhere, a slot that is not what it was taken for) drops
+//! it all and decodes serially from the start, which reports exactly as ever.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use super::machine::{Res, Vm, malformed};
+use super::memo::{IndexSet, Memo};
+use super::prepass::{Notes, Scanner};
+use super::value::{Kind, SCRATCH, Seal, Value};
+use crate::snapshot::error::ImportError;
+use crate::snapshot::schema::Builder;
+use crate::snapshot::{Frame, FrameId, FxInfo, RawEvent, RawSnapshot, StackId, StrId};
+
+/// Inputs at least this large are decoded on several threads.
+pub(crate) const PARALLEL_MIN_BYTES: usize = 64 << 20;
+
+/// How a parallel decode cuts its input.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Plan {
+    pub(crate) threads: usize,
+    /// A chunk spans at least this many bytes.
+    pub(crate) chunk_bytes: u64,
+    /// The pre-pass notes a batch start at most once per this many bytes.
+    pub(crate) batch_step: u64,
+}
+
+impl Plan {
+    /// For an input of `len` bytes: the machine's threads (8 at most), about four chunks
+    /// a thread.
+    pub(crate) fn for_input(len: usize) -> Plan {
+        let threads = std::thread::available_parallelism().map_or(1, |n| n.get().min(8));
+        Plan {
+            threads,
+            chunk_bytes: (len as u64 / (4 * threads as u64)).max(1 << 20),
+            batch_step: 64 << 10,
+        }
+    }
+}
+
+/// How a chunk's machine reads memo slots put before its chunk.
+pub(super) struct Outer<'a> {
+    strings: &'a [(u32, u32, u64)],
+    /// Where the strings' bytes are when the input is not all there (streamed: the
+    /// notes' copies, [`Notes::string_bytes`]); they are then copied to the scratch.
+    bytes: Option<&'a [u8]>,
+    /// The serial memo's directory (which slots are read back), shared: a slot's place
+    /// among them indexes `seen`.
+    global: &'a Memo,
+    /// Per slot read back: 1 + its index in `values` once read, else 0.
+    seen: Vec<u32>,
+    values: Vec<Value>,
+    /// Slots beyond the dense ones.
+    sparse: HashMap<u32, Value>,
+    /// The slots read as stand-in frames, by stand-in number, and whether each was
+    /// taken for a list of frames (the value of a `frames` key).
+    stand_ins: Vec<(u32, bool)>,
+}
+
+impl Outer<'_> {
+    /// What slot `i` (put before the chunk) reads as: its string, else a stand-in.
+    fn resolve(&mut self, i: u32) -> Value {
+        if let Ok(j) = self.strings.binary_search_by_key(&i, |&(k, _, _)| k) {
+            let (_, len, off) = self.strings.get(j).copied().unwrap_or((0, 0, 0));
+            Value::Str { len, off }
+        } else {
+            let k = u32::try_from(self.stand_ins.len()).unwrap_or(u32::MAX);
+            self.stand_ins.push((i, false));
+            Value::Frame(FrameId(u32::MAX - k))
+        }
+    }
+}
+
+/// The stand-in frame `k` is `FrameId(u32::MAX - k)`, its stack `StackId(u32::MAX - k)`.
+fn stand_in(id: u32, count: usize) -> Option<usize> {
+    let k = (u32::MAX - id) as usize;
+    (k < count).then_some(k)
+}
+
+impl Vm<'_> {
+    /// `GET` of a slot below the memo's floor: a chunk's machine reads a slot put before
+    /// its chunk.
+    #[inline(never)]
+    pub(super) fn get_outer(&mut self, i: u32, at: usize) -> Res<()> {
+        let Some(outer) = self.outer.as_deref_mut() else {
+            return Err(malformed(at, format!("memo index {i} was never stored")));
+        };
+        let v = if let Some(slot) = outer.global.dense_slot(i)
+            && let Some(&seen) = outer.seen.get(slot)
+        {
+            if let Some(&v) = seen
+                .checked_sub(1)
+                .and_then(|k| outer.values.get(k as usize))
+            {
+                v
+            } else {
+                let v = copy_in(outer.resolve(i), outer.bytes, &mut self.scratch);
+                outer.values.push(v);
+                if let Some(s) = outer.seen.get_mut(slot) {
+                    *s = u32::try_from(outer.values.len()).unwrap_or(0);
+                }
+                v
+            }
+        } else if let Some(&v) = outer.sparse.get(&i) {
+            v
+        } else {
+            let v = copy_in(outer.resolve(i), outer.bytes, &mut self.scratch);
+            outer.sparse.insert(i, v);
+            v
+        };
+        self.stack.push(v);
+        Ok(())
+    }
+
+    /// A stand-in frame under a `frames` key: a list of frames put before the chunk.
+    pub(super) fn stand_in_stack(&mut self, f: FrameId) -> Option<StackId> {
+        let outer = self.outer.as_deref_mut()?;
+        let k = stand_in(f.0, outer.stand_ins.len())?;
+        outer.stand_ins.get_mut(k)?.1 = true;
+        Some(StackId(f.0))
+    }
+}
+
+/// A string read from the notes' copies (`bytes`) goes to the scratch buffer.
+fn copy_in(v: Value, bytes: Option<&[u8]>, scratch: &mut Vec<u8>) -> Value {
+    match (v, bytes) {
+        (Value::Str { len, off }, Some(bytes)) => {
+            let start = scratch.len() as u64;
+            let from = usize::try_from(off).unwrap_or(usize::MAX);
+            let got = from
+                .checked_add(len as usize)
+                .and_then(|end| bytes.get(from..end))
+                .unwrap_or(&[]);
+            scratch.extend_from_slice(got);
+            Value::Str {
+                len: got.len() as u32,
+                off: start | SCRATCH,
+            }
+        }
+        (v, _) => v,
+    }
+}
+
+/// What a stand-in slot holds in the serial machine.
+#[derive(Clone, Copy)]
+enum Resolved {
+    Frame(FrameId, Value),
+    Stack(StackId, Value),
+}
+
+/// A run of batches decoded apart: `[start, end)`, the memo's length at each end.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Chunk {
+    pub(super) start: u64,
+    pub(super) start_len: u64,
+    pub(super) end: u64,
+    pub(super) end_len: u64,
+}
+
+/// A memo slot a chunk put and a later `GET` reads.
+pub(super) enum Export {
+    Value(Value),
+    /// A string, bytes or wide integer in the chunk's scratch buffer: its bytes.
+    Span(Value, Vec<u8>),
+    StandIn(usize),
+    Frame(FrameId, u64),
+    Stack(StackId, u64),
+}
+
+/// What a chunk's machine made.
+pub(super) struct Done {
+    events: Vec<RawEvent>,
+    builder: Builder,
+    stand_ins: Vec<(u32, bool)>,
+    exports: Vec<(u32, Export)>,
+}
+
+/// The chunks of the runs noted, each at least `chunk_bytes` long.
+pub(super) fn plan_chunks(notes: &Notes, chunk_bytes: u64) -> Vec<Chunk> {
+    let mut out = Vec::new();
+    let mut from: Option<(u64, u64, u64)> = None;
+    for &(at, len, run) in &notes.batches {
+        match from {
+            Some((start, start_len, r)) if r == run => {
+                if at.saturating_sub(start) >= chunk_bytes {
+                    out.push(Chunk {
+                        start,
+                        start_len,
+                        end: at,
+                        end_len: len,
+                    });
+                    from = Some((at, len, run));
+                }
+            }
+            _ => from = Some((at, len, run)),
+        }
+    }
+    out
+}
+
+/// Decodes `data` on `plan.threads` threads; the serial decode where that cannot be done
+/// exactly. `tamper` changes the chunks planned (tests: misnoted boundaries). Returns the
+/// result and the number of chunks merged.
+pub(super) fn decode(
+    data: &[u8],
+    plan: Plan,
+    tamper: &dyn Fn(&mut Vec<Chunk>),
+) -> (Result<RawSnapshot, ImportError>, usize) {
+    if let Some((snap, merged)) = try_parallel(data, plan, tamper) {
+        return (Ok(snap), merged);
+    }
+    (super::decode_serial(data), 0)
+}
+
+fn try_parallel(
+    data: &[u8],
+    plan: Plan,
+    tamper: &dyn Fn(&mut Vec<Chunk>),
+) -> Option<(RawSnapshot, usize)> {
+    let mut scan = Scanner::new(data.len() as u64, u64::MAX);
+    scan.notes = Some(Box::new(Notes::new(data.len() as u64, plan.batch_step)));
+    scan.scan(data, true);
+    let hints = scan.lengths.hints();
+    let notes = scan.notes.take()?;
+    let mut vm = Vm::with_refs(data, scan.refs, data.len(), true);
+    vm.list_hints = hints;
+    let mut chunks = if notes.puts || notes.overflow {
+        Vec::new()
+    } else {
+        plan_chunks(&notes, plan.chunk_bytes)
+    };
+    tamper(&mut chunks);
+    let results: Vec<Mutex<Option<Done>>> = chunks.iter().map(|_| Mutex::new(None)).collect();
+    let next = AtomicUsize::new(0);
+    std::thread::scope(|s| {
+        for _ in 0..plan.threads.clamp(1, 8).min(chunks.len()) {
+            s.spawn(|| {
+                loop {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    let (Some(c), Some(slot)) = (chunks.get(i), results.get(i)) else {
+                        break;
+                    };
+                    let src = Source {
+                        window: data
+                            .get(..usize::try_from(c.end).unwrap_or(usize::MAX))
+                            .unwrap_or(&[]),
+                        base: 0,
+                        input_len: data.len(),
+                        string_bytes: None,
+                    };
+                    let done = run_chunk(&src, &vm.memo, &notes.strings, *c, Vec::new());
+                    if let Ok(mut slot) = slot.lock() {
+                        *slot = done;
+                    }
+                }
+            });
+        }
+    });
+    let merged = chunks.len();
+    for (c, r) in chunks.iter().zip(results) {
+        let done = r.into_inner().ok()??;
+        vm.data = data.get(..usize::try_from(c.start).ok()?)?;
+        vm.last = false;
+        if !matches!(vm.run_window(), Ok(None)) || vm.pos as u64 != c.start {
+            return None;
+        }
+        vm.data = data;
+        merge(&mut vm, c, done)?;
+    }
+    vm.data = data;
+    vm.last = true;
+    let (root, stop_at) = vm.run().ok()?;
+    let snap = vm.snapshot(root, stop_at).ok()?;
+    Some((snap, merged))
+}
+
+/// The memo of a chunk's machine: the slots `GET`s read among those the chunk puts,
+/// numbered from the chunk's first.
+pub(super) fn chunk_refs(global: &Memo, c: Chunk, bytes: usize) -> Option<IndexSet> {
+    let floor = u32::try_from(c.start_len).ok()?;
+    let span = u32::try_from(c.end_len.checked_sub(c.start_len)?).ok()?;
+    let mut set = IndexSet::new(bytes.max(span as usize));
+    for j in 0..span {
+        if global.is_ref(floor + j) {
+            set.insert(j);
+        }
+    }
+    Some(set)
+}
+
+/// Where a chunk's bytes are: the whole input (`base` 0), or the chunk's own bytes at
+/// `base` with the notes' copies of the strings before it.
+pub(super) struct Source<'a> {
+    pub(super) window: &'a [u8],
+    pub(super) base: usize,
+    pub(super) input_len: usize,
+    pub(super) string_bytes: Option<&'a [u8]>,
+}
+
+pub(super) fn run_chunk(
+    src: &Source<'_>,
+    global: &Memo,
+    strings: &[(u32, u32, u64)],
+    c: Chunk,
+    room: Vec<RawEvent>,
+) -> Option<Done> {
+    let start = usize::try_from(c.start).ok()?;
+    let end = usize::try_from(c.end).ok()?;
+    let refs = chunk_refs(global, c, end.checked_sub(start)?)?;
+    let mut vm = Vm::with_refs(src.window, refs, src.input_len, true);
+    vm.base = src.base;
+    vm.copy_spans = src.string_bytes.is_some();
+    vm.memo.floor = u32::try_from(c.start_len).ok()?;
+    vm.last = false;
+    vm.pos = start;
+    vm.outer = Some(Box::new(Outer {
+        strings,
+        bytes: src.string_bytes,
+        global,
+        seen: vec![0; global.slots.len()],
+        values: Vec::new(),
+        sparse: HashMap::new(),
+        stand_ins: Vec::new(),
+    }));
+    let list = vm.alloc(Kind::List, start).ok()?;
+    vm.stack.push(Value::Obj(list));
+    // The chunk's entries go to `room` (an emptied list of an earlier chunk: its pages
+    // are there already).
+    vm.event_lists.push(room);
+    vm.heap.get_mut(list as usize)?.events = 1;
+    if !matches!(vm.run_window(), Ok(None)) {
+        return None;
+    }
+    let span = c.end_len.checked_sub(c.start_len)?;
+    let clean = vm.pos == end
+        && vm.marks.is_empty()
+        && vm.stack == [Value::Obj(list)]
+        && vm.extra_events.is_empty()
+        && vm.memo.set.is_none()
+        && vm.memo.len == span;
+    if !clean {
+        return None;
+    }
+    let c_list = vm.heap.get(list as usize)?;
+    if !c_list.items.is_empty() {
+        return None;
+    }
+    let events = match c_list.events {
+        0 => Vec::new(),
+        n => std::mem::take(vm.event_lists.get_mut(n as usize - 1)?),
+    };
+    let stand_ins = vm.outer.take().map(|o| o.stand_ins).unwrap_or_default();
+    let mut exports = Vec::new();
+    for j in 0..u32::try_from(span).ok()? {
+        let Some(v) = vm.memo.get(j) else { continue };
+        let e = match v {
+            Value::Obj(id) => {
+                let h = vm.heap.get(id as usize)?;
+                match h.seal {
+                    Seal::Frame(f) => Export::Frame(f, h.offset),
+                    Seal::Stack(s) => Export::Stack(s, h.offset),
+                    Seal::Open => return None,
+                }
+            }
+            Value::Frame(f) => Export::StandIn(stand_in(f.0, stand_ins.len())?),
+            Value::Stack(_) | Value::Event(_) => return None,
+            Value::Str { len, off } | Value::Bytes { len, off } | Value::BigInt { len, off }
+                if off & SCRATCH != 0 =>
+            {
+                Export::Span(v, vm.text().span(len, off).to_vec())
+            }
+            v => Export::Value(v),
+        };
+        exports.push((vm.memo.floor + j, e));
+    }
+    Some(Done {
+        events,
+        builder: std::mem::take(&mut vm.builder),
+        stand_ins,
+        exports,
+    })
+}
+
+/// Merges a chunk into the serial machine standing at its start; `None` if it does not
+/// stand where the chunk's machine assumed.
+/// Returns the chunk's list of entries, emptied (room for another chunk's).
+pub(super) fn merge(vm: &mut Vm<'_>, chunk: &Chunk, mut done: Done) -> Option<Vec<RawEvent>> {
+    if vm.memo.len != chunk.start_len || vm.memo.set.is_some() || vm.base() >= vm.stack.len() {
+        return None;
+    }
+    let Some(&Value::Obj(list)) = vm.stack.last() else {
+        return None;
+    };
+    let head = vm.heap.get(list as usize)?;
+    if head.kind != Kind::List || head.seal != Seal::Open || !head.items.is_empty() {
+        return None;
+    }
+    // Each stand-in slot: a frame dict, or a list of frames where the chunk took it for
+    // one, that the serial machine has converted.
+    let mut stand_ins = Vec::with_capacity(done.stand_ins.len());
+    for &(slot, as_stack) in &done.stand_ins {
+        let v = vm.memo.get(slot)?;
+        let Value::Obj(id) = v else { return None };
+        stand_ins.push(match (vm.heap.get(id as usize)?.seal, as_stack) {
+            (Seal::Frame(f), false) => Resolved::Frame(f, v),
+            (Seal::Stack(s), true) => Resolved::Stack(s, v),
+            _ => return None,
+        });
+    }
+    let local = &done.builder.frames;
+    if local.frame_count() as u64 + stand_ins.len() as u64 >= u64::from(u32::MAX) {
+        return None;
+    }
+    let tables = &mut vm.builder;
+    let strs: Vec<StrId> = (0..local.string_count() as u32)
+        .map(|i| tables.frames.intern_str(local.str(StrId(i))))
+        .collect();
+    let map_str = |id: StrId| strs.get(id.0 as usize).copied();
+    let mut fx = vec![0u32];
+    for info in local.fx_infos() {
+        let mapped = FxInfo {
+            node_op: map_str(info.node_op)?,
+            node_name: map_str(info.node_name)?,
+            node_target: map_str(info.node_target)?,
+            original_trace: map_str(info.original_trace)?,
+            node_info: map_str(info.node_info)?,
+        };
+        fx.push(tables.frames.intern_fx(mapped));
+    }
+    let mut frames = Vec::with_capacity(local.frame_count());
+    for i in 0..local.frame_count() as u32 {
+        let f = local.frame(FrameId(i))?;
+        let line_text = match f.line_text {
+            Some(t) => Some(map_str(t)?),
+            None => None,
+        };
+        frames.push(tables.frames.intern_frame(Frame {
+            name: map_str(f.name)?,
+            filename: map_str(f.filename)?,
+            line: f.line,
+            line_text,
+            fx: *fx.get(f.fx as usize)?,
+        }));
+    }
+    let mut stacks = Vec::with_capacity(local.stack_count());
+    let mut buf = Vec::new();
+    for i in 0..local.stack_count() as u32 {
+        buf.clear();
+        for &f in local.stack(StackId(i)) {
+            buf.push(match stand_in(f.0, stand_ins.len()) {
+                Some(k) => match stand_ins.get(k)? {
+                    Resolved::Frame(f, _) => *f,
+                    Resolved::Stack(..) => return None,
+                },
+                None => *frames.get(f.0 as usize)?,
+            });
+        }
+        stacks.push(tables.frames.intern_stack(&buf));
+    }
+    let pools: Vec<u32> = done
+        .builder
+        .pools()
+        .iter()
+        .map(|&p| tables.intern_pool(p))
+        .collect();
+    // The entries, renumbered, onto the list.
+    let mut n = vm.heap.get(list as usize)?.events;
+    if n == 0 && !done.events.is_empty() {
+        vm.appends_at = usize::try_from(chunk.start).ok()?;
+        let new = vm.new_event_list();
+        vm.event_lists.push(new);
+        n = u32::try_from(vm.event_lists.len()).ok()?;
+        vm.heap.get_mut(list as usize)?.events = n;
+    }
+    if n != 0 {
+        let out = vm.event_lists.get_mut(n as usize - 1)?;
+        out.reserve(done.events.len());
+        for mut ev in done.events.drain(..) {
+            ev.stack = match stand_in(ev.stack.0, stand_ins.len()) {
+                Some(k) => match stand_ins.get(k)? {
+                    Resolved::Stack(s, _) => *s,
+                    Resolved::Frame(..) => return None,
+                },
+                None => *stacks.get(ev.stack.0 as usize)?,
+            };
+            ev.user_metadata = map_str(ev.user_metadata)?;
+            if ev.pool != 0 {
+                ev.pool = *pools.get(ev.pool as usize - 1)?;
+            }
+            out.push(ev);
+        }
+    }
+    // The chunk's slots that later `GET`s read.
+    for (i, e) in done.exports {
+        let v = match e {
+            Export::Value(v) => v,
+            Export::Span(v, bytes) => {
+                let off = vm.scratch.len() as u64 | SCRATCH;
+                vm.scratch.extend_from_slice(&bytes);
+                let len = u32::try_from(bytes.len()).ok()?;
+                match v {
+                    Value::Bytes { .. } => Value::Bytes { len, off },
+                    Value::BigInt { .. } => Value::BigInt { len, off },
+                    _ => Value::Str { len, off },
+                }
+            }
+            Export::StandIn(k) => match stand_ins.get(k)? {
+                Resolved::Frame(_, v) | Resolved::Stack(_, v) => *v,
+            },
+            Export::Frame(f, offset) => sealed(
+                vm,
+                Kind::Dict,
+                offset,
+                Seal::Frame(*frames.get(f.0 as usize)?),
+            )?,
+            Export::Stack(st, offset) => sealed(
+                vm,
+                Kind::List,
+                offset,
+                Seal::Stack(*stacks.get(st.0 as usize)?),
+            )?,
+        };
+        vm.memo.store(i, v);
+    }
+    vm.memo.len = chunk.end_len;
+    vm.pos = usize::try_from(chunk.end).ok()?;
+    Some(done.events)
+}
+
+/// A converted, shared container as the serial machine would hold it.
+fn sealed(vm: &mut Vm<'_>, kind: Kind, offset: u64, seal: Seal) -> Option<Value> {
+    let id = vm.alloc(kind, usize::try_from(offset).ok()?).ok()?;
+    let c = vm.heap.get_mut(id as usize)?;
+    c.seal = seal;
+    c.shared = true;
+    Some(Value::Obj(id))
+}
+
+#[cfg(test)]
+#[path = "parallel_tests.rs"]
+pub(in crate::snapshot::pickle) mod tests;
