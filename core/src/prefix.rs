@@ -102,11 +102,10 @@ fn earliest(node: &PyTorchConfig, t: &Target, limit: Option<u64>) -> Trigger {
 /// What the next malloc of the replay of a node meets, read before it runs.
 struct Next<'a> {
     model: &'a PyTorchModel,
+    req: &'a AllocRequest,
     peek: MallocPeek,
     /// `alloc_block`'s first try certainly gets a segment (where no block is taken).
     fits: bool,
-    /// No block of the trace is larger (nor, with expandable segments, than this).
-    largest: u64,
     /// Reserved memory before the malloc.
     reserved: u64,
     limit: Option<u64>,
@@ -117,8 +116,8 @@ struct Next<'a> {
 /// `get_free_block`'s oversize rules on the block found, `should_split`'s `size <
 /// max_split_size` (on the block found or the new segment), and where no block is taken,
 /// the collection (reserved memory above `cfg`'s threshold) and, where the new segment
-/// may not be had, `release_available_cached_blocks` (which frees only blocks of the
-/// split limit or more, and a block of it exists only once `largest` reaches it).
+/// may not be had, `release_available_cached_blocks` (which, where it releases nothing
+/// under either limit, answers as without one).
 fn decides_otherwise(node: &PyTorchConfig, cfg: &PyTorchConfig, n: &Next<'_>) -> bool {
     let t = trigger(node, cfg, n.limit);
     let p = &n.peek;
@@ -127,7 +126,9 @@ fn decides_otherwise(node: &PyTorchConfig, cfg: &PyTorchConfig, n: &Next<'_>) ->
         if p.found.is_some_and(|b| {
             n.model.oversize_refuses(p.rounded, b, m) != n.model.oversize_refuses(p.rounded, b, m0)
         }) || (p.rounded < m) != (p.rounded < m0)
-            || (!p.taken && !n.fits && n.largest >= t.split)
+            || (!p.taken
+                && !n.fits
+                && (n.model.peek_releases(n.req, m) || n.model.peek_releases(n.req, m0)))
         {
             return true;
         }
@@ -361,9 +362,9 @@ fn drive(
                 let peek = run.model().peek_malloc(&req);
                 let next = Next {
                     model: run.model(),
+                    req: &req,
                     peek,
                     fits: peek.taken || run.model().first_segment_fits(peek.rounded, run.device()),
-                    largest,
                     reserved,
                     limit,
                 };

@@ -105,15 +105,8 @@ impl PyTorchModel {
     #[must_use]
     pub fn peek_malloc(&self, req: &AllocRequest) -> MallocPeek {
         let rounded = self.round_size(req.size_bytes);
-        let small = rounded <= SMALL_SIZE_BYTES;
-        let pool = if req.pool.is_private() {
-            self.private
-                .get(&req.pool)
-                .map(|p| if small { p.small } else { p.large })
-        } else {
-            Some(if small { DEFAULT_SMALL } else { DEFAULT_LARGE })
-        };
-        let found = pool
+        let found = self
+            .peek_pool(req, rounded)
             .and_then(|p| self.best_free_block(p, req.stream, rounded))
             .map(|(bsize, _, _)| bsize);
         let taken = found.is_some_and(|bsize| {
@@ -140,6 +133,32 @@ impl PyTorchModel {
             && !(self.cfg.throw_on_cudamalloc_oom
                 && self.reserved_bytes + alloc_size > self.rejection_limit_bytes())
             && dev.malloc_fits(alloc_size)
+    }
+
+    /// The pool a malloc of `req` rounded to `rounded` searches, where it exists yet.
+    fn peek_pool(&self, req: &AllocRequest, rounded: u64) -> Option<u32> {
+        let small = rounded <= SMALL_SIZE_BYTES;
+        if req.pool.is_private() {
+            self.private
+                .get(&req.pool)
+                .map(|p| if small { p.small } else { p.large })
+        } else {
+            Some(if small { DEFAULT_SMALL } else { DEFAULT_LARGE })
+        }
+    }
+
+    /// Whether `release_available_cached_blocks`, run now for `req` under the split
+    /// limit `m`, would release a block (none: it answers as without a limit). Changes
+    /// nothing (`core::prefix`).
+    #[must_use]
+    pub fn peek_releases(&self, req: &AllocRequest, m: u64) -> bool {
+        let rounded = self.round_size(req.size_bytes);
+        self.peek_pool(req, rounded).is_some_and(|p| {
+            !self
+                .available_release(p, req.stream, rounded, m)
+                .0
+                .is_empty()
+        })
     }
 
     /// `alloc_block` (§5.5): a new segment (or mapped pages) for the request.
