@@ -370,10 +370,28 @@ fn drive(
                 };
                 let mut i = 0;
                 while i < pending.len() {
-                    if acts(&node.cfg, &pending[i].0, &next) {
+                    if decides_otherwise(&node.cfg, &pending[i].0.cfg, &next) {
                         let (child, _) = pending.swap_remove(i);
                         fork(dt, k, &run, child, limit, largest, done);
+                        continue;
+                    }
+                    // A setting under it that acts here (a threshold) has decided as
+                    // this replay so far, its split limit too: it leaves its node,
+                    // forked alone from here, and the node is watched on.
+                    let c = &mut pending[i].0;
+                    let mut j = 0;
+                    while j < c.children.len() {
+                        if acts(&node.cfg, &c.children[j], &next) {
+                            let g = c.children.swap_remove(j);
+                            fork(dt, k, &run, g, limit, largest, done);
+                        } else {
+                            j += 1;
+                        }
+                    }
+                    if c.index.is_none() && c.children.is_empty() {
+                        pending.swap_remove(i);
                     } else {
+                        pending[i].1 = earliest(&node.cfg, &pending[i].0, limit);
                         i += 1;
                     }
                 }
