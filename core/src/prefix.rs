@@ -18,7 +18,11 @@
 //!   carries them.
 //!
 //! [`PyTorchModel::peek_malloc`] says what the malloc of the next op would find, without
-//! changing anything. `roundup_power2_divisions` (read by `round_size` on every request)
+//! changing anything; where a setting could act there, every read of it in that malloc is
+//! compared with the watched replay's before it runs (`decides_otherwise`: the oversize
+//! rules, `should_split`, the collection, and the release of available blocks where the
+//! first `cudaMalloc` may fail), and the setting is forked only where one decides
+//! otherwise. `roundup_power2_divisions` (read by `round_size` on every request)
 //! and `expandable_segments` (from the first segment) are never forked across: the
 //! settings are grouped by them, each group a tree — its root (no split limit, no
 //! collection) replayed whole, each split limit forked from it, each threshold forked

@@ -95,13 +95,10 @@ fn same_both_ways(name: &str, trace: &Trace) -> (u64, u64) {
     (skipped, total)
 }
 
-#[test]
-fn every_swept_setting_replays_shared_exactly_as_from_the_start() {
-    let Some(dir) = traces_dir() else {
-        println!("skipped: ../shared/traces is absent");
-        return;
-    };
-    let mut files: Vec<PathBuf> = ["", "incoming"]
+/// The traces of `dir`'s folders `subs` that load, by file name, in name order (a file
+/// the corpus keeps to be refused is left out: its own tests say why).
+fn shared_traces(dir: &std::path::Path, subs: &[&str]) -> Vec<(String, Trace)> {
+    let mut files: Vec<PathBuf> = subs
         .iter()
         .flat_map(|sub| std::fs::read_dir(dir.join(sub)).expect("traces").flatten())
         .map(|e| e.path())
@@ -111,19 +108,27 @@ fn every_swept_setting_replays_shared_exactly_as_from_the_start() {
         })
         .collect();
     files.sort();
-    assert!(files.len() > 20, "the shared traces: {}", files.len());
-    for path in files {
-        let name = path
-            .file_name()
-            .expect("name")
-            .to_string_lossy()
-            .to_string();
-        let bytes = std::fs::read(&path).expect("read");
-        let Ok(v) = session::load(&bytes, None) else {
-            // A file the corpus keeps to be refused (its own tests say why).
-            continue;
-        };
-        let (skipped, total) = same_both_ways(&name, &v.trace);
+    files
+        .into_iter()
+        .filter_map(|path| {
+            let name = path.file_name()?.to_string_lossy().to_string();
+            let bytes = std::fs::read(&path).expect("read");
+            let v = session::load(&bytes, None).ok()?;
+            Some((name, v.trace))
+        })
+        .collect()
+}
+
+#[test]
+fn every_swept_setting_replays_shared_exactly_as_from_the_start() {
+    let Some(dir) = traces_dir() else {
+        println!("skipped: ../shared/traces is absent");
+        return;
+    };
+    let traces = shared_traces(&dir, &["", "incoming"]);
+    assert!(traces.len() > 20, "the shared traces: {}", traces.len());
+    for (name, trace) in traces {
+        let (skipped, total) = same_both_ways(&name, &trace);
         println!("{name}: {skipped} of {total} ops shared");
     }
     for spec in ["kvcache:tokens=40", "kvcache:tokens=200"] {
@@ -197,24 +202,7 @@ fn a_split_limit_is_forked_where_a_read_of_it_first_decides_otherwise() {
         return;
     };
     let mut checked = 0;
-    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .expect("traces")
-        .flatten()
-        .map(|e| e.path())
-        .filter(|p| p.to_string_lossy().ends_with(".pickle.gz"))
-        .collect();
-    files.sort();
-    for path in files {
-        let spec = path
-            .file_name()
-            .expect("name")
-            .to_string_lossy()
-            .to_string();
-        let bytes = std::fs::read(&path).expect("read");
-        let Ok(v) = session::load(&bytes, None) else {
-            continue;
-        };
-        let trace = v.trace;
+    for (spec, trace) in shared_traces(&dir, &[""]) {
         let dt = &trace.devices[0];
         let ops = dt.ops.len();
         let model = PyTorchModel::new(PyTorchConfig::parse("").expect("defaults"), None);
