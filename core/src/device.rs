@@ -115,6 +115,13 @@ impl SimulatedDevice {
         self.following
     }
 
+    /// Whether a `malloc` of `size` bytes would succeed now (`core::prefix` asks before
+    /// a replay's next op).
+    #[must_use]
+    pub fn malloc_fits(&self, size: u64) -> bool {
+        self.fits(size.div_ceil(SYNTH_ALIGN) * SYNTH_ALIGN)
+    }
+
     fn fits(&self, size: u64) -> bool {
         let limit = self
             .capacity_bytes

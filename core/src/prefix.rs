@@ -18,7 +18,11 @@
 //!   carries them.
 //!
 //! [`PyTorchModel::peek_malloc`] says what the malloc of the next op would find, without
-//! changing anything. `roundup_power2_divisions` (read by `round_size` on every request)
+//! changing anything; where a setting could act there, every read of it in that malloc is
+//! compared with the watched replay's before it runs (`decides_otherwise`: the oversize
+//! rules, `should_split`, the collection, and the release of available blocks where the
+//! first `cudaMalloc` may fail), and the setting is forked only where one decides
+//! otherwise. `roundup_power2_divisions` (read by `round_size` on every request)
 //! and `expandable_segments` (from the first segment) are never forked across: the
 //! settings are grouped by them, each group a tree — its root (no split limit, no
 //! collection) replayed whole, each split limit forked from it, each threshold forked
@@ -99,16 +103,46 @@ fn earliest(node: &PyTorchConfig, t: &Target, limit: Option<u64>) -> Trigger {
     )
 }
 
-/// Whether a setting watched with trigger `t` can act in the malloc `peek` sees, with
-/// blocks of at most `largest` bytes and `reserved` bytes reserved: the split limit where
-/// the request rounds to it, the block found is of it, or no block is taken (the release
-/// of blocks of the limit or more may follow); the threshold where no block is taken and
-/// reserved memory is above it (garbage collection runs).
-fn acts(t: Trigger, peek: &MallocPeek, largest: u64, reserved: u64) -> bool {
-    let split = peek.rounded >= t.split
-        || peek.found.is_some_and(|b| b >= t.split)
-        || (!peek.taken && largest >= t.split);
-    split || (!peek.taken && reserved > t.reserved_above)
+/// What the next malloc of the replay of a node meets, read before it runs.
+struct Next<'a> {
+    model: &'a PyTorchModel,
+    req: &'a AllocRequest,
+    peek: MallocPeek,
+    /// `alloc_block`'s first try certainly gets a segment (where no block is taken).
+    fits: bool,
+    /// Reserved memory before the malloc.
+    reserved: u64,
+    limit: Option<u64>,
+}
+
+/// Whether `cfg` decides the malloc `n` sees otherwise than `node` does, every read of
+/// the two settings in it compared (malloc.rs, blocks.rs, release.rs, gc.rs):
+/// `get_free_block`'s oversize rules on the block found, `should_split`'s `size <
+/// max_split_size` (on the block found or the new segment), and where no block is taken,
+/// the collection (reserved memory above `cfg`'s threshold) and, where the new segment
+/// may not be had, `release_available_cached_blocks` (which, where it releases nothing
+/// under either limit, answers as without one).
+fn decides_otherwise(node: &PyTorchConfig, cfg: &PyTorchConfig, n: &Next<'_>) -> bool {
+    let t = trigger(node, cfg, n.limit);
+    let p = &n.peek;
+    if t.split != u64::MAX {
+        let (m, m0) = (cfg.max_split_size_bytes, node.max_split_size_bytes);
+        if p.found.is_some_and(|b| {
+            n.model.oversize_refuses(p.rounded, b, m) != n.model.oversize_refuses(p.rounded, b, m0)
+        }) || (p.rounded < m) != (p.rounded < m0)
+            || (!p.taken
+                && !n.fits
+                && (n.model.peek_releases(n.req, m) || n.model.peek_releases(n.req, m0)))
+        {
+            return true;
+        }
+    }
+    !p.taken && n.reserved > t.reserved_above
+}
+
+/// Whether `t` or any setting under it decides the malloc `n` sees otherwise than `node`.
+fn acts(node: &PyTorchConfig, t: &Target, n: &Next<'_>) -> bool {
+    decides_otherwise(node, &t.cfg, n) || t.children.iter().any(|c| acts(node, c, n))
 }
 
 /// Replays `specs` on device `device` of `trace` at `capacity` with `opts`, sharing
@@ -330,12 +364,38 @@ fn drive(
                     pool,
                 };
                 let peek = run.model().peek_malloc(&req);
+                let next = Next {
+                    model: run.model(),
+                    req: &req,
+                    peek,
+                    fits: peek.taken || run.model().first_segment_fits(peek.rounded, run.device()),
+                    reserved,
+                    limit,
+                };
                 let mut i = 0;
                 while i < pending.len() {
-                    if acts(pending[i].1, &peek, largest, reserved) {
+                    if decides_otherwise(&node.cfg, &pending[i].0.cfg, &next) {
                         let (child, _) = pending.swap_remove(i);
                         fork(dt, k, &run, child, limit, largest, done);
+                        continue;
+                    }
+                    // A setting under it that acts here (a threshold) has decided as
+                    // this replay so far, its split limit too: it leaves its node,
+                    // forked alone from here, and the node is watched on.
+                    let c = &mut pending[i].0;
+                    let mut j = 0;
+                    while j < c.children.len() {
+                        if acts(&node.cfg, &c.children[j], &next) {
+                            let g = c.children.swap_remove(j);
+                            fork(dt, k, &run, g, limit, largest, done);
+                        } else {
+                            j += 1;
+                        }
+                    }
+                    if c.index.is_none() && c.children.is_empty() {
+                        pending.swap_remove(i);
                     } else {
+                        pending[i].1 = earliest(&node.cfg, &pending[i].0, limit);
                         i += 1;
                     }
                 }

@@ -684,6 +684,12 @@ impl<'m, M: Allocator + ?Sized> ReplayRun<'m, M> {
         self.model
     }
 
+    /// The simulated device the model's segments are on.
+    #[must_use]
+    pub fn device(&self) -> &SimulatedDevice {
+        &self.device
+    }
+
     /// What the model did in the last op pushed.
     #[must_use]
     pub fn last_events(&self) -> &[ModelEvent] {

@@ -95,13 +95,10 @@ fn same_both_ways(name: &str, trace: &Trace) -> (u64, u64) {
     (skipped, total)
 }
 
-#[test]
-fn every_swept_setting_replays_shared_exactly_as_from_the_start() {
-    let Some(dir) = traces_dir() else {
-        println!("skipped: ../shared/traces is absent");
-        return;
-    };
-    let mut files: Vec<PathBuf> = ["", "incoming"]
+/// The traces of `dir`'s folders `subs` that load, by file name, in name order (a file
+/// the corpus keeps to be refused is left out: its own tests say why).
+fn shared_traces(dir: &std::path::Path, subs: &[&str]) -> Vec<(String, Trace)> {
+    let mut files: Vec<PathBuf> = subs
         .iter()
         .flat_map(|sub| std::fs::read_dir(dir.join(sub)).expect("traces").flatten())
         .map(|e| e.path())
@@ -111,19 +108,27 @@ fn every_swept_setting_replays_shared_exactly_as_from_the_start() {
         })
         .collect();
     files.sort();
-    assert!(files.len() > 20, "the shared traces: {}", files.len());
-    for path in files {
-        let name = path
-            .file_name()
-            .expect("name")
-            .to_string_lossy()
-            .to_string();
-        let bytes = std::fs::read(&path).expect("read");
-        let Ok(v) = session::load(&bytes, None) else {
-            // A file the corpus keeps to be refused (its own tests say why).
-            continue;
-        };
-        let (skipped, total) = same_both_ways(&name, &v.trace);
+    files
+        .into_iter()
+        .filter_map(|path| {
+            let name = path.file_name()?.to_string_lossy().to_string();
+            let bytes = std::fs::read(&path).expect("read");
+            let v = session::load(&bytes, None).ok()?;
+            Some((name, v.trace))
+        })
+        .collect()
+}
+
+#[test]
+fn every_swept_setting_replays_shared_exactly_as_from_the_start() {
+    let Some(dir) = traces_dir() else {
+        println!("skipped: ../shared/traces is absent");
+        return;
+    };
+    let traces = shared_traces(&dir, &["", "incoming"]);
+    assert!(traces.len() > 20, "the shared traces: {}", traces.len());
+    for (name, trace) in traces {
+        let (skipped, total) = same_both_ways(&name, &trace);
         println!("{name}: {skipped} of {total} ops shared");
     }
     for spec in ["kvcache:tokens=40", "kvcache:tokens=200"] {
@@ -179,5 +184,97 @@ fn fork_points() {
         "{} candidates, {ops} ops each: {:.1}% of the ops skipped; shared replays took {took:?}",
         specs.len(),
         skipped as f64 * 100.0 / (ops * specs.len()) as f64
+    );
+}
+
+/// Where a setting is forked, against the reads of the split limit the model makes: a
+/// limit M' that a request's rounded size reaches (`should_split` compares it: `size <
+/// M'` is false there, true without a limit) is forked no later than the first such
+/// malloc — the replay of it is not skipped — while a limit above every request and every
+/// segment the trace makes (no read of it can decide otherwise) is never forked: its
+/// result is the defaults' replay under its own name, forked at the end.
+#[test]
+fn a_split_limit_is_forked_where_a_read_of_it_first_decides_otherwise() {
+    use allocsim_core::models::pytorch::{PyTorchConfig, PyTorchModel};
+    use allocsim_core::trace::OpKind;
+    let Some(dir) = traces_dir() else {
+        println!("skipped: ../shared/traces is absent");
+        return;
+    };
+    let mut checked = 0;
+    for (spec, trace) in shared_traces(&dir, &[""]) {
+        let dt = &trace.devices[0];
+        let ops = dt.ops.len();
+        let model = PyTorchModel::new(PyTorchConfig::parse("").expect("defaults"), None);
+        let rounded: Vec<(usize, u64)> = dt
+            .ops
+            .iter()
+            .enumerate()
+            .filter_map(|(k, op)| match op.kind {
+                OpKind::Alloc { size_bytes, .. } => Some((k, model.round_size(size_bytes))),
+                _ => None,
+            })
+            .collect();
+        let free = session::replay_device(
+            &trace,
+            0,
+            &ModelSpec::parse("pytorch@").expect("spec"),
+            None,
+            whatif::summary_options(),
+        )
+        .expect("replays");
+        let biggest = rounded.iter().map(|&(_, r)| r).max().expect("allocs");
+        let reached_mb = biggest >> 20;
+        // PyTorch takes no limit under 20 MiB.
+        if reached_mb < 20 {
+            continue;
+        }
+        checked += 1;
+        let first_reaching = rounded
+            .iter()
+            .find(|&&(_, r)| r >= reached_mb << 20)
+            .map(|&(k, _)| k)
+            .expect("a request reaches it");
+        let above_mb = free.peak_reserved_bytes.max(biggest) / (1 << 20) + 1;
+        let specs: Vec<ModelSpec> = [
+            "pytorch@".to_string(),
+            format!("pytorch@max_split_size_mb:{reached_mb}"),
+            format!("pytorch@max_split_size_mb:{above_mb}"),
+        ]
+        .iter()
+        .map(|s| ModelSpec::parse(s).expect("spec"))
+        .collect();
+        let mut at = vec![None; specs.len()];
+        prefix::replay_sharing(
+            &trace,
+            0,
+            &specs,
+            None,
+            whatif::summary_options(),
+            &mut |i, a, r| {
+                let want =
+                    session::replay_device(&trace, 0, &specs[i], None, whatif::summary_options())
+                        .expect("replays");
+                assert_eq!(format!("{:?}", r.expect("replays")), format!("{want:?}"));
+                at[i] = Some(a);
+            },
+        )
+        .expect("shares");
+        assert_eq!(at[0], Some(Some(0)), "{spec}: the root is replayed whole");
+        let reached = at[1].flatten().expect("forked");
+        assert!(
+            reached <= first_reaching,
+            "{spec}: max_split_size_mb:{reached_mb} forked at op {reached}, after op \
+             {first_reaching} whose request rounds to it"
+        );
+        assert_eq!(
+            at[2],
+            Some(Some(ops)),
+            "{spec}: max_split_size_mb:{above_mb} decides nothing otherwise"
+        );
+    }
+    assert!(
+        checked >= 2,
+        "traces with a request of 20 MiB or more: {checked}"
     );
 }

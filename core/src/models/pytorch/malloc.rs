@@ -5,7 +5,7 @@
 
 use super::free_index::FreePos;
 use super::{Block, DEFAULT_LARGE, DEFAULT_SMALL, NIL, PyTorchModel, SMALL_SIZE_BYTES, Segment};
-use crate::device::Device;
+use crate::device::{Device, SimulatedDevice};
 use crate::models::common::rounding::MAX_REQUEST_BYTES;
 use crate::models::{AllocRequest, ModelEvent, OomInfo};
 use crate::snapshot::Action;
@@ -36,7 +36,7 @@ impl PyTorchModel {
         // (`core::prefix`).
         self.pools[pool as usize].get_free_blocks_call_count += 1;
         let (bsize, idx, at) = self.best_free_block(pool, stream, size)?;
-        if self.oversize_refuses(size, bsize) {
+        if self.oversize_refuses(size, bsize, self.cfg.max_split_size_bytes) {
             return None;
         }
         // Still in the pool: `alloc_found_block` takes it out (or moves its entry to the
@@ -46,9 +46,10 @@ impl PyTorchModel {
 
     /// `get_free_block`'s oversize rules: a block of `max_split_size` or more is not
     /// taken for a smaller request, nor for a larger one if it would leave
-    /// `max_non_split_rounding` or more unused.
-    fn oversize_refuses(&self, size: u64, bsize: u64) -> bool {
-        let m = self.cfg.max_split_size_bytes;
+    /// `max_non_split_rounding` or more unused. `m`: the `max_split_size` in bytes (the
+    /// model's own, or another one `core::prefix` compares it with).
+    #[must_use]
+    pub fn oversize_refuses(&self, size: u64, bsize: u64, m: u64) -> bool {
         (size < m && bsize >= m)
             || (size >= m && bsize >= size.saturating_add(self.cfg.max_non_split_rounding_bytes))
     }
@@ -104,23 +105,60 @@ impl PyTorchModel {
     #[must_use]
     pub fn peek_malloc(&self, req: &AllocRequest) -> MallocPeek {
         let rounded = self.round_size(req.size_bytes);
-        let small = rounded <= SMALL_SIZE_BYTES;
-        let pool = if req.pool.is_private() {
-            self.private
-                .get(&req.pool)
-                .map(|p| if small { p.small } else { p.large })
-        } else {
-            Some(if small { DEFAULT_SMALL } else { DEFAULT_LARGE })
-        };
-        let found = pool
+        let found = self
+            .peek_pool(req, rounded)
             .and_then(|p| self.best_free_block(p, req.stream, rounded))
             .map(|(bsize, _, _)| bsize);
-        let taken = found.is_some_and(|bsize| !self.oversize_refuses(rounded, bsize));
+        let taken = found.is_some_and(|bsize| {
+            !self.oversize_refuses(rounded, bsize, self.cfg.max_split_size_bytes)
+        });
         MallocPeek {
             rounded,
             found,
             taken,
         }
+    }
+
+    /// Whether `alloc_block`'s first try for a request rounded to `rounded` certainly
+    /// gets a new segment on `dev` (false: it may fail, and the release-and-retry ladder,
+    /// which reads `max_split_size`, may follow). Expandable segments: never certain.
+    /// Changes nothing (`core::prefix`).
+    #[must_use]
+    pub fn first_segment_fits(&self, rounded: u64, dev: &SimulatedDevice) -> bool {
+        let alloc_size = self.allocation_size(rounded);
+        !self.cfg.expandable_segments
+            && self
+                .limit_bytes
+                .is_none_or(|l| self.reserved_bytes + alloc_size <= l)
+            && !(self.cfg.throw_on_cudamalloc_oom
+                && self.reserved_bytes + alloc_size > self.rejection_limit_bytes())
+            && dev.malloc_fits(alloc_size)
+    }
+
+    /// The pool a malloc of `req` rounded to `rounded` searches, where it exists yet.
+    fn peek_pool(&self, req: &AllocRequest, rounded: u64) -> Option<u32> {
+        let small = rounded <= SMALL_SIZE_BYTES;
+        if req.pool.is_private() {
+            self.private
+                .get(&req.pool)
+                .map(|p| if small { p.small } else { p.large })
+        } else {
+            Some(if small { DEFAULT_SMALL } else { DEFAULT_LARGE })
+        }
+    }
+
+    /// Whether `release_available_cached_blocks`, run now for `req` under the split
+    /// limit `m`, would release a block (none: it answers as without a limit). Changes
+    /// nothing (`core::prefix`).
+    #[must_use]
+    pub fn peek_releases(&self, req: &AllocRequest, m: u64) -> bool {
+        let rounded = self.round_size(req.size_bytes);
+        self.peek_pool(req, rounded).is_some_and(|p| {
+            !self
+                .available_release(p, req.stream, rounded, m)
+                .0
+                .is_empty()
+        })
     }
 
     /// `alloc_block` (§5.5): a new segment (or mapped pages) for the request.

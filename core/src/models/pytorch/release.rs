@@ -122,40 +122,54 @@ impl PyTorchModel {
         size: u64,
         out: &mut Vec<ModelEvent>,
     ) -> bool {
-        let m = self.cfg.max_split_size_bytes;
+        let (blocks, enough) =
+            self.available_release(pool, stream, size, self.cfg.max_split_size_bytes);
+        for v in blocks {
+            self.release_block(dev, v, out);
+        }
+        enough
+    }
+
+    /// What `release_available_cached_blocks` releases for a request of `size` in `pool`
+    /// on `stream` under the split limit `m` (the model's own, or one `core::prefix`
+    /// compares it with), and whether it answers that enough was released. Changes
+    /// nothing.
+    pub(super) fn available_release(
+        &self,
+        pool: u32,
+        stream: u64,
+        size: u64,
+        m: u64,
+    ) -> (Vec<u32>, bool) {
         if m == u64::MAX {
-            return false;
+            return (Vec::new(), false);
         }
         let key_size = size.max(m);
         // Only a block that is a whole segment can be released. PyTorch never splits a
         // block of max_split_size or more, so it checks only for expandable segments; a
         // start state rebuilt from a hostile or inconsistent snapshot can hold such a
         // split block, and releasing it would free part of a segment.
-        let releasable = |m: &PyTorchModel, v: u32| !m.is_expandable(v) && !m.is_split(v);
+        let releasable = |v: u32| !self.is_expandable(v) && !self.is_split(v);
         let p = &self.pools[pool as usize];
-        let at = p.blocks.at_least(stream, key_size).next();
-        if let Some((_, _, v)) = at
-            && releasable(self, v)
+        if let Some((_, _, v)) = p.blocks.at_least(stream, key_size).next()
+            && releasable(v)
         {
-            self.release_block(dev, v, out);
-            return true;
+            return (vec![v], true);
         }
-        let below: Vec<(u64, u32)> = p
-            .blocks
-            .below_size_rev(stream, key_size)
-            .map(|(s, _, v)| (s, v))
-            .collect();
+        // Releasing one whole segment changes neither another block's segment nor the
+        // list taken before the first release.
+        let mut blocks = Vec::new();
         let mut released = 0;
-        for (size, v) in below {
+        for (size, _, v) in p.blocks.below_size_rev(stream, key_size) {
             if released >= key_size || size < m {
                 break;
             }
-            if releasable(self, v) {
+            if releasable(v) {
                 released += size;
-                self.release_block(dev, v, out);
+                blocks.push(v);
             }
         }
-        released >= key_size
+        (blocks, released >= key_size)
     }
 
     /// `free`: a block the program frees, at once or (`deferred`) once its streams' events
