@@ -35,8 +35,8 @@ pub const RANK_WORKER: &str = "allocsim-rank";
 pub const WAKE_AFTER_MS: u64 = 500;
 
 /// How soon an answer of a batch the host waits on wakes the page, but for the last one
-/// (at once): the sweep's progress, a frame every 2 s (each costs SwiftShader 0.15–0.3 s
-/// of the cores the replays run on).
+/// (at once): the sweep's progress, a frame every 2 s (each costs a software rasterizer
+/// 0.15–0.3 s of the cores the replays run on).
 pub const AWAITED_WAKE_AFTER_MS: u64 = 2000;
 
 /// The jobs of the host's own [`Request::ShareTrace`]s: above any the UI numbers, and
