@@ -392,21 +392,27 @@ fn cancel_terminates_every_search_worker_and_the_other_searches_go_on_in_a_fresh
     assert!(replayed < 20, "{replayed} messages for over 100 replays");
 }
 
-#[test]
-fn the_answers_a_sweep_waits_on_wake_the_page_at_once_and_no_other() {
-    let mut fake = Fake::default();
-    let mut host = Host::new(&mut fake, 2);
-    let mut engine = Engine::new();
+/// A small workload loaded in `engine` (the engine's worker) and swept on the host's
+/// search workers, to its answer.
+fn sweep_a_workload(host: &mut Host<&mut Fake>, engine: &mut Engine) {
     route(
-        &mut host,
-        &mut engine,
+        host,
+        engine,
         Request::Workload {
             job: 1,
             spec: "kvcache:tokens=200".into(),
         },
     );
-    start_what_if(&mut host, &mut engine, 2);
-    poll_until(&mut host, 400, |r| matches!(r, Response::WhatIf { .. }));
+    start_what_if(host, engine, 2);
+    poll_until(host, 400, |r| matches!(r, Response::WhatIf { .. }));
+}
+
+#[test]
+fn the_answers_a_sweep_waits_on_wake_the_page_at_once_and_no_other() {
+    let mut fake = Fake::default();
+    let mut host = Host::new(&mut fake, 2);
+    let mut engine = Engine::new();
+    sweep_a_workload(&mut host, &mut engine);
     drop(host);
     let woke: Vec<&String> = fake.log.iter().filter(|e| e.2).map(|e| &e.1).collect();
     assert!(woke[0].starts_with("SweepSizes"), "{:?}", fake.log);
@@ -461,16 +467,7 @@ fn a_file_the_engine_opens_itself_is_opened_by_the_next_search_worker_too() {
     let mut fake = Fake::default();
     let mut host = Host::new(&mut fake, 2);
     let mut engine = Engine::new();
-    route(
-        &mut host,
-        &mut engine,
-        Request::Workload {
-            job: 1,
-            spec: "kvcache:tokens=200".into(),
-        },
-    );
-    start_what_if(&mut host, &mut engine, 2);
-    poll_until(&mut host, 400, |r| matches!(r, Response::WhatIf { .. }));
+    sweep_a_workload(&mut host, &mut engine);
     // A dropped file: the engine's worker reads it itself (no request passes the host);
     // the open is what a search worker must run first from now on. Here the fake's
     // workers read it as the load of the same bytes.
