@@ -40,7 +40,12 @@ pub fn more_fragmented(a: &ModelStats, b: &ModelStats) -> bool {
     if db == 0 {
         return na > 0;
     }
-    u128::from(na) * u128::from(db) > u128::from(nb) * u128::from(da)
+    // In u64 where neither product overflows (wasm has no 64 × 64 → 128 multiply: a
+    // call per product), else in u128: the same comparison.
+    match (na.checked_mul(db), nb.checked_mul(da)) {
+        (Some(l), Some(r)) => l > r,
+        _ => u128::from(na) * u128::from(db) > u128::from(nb) * u128::from(da),
+    }
 }
 
 /// Internal waste: bytes of live blocks beyond what their requests asked for (rounding
@@ -414,6 +419,33 @@ mod tests {
         }
         assert!(float_max > 0.99);
         assert_eq!(fragmentation(&best).to_bits(), float_max.to_bits());
+    }
+
+    #[test]
+    fn the_u64_shortcut_compares_as_the_u128_products_do() {
+        let mut next = xorshift(0x51_7CC1_B727_220A);
+        let stats = |r: u64, a: u64, l: u64| ModelStats {
+            reserved_bytes: r,
+            allocated_bytes: a,
+            largest_free_bytes: l,
+            ..ModelStats::default()
+        };
+        for k in 0..200_000u32 {
+            // Byte counts of every width, so both sides overflow u64 or not in turn.
+            let mut v = || next() >> (next() % 64);
+            let (a, b) = (stats(v(), v(), v()), stats(v(), v(), v()));
+            let (a, b) = if k % 7 == 0 { (a, a) } else { (a, b) };
+            let ratio = |s: &ModelStats| {
+                let free = free_bytes(s);
+                (
+                    u128::from(free - s.largest_free_bytes.min(free)),
+                    u128::from(free),
+                )
+            };
+            let ((na, da), (nb, db)) = (ratio(&a), ratio(&b));
+            let want = da != 0 && (if db == 0 { na > 0 } else { na * db > nb * da });
+            assert_eq!(more_fragmented(&a, &b), want, "{a:?} against {b:?}");
+        }
     }
 
     #[test]

@@ -21,7 +21,7 @@
 import { writeFileSync, mkdirSync, readFileSync, readdirSync } from "node:fs";
 import { execFileSync } from "node:child_process";
 import { join, basename, dirname } from "node:path";
-import { arg, launch, waitFrame, markTime } from "./lib.mjs";
+import { arg, launch, waitFrame, markTime, threadCpu, cpuBetween } from "./lib.mjs";
 
 const url = arg("--url");
 const traces = arg("--traces");
@@ -130,11 +130,18 @@ async function recommendOnce(dir, name, cap, workers) {
   // 20 ms of polling).
   const search = () => page.evaluate(() => document.body.getAttribute("data-allocsim-search"));
   let cpuStart = null;
+  let threadsStart = null;
   for (let t = 0; t < 600000 && !["done", "failed"].includes(await search()); t += 20) {
-    if (cpuStart === null && (await search()) === "running") cpuStart = browserCpu(s.profile);
+    if (cpuStart === null && (await search()) === "running") {
+      cpuStart = browserCpu(s.profile);
+      threadsStart = threadCpu(s.profile);
+    }
     await sleep(20);
   }
   if (cpuStart !== null) r.cpu_s = Number((browserCpu(s.profile) - cpuStart).toFixed(2));
+  // Where that CPU went: the page's thread, the workers (the engine's and the search
+  // workers: one name), SwiftShader's and the compositor's threads.
+  if (threadsStart !== null) r.cpu_by_thread = cpuBetween(threadsStart, threadCpu(s.profile));
   const state = await page.evaluate(() => document.body.getAttribute("data-allocsim-search"));
   if (state !== "done") throw new Error(`What would fit? on ${name} ended ${state}`);
   const running = await markTime(page, "data-allocsim-search", 0, "v === 'running'");
@@ -202,7 +209,7 @@ for (const [dir, name, cap] of targets) {
     for (const k of sweepPools.length > 0 ? sweepPools : [null]) {
       const r = await recommendOnce(dir, name, cap, k);
       row.runs.push(r);
-      log(`${name} under ${cap}, ?workers=${r.workers}, run ${i + 1}: What would fit? ${r.sweep_ms} ms in the browser, of which ${r.read_ms} ms before the replays (the search workers reading the trace), ${r.cpu_s} CPU s in the browser, search workers ${r.search_workers} (load ${r.load_average} → ${r.load_average_after})`);
+      log(`${name} under ${cap}, ?workers=${r.workers}, run ${i + 1}: What would fit? ${r.sweep_ms} ms in the browser, of which ${r.read_ms} ms before the replays (the search workers reading the trace), ${r.cpu_s} CPU s in the browser, search workers ${r.search_workers}, CPU s by thread ${JSON.stringify(r.cpu_by_thread)} (load ${r.load_average} → ${r.load_average_after})`);
     }
   }
   row.best_by_workers = {};

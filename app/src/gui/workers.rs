@@ -34,6 +34,11 @@ pub const RANK_WORKER: &str = "allocsim-rank";
 /// workers answer, not one per answer.
 pub const WAKE_AFTER_MS: u64 = 500;
 
+/// How soon an answer of a batch the host waits on wakes the page, but for the last one
+/// (at once): the sweep's progress, a frame every 2 s (each costs a software rasterizer
+/// 0.15–0.3 s of the cores the replays run on).
+pub const AWAITED_WAKE_AFTER_MS: u64 = 2000;
+
 /// The jobs of the host's own [`Request::ShareTrace`]s: above any the UI numbers, and
 /// exact as a JS number (the engine's worker posts the job beside the trace as one).
 pub const SHARE_JOBS: u64 = 1 << 50;
@@ -67,6 +72,38 @@ pub trait Workers {
     fn terminate(&mut self, w: WorkerId);
     /// The answers that arrived since the last call, each with its worker.
     fn take(&mut self) -> Vec<(WorkerId, Response)>;
+    /// The host waits on the next `answers` answers before it can act (hand out a batch,
+    /// or answer): the last of them wakes the page at once, not [`WAKE_AFTER_MS`] later.
+    fn awaiting(&mut self, answers: usize) {
+        let _ = answers;
+    }
+}
+
+/// Counts down the answers the host waits on ([`Workers::awaiting`]) as they arrive.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Awaited(usize);
+
+impl Awaited {
+    #[must_use]
+    pub fn new(answers: usize) -> Awaited {
+        Awaited(answers)
+    }
+
+    /// An answer arrived: how soon it wakes the page (ms): at once for the last one
+    /// waited on, [`AWAITED_WAKE_AFTER_MS`] before it, [`WAKE_AFTER_MS`] when none is.
+    pub fn arrived(&mut self) -> u64 {
+        match self.0 {
+            0 => WAKE_AFTER_MS,
+            1 => {
+                self.0 = 0;
+                0
+            }
+            n => {
+                self.0 = n - 1;
+                AWAITED_WAKE_AFTER_MS
+            }
+        }
+    }
 }
 
 /// What the workers did, for the page's markers.
@@ -455,7 +492,11 @@ impl<W: Workers> Host<W> {
             return Some(());
         };
         match self.search_worker() {
-            Ok(w) => self.workers.post(w, &msg),
+            Ok(w) => {
+                self.workers.post(w, &msg);
+                // The plan: the replays start once it is here.
+                self.workers.awaiting(1);
+            }
             Err(e) => {
                 log::warn!("cannot start a search worker ({e}): the engine runs it");
                 return Some(());
@@ -603,6 +644,8 @@ impl<W: Workers> Host<W> {
         for (w, share) in workers.iter().zip(shares) {
             self.post_share(&mut run, *w, share);
         }
+        // One answer per replay; the last one hands out the next batch or the answer.
+        self.workers.awaiting(run.batch.len());
         self.keep_sweep(run);
     }
 
@@ -839,7 +882,7 @@ fn failure(file: &str, rank: u32, error: String) -> RankOutcome {
 pub mod web {
     //! [`Workers`] as Web Workers running the page's wasm (`worker.js`).
 
-    use std::cell::RefCell;
+    use std::cell::{Cell, RefCell};
     use std::collections::BTreeMap;
     use std::rc::Rc;
 
@@ -861,6 +904,7 @@ pub mod web {
         live: BTreeMap<WorkerId, Live>,
         inbox: Inbox,
         next: WorkerId,
+        awaited: Rc<Cell<super::Awaited>>,
     }
 
     impl WebWorkers {
@@ -871,6 +915,7 @@ pub mod web {
                 live: BTreeMap::new(),
                 inbox: Rc::default(),
                 next: 0,
+                awaited: Rc::default(),
             }
         }
     }
@@ -892,13 +937,13 @@ pub mod web {
                 .map_err(|e| format!("{e:?}"))?;
             self.next += 1;
             let id = self.next;
-            let (sink, ctx) = (self.inbox.clone(), self.ctx.clone());
+            let (sink, ctx, awaited) = (self.inbox.clone(), self.ctx.clone(), self.awaited.clone());
             let on_message = Closure::<dyn FnMut(web_sys::MessageEvent)>::new(
                 move |e: web_sys::MessageEvent| {
                     sink.borrow_mut().push((id, e.data()));
-                    ctx.request_repaint_after(std::time::Duration::from_millis(
-                        super::WAKE_AFTER_MS,
-                    ));
+                    let mut a = awaited.get();
+                    ctx.request_repaint_after(std::time::Duration::from_millis(a.arrived()));
+                    awaited.set(a);
                 },
             );
             worker.set_onmessage(Some(on_message.as_ref().unchecked_ref()));
@@ -922,6 +967,10 @@ pub mod web {
                 worker.terminate();
             }
             self.inbox.borrow_mut().retain(|(from, _)| *from != w);
+        }
+
+        fn awaiting(&mut self, answers: usize) {
+            self.awaited.set(super::Awaited::new(answers));
         }
 
         fn take(&mut self) -> Vec<(WorkerId, Response)> {

@@ -4,7 +4,7 @@
 
 use std::collections::{BTreeMap, VecDeque};
 
-use super::{Host, WorkerId, Workers, pool_size};
+use super::{Awaited, Host, WorkerId, Workers, pool_size};
 use crate::engine::Engine;
 use crate::engine::multi::ranks_of;
 use crate::engine::wire::{self, NamedBytes, Request, Response};
@@ -17,6 +17,11 @@ struct Fake {
     terminated: Vec<WorkerId>,
     /// Requests each worker ran.
     ran: BTreeMap<WorkerId, Vec<String>>,
+    /// The answers the host waits on ([`Workers::awaiting`]).
+    awaited: Awaited,
+    /// The sweeps' replays posted (`true`) and the answers as they came, each with
+    /// whether it would wake the page at once.
+    log: Vec<(bool, String, bool)>,
 }
 
 impl Workers for &mut Fake {
@@ -35,6 +40,10 @@ impl Workers for &mut Fake {
     }
 
     fn post(&mut self, w: WorkerId, msg: &Vec<u8>) {
+        if let Ok(Request::SweepReplays { indices, .. }) = wire::decode(msg) {
+            self.log
+                .push((true, format!("{} replays", indices.len()), false));
+        }
         self.live
             .get_mut(&w)
             .expect("a live worker")
@@ -45,6 +54,10 @@ impl Workers for &mut Fake {
     fn terminate(&mut self, w: WorkerId) {
         assert!(self.live.remove(&w).is_some(), "worker {w} ended twice");
         self.terminated.push(w);
+    }
+
+    fn awaiting(&mut self, answers: usize) {
+        self.awaited = Awaited::new(answers);
     }
 
     fn take(&mut self) -> Vec<(WorkerId, Response)> {
@@ -58,6 +71,8 @@ impl Workers for &mut Fake {
             self.ran.entry(*w).or_default().push(name);
             let mut emit = |r: Response| {
                 let bytes = wire::encode(&r).expect("encodes");
+                let name = format!("{r:?}").chars().take(16).collect();
+                self.log.push((false, name, self.awaited.arrived() == 0));
                 out.push((*w, wire::decode(&bytes).expect("decodes")));
             };
             if *search {
@@ -377,21 +392,82 @@ fn cancel_terminates_every_search_worker_and_the_other_searches_go_on_in_a_fresh
     assert!(replayed < 20, "{replayed} messages for over 100 replays");
 }
 
-#[test]
-fn a_file_the_engine_opens_itself_is_opened_by_the_next_search_worker_too() {
-    let mut fake = Fake::default();
-    let mut host = Host::new(&mut fake, 2);
-    let mut engine = Engine::new();
+/// A small workload loaded in `engine` (the engine's worker) and swept on the host's
+/// search workers, to its answer.
+fn sweep_a_workload(host: &mut Host<&mut Fake>, engine: &mut Engine) {
     route(
-        &mut host,
-        &mut engine,
+        host,
+        engine,
         Request::Workload {
             job: 1,
             spec: "kvcache:tokens=200".into(),
         },
     );
-    start_what_if(&mut host, &mut engine, 2);
-    poll_until(&mut host, 400, |r| matches!(r, Response::WhatIf { .. }));
+    start_what_if(host, engine, 2);
+    poll_until(host, 400, |r| matches!(r, Response::WhatIf { .. }));
+}
+
+#[test]
+fn the_answers_a_sweep_waits_on_wake_the_page_at_once_and_no_other() {
+    let mut fake = Fake::default();
+    let mut host = Host::new(&mut fake, 2);
+    let mut engine = Engine::new();
+    sweep_a_workload(&mut host, &mut engine);
+    drop(host);
+    let woke: Vec<&String> = fake.log.iter().filter(|e| e.2).map(|e| &e.1).collect();
+    assert!(woke[0].starts_with("SweepSizes"), "{:?}", fake.log);
+    // Each batch: its replays posted (a message per worker), then one answer per replay,
+    // the last of which (and only it) wakes the page to hand out the next batch or rank.
+    let mut batches = 0;
+    let mut k = 0;
+    while k < fake.log.len() {
+        if !fake.log[k].0 {
+            k += 1;
+            continue;
+        }
+        let mut posted = 0;
+        while k < fake.log.len() && fake.log[k].0 {
+            posted += fake.log[k]
+                .1
+                .split(' ')
+                .next()
+                .and_then(|n| n.parse::<usize>().ok())
+                .expect("a count");
+            k += 1;
+        }
+        let answers: Vec<&(bool, String, bool)> = fake.log[k..]
+            .iter()
+            .take_while(|e| !e.0)
+            .filter(|e| e.1.starts_with("SweepReplayed"))
+            .collect();
+        assert_eq!(answers.len(), posted, "{:?}", fake.log);
+        let wakes: Vec<bool> = answers.iter().map(|e| e.2).collect();
+        let mut expected = vec![false; posted];
+        expected[posted - 1] = true;
+        assert_eq!(wakes, expected, "batch {batches}: {:?}", fake.log);
+        batches += 1;
+    }
+    assert!(batches >= 1);
+    assert_eq!(woke.len(), 1 + batches, "{:?}", fake.log);
+}
+
+#[test]
+fn an_awaited_count_wakes_on_its_last_answer_only() {
+    let mut a = Awaited::new(3);
+    let (slow, usual) = (super::AWAITED_WAKE_AFTER_MS, super::WAKE_AFTER_MS);
+    assert_eq!(
+        [a.arrived(), a.arrived(), a.arrived(), a.arrived()],
+        [slow, slow, 0, usual]
+    );
+    assert_eq!(Awaited::default().arrived(), usual);
+}
+
+#[test]
+fn a_file_the_engine_opens_itself_is_opened_by_the_next_search_worker_too() {
+    let mut fake = Fake::default();
+    let mut host = Host::new(&mut fake, 2);
+    let mut engine = Engine::new();
+    sweep_a_workload(&mut host, &mut engine);
     // A dropped file: the engine's worker reads it itself (no request passes the host);
     // the open is what a search worker must run first from now on. Here the fake's
     // workers read it as the load of the same bytes.

@@ -1,0 +1,72 @@
+//! `recommend`'s sweep on one thread, the same code natively and in wasm: how much slower
+//! a replay is in wasm (the browser's search workers) than natively, and how the parts
+//! the browser deals to its two search workers ([`prefix::share`]) weigh.
+//!
+//! Natively: `cargo run --release -p allocsim-core --example sweep_bench -- FILE
+//! CAPACITY_BYTES [ROUNDS] [--parts]`. In wasm: `cargo build --release -p allocsim-core
+//! --example sweep_bench --target wasm32-wasip1`, then `node web/tests/wasi-run.mjs
+//! $CARGO_TARGET_DIR/wasm32-wasip1/release/examples/sweep_bench.wasm FILE CAPACITY_BYTES`
+//! (V8, as Chromium runs the page's wasm). Prints the decode and each sweep's time; with
+//! `--parts`, the first batch's parts for two workers, each timed.
+
+use std::time::Instant;
+
+use allocsim_core::prefix;
+use allocsim_core::whatif::{InOrder, Sweep, recommend_with, summary_options};
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let (Some(file), Some(cap)) = (args.get(1), args.get(2)) else {
+        eprintln!("usage: sweep_bench FILE CAPACITY_BYTES [ROUNDS] [--parts]");
+        std::process::exit(2);
+    };
+    let cap: u64 = cap.parse().expect("CAPACITY_BYTES: a number of bytes");
+    let rounds: usize = args
+        .get(3)
+        .filter(|a| *a != "--parts")
+        .map_or(1, |r| r.parse().expect("ROUNDS: a number"));
+    let bytes = std::fs::read(file).expect("cannot read FILE");
+    let t = Instant::now();
+    let v = allocsim_core::session::load(&bytes, Some(cap)).expect("cannot load FILE");
+    drop(bytes);
+    println!("decode and build {:.3} s", t.elapsed().as_secs_f64());
+    if args.iter().any(|a| a == "--parts") {
+        let mut sweep: Sweep = Sweep::new(&v.trace, 0, Some(cap)).expect("a sweep");
+        let specs = sweep.next_batch();
+        let mut per_worker = [0.0f64; 2];
+        for (k, part) in prefix::share(&specs, 2).iter().enumerate() {
+            let mine: Vec<_> = part.iter().map(|&i| specs[i].clone()).collect();
+            let t = Instant::now();
+            prefix::replay_sharing(
+                &v.trace,
+                0,
+                &mine,
+                Some(cap),
+                summary_options(),
+                &mut |_, _, _| {},
+            )
+            .expect("the replays");
+            let s = t.elapsed().as_secs_f64();
+            // Dealt in turn, as the page deals them (app/src/gui/workers.rs).
+            per_worker[k % 2] += s;
+            let root = mine.first().and_then(|m| m.config.clone());
+            println!("part {k}: {} settings, {s:.3} s ({root:?})", part.len());
+        }
+        println!(
+            "dealt in turn, per worker: {:.3} / {:.3} s",
+            per_worker[0], per_worker[1]
+        );
+        return;
+    }
+    for _ in 0..rounds {
+        let t = Instant::now();
+        let r = recommend_with(&v.trace, 0, Some(cap), &InOrder, &mut |_, _| {})
+            .expect("the sweep failed");
+        println!(
+            "sweep {:.3} s: best {:?}, {} replayed",
+            t.elapsed().as_secs_f64(),
+            r.best.config,
+            r.candidates_replayed
+        );
+    }
+}
