@@ -10,7 +10,7 @@
 //! streamed way, which reports as ever.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Condvar, Mutex};
+use std::sync::{Condvar, Mutex, mpsc};
 
 use super::machine::Vm;
 use super::memo::Memo;
@@ -23,8 +23,9 @@ use crate::snapshot::{RawEvent, RawSnapshot};
 /// Reads `buf.len()` bytes of the file at an offset.
 pub type ReadAt<'a> = dyn Fn(u64, &mut [u8]) -> std::io::Result<()> + Sync + 'a;
 
-/// The first pass reads pieces of this many bytes.
+/// The first pass reads pieces of this many bytes, up to [`AHEAD`] of them ahead.
 const PIECE_BYTES: usize = 4 << 20;
+const AHEAD: usize = 4;
 
 /// Decodes the plain pickle file of `len` bytes that `read_at` reads, the second pass on
 /// `plan.threads` threads. `progress(pass, bytes done)` returns false to cancel. `None`:
@@ -41,13 +42,8 @@ pub(crate) fn decode(
     let mut notes = Notes::new(len, plan.batch_step);
     notes.keep_bytes = true;
     scan.notes = Some(Box::new(notes));
-    let mut piece = vec![0u8; PIECE_BYTES];
     let mut carry: Vec<u8> = Vec::new();
-    let mut pos = 0u64;
-    while pos < len {
-        let n = usize::try_from((len - pos).min(PIECE_BYTES as u64)).ok()?;
-        let buf = piece.get_mut(..n)?;
-        read_at(pos, buf).ok()?;
+    let first = read_ahead(read_at, len, &mut |buf, pos| {
         if carry.is_empty() {
             let read = scan.scan(buf, false);
             carry.extend_from_slice(buf.get(read..).unwrap_or(&[]));
@@ -56,13 +52,13 @@ pub(crate) fn decode(
             let read = scan.scan(&carry, false);
             carry.drain(..read.min(carry.len()));
         }
-        pos += n as u64;
-        if !progress(1, pos) {
-            return Some(Err(ImportError::Cancelled));
-        }
+        progress(1, pos)
+    })?;
+    if !first {
+        return Some(Err(ImportError::Cancelled));
     }
     scan.scan(&carry, true);
-    drop((carry, piece));
+    drop(carry);
     let end = match scan.end {
         Some(End::Opcode(at)) => (at + 1).min(len),
         _ => len,
@@ -121,6 +117,50 @@ pub(crate) fn decode(
     let (root, stop_at) = done?;
     let snap = vm.snapshot(root, stop_at).ok()?;
     Some(Ok((snap, chunks.len())))
+}
+
+/// Reads the file in pieces of [`PIECE_BYTES`] on a thread of its own, up to
+/// [`AHEAD`] pieces ahead (the kernel's copy of the file off the first pass's thread),
+/// and hands each to `consume` with the bytes read so far, in order. `None`: a read
+/// failed; `Some(false)`: `consume` stopped it.
+fn read_ahead(
+    read_at: &ReadAt<'_>,
+    len: u64,
+    consume: &mut dyn FnMut(&[u8], u64) -> bool,
+) -> Option<bool> {
+    std::thread::scope(|s| {
+        let (full, pieces) = mpsc::sync_channel::<Option<(Vec<u8>, usize)>>(AHEAD);
+        let (give_back, returned) = mpsc::channel::<Vec<u8>>();
+        s.spawn(move || {
+            let mut pos = 0u64;
+            while pos < len {
+                let n = usize::try_from((len - pos).min(PIECE_BYTES as u64)).unwrap_or(0);
+                let mut buf = returned
+                    .try_recv()
+                    .unwrap_or_else(|_| vec![0; PIECE_BYTES]);
+                let read = buf.get_mut(..n).map(|b| read_at(pos, b));
+                // A send fails once the first pass has stopped: so does this thread.
+                if !matches!(read, Some(Ok(()))) {
+                    let _ = full.send(None);
+                    return;
+                }
+                if full.send(Some((buf, n))).is_err() {
+                    return;
+                }
+                pos += n as u64;
+            }
+        });
+        let mut pos = 0u64;
+        for piece in pieces {
+            let (buf, n) = piece?;
+            pos += n as u64;
+            if !consume(buf.get(..n)?, pos) {
+                return Some(false);
+            }
+            let _ = give_back.send(buf);
+        }
+        (pos == len).then_some(true)
+    })
 }
 
 /// A chunk's result as the serial machine waits for it.
