@@ -95,25 +95,62 @@ fn main() {
         ));
     };
     let (mut recorded, mut full, mut bands, mut all) = (None, None, None, None);
+    // When the next frame is due: the earliest repaint asked for (by the engine's thread,
+    // or by the last frame, e.g. an animation's next step).
+    let wake = std::sync::Arc::new(std::sync::Mutex::new(None::<Instant>));
+    let ask = {
+        let wake = wake.clone();
+        move |at: Instant| {
+            if let Ok(mut w) = wake.lock() {
+                *w = Some(w.map_or(at, |x| x.min(at)));
+            }
+        }
+    };
+    {
+        let ask = ask.clone();
+        ctx.set_request_repaint_callback(move |info| ask(Instant::now() + info.delay));
+    }
     let mut frames = 0u32;
+    let mut last_frame = Instant::now();
+    // Frames drawn before the first full frame, and their time (the UI's share of the
+    // CPU while the engine opens the file).
+    let mut before_full = (0u32, Duration::ZERO);
     // The longest frame and when it began.
     let mut longest = (Duration::ZERO, 0.0);
     // Until every configuration is replayed and the bands are stacked.
     while all.is_none() || bands.is_none() {
-        // As eframe does: a frame when one was asked for (an engine answer, an animation),
-        // at most one per display refresh (60 Hz), else the window sleeps.
-        if !ctx.has_requested_repaint() && frames > 0 {
+        // As eframe does: a frame when one is due (an engine answer at once, an animation
+        // when it asked for its next), at most one per display refresh (60 Hz), else the
+        // window sleeps.
+        let now = Instant::now();
+        let due = wake
+            .lock()
+            .ok()
+            .and_then(|mut w| w.take_if(|at| *at <= now))
+            .is_some();
+        // (A frame every half second regardless: a wake this loop missed cannot stall it.)
+        if !due && frames > 0 && last_frame.elapsed() < Duration::from_millis(500) {
             std::thread::sleep(Duration::from_millis(2));
             continue;
         }
         let f = Instant::now();
+        last_frame = f;
         let began = t.elapsed().as_secs_f64();
         let out = ctx.run_ui(input(), |ui| app.ui(ui));
+        if let Some(v) = out.viewport_output.get(&egui::ViewportId::ROOT)
+            && v.repaint_delay < Duration::MAX
+        {
+            ask(Instant::now() + v.repaint_delay);
+        }
         std::hint::black_box(ctx.tessellate(out.shapes, out.pixels_per_point));
         if f.elapsed() > longest.0 {
             longest = (f.elapsed(), began);
         }
         frames += 1;
+        if full.is_none() {
+            before_full.0 += 1;
+            before_full.1 += f.elapsed();
+        }
         let stage = app
             .progress()
             .map(|(s, _)| s.split(" (").next().unwrap_or(s).to_string());
@@ -188,8 +225,10 @@ fn main() {
     );
     match full {
         Some((d, c)) => println!(
-            "first full frame (the whole trace's timeline + the memory map at an event, main replay): {:.2} s, CPU {c:.2} s in all threads",
-            d.as_secs_f64()
+            "first full frame (the whole trace's timeline + the memory map at an event, main replay): {:.2} s, CPU {c:.2} s in all threads; {} frames before it, {:.2} s of frame time",
+            d.as_secs_f64(),
+            before_full.0,
+            before_full.1.as_secs_f64()
         ),
         None => println!("first full frame: not seen"),
     }

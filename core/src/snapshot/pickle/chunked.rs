@@ -135,9 +135,7 @@ fn read_ahead(
             let mut pos = 0u64;
             while pos < len {
                 let n = usize::try_from((len - pos).min(PIECE_BYTES as u64)).unwrap_or(0);
-                let mut buf = returned
-                    .try_recv()
-                    .unwrap_or_else(|_| vec![0; PIECE_BYTES]);
+                let mut buf = returned.try_recv().unwrap_or_else(|_| vec![0; PIECE_BYTES]);
                 let read = buf.get_mut(..n).map(|b| read_at(pos, b));
                 // A send fails once the first pass has stopped: so does this thread.
                 if !matches!(read, Some(Ok(()))) {
