@@ -210,18 +210,6 @@ pub(super) struct Room {
     entries: Vec<RawEvent>,
 }
 
-const FILLER: RawEvent = RawEvent {
-    action: crate::snapshot::Action::Other,
-    other: crate::snapshot::OtherAction::Unknown,
-    addr: 0,
-    size: 0,
-    stream: 0,
-    time_us: 0,
-    stack: StackId::EMPTY,
-    pool: 0,
-    user_metadata: StrId(0),
-};
-
 /// The rooms of the chunks' runs (each chunk's run has one, as long as its chunks'
 /// entries and the hint's rest), taking their hints from the serial machine; `None`
 /// where a run's chunks do not follow each other or the entries are more than the
@@ -255,11 +243,14 @@ pub(super) fn rooms(vm: &mut Vm<'_>, chunks: &[Chunk]) -> Option<Vec<Room>> {
             return None;
         }
         vm.reserve_left -= want;
-        let mut entries = Vec::new();
+        // Zeroed by the allocator, untouched: each chunk's thread brings in the pages of
+        // its part as it writes its entries (`calloc` of fresh pages writes nothing), and
+        // no entry is written twice.
+        let mut entries: Vec<RawEvent> =
+            bytemuck::allocation::zeroed_vec(usize::try_from(len).ok()?);
         entries
-            .try_reserve_exact(usize::try_from(want).ok()?)
+            .try_reserve_exact(usize::try_from(want - len).ok()?)
             .ok()?;
-        entries.resize(usize::try_from(len).ok()?, FILLER);
         out.push(Room {
             run,
             head: usize::try_from(head).ok()?,
