@@ -705,11 +705,11 @@ fn merge(vm: &mut Vm<'_>, chunk: &Chunk, done: Done<'_>, run_head: usize) -> Opt
         n = u32::try_from(vm.event_lists.len()).ok()?;
         vm.heap.get_mut(list as usize)?.events = n;
     }
-    let held = match n {
+    let list_len = match n {
         0 => 0,
         n => vm.event_lists.get(n as usize - 1)?.len(),
     };
-    if held != run_head {
+    if list_len != run_head {
         return None;
     }
     for ev in done.events.iter_mut() {
