@@ -62,9 +62,17 @@ struct Run {
 
 fn one_run(name: &str, path: &str, bytes: Option<&[u8]>) -> Run {
     let ctx = egui::Context::default();
-    let frame = |app: &mut AllocsimApp| {
+    let mut pacer = common::Pacer::new(&ctx);
+    // A frame when one is due (as the app draws them), else false after a short sleep.
+    let mut frame = |app: &mut AllocsimApp| {
+        if !pacer.due() {
+            std::thread::sleep(Duration::from_micros(200));
+            return false;
+        }
         let out = ctx.run_ui(common::window_input(), |ui| app.ui(ui));
+        pacer.drawn(&out);
         std::hint::black_box(ctx.tessellate(out.shapes, out.pixels_per_point));
+        true
     };
     let mut app = AllocsimApp::with_engine(EngineHandle::spawn(&ctx), true);
     app.tab = Tab::Map;
@@ -82,7 +90,9 @@ fn one_run(name: &str, path: &str, bytes: Option<&[u8]>) -> Run {
     }
     let (mut recorded, mut main) = (None, None);
     while !app.first_frame_marked() {
-        frame(&mut app);
+        if !frame(&mut app) {
+            continue;
+        }
         if recorded.is_none() && app.recorded_frame_marked() {
             recorded = Some(t.elapsed());
         }
@@ -90,8 +100,6 @@ fn one_run(name: &str, path: &str, bytes: Option<&[u8]>) -> Run {
             main = Some(t.elapsed());
         }
         assert!(app.errors.is_empty(), "{name}: {:?}", app.errors);
-        // The app sleeps until the engine wakes it; a short poll stands in for that.
-        std::thread::sleep(Duration::from_millis(1));
     }
     let full = t.elapsed();
     let rss_growth_mib = rss_mib() - rss0;
@@ -101,6 +109,8 @@ fn one_run(name: &str, path: &str, bytes: Option<&[u8]>) -> Run {
         let target = (u64::from(ops) * u64::from(k * 3 % 37) / 37) as u32;
         let t = Instant::now();
         app.set_cursor(target);
+        // As the key that moves the cursor: a frame at once.
+        ctx.request_repaint();
         let want = app.cursor;
         loop {
             frame(&mut app);

@@ -10,6 +10,8 @@
 //! `cargo build --release -p allocsim-app --benches` and run the `open-*` binary under
 //! `target/release/deps/` with FILE).
 
+mod common;
+
 use std::time::{Duration, Instant};
 
 use allocsim_app::gui::AllocsimApp;
@@ -56,13 +58,6 @@ fn main() {
     let path = std::path::PathBuf::from(path);
     let size = std::fs::metadata(&path).map_or(0, |m| m.len());
     let ctx = egui::Context::default();
-    let input = || egui::RawInput {
-        screen_rect: Some(egui::Rect::from_min_size(
-            egui::Pos2::ZERO,
-            egui::vec2(1600.0, 1000.0),
-        )),
-        ..egui::RawInput::default()
-    };
     let mut app = AllocsimApp::with_engine(EngineHandle::spawn(&ctx), true);
     let before = peak_rss();
     let cpu0 = cpu_seconds();
@@ -95,23 +90,8 @@ fn main() {
         ));
     };
     let (mut recorded, mut full, mut bands, mut all) = (None, None, None, None);
-    // When the next frame is due: the earliest repaint asked for (by the engine's thread,
-    // or by the last frame, e.g. an animation's next step).
-    let wake = std::sync::Arc::new(std::sync::Mutex::new(None::<Instant>));
-    let ask = {
-        let wake = wake.clone();
-        move |at: Instant| {
-            if let Ok(mut w) = wake.lock() {
-                *w = Some(w.map_or(at, |x| x.min(at)));
-            }
-        }
-    };
-    {
-        let ask = ask.clone();
-        ctx.set_request_repaint_callback(move |info| ask(Instant::now() + info.delay));
-    }
+    let mut pacer = common::Pacer::new(&ctx);
     let mut frames = 0u32;
-    let mut last_frame = Instant::now();
     // Frames drawn before the first full frame, and their time (the UI's share of the
     // CPU while the engine opens the file).
     let mut before_full = (0u32, Duration::ZERO);
@@ -119,29 +99,16 @@ fn main() {
     let mut longest = (Duration::ZERO, 0.0);
     // Until every configuration is replayed and the bands are stacked.
     while all.is_none() || bands.is_none() {
-        // As eframe does: a frame when one is due (an engine answer at once, an animation
-        // when it asked for its next), at most one per display refresh (60 Hz), else the
-        // window sleeps.
-        let now = Instant::now();
-        let due = wake
-            .lock()
-            .ok()
-            .and_then(|mut w| w.take_if(|at| *at <= now))
-            .is_some();
-        // (A frame every half second regardless: a wake this loop missed cannot stall it.)
-        if !due && frames > 0 && last_frame.elapsed() < Duration::from_millis(500) {
+        // As eframe does: a frame when one is due (`common::Pacer`), at most one per
+        // display refresh (60 Hz), else the window sleeps.
+        if !pacer.due() {
             std::thread::sleep(Duration::from_millis(2));
             continue;
         }
         let f = Instant::now();
-        last_frame = f;
         let began = t.elapsed().as_secs_f64();
-        let out = ctx.run_ui(input(), |ui| app.ui(ui));
-        if let Some(v) = out.viewport_output.get(&egui::ViewportId::ROOT)
-            && v.repaint_delay < Duration::MAX
-        {
-            ask(Instant::now() + v.repaint_delay);
-        }
+        let out = ctx.run_ui(common::window_input(), |ui| app.ui(ui));
+        pacer.drawn(&out);
         std::hint::black_box(ctx.tessellate(out.shapes, out.pixels_per_point));
         if f.elapsed() > longest.0 {
             longest = (f.elapsed(), began);
