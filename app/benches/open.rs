@@ -10,6 +10,8 @@
 //! `cargo build --release -p allocsim-app --benches` and run the `open-*` binary under
 //! `target/release/deps/` with FILE).
 
+mod common;
+
 use std::time::{Duration, Instant};
 
 use allocsim_app::gui::AllocsimApp;
@@ -56,13 +58,6 @@ fn main() {
     let path = std::path::PathBuf::from(path);
     let size = std::fs::metadata(&path).map_or(0, |m| m.len());
     let ctx = egui::Context::default();
-    let input = || egui::RawInput {
-        screen_rect: Some(egui::Rect::from_min_size(
-            egui::Pos2::ZERO,
-            egui::vec2(1600.0, 1000.0),
-        )),
-        ..egui::RawInput::default()
-    };
     let mut app = AllocsimApp::with_engine(EngineHandle::spawn(&ctx), true);
     let before = peak_rss();
     let cpu0 = cpu_seconds();
@@ -95,25 +90,34 @@ fn main() {
         ));
     };
     let (mut recorded, mut full, mut bands, mut all) = (None, None, None, None);
+    let mut pacer = common::Pacer::new(&ctx);
     let mut frames = 0u32;
+    // Frames drawn before the first full frame, and their time (the UI's share of the
+    // CPU while the engine opens the file).
+    let mut before_full = (0u32, Duration::ZERO);
     // The longest frame and when it began.
     let mut longest = (Duration::ZERO, 0.0);
     // Until every configuration is replayed and the bands are stacked.
     while all.is_none() || bands.is_none() {
-        // As eframe does: a frame when one was asked for (an engine answer, an animation),
-        // at most one per display refresh (60 Hz), else the window sleeps.
-        if !ctx.has_requested_repaint() && frames > 0 {
+        // As eframe does: a frame when one is due (`common::Pacer`), at most one per
+        // display refresh (60 Hz), else the window sleeps.
+        if !pacer.due() {
             std::thread::sleep(Duration::from_millis(2));
             continue;
         }
         let f = Instant::now();
         let began = t.elapsed().as_secs_f64();
-        let out = ctx.run_ui(input(), |ui| app.ui(ui));
+        let out = ctx.run_ui(common::window_input(), |ui| app.ui(ui));
+        pacer.drawn(&out);
         std::hint::black_box(ctx.tessellate(out.shapes, out.pixels_per_point));
         if f.elapsed() > longest.0 {
             longest = (f.elapsed(), began);
         }
         frames += 1;
+        if full.is_none() {
+            before_full.0 += 1;
+            before_full.1 += f.elapsed();
+        }
         let stage = app
             .progress()
             .map(|(s, _)| s.split(" (").next().unwrap_or(s).to_string());
@@ -188,8 +192,10 @@ fn main() {
     );
     match full {
         Some((d, c)) => println!(
-            "first full frame (the whole trace's timeline + the memory map at an event, main replay): {:.2} s, CPU {c:.2} s in all threads",
-            d.as_secs_f64()
+            "first full frame (the whole trace's timeline + the memory map at an event, main replay): {:.2} s, CPU {c:.2} s in all threads; {} frames before it, {:.2} s of frame time",
+            d.as_secs_f64(),
+            before_full.0,
+            before_full.1.as_secs_f64()
         ),
         None => println!("first full frame: not seen"),
     }

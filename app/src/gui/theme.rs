@@ -137,13 +137,40 @@ pub const LABEL_WIDTH: f32 = 240.0;
 /// shown, and a frame there is drawn on the CPU (`SwiftShader`), which the engine's worker
 /// needs: opening the 1.12 GB snapshot, the GPU process used 18.6 s of CPU drawing
 /// frames in 52 s, the engine's worker 12.6 s (2 cores, load 8).
+///
+/// Natively the mark turns at [`BUSY_FRAMES_PER_S`] frames a second, not at every refresh:
+/// while the 1.12 GB snapshot's trace was built beside its main replay, egui's spinner
+/// drew 527 frames (1.44 s of frame time on 2 cores at load 5) over the recorded
+/// timeline, on the cores the engine needs (`app/benches/open.rs`).
 pub fn busy(ui: &mut egui::Ui) -> egui::Response {
     if cfg!(target_arch = "wasm32") {
-        ui.weak("…").on_hover_text("on its way")
-    } else {
-        ui.spinner()
+        return ui.weak("…").on_hover_text("on its way");
     }
+    let size = ui.style().spacing.interact_size.y;
+    let (rect, response) = ui.allocate_exact_size(egui::vec2(size, size), egui::Sense::hover());
+    if ui.is_rect_visible(rect) {
+        ui.ctx()
+            .request_repaint_after(std::time::Duration::from_secs_f64(
+                1.0 / f64::from(BUSY_FRAMES_PER_S),
+            ));
+        let turn = ui.input(|i| i.time) * 1.5;
+        let radius = rect.height() / 2.0 - 2.0;
+        let points: Vec<egui::Pos2> = (0..=16)
+            .map(|k| {
+                let a = (turn + f64::from(k) / 16.0 * 0.8) * std::f64::consts::TAU;
+                #[allow(clippy::cast_possible_truncation)] // an angle, in points
+                let (y, x) = (a.sin() as f32, a.cos() as f32);
+                rect.center() + radius * egui::vec2(x, y)
+            })
+            .collect();
+        let stroke = egui::Stroke::new(2.5, ui.visuals().strong_text_color());
+        ui.painter().add(egui::Shape::line(points, stroke));
+    }
+    response.on_hover_text("on its way")
 }
+
+/// Frames a second [`busy`]'s mark asks for natively.
+pub const BUSY_FRAMES_PER_S: u32 = 10;
 
 #[cfg(test)]
 mod tests {

@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 
 /// Index into [`FrameTable::strings`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default, bytemuck::Zeroable)]
 pub struct StrId(pub u32);
 
 /// Index into [`FrameTable::frames`].
@@ -12,7 +12,7 @@ pub struct StrId(pub u32);
 pub struct FrameId(pub u32);
 
 /// Index into the stack table; `StackId::EMPTY` (0) is the empty stack.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default, bytemuck::Zeroable)]
 pub struct StackId(pub u32);
 
 impl StackId {

@@ -41,8 +41,19 @@ pub enum BlockState {
 }
 
 /// A trace entry's `action`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    serde::Serialize,
+    serde::Deserialize,
+    bytemuck::Zeroable,
+)]
 #[serde(rename_all = "snake_case")]
+#[repr(u8)] // all-zero is `Alloc`: entry lists are allocated zeroed (`pickle::parallel`)
 pub enum Action {
     Alloc,
     FreeRequested,
@@ -96,8 +107,11 @@ impl Action {
 }
 
 /// What an [`Action::Other`] entry is (the allocator's own actions are `Plain`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, serde::Serialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, Default, serde::Serialize, bytemuck::Zeroable,
+)]
 #[serde(rename_all = "snake_case")]
+#[repr(u8)] // all-zero is the first variant: entry lists are allocated zeroed
 pub enum OtherAction {
     /// Not an [`Action::Other`].
     #[default]
@@ -125,7 +139,7 @@ impl OtherAction {
 }
 
 /// One trace entry (`device_traces[d][i]`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, bytemuck::Zeroable)]
 pub struct RawEvent {
     pub action: Action,
     /// Which kind of [`Action::Other`] entry this is.

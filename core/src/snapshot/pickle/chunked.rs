@@ -10,11 +10,11 @@
 //! streamed way, which reports as ever.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Condvar, Mutex};
+use std::sync::{Condvar, Mutex, mpsc};
 
 use super::machine::Vm;
 use super::memo::Memo;
-use super::parallel::{Chunk, Done, Plan, Source, merge, plan_chunks, run_chunk};
+use super::parallel::{Chunk, Done, Plan, Runs, Source, parts, plan_chunks, rooms, run_chunk};
 use super::prepass::{End, Notes, Scanner};
 use super::stream::WINDOW_STEP;
 use crate::snapshot::error::ImportError;
@@ -23,8 +23,9 @@ use crate::snapshot::{RawEvent, RawSnapshot};
 /// Reads `buf.len()` bytes of the file at an offset.
 pub type ReadAt<'a> = dyn Fn(u64, &mut [u8]) -> std::io::Result<()> + Sync + 'a;
 
-/// The first pass reads pieces of this many bytes.
+/// The first pass reads pieces of this many bytes, up to [`AHEAD`] of them ahead.
 const PIECE_BYTES: usize = 4 << 20;
+const AHEAD: usize = 4;
 
 /// Decodes the plain pickle file of `len` bytes that `read_at` reads, the second pass on
 /// `plan.threads` threads. `progress(pass, bytes done)` returns false to cancel. `None`:
@@ -41,13 +42,8 @@ pub(crate) fn decode(
     let mut notes = Notes::new(len, plan.batch_step);
     notes.keep_bytes = true;
     scan.notes = Some(Box::new(notes));
-    let mut piece = vec![0u8; PIECE_BYTES];
     let mut carry: Vec<u8> = Vec::new();
-    let mut pos = 0u64;
-    while pos < len {
-        let n = usize::try_from((len - pos).min(PIECE_BYTES as u64)).ok()?;
-        let buf = piece.get_mut(..n)?;
-        read_at(pos, buf).ok()?;
+    let first = read_ahead(read_at, len, &mut |buf, pos| {
         if carry.is_empty() {
             let read = scan.scan(buf, false);
             carry.extend_from_slice(buf.get(read..).unwrap_or(&[]));
@@ -56,13 +52,13 @@ pub(crate) fn decode(
             let read = scan.scan(&carry, false);
             carry.drain(..read.min(carry.len()));
         }
-        pos += n as u64;
-        if !progress(1, pos) {
-            return Some(Err(ImportError::Cancelled));
-        }
+        progress(1, pos)
+    })?;
+    if !first {
+        return Some(Err(ImportError::Cancelled));
     }
     scan.scan(&carry, true);
-    drop((carry, piece));
+    drop(carry);
     let end = match scan.end {
         Some(End::Opcode(at)) => (at + 1).min(len),
         _ => len,
@@ -80,7 +76,13 @@ pub(crate) fn decode(
     vm.list_hints = scan.lengths.hints();
     vm.copy_spans = true;
     vm.last = false;
+    let mut rooms = rooms(&mut vm, &chunks)?;
+    let mut runs = Runs::of(&rooms);
     let shared = Shared {
+        parts: parts(&mut rooms, &chunks)
+            .into_iter()
+            .map(|p| Mutex::new(Some(p)))
+            .collect(),
         read_at,
         total,
         notes: &notes,
@@ -90,29 +92,80 @@ pub(crate) fn decode(
         stop: AtomicBool::new(false),
         results: Mutex::new(chunks.iter().map(|_| Slot::Pending).collect()),
         ready: Condvar::new(),
-        rooms: Mutex::new(Vec::new()),
     };
-    let serial = Serial {
+    let mut serial = Serial {
         read_at,
         boundaries: &scan.boundaries,
         end,
         window: Vec::new(),
     };
-    std::thread::scope(|s| {
+    let merged = std::thread::scope(|s| {
         for _ in 0..plan.threads.clamp(1, 8).min(chunks.len()) {
             s.spawn(|| shared.work());
         }
-        let r = serial.run(vm, &shared, progress);
+        let r = serial.merge_all(vm, &mut runs, &shared, progress);
         shared.stop.store(true, Ordering::Relaxed);
         r
+    });
+    drop(shared);
+    let mut vm = match merged? {
+        Ok(vm) => vm,
+        Err(e) => return Some(Err(e)),
+    };
+    runs.settle(&mut vm, rooms)?;
+    let (vm, done) = serial.run_to(vm, end)?;
+    let (root, stop_at) = done?;
+    let snap = vm.snapshot(root, stop_at).ok()?;
+    Some(Ok((snap, chunks.len())))
+}
+
+/// Reads the file in pieces of [`PIECE_BYTES`] on a thread of its own, up to
+/// [`AHEAD`] pieces ahead (the kernel's copy of the file off the first pass's thread),
+/// and hands each to `consume` with the bytes read so far, in order. `None`: a read
+/// failed; `Some(false)`: `consume` stopped it.
+fn read_ahead(
+    read_at: &ReadAt<'_>,
+    len: u64,
+    consume: &mut dyn FnMut(&[u8], u64) -> bool,
+) -> Option<bool> {
+    std::thread::scope(|s| {
+        let (full, pieces) = mpsc::sync_channel::<Option<(Vec<u8>, usize)>>(AHEAD);
+        let (give_back, returned) = mpsc::channel::<Vec<u8>>();
+        s.spawn(move || {
+            let mut pos = 0u64;
+            while pos < len {
+                let n = usize::try_from((len - pos).min(PIECE_BYTES as u64)).unwrap_or(0);
+                let mut buf = returned.try_recv().unwrap_or_else(|_| vec![0; PIECE_BYTES]);
+                let read = buf.get_mut(..n).map(|b| read_at(pos, b));
+                // A send fails once the first pass has stopped: so does this thread.
+                if !matches!(read, Some(Ok(()))) {
+                    let _ = full.send(None);
+                    return;
+                }
+                if full.send(Some((buf, n))).is_err() {
+                    return;
+                }
+                pos += n as u64;
+            }
+        });
+        let mut pos = 0u64;
+        for piece in pieces {
+            let (buf, n) = piece?;
+            pos += n as u64;
+            if !consume(buf.get(..n)?, pos) {
+                return Some(false);
+            }
+            let _ = give_back.send(buf);
+        }
+        (pos == len).then_some(true)
     })
 }
 
 /// A chunk's result as the serial machine waits for it.
-enum Slot {
+enum Slot<'a> {
     Pending,
     Failed,
-    Done(Box<Done>),
+    Done(Box<Done<'a>>),
     Taken,
 }
 
@@ -126,13 +179,13 @@ struct Shared<'a, 'r> {
     next: AtomicUsize,
     stop: AtomicBool,
     /// Per chunk, once run.
-    results: Mutex<Vec<Slot>>,
+    results: Mutex<Vec<Slot<'a>>>,
     ready: Condvar,
-    /// Merged chunks' lists of entries, emptied: room for the next chunks'.
-    rooms: Mutex<Vec<Vec<RawEvent>>>,
+    /// Per chunk: its part of its run's room, until its machine takes it.
+    parts: Vec<Mutex<Option<&'a mut [RawEvent]>>>,
 }
 
-impl Shared<'_, '_> {
+impl<'a> Shared<'a, '_> {
     fn work(&self) {
         // One buffer a thread, for all its chunks (a fresh one each time was a page
         // fault per 4 KiB read).
@@ -140,7 +193,7 @@ impl Shared<'_, '_> {
         while !self.stop.load(Ordering::Relaxed) {
             let i = self.next.fetch_add(1, Ordering::Relaxed);
             let Some(&c) = self.chunks.get(i) else { break };
-            let done = self.run(c, &mut bytes);
+            let done = self.run(i, c, &mut bytes);
             if let Ok(mut results) = self.results.lock()
                 && let Some(slot) = results.get_mut(i)
             {
@@ -150,7 +203,8 @@ impl Shared<'_, '_> {
         }
     }
 
-    fn run(&self, c: Chunk, bytes: &mut Vec<u8>) -> Option<Done> {
+    fn run(&self, i: usize, c: Chunk, bytes: &mut Vec<u8>) -> Option<Done<'a>> {
+        let part = self.parts.get(i)?.lock().ok()?.take()?;
         bytes.resize(usize::try_from(c.end.checked_sub(c.start)?).ok()?, 0);
         (self.read_at)(c.start, bytes).ok()?;
         let src = Source {
@@ -159,17 +213,11 @@ impl Shared<'_, '_> {
             input_len: self.total,
             string_bytes: Some(&self.notes.string_bytes),
         };
-        let room = self
-            .rooms
-            .lock()
-            .ok()
-            .and_then(|mut r| r.pop())
-            .unwrap_or_default();
-        run_chunk(&src, self.directory, &self.notes.strings, c, room)
+        run_chunk(&src, self.directory, &self.notes.strings, c, part)
     }
 
     /// Chunk `i`'s machine's result, once it is there.
-    fn wait(&self, i: usize) -> Option<Done> {
+    fn wait(&self, i: usize) -> Option<Done<'a>> {
         let mut results = self.results.lock().ok()?;
         loop {
             let slot = results.get_mut(i)?;
@@ -192,27 +240,23 @@ struct Serial<'a, 'r> {
 }
 
 impl Serial<'_, '_> {
-    fn run(
-        mut self,
+    /// Windows up to each chunk, each chunk merged as it is done.
+    fn merge_all(
+        &mut self,
         mut vm: Vm<'static>,
+        runs: &mut Runs,
         shared: &Shared<'_, '_>,
         progress: &mut dyn FnMut(u8, u64) -> bool,
-    ) -> Option<Result<(RawSnapshot, usize), ImportError>> {
+    ) -> Option<Result<Vm<'static>, ImportError>> {
         for (i, c) in shared.chunks.iter().enumerate() {
             vm = self.run_to(vm, c.start)?.0;
             let done = shared.wait(i)?;
-            let room = merge(&mut vm, c, done)?;
-            if let Ok(mut rooms) = shared.rooms.lock() {
-                rooms.push(room);
-            }
+            runs.merge(&mut vm, c, done)?;
             if !progress(2, c.end) {
                 return Some(Err(ImportError::Cancelled));
             }
         }
-        let (vm, done) = self.run_to(vm, self.end)?;
-        let (root, stop_at) = done?;
-        let snap = vm.snapshot(root, stop_at).ok()?;
-        Some(Ok((snap, shared.chunks.len())))
+        Some(Ok(vm))
     }
 
     /// Runs the machine over windows to `to` (at the input's end, to `STOP`).

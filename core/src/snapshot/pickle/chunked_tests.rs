@@ -88,3 +88,20 @@ fn a_cancel_is_reported() {
         Some(Err(crate::snapshot::ImportError::Cancelled))
     ));
 }
+
+/// A cancel in the first pass (read ahead on its own thread) stops it there, its reader
+/// with it.
+#[test]
+fn a_cancel_in_the_first_pass_is_reported() {
+    let data = super::super::parallel::tests::written();
+    let mut calls = 0;
+    let r = decode(&read_at(&data), data.len() as u64, SMALL, &mut |pass, _| {
+        calls += 1;
+        pass != 1
+    });
+    assert!(matches!(
+        r,
+        Some(Err(crate::snapshot::ImportError::Cancelled))
+    ));
+    assert_eq!(calls, 1);
+}

@@ -135,7 +135,11 @@ impl Vm<'_> {
                         c.events = events;
                     }
                 }
-                if let Some(list) = self.event_lists.get_mut(events as usize - 1) {
+                if events == 1
+                    && let Some(r) = self.region.as_mut()
+                {
+                    r.put(ev);
+                } else if let Some(list) = self.event_lists.get_mut(events as usize - 1) {
                     list.push(ev);
                 }
             }

@@ -91,6 +91,9 @@ pub(super) struct Vm<'a> {
     pub(super) reserve_left: u64,
     /// A chunk's machine: how it reads memo slots put before its chunk.
     pub(super) outer: Option<Box<super::parallel::Outer<'a>>>,
+    /// A chunk's machine: where its list's entries go (the list's first entries list,
+    /// [`Vm::event_lists`]`[0]`, stays empty).
+    pub(super) region: Option<super::parallel::Region<'a>>,
 }
 
 /// Input bytes a reserved trace entry must be backed by: real snapshots spend 72–77 bytes
@@ -183,6 +186,7 @@ impl<'a> Vm<'a> {
             appends_at: 0,
             reserve_left: input_len as u64 / ENTRY_BYTES,
             outer: None,
+            region: None,
         }
     }
 
@@ -213,6 +217,7 @@ impl<'a> Vm<'a> {
             appends_at: self.appends_at,
             reserve_left: self.reserve_left,
             outer: None,
+            region: None,
         }
     }
 

@@ -166,13 +166,177 @@ enum Resolved {
     Stack(StackId, Value),
 }
 
-/// A run of batches decoded apart: `[start, end)`, the memo's length at each end.
+/// A run of batches decoded apart: `[start, end)`, the memo's length at each end, the
+/// run's entries before each end (`first`, `last`) as the pre-pass counted them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) struct Chunk {
     pub(super) start: u64,
     pub(super) start_len: u64,
     pub(super) end: u64,
     pub(super) end_len: u64,
+    /// Offset of the run's first `APPENDS` ([`super::prepass::Lengths`]).
+    pub(super) run: u64,
+    pub(super) first: u64,
+    pub(super) last: u64,
+}
+
+/// Where a chunk's machine writes its list's entries: its part of the list they stay
+/// in ([`Room`]), which they must fill exactly.
+pub(super) struct Region<'a> {
+    part: &'a mut [RawEvent],
+    filled: usize,
+    over: bool,
+}
+
+impl Region<'_> {
+    #[inline]
+    pub(super) fn put(&mut self, ev: RawEvent) {
+        if let Some(slot) = self.part.get_mut(self.filled) {
+            *slot = ev;
+            self.filled += 1;
+        } else {
+            self.over = true;
+        }
+    }
+}
+
+/// The list of a run's entries, sized before the chunks run, each chunk's entries
+/// written in their place (no chunk list copied into it at the merge).
+pub(super) struct Room {
+    run: u64,
+    /// The entries before the run's first chunk: the serial machine's, copied in once
+    /// the chunks are merged, with those after its last.
+    head: usize,
+    entries: Vec<RawEvent>,
+}
+
+/// The rooms of the chunks' runs (each chunk's run has one, as long as its chunks'
+/// entries and the hint's rest), taking their hints from the serial machine; `None`
+/// where a run's chunks do not follow each other or the entries are more than the
+/// input can back ([`super::machine::ENTRY_BYTES`]).
+pub(super) fn rooms(vm: &mut Vm<'_>, chunks: &[Chunk]) -> Option<Vec<Room>> {
+    // Per run: its head and its entries to the last chunk's end.
+    let mut runs: Vec<(u64, u64, u64)> = Vec::new();
+    let mut prev: Option<&Chunk> = None;
+    for c in chunks {
+        match prev {
+            Some(p) if p.run == c.run => {
+                if p.end != c.start || p.last != c.first {
+                    return None;
+                }
+            }
+            _ => runs.push((c.run, c.first, c.first)),
+        }
+        runs.last_mut()?.2 = c.last;
+        prev = Some(c);
+    }
+    let mut out = Vec::with_capacity(runs.len());
+    for (run, head, len) in runs {
+        let hint = vm
+            .list_hints
+            .binary_search_by_key(&run, |&(at, _)| at)
+            .ok()
+            .and_then(|i| vm.list_hints.get_mut(i))
+            .map_or(0, |(_, n)| std::mem::take(n));
+        let want = hint.max(len).min(vm.reserve_left);
+        if len > want || head > len {
+            return None;
+        }
+        vm.reserve_left -= want;
+        // Zeroed by the allocator, untouched: each chunk's thread brings in the pages of
+        // its part as it writes its entries (`calloc` of fresh pages writes nothing), and
+        // no entry is written twice.
+        let mut entries: Vec<RawEvent> =
+            bytemuck::allocation::zeroed_vec(usize::try_from(len).ok()?);
+        entries
+            .try_reserve_exact(usize::try_from(want - len).ok()?)
+            .ok()?;
+        out.push(Room {
+            run,
+            head: usize::try_from(head).ok()?,
+            entries,
+        });
+    }
+    Some(out)
+}
+
+/// Each chunk's part of its room, in chunk order.
+pub(super) fn parts<'r>(rooms: &'r mut [Room], chunks: &[Chunk]) -> Vec<&'r mut [RawEvent]> {
+    let mut out = Vec::with_capacity(chunks.len());
+    let mut rest: &mut [RawEvent] = &mut [];
+    let mut rooms = rooms.iter_mut();
+    let mut run = None;
+    for c in chunks {
+        if run != Some(c.run)
+            && let Some(room) = rooms.next()
+        {
+            rest = room.entries.get_mut(room.head..).unwrap_or_default();
+            run = Some(c.run);
+        }
+        let n = usize::try_from(c.last - c.first)
+            .unwrap_or(0)
+            .min(rest.len());
+        let (part, tail) = std::mem::take(&mut rest).split_at_mut(n);
+        out.push(part);
+        rest = tail;
+    }
+    out
+}
+
+/// The rooms' runs as the chunks are merged: each run's head and the serial machine's
+/// list of it.
+pub(super) struct Runs {
+    heads: Vec<(u64, usize)>,
+    lists: Vec<u32>,
+}
+
+impl Runs {
+    pub(super) fn of(rooms: &[Room]) -> Runs {
+        Runs {
+            heads: rooms.iter().map(|r| (r.run, r.head)).collect(),
+            lists: vec![0; rooms.len()],
+        }
+    }
+
+    /// Merges a chunk ([`merge`]); `None` if the serial machine does not stand where the
+    /// chunk's machine assumed.
+    pub(super) fn merge(&mut self, vm: &mut Vm<'_>, chunk: &Chunk, done: Done<'_>) -> Option<()> {
+        let i = self
+            .heads
+            .binary_search_by_key(&chunk.run, |&(r, _)| r)
+            .ok()?;
+        let n = merge(vm, chunk, done, self.heads.get(i)?.1)?;
+        let list = self.lists.get_mut(i)?;
+        if n != 0 {
+            if *list != 0 && *list != n {
+                return None;
+            }
+            *list = n;
+        }
+        Some(())
+    }
+
+    /// The rooms put in place of the serial machine's lists of their runs, with the
+    /// entries it put there (before the first chunk, after the last); `None` if a list
+    /// is shorter than its head.
+    pub(super) fn settle(self, vm: &mut Vm<'_>, rooms: Vec<Room>) -> Option<()> {
+        for (mut room, n) in rooms.into_iter().zip(self.lists) {
+            if n == 0 {
+                // No entries in the run's chunks nor before them.
+                if room.entries.is_empty() {
+                    continue;
+                }
+                return None;
+            }
+            let list = vm.event_lists.get_mut(n as usize - 1)?;
+            room.entries
+                .get_mut(..room.head)?
+                .copy_from_slice(list.get(..room.head)?);
+            room.entries.extend_from_slice(list.get(room.head..)?);
+            *list = room.entries;
+        }
+        Some(())
+    }
 }
 
 /// A memo slot a chunk put and a later `GET` reads.
@@ -186,34 +350,64 @@ pub(super) enum Export {
 }
 
 /// What a chunk's machine made.
-pub(super) struct Done {
-    events: Vec<RawEvent>,
+pub(super) struct Done<'r> {
+    /// Its part of the room, filled.
+    events: &'r mut [RawEvent],
     builder: Builder,
     stand_ins: Vec<(u32, bool)>,
     exports: Vec<(u32, Export)>,
 }
 
-/// The chunks of the runs noted, each at least `chunk_bytes` long.
+/// The chunks of the runs noted, each at least `chunk_bytes` long; a run's last chunk
+/// goes on to its last batch noted (what the serial machine decodes after it is copied
+/// into the room).
 pub(super) fn plan_chunks(notes: &Notes, chunk_bytes: u64) -> Vec<Chunk> {
     let mut out = Vec::new();
-    let mut from: Option<(u64, u64, u64)> = None;
-    for &(at, len, run) in &notes.batches {
+    // Where the next chunk of the run starts, and the run's last batch so far.
+    let mut from: Option<(u64, u64, u64, u64)> = None;
+    let mut tip = None;
+    for &(at, len, run, dicts) in &notes.batches {
         match from {
-            Some((start, start_len, r)) if r == run => {
+            Some((start, start_len, r, first)) if r == run => {
                 if at.saturating_sub(start) >= chunk_bytes {
                     out.push(Chunk {
                         start,
                         start_len,
                         end: at,
                         end_len: len,
+                        run,
+                        first,
+                        last: dicts,
                     });
-                    from = Some((at, len, run));
+                    from = Some((at, len, run, dicts));
                 }
             }
-            _ => from = Some((at, len, run)),
+            _ => {
+                stretch(&mut out, from, tip);
+                from = Some((at, len, run, dicts));
+            }
         }
+        tip = Some((at, len, run, dicts));
     }
+    stretch(&mut out, from, tip);
     out
+}
+
+/// The run's last chunk, if it ends at `from`, taken on to `tip`.
+fn stretch(
+    out: &mut [Chunk],
+    from: Option<(u64, u64, u64, u64)>,
+    tip: Option<(u64, u64, u64, u64)>,
+) {
+    if let (Some(c), Some((start, ..)), Some((at, len, run, dicts))) = (out.last_mut(), from, tip)
+        && c.run == run
+        && c.end == start
+        && at > c.end
+    {
+        c.end = at;
+        c.end_len = len;
+        c.last = dicts;
+    }
 }
 
 /// Decodes `data` on `plan.threads` threads; the serial decode where that cannot be done
@@ -248,6 +442,12 @@ fn try_parallel(
         plan_chunks(&notes, plan.chunk_bytes)
     };
     tamper(&mut chunks);
+    let mut rooms = rooms(&mut vm, &chunks)?;
+    let mut runs = Runs::of(&rooms);
+    let parts: Vec<Mutex<Option<&mut [RawEvent]>>> = parts(&mut rooms, &chunks)
+        .into_iter()
+        .map(|p| Mutex::new(Some(p)))
+        .collect();
     let results: Vec<Mutex<Option<Done>>> = chunks.iter().map(|_| Mutex::new(None)).collect();
     let next = AtomicUsize::new(0);
     std::thread::scope(|s| {
@@ -255,7 +455,12 @@ fn try_parallel(
             s.spawn(|| {
                 loop {
                     let i = next.fetch_add(1, Ordering::Relaxed);
-                    let (Some(c), Some(slot)) = (chunks.get(i), results.get(i)) else {
+                    let (Some(c), Some(slot), Some(part)) =
+                        (chunks.get(i), results.get(i), parts.get(i))
+                    else {
+                        break;
+                    };
+                    let Some(part) = part.lock().ok().and_then(|mut p| p.take()) else {
                         break;
                     };
                     let src = Source {
@@ -266,7 +471,7 @@ fn try_parallel(
                         input_len: data.len(),
                         string_bytes: None,
                     };
-                    let done = run_chunk(&src, &vm.memo, &notes.strings, *c, Vec::new());
+                    let done = run_chunk(&src, &vm.memo, &notes.strings, *c, part);
                     if let Ok(mut slot) = slot.lock() {
                         *slot = done;
                     }
@@ -283,8 +488,10 @@ fn try_parallel(
             return None;
         }
         vm.data = data;
-        merge(&mut vm, c, done)?;
+        runs.merge(&mut vm, c, done)?;
     }
+    drop(parts);
+    runs.settle(&mut vm, rooms)?;
     vm.data = data;
     vm.last = true;
     let (root, stop_at) = vm.run().ok()?;
@@ -315,13 +522,14 @@ pub(super) struct Source<'a> {
     pub(super) string_bytes: Option<&'a [u8]>,
 }
 
-pub(super) fn run_chunk(
+/// Runs chunk `c`'s machine, its entries written to `part`, which they must fill.
+pub(super) fn run_chunk<'r>(
     src: &Source<'_>,
     global: &Memo,
     strings: &[(u32, u32, u64)],
     c: Chunk,
-    room: Vec<RawEvent>,
-) -> Option<Done> {
+    part: &'r mut [RawEvent],
+) -> Option<Done<'r>> {
     let start = usize::try_from(c.start).ok()?;
     let end = usize::try_from(c.end).ok()?;
     let refs = chunk_refs(global, c, end.checked_sub(start)?)?;
@@ -342,10 +550,13 @@ pub(super) fn run_chunk(
     }));
     let list = vm.alloc(Kind::List, start).ok()?;
     vm.stack.push(Value::Obj(list));
-    // The chunk's entries go to `room` (an emptied list of an earlier chunk: its pages
-    // are there already).
-    vm.event_lists.push(room);
+    vm.event_lists.push(Vec::new());
     vm.heap.get_mut(list as usize)?.events = 1;
+    vm.region = Some(Region {
+        part: &mut *part,
+        filled: 0,
+        over: false,
+    });
     if !matches!(vm.run_window(), Ok(None)) {
         return None;
     }
@@ -360,13 +571,14 @@ pub(super) fn run_chunk(
         return None;
     }
     let c_list = vm.heap.get(list as usize)?;
-    if !c_list.items.is_empty() {
+    let region = vm.region.take()?;
+    if !c_list.items.is_empty()
+        || c_list.events != 1
+        || region.over
+        || region.filled != region.part.len()
+    {
         return None;
     }
-    let events = match c_list.events {
-        0 => Vec::new(),
-        n => std::mem::take(vm.event_lists.get_mut(n as usize - 1)?),
-    };
     let stand_ins = vm.outer.take().map(|o| o.stand_ins).unwrap_or_default();
     let mut exports = Vec::new();
     for j in 0..u32::try_from(span).ok()? {
@@ -391,18 +603,20 @@ pub(super) fn run_chunk(
         };
         exports.push((vm.memo.floor + j, e));
     }
+    let builder = std::mem::take(&mut vm.builder);
+    drop(vm);
     Some(Done {
-        events,
-        builder: std::mem::take(&mut vm.builder),
+        events: part,
+        builder,
         stand_ins,
         exports,
     })
 }
 
-/// Merges a chunk into the serial machine standing at its start; `None` if it does not
-/// stand where the chunk's machine assumed.
-/// Returns the chunk's list of entries, emptied (room for another chunk's).
-pub(super) fn merge(vm: &mut Vm<'_>, chunk: &Chunk, mut done: Done) -> Option<Vec<RawEvent>> {
+/// Merges a chunk into the serial machine standing at its start, its list holding the
+/// run's `run_head` entries; `None` if it does not stand where the chunk's machine assumed.
+/// Returns 1 + the index of the serial machine's list of entries (0: none yet).
+fn merge(vm: &mut Vm<'_>, chunk: &Chunk, done: Done<'_>, run_head: usize) -> Option<u32> {
     if vm.memo.len != chunk.start_len || vm.memo.set.is_some() || vm.base() >= vm.stack.len() {
         return None;
     }
@@ -481,7 +695,8 @@ pub(super) fn merge(vm: &mut Vm<'_>, chunk: &Chunk, mut done: Done) -> Option<Ve
         .iter()
         .map(|&p| tables.intern_pool(p))
         .collect();
-    // The entries, renumbered, onto the list.
+    // The entries, renumbered where they are; the serial list (the run's head) gets
+    // them when the rooms settle.
     let mut n = vm.heap.get(list as usize)?.events;
     if n == 0 && !done.events.is_empty() {
         vm.appends_at = usize::try_from(chunk.start).ok()?;
@@ -490,22 +705,24 @@ pub(super) fn merge(vm: &mut Vm<'_>, chunk: &Chunk, mut done: Done) -> Option<Ve
         n = u32::try_from(vm.event_lists.len()).ok()?;
         vm.heap.get_mut(list as usize)?.events = n;
     }
-    if n != 0 {
-        let out = vm.event_lists.get_mut(n as usize - 1)?;
-        out.reserve(done.events.len());
-        for mut ev in done.events.drain(..) {
-            ev.stack = match stand_in(ev.stack.0, stand_ins.len()) {
-                Some(k) => match stand_ins.get(k)? {
-                    Resolved::Stack(s, _) => *s,
-                    Resolved::Frame(..) => return None,
-                },
-                None => *stacks.get(ev.stack.0 as usize)?,
-            };
-            ev.user_metadata = map_str(ev.user_metadata)?;
-            if ev.pool != 0 {
-                ev.pool = *pools.get(ev.pool as usize - 1)?;
-            }
-            out.push(ev);
+    let list_len = match n {
+        0 => 0,
+        n => vm.event_lists.get(n as usize - 1)?.len(),
+    };
+    if list_len != run_head {
+        return None;
+    }
+    for ev in done.events.iter_mut() {
+        ev.stack = match stand_in(ev.stack.0, stand_ins.len()) {
+            Some(k) => match stand_ins.get(k)? {
+                Resolved::Stack(s, _) => *s,
+                Resolved::Frame(..) => return None,
+            },
+            None => *stacks.get(ev.stack.0 as usize)?,
+        };
+        ev.user_metadata = map_str(ev.user_metadata)?;
+        if ev.pool != 0 {
+            ev.pool = *pools.get(ev.pool as usize - 1)?;
         }
     }
     // The chunk's slots that later `GET`s read.
@@ -542,7 +759,7 @@ pub(super) fn merge(vm: &mut Vm<'_>, chunk: &Chunk, mut done: Done) -> Option<Ve
     }
     vm.memo.len = chunk.end_len;
     vm.pos = usize::try_from(chunk.end).ok()?;
-    Some(done.events)
+    Some(n)
 }
 
 /// A converted, shared container as the serial machine would hold it.

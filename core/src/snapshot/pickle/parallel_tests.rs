@@ -185,19 +185,20 @@ fn a_bad_get_inside_a_chunk_gives_the_serial_error() {
     same(&bad, SMALL, &no_tamper, "bad GET");
 }
 
-/// Chunk boundaries noted wrong (off by a byte, a memo length off by one, a chunk left
-/// out) never change the answer: the decode notices and runs serially.
+/// Chunk boundaries noted wrong (off by a byte, a memo length or an entry count off by
+/// one, a chunk left out) never change the answer: the decode notices and runs serially.
 #[test]
 fn misnoted_chunks_change_nothing() {
     let bytes = written();
-    // A chunk left out is run by the serial machine between its neighbours.
-    let left_out = |cs: &mut Vec<Chunk>| {
-        if cs.len() > 3 {
-            cs.remove(2);
-        }
-    };
-    assert!(same(&bytes, SMALL, &left_out, "a chunk left out") > 0);
-    let tampers: [(&str, Tamper<'_>); 4] = [
+    assert!(same(&bytes, SMALL, &no_tamper, "as noted") > 3);
+    let tampers: [(&str, Tamper<'_>); 7] = [
+        // The chunks' entries go where the pre-pass counted them: a run's chunks follow
+        // each other, or none is decoded apart.
+        ("a chunk left out", &|cs| {
+            if cs.len() > 3 {
+                cs.remove(2);
+            }
+        }),
         ("start + 1", &|cs| {
             if let Some(c) = cs.get_mut(2) {
                 c.start += 1;
@@ -218,6 +219,18 @@ fn misnoted_chunks_change_nothing() {
                 c.end_len -= 1;
             }
         }),
+        ("entries before the first chunk + 1", &|cs| {
+            for c in cs.iter_mut() {
+                c.first += 1;
+                c.last += 1;
+            }
+        }),
+        ("a chunk's entries - 1", &|cs| {
+            if let Some(i) = cs.len().checked_sub(2) {
+                cs[i].last -= 1;
+                cs[i + 1].first -= 1;
+            }
+        }),
     ];
     for (what, t) in tampers {
         assert_eq!(
@@ -225,5 +238,24 @@ fn misnoted_chunks_change_nothing() {
             0,
             "{what}: fell back to serial"
         );
+    }
+}
+
+/// The chunks write their entries into the list they stay in: a device trace decoded in
+/// chunks is as long as its room, reserved once (no list grown or copied at the merge).
+#[test]
+fn chunks_fill_the_trace_list_in_place() {
+    let bytes = written();
+    let (snap, merged) = decode(&bytes, SMALL, &no_tamper);
+    assert!(merged > 3, "{merged}");
+    let snap = snap.expect("decodes");
+    let long: Vec<_> = snap
+        .device_traces
+        .iter()
+        .filter(|t| t.len() >= super::super::prepass::MIN_RUN as usize)
+        .collect();
+    assert!(!long.is_empty());
+    for t in long {
+        assert_eq!(t.capacity(), t.len());
     }
 }

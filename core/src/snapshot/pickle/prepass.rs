@@ -113,9 +113,9 @@ pub(super) struct Notes {
     /// not the count of `MEMOIZE`s: no parallel decode).
     pub(super) puts: bool,
     /// Batches of a run ([`Lengths`]) that may start a chunk: (offset of its `MARK`,
-    /// memo length there, offset of the run's first `APPENDS`), one per `batch_step`
-    /// bytes at most.
-    pub(super) batches: Vec<(u64, u64, u64)>,
+    /// memo length there, offset of the run's first `APPENDS`, dicts the run's earlier
+    /// batches made), one per `batch_step` bytes at most.
+    pub(super) batches: Vec<(u64, u64, u64, u64)>,
     pub(super) batch_step: u64,
     /// Memo slots `MEMOIZE`d directly after a string opcode: (index, length, offset of
     /// the string's bytes), by index. At most `strings_cap` (then `overflow`).
@@ -162,13 +162,13 @@ impl Notes {
         self.memos += 1;
     }
 
-    fn batch(&mut self, at: u64, run: u64) {
+    fn batch(&mut self, at: u64, (run, dicts): (u64, u64)) {
         if self
             .batches
             .last()
-            .is_none_or(|&(last, _, _)| at >= last.saturating_add(self.batch_step))
+            .is_none_or(|&(last, ..)| at >= last.saturating_add(self.batch_step))
         {
-            self.batches.push((at, self.memos, run));
+            self.batches.push((at, self.memos, run, dicts));
         }
     }
 }
@@ -428,14 +428,12 @@ impl Lengths {
         self.levels.get_mut(depth)
     }
 
-    /// A `MARK`; the run it continues (offset of the run's first `APPENDS`), if any.
-    fn mark(&mut self, at: u64) -> Option<u64> {
+    /// A `MARK`; the run it continues (offset of the run's first `APPENDS`, dicts its
+    /// batches made so far), if any.
+    fn mark(&mut self, at: u64) -> Option<(u64, u64)> {
         let continues = at == self.appends_end && self.appends_depth == self.depth;
         let run = if continues {
-            self.levels
-                .get(self.depth)
-                .and_then(|l| l.run)
-                .map(|(first, _)| first)
+            self.levels.get(self.depth).and_then(|l| l.run)
         } else {
             None
         };
