@@ -665,14 +665,15 @@ fn the_recorded_timeline_comes_first_and_agrees_with_the_trace_and_the_replay() 
             }
             if !trace.starts_mid_program {
                 assert_eq!(
-                    recorded.requested_bytes[ev], live_bytes,
+                    recorded.requested_bytes.get(ev),
+                    Some(live_bytes),
                     "{}: live requested bytes at op {k} (event {ev})",
                     ex.file
                 );
             }
             if trace.exact && k < replay.timeline.len() {
                 assert_eq!(
-                    Some(recorded.reserved_bytes[ev]),
+                    recorded.reserved_bytes.get(ev),
                     replay.timeline.reserved_bytes.get(k),
                     "{}: reserved bytes at op {k} (event {ev})",
                     ex.file

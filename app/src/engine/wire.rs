@@ -737,13 +737,12 @@ pub struct BlockView {
 pub struct RecordedData {
     pub name: String,
     pub device: u32,
-    /// Bytes reserved from the device after each entry (`segment_*` entries).
-    #[serde(deserialize_with = "exact_vec")]
-    pub reserved_bytes: Vec<u64>,
+    /// Bytes reserved from the device after each entry (`segment_*` entries), exact in
+    /// core's compact column.
+    pub reserved_bytes: Column,
     /// Requested bytes of the live allocations after each entry (`alloc` up to
-    /// `free_completed`).
-    #[serde(deserialize_with = "exact_vec")]
-    pub requested_bytes: Vec<u64>,
+    /// `free_completed`), exact in core's compact column.
+    pub requested_bytes: Column,
     /// The file's `segments` of the device: the layout after its last entry (`op` is that
     /// entry's index; no block is linked to an alloc op).
     pub end_state: LayoutData,

@@ -175,12 +175,12 @@ pub struct RecordedView {
 impl RecordedView {
     #[must_use]
     pub fn new(job: u64, data: RecordedData) -> RecordedView {
-        let env = |v: &[u64]| Envelope::new(v.iter().map(|&b| b as f32).collect());
+        let env = |v: &allocsim_core::metrics::Column| Envelope::new(v.iter().map(|b| b as f32).collect());
         RecordedView {
             job,
             reserved: env(&data.reserved_bytes),
             requested: env(&data.requested_bytes),
-            peak_reserved_bytes: data.reserved_bytes.iter().copied().max().unwrap_or(0),
+            peak_reserved_bytes: data.reserved_bytes.iter().max().unwrap_or(0),
             layout: LayoutView::new(data.end_state, &|_, _| false),
             no_ops: Arc::new(TraceData {
                 name: data.name.clone(),
