@@ -327,6 +327,13 @@ impl Engine {
             job,
             trace: Box::new(data),
         });
+        // Where the UI took the table as its contents and nothing else holds it (the
+        // browser's worker posts a message and drops it), the engine keeps only the
+        // columns it reads: on the 1.12 GB snapshot about 100 MiB less of the worker's
+        // memory beside its replays. Natively the UI shares this very table: kept whole.
+        if let Some(ops) = Arc::get_mut(&mut self.ops) {
+            ops.keep_engine_columns();
+        }
     }
 
     /// Drops the replays and what was computed for the trace or device shown before.

@@ -452,6 +452,15 @@ impl OpsTable {
             + self.times.capacity_bytes()
     }
 
+    /// Drops the columns only the UI reads (stacks, trace entries, times), keeping those the
+    /// engine reads itself (kinds, sizes, links, ends): for an engine whose UI took the
+    /// table as its contents ([`Engine`](super::Engine) in the browser's worker).
+    pub fn keep_engine_columns(&mut self) {
+        self.stack = Vec::new();
+        self.event_index = Vec::new();
+        self.times = Column::default();
+    }
+
     /// `time_us` of op `k`'s trace entry.
     #[must_use]
     pub fn time_us(&self, k: usize) -> Option<i64> {
