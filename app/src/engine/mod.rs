@@ -225,16 +225,13 @@ impl Engine {
                     emit,
                 );
             }
-            Request::ShareTrace { job } => emit(match &self.trace {
-                Some(t) => Response::SharedTrace {
+            Request::ShareTrace { job } => emit(match self.shared() {
+                Ok((device, t)) => Response::SharedTrace {
                     job,
-                    device: self.device as u32,
-                    trace: allocsim_core::trace::binary::encode(t),
+                    device,
+                    trace: allocsim_core::trace::binary::encode(&t),
                 },
-                None => Response::Failed {
-                    job,
-                    message: "no trace is loaded".into(),
-                },
+                Err(message) => Response::Failed { job, message },
             }),
             // Only a search worker takes a trace so ([`Engine::handle_search`]).
             Request::SearchTrace { .. } => {}
@@ -386,7 +383,7 @@ impl Engine {
         });
         let mut beside = None;
         let r = decoded.and_then(|snap| {
-            emit(recorded_response(job, &snap, &name));
+            emit(recorded::response(job, &snap, &name));
             let (built, kept) = open::build_beside(snap, main);
             beside = kept;
             built.map_err(|e| format!("{name}: {e}"))
@@ -426,7 +423,7 @@ impl Engine {
         // is built and validated after.
         let mut ahead = None;
         let r = decoded.and_then(|snap| {
-            emit(recorded_response(job, &snap, &name));
+            emit(recorded::response(job, &snap, &name));
             ahead = main.and_then(|m| open::replayed_ahead(&snap, m).map(|spec| (m, spec)));
             allocsim_core::build::build(snap, None).map_err(|e| format!("{name}: {e}"))
         });
@@ -466,6 +463,19 @@ impl Engine {
                 self.show_device(job, emit);
             }
             Err(message) => emit(Response::Failed { job, message }),
+        }
+    }
+
+    /// The trace a [`Request::ShareTrace`] shares, and the device shown: a host may write
+    /// the [`Response::SharedTrace`] bytes itself, where they go, instead of asking for
+    /// them ([`crate::gui::chunked`]'s `search_trace_into` in the browser's worker).
+    ///
+    /// # Errors
+    /// No trace is loaded.
+    pub fn shared(&self) -> Result<(u32, Arc<Trace>), String> {
+        match &self.trace {
+            Some(t) => Ok((self.device as u32, Arc::clone(t))),
+            None => Err("no trace is loaded".into()),
         }
     }
 
@@ -842,17 +852,6 @@ impl Engine {
 /// is decoded. No progress message after it: in the browser each answer wakes the page for
 /// a frame, which a software rasterizer pays for with the CPU the validation needs; the
 /// recorded view says the trace is being built.
-fn recorded_response(
-    job: u64,
-    snap: &allocsim_core::snapshot::RawSnapshot,
-    name: &str,
-) -> Response {
-    let device = recorded::busiest_device(snap);
-    Response::Recorded {
-        job,
-        recorded: Box::new(recorded::recorded(snap, name, device)),
-    }
-}
 
 /// Work [`Engine::detached`] hands out: run it with the sink for its answers.
 pub type DetachedWork = Box<dyn FnOnce(&mut dyn FnMut(Response)) + Send + 'static>;

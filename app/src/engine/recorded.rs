@@ -15,7 +15,7 @@
 use allocsim_core::metrics::Column;
 use allocsim_core::snapshot::{Action, BlockState, RawEvent, RawSnapshot, SegmentType};
 
-use super::wire::{BlockView, LayoutData, NO_OP, RecordedData, SegmentView, block_state};
+use super::wire::{BlockView, LayoutData, NO_OP, RecordedData, Response, SegmentView, block_state};
 
 /// The device a decoded snapshot is shown on first: the one with the most trace entries
 /// (the lowest index on a tie), as [`allocsim_core::trace::Trace::busiest_device`] picks
@@ -27,6 +27,15 @@ pub fn busiest_device(snap: &RawSnapshot) -> u32 {
         .enumerate()
         .max_by_key(|(i, events)| (events.len(), std::cmp::Reverse(*i)))
         .map_or(0, |(i, _)| i as u32)
+}
+
+/// The [`Response::Recorded`] of `snap`, on the device shown first.
+#[must_use]
+pub fn response(job: u64, snap: &RawSnapshot, name: &str) -> Response {
+    Response::Recorded {
+        job,
+        recorded: Box::new(recorded(snap, name, busiest_device(snap))),
+    }
 }
 
 /// The recorded timeline and end state of device `device` of `snap`.

@@ -1076,7 +1076,12 @@ fn an_engine_whose_ui_took_its_ops_table_keeps_its_own_columns_and_answers_alike
         };
         posted.handle(load, &mut drop);
         assert!(!t.ops.is_empty(), "{}", ex.file);
-        assert_eq!(shared.ops.stack.len(), t.ops.len(), "{}: kept whole", ex.file);
+        assert_eq!(
+            shared.ops.stack.len(),
+            t.ops.len(),
+            "{}: kept whole",
+            ex.file
+        );
         let (kept, whole) = (&posted.ops, &shared.ops);
         assert!(kept.stack.is_empty() && kept.event_index.is_empty() && kept.times.is_empty());
         assert_eq!(

@@ -175,7 +175,9 @@ pub struct RecordedView {
 impl RecordedView {
     #[must_use]
     pub fn new(job: u64, data: RecordedData) -> RecordedView {
-        let env = |v: &allocsim_core::metrics::Column| Envelope::new(v.iter().map(|b| b as f32).collect());
+        let env = |v: &allocsim_core::metrics::Column| {
+            Envelope::new(v.iter().map(|b| b as f32).collect())
+        };
         RecordedView {
             job,
             reserved: env(&data.reserved_bytes),
