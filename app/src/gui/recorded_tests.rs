@@ -90,6 +90,13 @@ fn the_recorded_timeline_and_end_state_are_drawn_before_the_replays_answer() {
     );
     assert!(has_text(&h, "recorded end state"));
     assert!(has_text(&h, "reserved 2.00 GiB in 1 segments"));
+    let per_entry: Vec<_> = [&r.reserved, &r.requested]
+        .map(|c| {
+            (0..c.len())
+                .filter_map(|i| c.bytes(i))
+                .collect::<Vec<u64>>()
+        })
+        .into();
 
     // Once the trace is built, the same lines and map stay until the main replay's layout.
     for _ in 0..40 {
@@ -101,6 +108,12 @@ fn the_recorded_timeline_and_end_state_are_drawn_before_the_replays_answer() {
     let app = h.state();
     let (doc, rd) = built_without_replays(app);
     assert_eq!(rd.reserved.len(), doc.trace.ops.len());
+    // Each op shows its trace entry's recorded values, exactly.
+    for (k, &e) in doc.trace.ops.event_index.iter().enumerate() {
+        for (per_op, entries) in [&rd.reserved, &rd.requested].into_iter().zip(&per_entry) {
+            assert_eq!(per_op.bytes(k), entries.get(e as usize).copied(), "op {k}");
+        }
+    }
     assert_eq!(rd.layout.data.op as usize, doc.trace.ops.len() - 1);
     assert_eq!(
         app.cursor, rd.layout.data.op,
