@@ -848,11 +848,6 @@ impl Engine {
     }
 }
 
-/// The file's own timeline and end state of its busiest device, for the UI as soon as it
-/// is decoded. No progress message after it: in the browser each answer wakes the page for
-/// a frame, which a software rasterizer pays for with the CPU the validation needs; the
-/// recorded view says the trace is being built.
-
 /// Work [`Engine::detached`] hands out: run it with the sink for its answers.
 pub type DetachedWork = Box<dyn FnOnce(&mut dyn FnMut(Response)) + Send + 'static>;
 

@@ -29,7 +29,10 @@ pub fn busiest_device(snap: &RawSnapshot) -> u32 {
         .map_or(0, |(i, _)| i as u32)
 }
 
-/// The [`Response::Recorded`] of `snap`, on the device shown first.
+/// The [`Response::Recorded`] of `snap`: its own timeline and end state of its busiest
+/// device, for the UI as soon as it is decoded. No progress message after it: in the
+/// browser each answer wakes the page for a frame, which a software rasterizer pays for
+/// with the CPU the validation needs; the recorded view says the trace is being built.
 #[must_use]
 pub fn response(job: u64, snap: &RawSnapshot, name: &str) -> Response {
     Response::Recorded {
@@ -93,8 +96,10 @@ fn timeline(events: &[RawEvent], end: (u64, u64)) -> (Column, Column) {
         }
     } else {
         let (r, q) = walked_back(events, end);
-        r.into_iter().for_each(|v| reserved.push(v));
-        q.into_iter().for_each(|v| requested.push(v));
+        for (r, q) in r.into_iter().zip(q) {
+            reserved.push(r);
+            requested.push(q);
+        }
     }
     reserved.shrink_to_fit();
     requested.shrink_to_fit();
