@@ -302,3 +302,38 @@ fn a_dropped_file_is_opened_in_the_frame_of_the_drop() {
     let doc = h.state().document().expect("a document");
     assert_eq!(doc.trace.name, "devfull_oom_msg.pickle.gz");
 }
+
+/// While another file opens, the document shown asks for no bands nor bounds (the engine
+/// would answer them for the file being opened, and in the browser ahead of its replays);
+/// once nothing is opening it asks for them.
+#[test]
+fn no_bands_nor_bounds_are_asked_for_while_another_file_opens() {
+    let mut h = paced_harness(Startup::Example(&OOM_STORY));
+    let mut frames = 0;
+    while !h
+        .state()
+        .document()
+        .is_some_and(crate::gui::Document::main_settled)
+    {
+        frames += 1;
+        assert!(frames < 200, "the main configuration never settled");
+        h.step();
+    }
+    let app = h.state_mut();
+    let unasked = |app: &mut AllocsimApp| {
+        let doc = app.doc.as_mut().expect("a document");
+        (doc.bands_asked, doc.bounds_asked) = (false, false);
+    };
+    let asked = |app: &AllocsimApp| {
+        app.document()
+            .map(|d| (d.bands_asked, d.bounds_asked))
+            .expect("a document")
+    };
+    unasked(app);
+    app.load_job = Some(u64::MAX);
+    app.after_main_frame();
+    assert_eq!(asked(app), (false, false), "asked while a file opens");
+    app.load_job = None;
+    app.after_main_frame();
+    assert_eq!(asked(app), (true, true), "asked once nothing opens");
+}
