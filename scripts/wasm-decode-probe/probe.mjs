@@ -1,10 +1,14 @@
-// node probe.mjs WASM FILE: the streamed decode in wasm over FILE (pickle, gzip or JSON;
-// 4 MiB pieces, two passes as the browser worker feeds it); prints the entries decoded, the
-// wasm memory's size after it (its peak: wasm memory never shrinks) and the seconds.
+// node probe.mjs WASM FILE [open]: the streamed decode in wasm over FILE (pickle, gzip or
+// JSON; 4 MiB pieces, two passes as the browser worker feeds it); prints the entries
+// decoded, the wasm memory's size after it (its peak: wasm memory never shrinks) and the
+// seconds. With `open`, then the engine worker's open after the decode, stage by stage
+// (`open()` in src/lib.rs): one JSON line per stage with the bytes live after it, their
+// highest mark during it, the wasm memory's size after it (the high-water) and the size
+// of the message it emitted.
 // Build: cargo build --release --target wasm32-unknown-unknown (in this directory); the
 // module is target/wasm32-unknown-unknown/release/wasm_decode_probe.wasm.
 import fs from 'node:fs';
-const [wasmPath, file] = process.argv.slice(2);
+const [wasmPath, file, then] = process.argv.slice(2);
 const { instance } = await WebAssembly.instantiate(fs.readFileSync(wasmPath), {});
 const x = instance.exports;
 const total = fs.statSync(file).size;
@@ -27,3 +31,9 @@ for (let pass = 0; pass < 2 && r !== 2; pass++) {
   if (r < 0) { console.log('decode error'); process.exit(1); }
 }
 console.log(JSON.stringify({ file, entries: x.entries(), wasm_memory_mib: +(x.memory.buffer.byteLength / 1048576).toFixed(1), seconds: +((performance.now() - t0) / 1000).toFixed(2) }));
+if (then === 'open') {
+  x.open();
+  const report = new TextDecoder().decode(new Uint8Array(x.memory.buffer, x.report_ptr(), x.report_len()));
+  process.stdout.write(report);
+  console.log(JSON.stringify({ seconds: +((performance.now() - t0) / 1000).toFixed(2) }));
+}

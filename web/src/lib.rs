@@ -96,18 +96,20 @@ mod entry {
     }
 
     /// A shared trace ([`wire::Response::SharedTrace`]) as `{trace, job}`: `trace` the
-    /// [`wire::Request::SearchTrace`] the page hands its search workers as it is, encoded
-    /// straight into JS memory (its buffer moved, not copied).
-    fn post_shared(job: u64, device: u32, trace: Vec<u8>) {
+    /// [`wire::Request::SearchTrace`] the page hands its search workers as it is, written
+    /// straight into one JS array ([`chunked::search_trace_js`]: the trace's bytes never
+    /// all in the worker's wasm memory), whose buffer is moved, not copied.
+    fn post_shared(job: u64) {
         let Ok(scope) = js_sys::global().dyn_into::<web_sys::DedicatedWorkerGlobalScope>() else {
             return;
         };
-        let req = wire::Request::SearchTrace { job, device, trace };
-        let arr = match chunked::encode_js(&req) {
+        let arr = ENGINE
+            .with(|e| e.borrow().shared())
+            .and_then(|(device, trace)| chunked::search_trace_js(job, device, &trace));
+        let arr = match arr {
             Ok(arr) => arr,
-            Err(e) => return post(&wire::Response::Failed { job, message: e }),
+            Err(message) => return post(&wire::Response::Failed { job, message }),
         };
-        drop(req);
         let msg = js_sys::Object::new();
         let set = |k: &str, v: &JsValue| js_sys::Reflect::set(&msg, &k.into(), v);
         let posted = set("trace", &arr)
@@ -130,14 +132,11 @@ mod entry {
                 let kind = req.kind();
                 JOB.with(|j| j.set(req.job()));
                 let _timed = Timed::new(kind, started);
-                ENGINE.with(|e| {
-                    handle(&mut e.borrow_mut(), req, &mut |r| match r {
-                        wire::Response::SharedTrace { job, device, trace } => {
-                            post_shared(job, device, trace);
-                        }
-                        r => post(&r),
-                    });
-                });
+                if let wire::Request::ShareTrace { job } = req {
+                    // Written where it goes, not asked of the engine as bytes.
+                    return post_shared(job);
+                }
+                ENGINE.with(|e| handle(&mut e.borrow_mut(), req, &mut |r| post(&r)));
             }
             Err(message) => post(&wire::Response::Failed { job: 0, message }),
         }

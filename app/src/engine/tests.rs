@@ -665,14 +665,15 @@ fn the_recorded_timeline_comes_first_and_agrees_with_the_trace_and_the_replay() 
             }
             if !trace.starts_mid_program {
                 assert_eq!(
-                    recorded.requested_bytes[ev], live_bytes,
+                    recorded.requested_bytes.get(ev),
+                    Some(live_bytes),
                     "{}: live requested bytes at op {k} (event {ev})",
                     ex.file
                 );
             }
             if trace.exact && k < replay.timeline.len() {
                 assert_eq!(
-                    Some(recorded.reserved_bytes[ev]),
+                    recorded.reserved_bytes.get(ev),
                     replay.timeline.reserved_bytes.get(k),
                     "{}: reserved bytes at op {k} (event {ev})",
                     ex.file
@@ -1057,4 +1058,65 @@ fn a_main_replay_done_ahead_answers_as_one_replayed_when_asked() {
         );
     }
     assert!(replayed_ahead > 0, "no example was replayed ahead");
+}
+
+/// An engine whose UI took the ops table as its contents (the browser's worker: each
+/// answer posted, then dropped) keeps only the columns it reads itself, and answers as an
+/// engine whose UI shares the table: the same replays, layouts and bands.
+#[test]
+fn an_engine_whose_ui_took_its_ops_table_keeps_its_own_columns_and_answers_alike() {
+    for ex in EXAMPLES {
+        let mut shared = Engine::new();
+        let t = loaded(&mut shared, ex);
+        let mut posted = Engine::new();
+        let load = Request::Load {
+            job: 1,
+            name: ex.file.into(),
+            bytes: ex.bytes.to_vec(),
+        };
+        posted.handle(load, &mut drop);
+        assert!(!t.ops.is_empty(), "{}", ex.file);
+        assert_eq!(
+            shared.ops.stack.len(),
+            t.ops.len(),
+            "{}: kept whole",
+            ex.file
+        );
+        let (kept, whole) = (&posted.ops, &shared.ops);
+        assert!(kept.stack.is_empty() && kept.event_index.is_empty() && kept.times.is_empty());
+        assert_eq!(
+            (&kept.kind, &kept.size_bytes, &kept.link, &kept.end),
+            (&whole.kind, &whole.size_bytes, &whole.link, &whole.end),
+            "{}",
+            ex.file
+        );
+        let bands = match last(run(&mut posted, Request::Bands { job: 1 })) {
+            Response::Bands { bands, .. } => bands,
+            other => panic!("{}: {other:?}", ex.file),
+        };
+        assert_eq!(
+            (&bands.pieces, bands.peak_bytes, bands.epsilon_bytes),
+            (&t.bands.pieces, t.bands.peak_bytes, t.bands.epsilon_bytes),
+            "{}: bands",
+            ex.file
+        );
+        let n = t.ops.len() as u32;
+        for (slot, spec) in ["pytorch", "pytorch@expandable_segments:True"]
+            .into_iter()
+            .enumerate()
+        {
+            let slot = slot as u32;
+            let a = replayed(&mut shared, slot, spec, ex.cap_bytes());
+            let b = replayed(&mut posted, slot, spec, ex.cap_bytes());
+            assert_eq!(a.summary, b.summary, "{}: {spec}", ex.file);
+            for op in [0, n / 3, n / 2, n - 1] {
+                assert_eq!(
+                    layout(&mut shared, slot, op),
+                    layout(&mut posted, slot, op),
+                    "{}: {spec} at op {op}",
+                    ex.file
+                );
+            }
+        }
+    }
 }

@@ -452,6 +452,15 @@ impl OpsTable {
             + self.times.capacity_bytes()
     }
 
+    /// Drops the columns only the UI reads (stacks, trace entries, times), keeping those the
+    /// engine reads itself (kinds, sizes, links, ends): for an engine whose UI took the
+    /// table as its contents ([`Engine`](super::Engine) in the browser's worker).
+    pub fn keep_engine_columns(&mut self) {
+        self.stack = Vec::new();
+        self.event_index = Vec::new();
+        self.times = Column::default();
+    }
+
     /// `time_us` of op `k`'s trace entry.
     #[must_use]
     pub fn time_us(&self, k: usize) -> Option<i64> {
@@ -737,13 +746,12 @@ pub struct BlockView {
 pub struct RecordedData {
     pub name: String,
     pub device: u32,
-    /// Bytes reserved from the device after each entry (`segment_*` entries).
-    #[serde(deserialize_with = "exact_vec")]
-    pub reserved_bytes: Vec<u64>,
+    /// Bytes reserved from the device after each entry (`segment_*` entries), exact in
+    /// core's compact column.
+    pub reserved_bytes: Column,
     /// Requested bytes of the live allocations after each entry (`alloc` up to
-    /// `free_completed`).
-    #[serde(deserialize_with = "exact_vec")]
-    pub requested_bytes: Vec<u64>,
+    /// `free_completed`), exact in core's compact column.
+    pub requested_bytes: Column,
     /// The file's `segments` of the device: the layout after its last entry (`op` is that
     /// entry's index; no block is linked to an alloc op).
     pub end_state: LayoutData,

@@ -55,6 +55,45 @@ pub fn encoded_len<T: serde::Serialize>(msg: &T) -> Result<u64, String> {
     encode_into(msg, Count::default(), CHUNK)
 }
 
+/// A [`Request::SearchTrace`] of `trace` (device `device` shown) as [`wire::encode`]
+/// writes it, into the sink `make` returns for its length: the message's head, then the
+/// trace's bytes as [`binary::encode_into`] hands them on, never all held (the browser's
+/// engine worker writes them straight into the JS array it posts; the 1.12 GB snapshot's
+/// 406 MiB of them sat in its wasm memory, never given back, beside the trace).
+///
+/// [`Request::SearchTrace`]: crate::engine::wire::Request::SearchTrace
+/// [`wire::encode`]: crate::engine::wire::encode
+/// [`binary::encode_into`]: allocsim_core::trace::binary::encode_into
+pub fn search_trace_into<S: Sink>(
+    job: u64,
+    device: u32,
+    trace: &allocsim_core::trace::Trace,
+    make: impl FnOnce(u64) -> Result<S, String>,
+) -> Result<S::Output, String> {
+    use allocsim_core::trace::binary;
+    let body = binary::encoded_len(trace);
+    let mut head = crate::engine::wire::encode(&crate::engine::wire::Request::SearchTrace {
+        job,
+        device,
+        trace: Vec::new(),
+    })?;
+    // Postcard ends the head with the bytes' length, a varint (0 here: one byte), and
+    // the bytes follow it.
+    if head.pop() != Some(0) {
+        return Err("a search trace's head does not end with its length".into());
+    }
+    let mut n = body as u64;
+    while n >= 0x80 {
+        head.push((n as u8) | 0x80);
+        n >>= 7;
+    }
+    head.push(n as u8);
+    let mut sink = make(head.len() as u64 + body as u64)?;
+    sink.chunk(&head);
+    binary::encode_into(trace, &mut |piece| sink.chunk(piece));
+    Ok(sink.finish())
+}
+
 /// A [`Sink`] that only counts the bytes.
 #[derive(Default)]
 struct Count(u64);
@@ -351,6 +390,22 @@ pub fn encode_js<T: serde::Serialize>(msg: &T) -> Result<js_sys::Uint8Array, Str
         at: 0,
     };
     encode_into(msg, sink, CHUNK)
+}
+
+/// [`search_trace_into`] one JS array of the message's length.
+#[cfg(target_arch = "wasm32")]
+pub fn search_trace_js(
+    job: u64,
+    device: u32,
+    trace: &allocsim_core::trace::Trace,
+) -> Result<js_sys::Uint8Array, String> {
+    search_trace_into(job, device, trace, |len| {
+        let len = u32::try_from(len).map_err(|_| "a message over 4 GiB".to_string())?;
+        Ok(JsArray {
+            out: js_sys::Uint8Array::new_with_length(len),
+            at: 0,
+        })
+    })
 }
 
 /// Encodes `msg` as a JS array of its chunks, and the list of their buffers to transfer

@@ -250,6 +250,55 @@ impl Envelope {
     }
 }
 
+/// A column of exact bytes and its levels, owned: what a file records, drawn as `f32`
+/// (as [`Samples::Column`] reads it) without a copy of it as `f32` (on the 1.12 GB
+/// snapshot 116 MiB of the page's memory for its 14.5 M entries).
+#[derive(Debug, Clone, Default)]
+pub struct ColumnEnvelope {
+    column: Column,
+    levels: Levels,
+}
+
+impl ColumnEnvelope {
+    /// Builds the levels of `column`.
+    #[must_use]
+    pub fn new(column: Column) -> ColumnEnvelope {
+        ColumnEnvelope {
+            levels: Levels::new(Samples::Column(&column)),
+            column,
+        }
+    }
+
+    /// The samples and their levels, as drawn.
+    #[must_use]
+    pub fn curve(&self) -> Curve<'_> {
+        self.levels.over(Samples::Column(&self.column))
+    }
+
+    /// Number of samples.
+    #[must_use]
+    pub fn len(&self) -> usize {
+        self.column.len()
+    }
+
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.column.is_empty()
+    }
+
+    /// Sample `i`, exact.
+    #[must_use]
+    pub fn bytes(&self, i: usize) -> Option<u64> {
+        self.column.get(i)
+    }
+
+    /// Sample `i`, as drawn.
+    #[must_use]
+    pub fn get(&self, i: usize) -> Option<f32> {
+        self.bytes(i).map(|b| b as f32)
+    }
+}
+
 #[cfg(test)]
 fn min_max(v: &[f32]) -> (f32, f32) {
     v.iter()

@@ -135,8 +135,13 @@ impl AllocsimApp {
     /// 1.12 GB snapshot 11 s of stacking and 8 s of bounds; the 1 M-event trace's stacking
     /// 3.2 s); the stacked view shows its folded band meanwhile. There they also wait
     /// while "What would fit?" sweeps: its search workers take both cores.
+    /// Nothing is asked while another file opens: the engine answers for the trace it holds
+    /// once that file is built, so the document shown would get the next trace's bands and
+    /// bounds, and in the browser they would queue ahead of its replays (a drop while the
+    /// example's sweep ran: 1.8 s of them before the 1 M-event trace's first frame).
     pub(crate) fn after_main_frame(&mut self) {
-        if !self.doc.as_ref().is_some_and(Document::main_settled)
+        if self.load_job.is_some()
+            || !self.doc.as_ref().is_some_and(Document::main_settled)
             || (cfg!(target_arch = "wasm32")
                 && (!self.doc.as_ref().is_some_and(Document::all_settled) || self.sweeping()))
         {

@@ -90,6 +90,13 @@ fn the_recorded_timeline_and_end_state_are_drawn_before_the_replays_answer() {
     );
     assert!(has_text(&h, "recorded end state"));
     assert!(has_text(&h, "reserved 2.00 GiB in 1 segments"));
+    let per_entry: Vec<_> = [&r.reserved, &r.requested]
+        .map(|c| {
+            (0..c.len())
+                .filter_map(|i| c.bytes(i))
+                .collect::<Vec<u64>>()
+        })
+        .into();
 
     // Once the trace is built, the same lines and map stay until the main replay's layout.
     for _ in 0..40 {
@@ -101,6 +108,12 @@ fn the_recorded_timeline_and_end_state_are_drawn_before_the_replays_answer() {
     let app = h.state();
     let (doc, rd) = built_without_replays(app);
     assert_eq!(rd.reserved.len(), doc.trace.ops.len());
+    // Each op shows its trace entry's recorded values, exactly.
+    for (k, &e) in doc.trace.ops.event_index.iter().enumerate() {
+        for (per_op, entries) in [&rd.reserved, &rd.requested].into_iter().zip(&per_entry) {
+            assert_eq!(per_op.bytes(k), entries.get(e as usize).copied(), "op {k}");
+        }
+    }
     assert_eq!(rd.layout.data.op as usize, doc.trace.ops.len() - 1);
     assert_eq!(
         app.cursor, rd.layout.data.op,
@@ -288,4 +301,39 @@ fn a_dropped_file_is_opened_in_the_frame_of_the_drop() {
     h.step();
     let doc = h.state().document().expect("a document");
     assert_eq!(doc.trace.name, "devfull_oom_msg.pickle.gz");
+}
+
+/// While another file opens, the document shown asks for no bands nor bounds (the engine
+/// would answer them for the file being opened, and in the browser ahead of its replays);
+/// once nothing is opening it asks for them.
+#[test]
+fn no_bands_nor_bounds_are_asked_for_while_another_file_opens() {
+    let mut h = paced_harness(Startup::Example(&OOM_STORY));
+    let mut frames = 0;
+    while !h
+        .state()
+        .document()
+        .is_some_and(crate::gui::Document::main_settled)
+    {
+        frames += 1;
+        assert!(frames < 200, "the main configuration never settled");
+        h.step();
+    }
+    let app = h.state_mut();
+    let unasked = |app: &mut AllocsimApp| {
+        let doc = app.doc.as_mut().expect("a document");
+        (doc.bands_asked, doc.bounds_asked) = (false, false);
+    };
+    let asked = |app: &AllocsimApp| {
+        app.document()
+            .map(|d| (d.bands_asked, d.bounds_asked))
+            .expect("a document")
+    };
+    unasked(app);
+    app.load_job = Some(u64::MAX);
+    app.after_main_frame();
+    assert_eq!(asked(app), (false, false), "asked while a file opens");
+    app.load_job = None;
+    app.after_main_frame();
+    assert_eq!(asked(app), (true, true), "asked once nothing opens");
 }

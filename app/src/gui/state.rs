@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use allocsim_core::models::ModelStats;
 
-use super::envelope::{Curve, Envelope, Levels, Samples};
+use super::envelope::{ColumnEnvelope, Curve, Envelope, Levels, Samples};
 use super::render::{Quad, QuadSet};
 use super::theme;
 use crate::engine::wire::{
@@ -154,7 +154,8 @@ impl Document {
 }
 
 /// What a file records ([`RecordedData`]), drawn as soon as it is decoded: its reserved
-/// and live requested bytes (bytes as f32) and its end state as a memory map. Over the
+/// and live requested bytes (its exact columns, drawn as f32) and its end state as a
+/// memory map. Over the
 /// file's trace entries while the trace is built; over the ops once it is
 /// ([`RecordedView::per_op`]), until the replays arrive.
 #[derive(Debug)]
@@ -163,8 +164,8 @@ pub struct RecordedView {
     pub job: u64,
     pub name: String,
     pub device: u32,
-    pub reserved: Envelope,
-    pub requested: Envelope,
+    pub reserved: ColumnEnvelope,
+    pub requested: ColumnEnvelope,
     pub peak_reserved_bytes: u64,
     /// The end state (`data.op`: the last entry, or the last op once per op).
     pub layout: LayoutView,
@@ -175,12 +176,11 @@ pub struct RecordedView {
 impl RecordedView {
     #[must_use]
     pub fn new(job: u64, data: RecordedData) -> RecordedView {
-        let env = |v: &[u64]| Envelope::new(v.iter().map(|&b| b as f32).collect());
         RecordedView {
             job,
-            reserved: env(&data.reserved_bytes),
-            requested: env(&data.requested_bytes),
-            peak_reserved_bytes: data.reserved_bytes.iter().copied().max().unwrap_or(0),
+            peak_reserved_bytes: data.reserved_bytes.iter().max().unwrap_or(0),
+            reserved: ColumnEnvelope::new(data.reserved_bytes),
+            requested: ColumnEnvelope::new(data.requested_bytes),
             layout: LayoutView::new(data.end_state, &|_, _| false),
             no_ops: Arc::new(TraceData {
                 name: data.name.clone(),
@@ -211,19 +211,14 @@ impl RecordedView {
             return None;
         }
         // An op the recording has no entry of (one inferred) keeps the value before it.
-        let at = |env: &Envelope| {
-            let mut last = 0.0;
-            Envelope::new(
-                trace
-                    .ops
-                    .event_index
-                    .iter()
-                    .map(|&e| {
-                        last = env.get(e as usize).unwrap_or(last);
-                        last
-                    })
-                    .collect(),
-            )
+        let at = |env: &ColumnEnvelope| {
+            let (mut last, mut column) = (0, allocsim_core::metrics::Column::default());
+            for &e in &trace.ops.event_index {
+                last = env.bytes(e as usize).unwrap_or(last);
+                column.push(last);
+            }
+            column.shrink_to_fit();
+            ColumnEnvelope::new(column)
         };
         let mut layout = self.layout;
         layout.data.op = trace.ops.len().saturating_sub(1) as u32;

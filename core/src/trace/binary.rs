@@ -63,8 +63,20 @@ const SEGMENT_EVENT: usize = 46;
 #[must_use]
 pub fn encode(trace: &Trace) -> Vec<u8> {
     let ops: usize = trace.devices.iter().map(|d| d.ops.len()).sum();
-    let mut w = Writer(Vec::with_capacity(64 + ops * 45));
-    w.0.extend_from_slice(MAGIC);
+    let mut out = Vec::with_capacity(64 + ops * 45);
+    encode_into(trace, &mut |piece| out.extend_from_slice(piece));
+    out
+}
+
+/// [`encode`]'s bytes handed to `put` in pieces of at most [`PIECE`] bytes, in order, never
+/// all held: a host writes them where they go (the browser's engine worker straight into
+/// the JS array it posts, not a copy of the whole trace in its wasm memory).
+pub fn encode_into(trace: &Trace, put: &mut dyn FnMut(&[u8])) {
+    let mut w = Writer {
+        buf: Vec::with_capacity(PIECE),
+        put,
+    };
+    w.bytes(MAGIC);
     w.u32(VERSION);
     settings(&mut w, &trace.snapshot.settings);
     w.len(trace.snapshot.device_traces);
@@ -72,8 +84,19 @@ pub fn encode(trace: &Trace) -> Vec<u8> {
     for d in &trace.devices {
         device(&mut w, d);
     }
-    w.0
+    w.flush();
 }
+
+/// The length of [`encode`]'s bytes (an encode that keeps none of them).
+#[must_use]
+pub fn encoded_len(trace: &Trace) -> usize {
+    let mut n = 0;
+    encode_into(trace, &mut |piece| n += piece.len());
+    n
+}
+
+/// The largest piece [`encode_into`] hands on.
+pub const PIECE: usize = 64 << 10;
 
 /// The trace [`encode`] wrote into `bytes`.
 ///
@@ -103,28 +126,43 @@ pub fn decode(bytes: &[u8]) -> Result<Trace, BinaryError> {
     Ok(trace)
 }
 
-struct Writer(Vec<u8>);
+struct Writer<'a> {
+    buf: Vec<u8>,
+    put: &'a mut dyn FnMut(&[u8]),
+}
 
-impl Writer {
+impl Writer<'_> {
+    fn bytes(&mut self, b: &[u8]) {
+        if self.buf.len() + b.len() > PIECE {
+            self.flush();
+        }
+        self.buf.extend_from_slice(b);
+    }
+    fn flush(&mut self) {
+        if !self.buf.is_empty() {
+            (self.put)(&self.buf);
+            self.buf.clear();
+        }
+    }
     fn u8(&mut self, v: u8) {
-        self.0.push(v);
+        self.bytes(&[v]);
     }
     fn u32(&mut self, v: u32) {
-        self.0.extend_from_slice(&v.to_le_bytes());
+        self.bytes(&v.to_le_bytes());
     }
     fn u64(&mut self, v: u64) {
-        self.0.extend_from_slice(&v.to_le_bytes());
+        self.bytes(&v.to_le_bytes());
     }
     fn len(&mut self, n: usize) {
         self.u32(u32::try_from(n).unwrap_or(u32::MAX));
     }
     fn str(&mut self, s: &str) {
         self.len(s.len());
-        self.0.extend_from_slice(s.as_bytes());
+        self.bytes(s.as_bytes());
     }
 }
 
-fn settings(w: &mut Writer, s: &RawSettings) {
+fn settings(w: &mut Writer<'_>, s: &RawSettings) {
     w.str(&s.conf);
     w.u8(u8::from(s.max_split_size_bytes.is_some()));
     w.u64(s.max_split_size_bytes.unwrap_or(0));
@@ -149,7 +187,7 @@ fn settings(w: &mut Writer, s: &RawSettings) {
     }
 }
 
-fn device(w: &mut Writer, d: &DeviceTrace) {
+fn device(w: &mut Writer<'_>, d: &DeviceTrace) {
     w.u32(d.device);
     w.u64(d.events as u64);
     w.u64(d.initial_ops as u64);
@@ -516,6 +554,33 @@ mod tests {
         assert_eq!(back.devices[0].ops, t.devices[0].ops);
         assert_eq!(back.snapshot.settings, t.snapshot.settings);
         assert_eq!(encode(&back), bytes);
+    }
+
+    /// A trace of many pieces: each at most [`PIECE`] bytes, their length [`encoded_len`],
+    /// and together a trace that reads back as the one written.
+    #[test]
+    fn a_trace_written_in_pieces_reads_back() {
+        let mut t = tiny();
+        let ops = t.devices[0].ops.clone();
+        for k in 0..20_000u32 {
+            let mut pair = ops.clone();
+            pair[0].event_index = k;
+            pair[1].kind = OpKind::Free {
+                alloc: 2 * k,
+                deferred: k % 2 == 0,
+            };
+            t.devices[0].ops.extend(pair);
+        }
+        t.devices[0].ops.drain(..2);
+        let mut pieces = Vec::new();
+        encode_into(&t, &mut |p| pieces.push(p.to_vec()));
+        assert!(pieces.len() > 5, "{} pieces", pieces.len());
+        assert!(pieces.iter().all(|p| !p.is_empty() && p.len() <= PIECE));
+        let bytes = pieces.concat();
+        assert_eq!(encoded_len(&t), bytes.len());
+        let back = decode(&bytes).expect("decodes");
+        assert_eq!(back.devices[0].ops, t.devices[0].ops);
+        assert_eq!(back.snapshot.settings, t.snapshot.settings);
     }
 
     #[test]

@@ -73,3 +73,165 @@ pub extern "C" fn entries() -> f64 {
             .map_or(0, |s| s.device_traces.iter().map(Vec::len).sum::<usize>()) as f64
     })
 }
+
+// ---- The engine worker's open after the decode, stage by stage (`open()`). ----
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use allocsim_app::engine::Engine;
+use allocsim_app::engine::wire::{MainReplay, Request, Response};
+
+/// The system allocator, counting the bytes live and their highest mark since the last
+/// stage recorded.
+struct Counting;
+static LIVE: AtomicUsize = AtomicUsize::new(0);
+static PEAK: AtomicUsize = AtomicUsize::new(0);
+
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
+        let p = unsafe { System.alloc(l) };
+        if !p.is_null() {
+            let now = LIVE.fetch_add(l.size(), Ordering::Relaxed) + l.size();
+            PEAK.fetch_max(now, Ordering::Relaxed);
+        }
+        p
+    }
+    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
+        unsafe { System.dealloc(p, l) };
+        LIVE.fetch_sub(l.size(), Ordering::Relaxed);
+    }
+    unsafe fn realloc(&self, p: *mut u8, l: Layout, new: usize) -> *mut u8 {
+        let q = unsafe { System.realloc(p, l, new) };
+        if !q.is_null() {
+            if new >= l.size() {
+                let now = LIVE.fetch_add(new - l.size(), Ordering::Relaxed) + new - l.size();
+                PEAK.fetch_max(now, Ordering::Relaxed);
+            } else {
+                LIVE.fetch_sub(l.size() - new, Ordering::Relaxed);
+            }
+        }
+        q
+    }
+}
+
+#[global_allocator]
+static ALLOC: Counting = Counting;
+
+thread_local! {
+    static REPORT: RefCell<String> = const { RefCell::new(String::new()) };
+}
+
+#[allow(clippy::cast_precision_loss)]
+fn mib(b: usize) -> f64 {
+    (b as f64 / 1_048_576.0 * 10.0).round() / 10.0
+}
+
+/// One line of the report: the stage, the bytes live after it and their highest mark
+/// during it, the wasm memory's size after it, and the message it emitted (bytes).
+fn stage(what: &str, message: usize) {
+    let live = LIVE.load(Ordering::Relaxed);
+    let peak = PEAK.swap(live, Ordering::Relaxed);
+    let memory = core::arch::wasm32::memory_size::<0>() * 65536;
+    REPORT.with(|r| {
+        r.borrow_mut().push_str(&format!(
+            "{{\"stage\":\"{what}\",\"live_mib\":{},\"peak_live_mib\":{},\"wasm_memory_mib\":{},\"message_mib\":{}}}\n",
+            mib(live),
+            mib(peak),
+            mib(memory),
+            mib(message)
+        ));
+    });
+}
+
+fn kind(r: &Response) -> &'static str {
+    match r {
+        Response::Progress { .. } => "",
+        Response::Recorded { .. } => "Recorded",
+        Response::Loaded { .. } => "Loaded",
+        Response::Replayed { .. } => "Replayed",
+        Response::Layout { .. } => "Layout",
+        Response::Bands { .. } => "Bands",
+        Response::Bounds { .. } => "Bounds",
+        Response::Failed { .. } => "Failed",
+        _ => "other",
+    }
+}
+
+fn emit(r: Response) {
+    let k = kind(&r);
+    if k.is_empty() {
+        return;
+    }
+    let size = postcard::serialize_with_flavor(&r, postcard::ser_flavors::Size::default())
+        .unwrap_or(0);
+    if let Response::Failed { message, .. } = &r {
+        REPORT.with(|x| x.borrow_mut().push_str(&format!("failed: {message}\n")));
+    }
+    stage(&format!("emitted {k}"), size);
+}
+
+/// The worker's open after its decode, as the page drives it: the recorded timeline, the
+/// trace's build, the ops table, the main replay ahead; then the page's requests (the
+/// main replay and its start layout, the second configuration and its layout, then the
+/// bands and the bounds). Each stage's line is in the report (`report_ptr`, `report_len`).
+#[unsafe(no_mangle)]
+pub extern "C" fn open() {
+    stage("decoded", 0);
+    let Some(snap) = SNAP.with(|x| x.borrow_mut().take()) else {
+        return;
+    };
+    BUF.with(|b| *b.borrow_mut() = Vec::new());
+    DEC.with(|d| *d.borrow_mut() = None);
+    stage("decoder dropped", 0);
+    let mut engine = Engine::new();
+    let main = MainReplay {
+        spec: "pytorch".into(),
+        capacity_bytes: None,
+        as_recorded: true,
+    };
+    engine.open_decoded_replaying(1, "big.pickle".into(), Ok(snap), Some(&main), &mut |r| {
+        emit(r);
+    });
+    stage("opened, main replayed ahead", 0);
+    let reqs = [
+        Request::Replay {
+            job: 2,
+            slot: 0,
+            spec: "pytorch".into(),
+            capacity_bytes: None,
+        },
+        Request::StartLayout {
+            job: 3,
+            slot: 0,
+            otherwise: 0,
+        },
+        Request::Replay {
+            job: 4,
+            slot: 1,
+            spec: "pytorch@expandable_segments:True".into(),
+            capacity_bytes: None,
+        },
+        Request::StartLayout {
+            job: 5,
+            slot: 1,
+            otherwise: 0,
+        },
+        Request::Bands { job: 6 },
+        Request::Bounds { job: 7 },
+    ];
+    for req in reqs {
+        engine.handle(req, &mut |r| emit(r));
+    }
+    stage("end", 0);
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn report_ptr() -> *const u8 {
+    REPORT.with(|r| r.borrow().as_ptr())
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn report_len() -> usize {
+    REPORT.with(|r| r.borrow().len())
+}

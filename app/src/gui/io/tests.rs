@@ -394,3 +394,56 @@ fn background_layouts_come_after_the_requests_and_a_new_list_drops_the_old() {
         .count();
     assert!(old < 200, "the old list was dropped: {old} of it answered");
 }
+
+/// The shared trace written in pieces ([`crate::gui::chunked::search_trace_into`], the
+/// browser's engine worker) is the very message the engine's own answer makes: the
+/// `SearchTrace` request of its bytes, as the wire encodes it, its length stated first.
+#[test]
+fn a_search_trace_written_in_pieces_is_the_wire_message_of_the_shared_trace() {
+    use crate::engine::{Engine, wire};
+    use crate::gui::chunked::search_trace_into;
+    let mut longest = 0;
+    for ex in crate::engine::examples::EXAMPLES {
+        let mut engine = Engine::new();
+        engine.handle(
+            Request::Load {
+                job: 1,
+                name: ex.file.into(),
+                bytes: ex.bytes.to_vec(),
+            },
+            &mut drop,
+        );
+        let (device, trace) = engine.shared().expect("a trace is loaded");
+        let mut shared = None;
+        engine.handle(Request::ShareTrace { job: 300 }, &mut |r| {
+            if let wire::Response::SharedTrace { trace, .. } = r {
+                shared = Some(trace);
+            }
+        });
+        let bytes = shared.expect("the engine shares its trace");
+        longest = longest.max(bytes.len());
+        let want = wire::encode(&Request::SearchTrace {
+            job: 300,
+            device,
+            trace: bytes,
+        })
+        .expect("encodes");
+        let mut stated = 0;
+        let pieces = search_trace_into(300, device, &trace, |len| {
+            stated = len;
+            Ok(VecChunks::default())
+        })
+        .expect("written");
+        assert!(pieces.len() > 1, "{}: a head and the trace", ex.file);
+        assert_eq!(stated, want.len() as u64, "{}: the length stated", ex.file);
+        assert_eq!(pieces.concat(), want, "{}", ex.file);
+    }
+    assert!(
+        longest > 1 << 17,
+        "a trace of more than one piece, its length 3 bytes"
+    );
+    assert!(
+        Engine::new().shared().is_err(),
+        "no trace to share before one is loaded"
+    );
+}
