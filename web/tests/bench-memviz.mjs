@@ -286,7 +286,7 @@ for (const t of traceArgs) {
         const r = who === "ours" ? oursRun(dir, name, i) : oursRun(dirname(gz), basename(gz), i);
         (who === "ours" ? ours : oursGz).push(r);
         log(
-          `${name} run ${i} ${who} (load ${r.load_average}): recorded ${r.open_to_recorded_frame_ms} ms, full ${r.open_to_first_full_frame_ms} ms, ` +
+          `${name} run ${i} ${who} (load ${r.load_average}): recorded ${r.open_to_recorded_frame_ms} ms, full ${r.open_to_first_full_frame_ms} ms, every configuration ${r.open_to_every_configuration_ms} ms, ` +
             `layout painted median ${median((r.layout || []).map((l) => l.painted_ms))} ms, renderer RSS ` +
             `${r.memory_before_mib?.renderer} → ${r.memory_after_open_mib?.renderer} MiB${r.did_not_finish ? "; DID NOT FINISH: " + r.did_not_finish : ""}`,
         );
@@ -307,6 +307,8 @@ for (const t of traceArgs) {
     recorded_frame_ms_all: rs.map((r) => r.open_to_recorded_frame_ms ?? null),
     first_full_frame_ms_min: minOf(rs.map((r) => r.open_to_first_full_frame_ms)),
     first_full_frame_ms_all: rs.map((r) => r.open_to_first_full_frame_ms ?? null),
+    every_configuration_ms_min: minOf(rs.map((r) => r.open_to_every_configuration_ms)),
+    every_configuration_ms_all: rs.map((r) => r.open_to_every_configuration_ms ?? null),
     layout_painted_ms_median: median(rs.flatMap((r) => (r.layout || []).map((l) => l.painted_ms))),
     layout_built_ms_median: median(rs.flatMap((r) => (r.layout || []).map((l) => l.ms))),
     renderer_rss_growth_open_mib: range(rs.map((r) => grow(r, "memory_after_open_mib"))),

@@ -66,10 +66,15 @@ export async function launch(executablePath, { width = 1400, height = 900 } = {}
     window.__frames = [];
     const watch = () => {
       new MutationObserver((changes) => {
-        for (const c of changes) {
-          window.__marks.push({ t: performance.now(), name: c.attributeName, value: document.body.getAttribute(c.attributeName) });
-        }
-      }).observe(document.body, { attributes: true, attributeFilter: ["data-allocsim-frame", "data-allocsim-layout", "data-allocsim-progress", "data-allocsim-search", "data-allocsim-search-workers"] });
+        // A marker set twice in one task gives two records: each value is the next
+        // record's old value, the last one the attribute's value now.
+        const t = performance.now();
+        changes.forEach((c, i) => {
+          const next = changes.slice(i + 1).find((d) => d.attributeName === c.attributeName);
+          const value = next ? next.oldValue : document.body.getAttribute(c.attributeName);
+          window.__marks.push({ t, name: c.attributeName, value });
+        });
+      }).observe(document.body, { attributes: true, attributeOldValue: true, attributeFilter: ["data-allocsim-frame", "data-allocsim-layout", "data-allocsim-progress", "data-allocsim-search", "data-allocsim-search-workers"] });
     };
     if (document.body) watch();
     else document.addEventListener("DOMContentLoaded", watch);

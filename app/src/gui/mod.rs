@@ -608,6 +608,9 @@ impl AllocsimApp {
                 "allocsim: first full frame (main configuration) of {} after {ms:.0} ms",
                 doc.trace.name
             );
+            // The first full frame: the whole trace's timeline and the memory map
+            // at an event, of the configuration the trace was recorded with.
+            crate::gui::io::mark_frame(&format!("full:{}:{}", doc.trace.name, doc.trace.ops.len()));
         }
         // Settled: every configuration.
         let settled =
