@@ -318,6 +318,19 @@ fn paint_layer(
     }
 }
 
+static GLOW: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Whether eframe's glow painter draws the app (the browser's default): meshes then go
+/// through `render_glow`'s texture cache instead of egui's per-frame upload.
+pub fn glow() -> bool {
+    GLOW.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// Records whether eframe's glow painter draws the app (once, when it is created).
+pub fn set_glow(on: bool) {
+    GLOW.store(on, std::sync::atomic::Ordering::Relaxed);
+}
+
 /// Draws a mesh of untextured shapes in `rect`: `mesh` through the mesh pipeline when it is
 /// installed (drawn once into a texture, then copied from it while the mesh and `rect`
 /// stay), else `shape` (the same mesh as an egui shape).
@@ -330,6 +343,16 @@ pub fn paint_mesh(
     shape: &egui::Shape,
 ) {
     if !wgpu {
+        #[cfg(target_arch = "wasm32")]
+        if glow() {
+            let mesh = crate::gui::render_glow::Mesh {
+                generation: mesh.generation,
+                vertices: mesh.vertices.clone(),
+                indices: mesh.indices.clone(),
+            };
+            crate::gui::render_glow::paint_mesh(painter, rect, layer, mesh);
+            return;
+        }
         painter.add(shape.clone());
         return;
     }
