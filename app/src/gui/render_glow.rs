@@ -247,7 +247,10 @@ pub fn paint_mesh<V: bytemuck::Pod + Send + Sync>(
         );
         STATE.with(|s| {
             let mut s = s.borrow_mut();
-            let State { programs: ps, layers } = &mut *s;
+            let State {
+                programs: ps,
+                layers,
+            } = &mut *s;
             // SAFETY: the calls below are plain WebGL2 calls on egui's context, made inside
             // its paint callback; egui restores its own state after the callback.
             unsafe {
