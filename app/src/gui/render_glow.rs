@@ -64,7 +64,8 @@ struct Cached {
     texture: glow::Texture,
     framebuffer: glow::Framebuffer,
     size: [i32; 2],
-    key: Option<(u64, [i32; 2], [u32; 2])>,
+    /// What the texture holds: the caller's key, then the rectangle's size and place.
+    key: Option<Vec<u8>>,
 }
 
 #[derive(Default)]
@@ -214,24 +215,22 @@ unsafe fn draw_into(
 }
 
 /// A flat-coloured mesh: each vertex a position in points (two `f32`) then a premultiplied
-/// colour (four `u8`), as `render::MeshVertex`; `generation` changes with its contents.
+/// colour (four `u8`), as `render::MeshVertex`.
 pub struct Mesh<V> {
-    pub generation: u64,
     pub vertices: std::sync::Arc<Vec<V>>,
     pub indices: std::sync::Arc<Vec<u32>>,
 }
 
-/// Paints `mesh` clipped to `rect` through `layer`'s texture: drawn into it only when the
-/// mesh, the rectangle's pixel size or its place changed.
-pub fn paint_mesh<V: bytemuck::Pod + Send + Sync>(
+/// Paints the mesh `build` makes, clipped to `rect`, through `layer`'s texture: `build` is
+/// called and its mesh drawn into the texture only when `key` (what the mesh is made from),
+/// the rectangle's pixel size or its place changed; otherwise the texture is copied.
+pub fn paint_cached<V: bytemuck::Pod>(
     painter: &egui::Painter,
     rect: Rect,
     layer: u64,
-    mesh: Mesh<V>,
+    key: Vec<u8>,
+    build: impl Fn() -> Mesh<V> + Send + Sync + 'static,
 ) {
-    if mesh.indices.is_empty() || mesh.vertices.is_empty() {
-        return;
-    }
     let callback = egui_glow::CallbackFn::new(move |info, painter| {
         let gl = painter.gl();
         let vp = info.viewport_in_pixels();
@@ -240,11 +239,13 @@ pub fn paint_mesh<V: bytemuck::Pod + Send + Sync>(
             return;
         }
         let origin = [info.viewport.left(), info.viewport.top()];
-        let key = (
-            mesh.generation,
-            size,
-            [origin[0].to_bits(), origin[1].to_bits()],
-        );
+        let mut key = key.clone();
+        for v in [size[0].to_le_bytes(), size[1].to_le_bytes()] {
+            key.extend(v);
+        }
+        for v in origin {
+            key.extend(v.to_bits().to_le_bytes());
+        }
         STATE.with(|s| {
             let mut s = s.borrow_mut();
             let State {
@@ -274,7 +275,11 @@ pub fn paint_mesh<V: bytemuck::Pod + Send + Sync>(
                         }
                     },
                 };
-                if c.key != Some(key) {
+                if c.key.as_ref() != Some(&key) {
+                    let mesh = build();
+                    if mesh.indices.is_empty() || mesh.vertices.is_empty() {
+                        return;
+                    }
                     draw_into(gl, p, c, &mesh, origin, info.pixels_per_point, size);
                     c.key = Some(key);
                     gl.viewport(vp.left_px, vp.from_bottom_px, vp.width_px, vp.height_px);
