@@ -34,6 +34,17 @@ mod entry {
             Some("wgpu") => eframe::Renderer::Wgpu,
             _ => eframe::Renderer::Glow,
         };
+        if renderer == eframe::Renderer::Glow {
+            // WebGL's defaults are a multisampled canvas with depth and stencil buffers, and
+            // an alpha channel the compositor blends: eframe asks for `webgl2` without
+            // attributes, and gets the context made here, which has none of them (egui
+            // draws flat, opaque pixels; its window is cleared to an opaque colour).
+            let attributes = js_sys::Object::new();
+            for key in ["antialias", "depth", "stencil", "alpha"] {
+                js_sys::Reflect::set(&attributes, &key.into(), &false.into())?;
+            }
+            canvas.get_context_with_context_options("webgl2", &attributes)?;
+        }
         eframe::WebRunner::new()
             .start(
                 canvas,
