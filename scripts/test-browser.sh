@@ -3,8 +3,8 @@
 #
 # Builds the site (the `web` profile: optimized, LTO), checks the compressed wasm against
 # the 6 MB bound, serves the folder locally, and drives Debian's headless Chromium with
-# playwright-core (no browser download) through web/tests/browser.mjs: the first-frame
-# marker, a canvas that is not blank, a real snapshot dropped on it, arrow keys moving the
+# playwright-core (no browser download) through web/tests/browser.mjs: `?renderer=wgpu`
+# drawing the example (glow is the default painter), the first-frame marker, a canvas that is not blank, a real snapshot dropped on it, arrow keys moving the
 # shown event, `?trace=<url>`, no request leaving the local server, no frame frozen while a
 # big trace loads, Diff and Ranks (the ranks in a pool of workers, the table equal to
 # `allocsim ranks --json`), What would fit? cancelled by terminating its worker, no console

@@ -27,6 +27,24 @@ mod entry {
             .ok_or_else(|| format!("no element #{canvas_id}"))?
             .dyn_into::<web_sys::HtmlCanvasElement>()
             .map_err(|_| format!("#{canvas_id} is not a canvas"))?;
+        // glow unless `?renderer=wgpu`: glow draws straight into the canvas's framebuffer,
+        // where wgpu's WebGL2 backend draws into a texture and copies it to the canvas at
+        // every present — a whole canvas of pixels more per frame on a software rasterizer.
+        let renderer = match allocsim_app::gui::io::renderer_url_parameter().as_deref() {
+            Some("wgpu") => eframe::Renderer::Wgpu,
+            _ => eframe::Renderer::Glow,
+        };
+        if renderer == eframe::Renderer::Glow {
+            // WebGL's defaults are a multisampled canvas with depth and stencil buffers, and
+            // an alpha channel the compositor blends: eframe asks for `webgl2` without
+            // attributes, and gets the context made here, which has none of them (egui
+            // draws flat, opaque pixels; its window is cleared to an opaque colour).
+            let attributes = js_sys::Object::new();
+            for key in ["antialias", "depth", "stencil", "alpha"] {
+                js_sys::Reflect::set(&attributes, &key.into(), &false.into())?;
+            }
+            canvas.get_context_with_context_options("webgl2", &attributes)?;
+        }
         eframe::WebRunner::new()
             .start(
                 canvas,
@@ -34,6 +52,7 @@ mod entry {
                 // for the dithering step on every pixel.
                 eframe::WebOptions {
                     dithering: false,
+                    renderer,
                     ..eframe::WebOptions::default()
                 },
                 Box::new(|cc| {

@@ -9,7 +9,7 @@
 // memory_viz.
 //
 // node bench.mjs --url URL --traces DIR --out DIR [--trace NAME] [--runs N] [--settle-ms MS]
-//   [--chromium PATH]
+//   [--view allocations] [--chromium PATH]
 
 import { writeFileSync, mkdirSync, readFileSync } from "node:fs";
 import { join } from "node:path";
@@ -43,6 +43,9 @@ const chromiumPath = arg("--chromium", "/usr/bin/chromium");
 /// `--open-only 1`: the opening figures alone (a trace so big that the worker's what-if
 /// replays after the first frame hold the key presses' layouts back for minutes).
 const openOnly = arg("--open-only", "0") === "1";
+/// `--view allocations`: step in the timeline's stacked Allocations view (its button clicked
+/// where the 1400 × 900 window shows it) instead of the Metrics view the app opens in.
+const view = arg("--view", "metrics");
 mkdirSync(out, { recursive: true });
 const log = (msg) => console.log(msg);
 
@@ -123,6 +126,10 @@ async function oneRun(i) {
   r.wasm_memory_after_open_mib = await wasmMemory(page);
   await canvasStats(page, join(out, `bench-${i}-opened.png`));
 
+  if (view === "allocations") {
+    await page.mouse.click(454, 43);
+    await page.waitForTimeout(1500);
+  }
   await page.mouse.move(700, 890);
   r.layout = [];
   for (const key of openOnly ? [] : KEYS) {

@@ -130,17 +130,30 @@ await context.route(`${origin}/test-traces/*`, (route) =>
 );
 
 try {
-  // 1. The page opens on the built-in example and draws it.
+  // 0b. `?renderer=wgpu`: eframe's wgpu painter and our wgpu pipeline (the glow painter is
+  // the page's default) still draw the built-in example.
+  {
+    await page.goto(url + "?renderer=wgpu", { waitUntil: "load" });
+    await waitFrame(page, "ready:oom_story");
+    const line = s.console.findLast((l) => l.includes("allocsim: renderer")) ?? "";
+    results.renderer_wgpu = line.replace(/^.*allocsim: renderer /, "");
+    log("?renderer=wgpu: " + results.renderer_wgpu);
+    if (!/^wgpu /.test(results.renderer_wgpu)) fail(`?renderer=wgpu drew with ${results.renderer_wgpu}`);
+    const w = await shot(page, "0-renderer-wgpu.png");
+    if (w.colours < 20 || w.differing < 0.05) fail(`?renderer=wgpu: the canvas looks blank (${JSON.stringify(w)})`);
+  }
+
+  // 1. The page opens on the built-in example and draws it (with glow, the default).
   const t0 = Date.now();
   await page.goto(url, { waitUntil: "load" });
   await waitFrame(page, "ready:oom_story");
   results.open_to_first_full_frame_ms = Date.now() - t0;
   results.browser = await page.evaluate(() => navigator.userAgent);
   log(`first full frame of the built-in example ${results.open_to_first_full_frame_ms} ms after navigation`);
-  const renderer = s.console.find((l) => l.includes("allocsim: renderer"));
+  const renderer = s.console.findLast((l) => l.includes("allocsim: renderer"));
   results.renderer = renderer ? renderer.replace(/^.*allocsim: renderer /, "") : "unknown";
   log("renderer: " + results.renderer);
-  if (!/webgl|gl/i.test(results.renderer)) fail(`unexpected renderer ${results.renderer}`);
+  if (!/^glow, cached meshes$/.test(results.renderer)) fail(`unexpected renderer ${results.renderer}`);
   const s1 = await shot(page, "1-oom_story.png");
   log(`canvas ${s1.width}x${s1.height}: ${s1.colours} colours, ${(s1.differing * 100).toFixed(1)}% not background`);
   if (s1.width < 1000 || s1.height < 600) fail(`the canvas is ${s1.width}x${s1.height}, not the page's size`);

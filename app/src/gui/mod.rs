@@ -12,6 +12,8 @@ mod frame;
 pub mod io;
 mod messages;
 pub mod render;
+#[cfg(target_arch = "wasm32")]
+mod render_glow;
 pub mod state;
 pub mod theme;
 pub mod views;
@@ -217,7 +219,14 @@ impl AllocsimApp {
             let info = rs.adapter.get_info();
             (true, format!("wgpu {:?}, {}", info.backend, info.name))
         } else {
-            (false, "egui meshes".to_string())
+            #[cfg(target_arch = "wasm32")]
+            render::set_glow(cc.gl.is_some());
+            let name = if render::glow() {
+                "glow, cached meshes"
+            } else {
+                "egui meshes"
+            };
+            (false, name.to_string())
         };
         log::info!("allocsim: renderer {renderer}");
         cc.egui_ctx.set_theme(egui::Theme::Dark);

@@ -318,6 +318,19 @@ fn paint_layer(
     }
 }
 
+static GLOW: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Whether eframe's glow painter draws the app (the browser's default): meshes then go
+/// through `render_glow`'s texture cache instead of egui's per-frame upload.
+pub fn glow() -> bool {
+    GLOW.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// Records whether eframe's glow painter draws the app (once, when it is created).
+pub fn set_glow(on: bool) {
+    GLOW.store(on, std::sync::atomic::Ordering::Relaxed);
+}
+
 /// Draws a mesh of untextured shapes in `rect`: `mesh` through the mesh pipeline when it is
 /// installed (drawn once into a texture, then copied from it while the mesh and `rect`
 /// stay), else `shape` (the same mesh as an egui shape).
@@ -330,6 +343,16 @@ pub fn paint_mesh(
     shape: &egui::Shape,
 ) {
     if !wgpu {
+        #[cfg(target_arch = "wasm32")]
+        if glow() {
+            let (vertices, indices) = (mesh.vertices.clone(), mesh.indices.clone());
+            let key = mesh.generation.to_le_bytes().to_vec();
+            crate::gui::render_glow::paint_cached(painter, rect, layer, key, move || {
+                let (vertices, indices) = (vertices.clone(), indices.clone());
+                crate::gui::render_glow::Mesh { vertices, indices }
+            });
+            return;
+        }
         painter.add(shape.clone());
         return;
     }
@@ -817,6 +840,42 @@ pub fn paint_quads_with(
         return;
     }
     let ppp = painter.ctx().pixels_per_point();
+    #[cfg(target_arch = "wasm32")]
+    if cached && glow() {
+        // Under glow, a cached view is tessellated and drawn into a texture once per change
+        // (`render_glow`), like the wgpu pipeline's, not re-rasterized every frame.
+        let mut key = bytemuck::bytes_of(&transform).to_vec();
+        for v in [set.generation, u64::from(range.start), u64::from(range.end)] {
+            key.extend(v.to_le_bytes());
+        }
+        for v in [rect.min.x, rect.min.y, rect.max.x, rect.max.y, ppp] {
+            key.extend(v.to_bits().to_le_bytes());
+        }
+        let set = set.clone();
+        crate::gui::render_glow::paint_cached(painter, rect, layer, key, move || {
+            let m = quads_mesh(rect, ppp, &set, range.clone(), transform, usize::MAX);
+            let m = MeshSet::from_egui(&m);
+            crate::gui::render_glow::Mesh {
+                vertices: m.vertices,
+                indices: m.indices,
+            }
+        });
+        return;
+    }
+    let mesh = quads_mesh(rect, ppp, set, range, transform, CPU_QUAD_LIMIT);
+    painter.add(egui::Shape::mesh(mesh));
+}
+
+/// The quads `range` of `set` as an egui mesh in `rect`, at most `limit` of them (the CPU
+/// fallback draws [`CPU_QUAD_LIMIT`] per frame; glow's cached views all, once per change).
+fn quads_mesh(
+    rect: Rect,
+    ppp: f32,
+    set: &QuadSet,
+    range: std::ops::Range<u32>,
+    transform: Transform,
+    limit: usize,
+) -> egui::Mesh {
     let mut mesh = egui::Mesh::default();
     let end = (range.end as usize).min(set.len());
     let mut drawn = 0usize;
@@ -860,11 +919,11 @@ pub fn paint_quads_with(
             Color32::from_rgba_premultiplied(cr, cg, cb, ca),
         );
         drawn += 1;
-        if drawn >= CPU_QUAD_LIMIT {
+        if drawn >= limit {
             break;
         }
     }
-    painter.add(egui::Shape::mesh(mesh));
+    mesh
 }
 
 /// Most quads the CPU fallback draws per view.

@@ -796,6 +796,20 @@ pub fn trace_url_parameter() -> Option<String> {
     }
 }
 
+/// The `?renderer=wgpu|glow` of the page (web only; `None` natively): which of eframe's
+/// painters draws the canvas (the web build has both; `allocsim-web` picks glow without it).
+#[must_use]
+pub fn renderer_url_parameter() -> Option<String> {
+    #[cfg(target_arch = "wasm32")]
+    {
+        web::query_parameter("renderer")
+    }
+    #[cfg(not(target_arch = "wasm32"))]
+    {
+        None
+    }
+}
+
 /// The `?capacity=SIZE` of the page (`none` for the whole GPU; web only): the memory cap
 /// the first file opened (`?trace=`'s) opens under in place of the capacity as recorded,
 /// so that a link opens a trace under the cap it ran out of memory at (the what-if then

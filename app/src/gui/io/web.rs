@@ -12,7 +12,7 @@ use crate::gui::chunked;
 
 /// The longest a progress message waits for the frame that shows it. Each message used to
 /// draw a frame at once: opening the 1.12 GB snapshot posts one per 0.5 % of its decode,
-/// 5–6 a second, and a frame of the window costs the GPU process (SwiftShader) some
+/// 5–6 a second, and a frame of the window costs the GPU process (`SwiftShader`) some
 /// 100 ms of CPU, which the engine's worker needs.
 const PROGRESS_FRAME_MS: u64 = 500;
 
