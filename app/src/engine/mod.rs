@@ -143,7 +143,7 @@ impl Engine {
                     });
                 }
                 self.device = device as usize;
-                self.show_device(job, emit);
+                self.show_device(job, false, emit);
             }
             Request::Replay {
                 job,
@@ -199,7 +199,7 @@ impl Engine {
                 match workloads::generate(&spec) {
                     Ok(trace) => {
                         self.adopt(trace, Vec::new(), spec, 0);
-                        self.show_device(job, emit);
+                        self.show_device(job, false, emit);
                     }
                     Err(e) => emit(Response::Failed {
                         job,
@@ -317,12 +317,16 @@ impl Engine {
 
     /// Shows device `self.device` of the trace: what was computed for the one shown before
     /// is dropped, the UI gets its copy ([`Response::Loaded`]).
-    fn show_device(&mut self, job: u64, emit: &mut dyn FnMut(Response)) {
+    /// `main_answered`: the main configuration's replay and layout follow unasked (no
+    /// progress frame before them either: its paint would delay theirs).
+    fn show_device(&mut self, job: u64, main_answered: bool, emit: &mut dyn FnMut(Response)) {
         self.forget();
-        let data = self.trace_data(emit, job);
+        let mut quiet = |_: Response| {};
+        let data = self.trace_data(if main_answered { &mut quiet } else { emit }, job);
         emit(Response::Loaded {
             job,
             trace: Box::new(data),
+            main_answered,
         });
         // Where the UI took the table as its contents and nothing else holds it (the
         // browser's worker posts a message and drops it), the engine keeps only the
@@ -405,12 +409,12 @@ impl Engine {
         self.open_decoded_replaying(job, name, decoded, None, emit);
     }
 
-    /// [`Engine::open_decoded`], then, with `main`, the main configuration replayed at
-    /// once and kept for the UI's first [`Request::Replay`] of it (as natively beside the
-    /// build: [`open::build_beside`], under the same rule, [`open::replayed_ahead`]). For
-    /// the browser's worker, which runs alone on its thread: otherwise it waits, idle,
-    /// while the page takes the trace ([`Response::Loaded`]: 1.2 s on the 1.12 GB
-    /// snapshot) and asks.
+    /// [`Engine::open_decoded`], with `main` replayed once the trace is built (under the
+    /// rule of [`open::build_beside`]: [`open::replayed_ahead`]) and kept for the UI's
+    /// first [`Request::Replay`] of it; where `main` gives the UI's jobs, that replay and
+    /// its start layout are answered unasked behind [`Response::Loaded`]. For the browser's
+    /// worker, alone on its thread: it would otherwise wait while the page takes the trace
+    /// and asks, and the page would draw a frame between the trace and the replay.
     pub fn open_decoded_replaying(
         &mut self,
         job: u64,
@@ -427,24 +431,23 @@ impl Engine {
             ahead = main.and_then(|m| open::replayed_ahead(&snap, m).map(|spec| (m, spec)));
             allocsim_core::build::build(snap, None).map_err(|e| format!("{name}: {e}"))
         });
-        let built = r.is_ok();
-        self.install(job, name, r, emit);
-        if let (true, Some((main, spec)), Some(trace)) = (built, ahead, &self.trace) {
-            // As [`Engine::replay`] replays it when asked.
-            if let Ok(result) = session::replay_device(
-                trace,
-                self.device,
-                &spec,
-                main.capacity_bytes,
-                ReplayOptions::default(),
-            ) {
-                self.beside = Some(open::Beside {
-                    spec: main.spec.clone(),
-                    capacity_bytes: main.capacity_bytes,
-                    device: self.device,
-                    result,
-                });
-            }
+        let Ok(v) = r.map_err(|message| emit(Response::Failed { job, message })) else {
+            return;
+        };
+        let device = v.trace.busiest_device();
+        self.adopt(v.trace, v.devices, name, device);
+        // Replayed before the trace goes to the UI, as [`Engine::replay`] replays it when
+        // asked: where the UI gave its jobs, the trace, the replay and the layout then
+        // reach the page together, taken in one frame.
+        let beside = ahead.and_then(|(main, spec)| {
+            open::replay_built(self.trace.as_ref()?, self.device, main, &spec)
+        });
+        let answer = main.and_then(|m| m.answer.map(|jobs| (m, jobs)));
+        let answer = answer.filter(|_| beside.is_some());
+        self.show_device(job, answer.is_some(), emit);
+        self.beside = beside;
+        for asked in answer.map_or_else(Vec::new, |(main, jobs)| main.requests(jobs)) {
+            self.handle(asked, emit);
         }
     }
 
@@ -460,7 +463,7 @@ impl Engine {
             Ok(v) => {
                 let device = v.trace.busiest_device();
                 self.adopt(v.trace, v.devices, name, device);
-                self.show_device(job, emit);
+                self.show_device(job, false, emit);
             }
             Err(message) => emit(Response::Failed { job, message }),
         }

@@ -158,6 +158,27 @@ pub fn replayed_ahead(snap: &RawSnapshot, main: &MainReplay) -> Option<ModelSpec
         .filter(|_| !(main.as_recorded && refused))
 }
 
+/// `main` (its model `spec`: [`replayed_ahead`]) replayed on device `device` of the built
+/// `trace` before the UI asks, as the engine replays it when asked (the browser's worker,
+/// which has no thread to replay it beside the build).
+#[must_use]
+pub fn replay_built(
+    trace: &allocsim_core::trace::Trace,
+    device: usize,
+    main: &MainReplay,
+    spec: &ModelSpec,
+) -> Option<Beside> {
+    let capacity = main.capacity_bytes;
+    allocsim_core::session::replay_device(trace, device, spec, capacity, ReplayOptions::default())
+        .ok()
+        .map(|result| Beside {
+            spec: main.spec.clone(),
+            capacity_bytes: capacity,
+            device,
+            result,
+        })
+}
+
 /// Builds the trace of `snap` (as `build::build`, no capacity given) while `main` replays
 /// its busiest device on another thread, fed the start state and ops as the build makes
 /// them (`build::build_streaming`, as `allocsim replay FILE` does), its checkpoints spaced

@@ -544,11 +544,17 @@ fn messages_survive_the_trip_to_the_worker() {
     let resp = Response::Loaded {
         job: 7,
         trace: t.clone(),
+        main_answered: true,
     };
     let back: Response = wire::decode(&wire::encode(&resp).expect("encode")).expect("decode");
     match back {
-        Response::Loaded { job, trace } => {
+        Response::Loaded {
+            job,
+            trace,
+            main_answered,
+        } => {
             assert_eq!(job, 7);
+            assert!(main_answered);
             assert_eq!(trace.ops.size_bytes, t.ops.size_bytes);
             assert_eq!(trace.bands.pieces, t.bands.pieces);
             assert_eq!(trace.stacks.strings, t.stacks.strings);
@@ -757,6 +763,7 @@ fn main_pytorch() -> wire::MainReplay {
         spec: "pytorch".into(),
         capacity_bytes: None,
         as_recorded: true,
+        answer: None,
     }
 }
 
@@ -800,7 +807,9 @@ fn a_file_opened_in_pieces_loads_as_its_bytes_do_with_progress() {
             assert!(fractions.len() >= 3, "{name}: progress {fractions:?}");
             assert!(fractions.windows(2).all(|w| w[0] <= w[1]), "{fractions:?}");
             match last(out) {
-                Response::Loaded { job: 7, mut trace } => {
+                Response::Loaded {
+                    job: 7, mut trace, ..
+                } => {
                     trace.name = e.file.into();
                     assert_eq!(serde_json::to_string(&trace).expect("json"), want, "{name}");
                 }
@@ -1029,7 +1038,7 @@ fn a_main_replay_done_ahead_answers_as_one_replayed_when_asked() {
         });
         assert!(
             matches!(answers.last(), Some(Response::Loaded { .. })),
-            "{}: the trace is answered before the replay ahead, and the replay is not",
+            "{}: the trace is the last answer (the replay ahead, unasked, is not posted)",
             e.file
         );
         let expected = open::replayed_ahead(&snap(), &main).is_some();
@@ -1058,6 +1067,80 @@ fn a_main_replay_done_ahead_answers_as_one_replayed_when_asked() {
         );
     }
     assert!(replayed_ahead > 0, "no example was replayed ahead");
+}
+
+/// Given the UI's jobs (`MainReplay::answer`), the worker answers the main replay done
+/// ahead and its start layout unasked, right behind the trace, which says so: the replay
+/// as one asked for, the layout at its first OOM or peak as `StartLayout` puts it, with no
+/// progress frame between the build and them; the engine then holds that replay as if
+/// asked (a layout of slot 0 answers). Without a replay ahead, nothing is answered unasked.
+#[test]
+fn the_main_replay_done_ahead_and_its_layout_are_answered_unasked_behind_the_trace() {
+    let main = wire::MainReplay {
+        answer: Some((5, 6)),
+        ..main_pytorch()
+    };
+    let mut answered = 0;
+    for e in EXAMPLES {
+        let snap = || allocsim_core::snapshot::import::decode_snapshot(e.bytes).expect("decodes");
+        let mut asked = Engine::new();
+        asked.open_decoded(1, e.file.into(), Ok(snap()), &mut |_| {});
+        let mut ahead = Engine::new();
+        let mut out = Vec::new();
+        ahead.open_decoded_replaying(1, e.file.into(), Ok(snap()), Some(&main), &mut |r| {
+            out.push(r);
+        });
+        let expected = open::replayed_ahead(&snap(), &main).is_some();
+        let at = out
+            .iter()
+            .position(|r| matches!(r, Response::Loaded { .. }))
+            .expect("loaded");
+        let Response::Loaded { main_answered, .. } = &out[at] else {
+            unreachable!()
+        };
+        assert_eq!(*main_answered, expected, "{}", e.file);
+        let progress = |r: &Response| matches!(r, Response::Progress { stage, .. } if stage.contains("ops table"));
+        assert_eq!(out[..at].iter().any(progress), !expected, "{}", e.file);
+        if !expected {
+            assert_eq!(at + 1, out.len(), "{}: nothing unasked", e.file);
+            continue;
+        }
+        answered += 1;
+        let want = replayed(&mut asked, 0, "pytorch", None);
+        let encode = |r: &ReplayData| wire::encode(r).expect("encodes");
+        let rest: Vec<&Response> = out[at + 1..]
+            .iter()
+            .filter(|r| !matches!(r, Response::Progress { .. }))
+            .collect();
+        match rest.as_slice() {
+            [
+                Response::Replayed {
+                    job: 5,
+                    slot: 0,
+                    replay,
+                },
+                Response::Layout {
+                    job: 6,
+                    slot: 0,
+                    layout: got,
+                },
+            ] => {
+                assert_eq!(encode(replay), encode(&want), "{}", e.file);
+                assert_eq!(got.op, want.start_op(), "{}", e.file);
+                let want_layout = layout(&mut asked, 0, want.start_op());
+                assert_eq!(
+                    wire::encode(got.as_ref()).expect("encodes"),
+                    wire::encode(&want_layout).expect("encodes"),
+                    "{}",
+                    e.file
+                );
+            }
+            other => panic!("{}: {other:?}", e.file),
+        }
+        assert!(ahead.beside.is_none(), "{}: taken by the answer", e.file);
+        assert_eq!(layout(&mut ahead, 0, 0).op, 0, "{}", e.file);
+    }
+    assert!(answered > 0, "no example was answered unasked");
 }
 
 /// An engine whose UI took the ops table as its contents (the browser's worker: each

@@ -28,6 +28,32 @@ pub struct MainReplay {
     pub spec: String,
     pub capacity_bytes: Option<u64>,
     pub as_recorded: bool,
+    /// The jobs the UI gives its [`Request::Replay`] of this configuration (slot 0) and
+    /// its [`Request::StartLayout`]: where the browser's worker replays it ahead
+    /// ([`crate::engine::Engine::open_decoded_replaying`]), it answers both unasked right
+    /// after [`Response::Loaded`] (which says so: `main_answered`), so that the page takes
+    /// the trace, the replay and its layout in one frame, with no round trip.
+    pub answer: Option<(u64, u64)>,
+}
+
+impl MainReplay {
+    /// The UI's [`Request::Replay`] of this configuration (slot 0) and its
+    /// [`Request::StartLayout`], under the jobs `(replay, layout)`.
+    #[must_use]
+    pub fn requests(&self, (replay, layout): (u64, u64)) -> Vec<Request> {
+        let replay = Request::Replay {
+            job: replay,
+            slot: 0,
+            spec: self.spec.clone(),
+            capacity_bytes: self.capacity_bytes,
+        };
+        let layout = Request::StartLayout {
+            job: layout,
+            slot: 0,
+            otherwise: NO_OP,
+        };
+        vec![replay, layout]
+    }
 }
 
 /// What the UI asks the engine to do.
@@ -244,6 +270,9 @@ pub enum Response {
     Loaded {
         job: u64,
         trace: Box<TraceData>,
+        /// The main configuration's replay and layout follow, answered unasked under the
+        /// jobs of [`MainReplay::answer`]: the UI asks for neither.
+        main_answered: bool,
     },
     Replayed {
         job: u64,

@@ -52,6 +52,14 @@ impl AllocsimApp {
     pub(crate) fn request_replays(&mut self) {
         let n = self.doc.as_ref().map_or(0, |d| d.slots.len());
         let mut sent = false;
+        // Answered unasked (the browser's open:
+        // `MainReplay::answer`), where the main
+        // slot is the configuration sent with the file: its jobs are taken, not sent.
+        let answered = self.main_answer.take().and_then(|(_, m)| {
+            let s = self.doc.as_ref()?.slots.first()?;
+            (self.cursor_pending && s.spec == m.spec && s.capacity_bytes == m.capacity_bytes)
+                .then_some(m.answer)?
+        });
         for i in 0..n {
             let needs = self.doc.as_ref().is_some_and(|d| {
                 d.slots[i].replay.is_none()
@@ -60,13 +68,19 @@ impl AllocsimApp {
             });
             if needs {
                 sent = true;
-                let (job, layout_job) = (self.job(), self.job());
+                let (job, layout_job) = match (i, answered) {
+                    (0, Some(jobs)) => jobs,
+                    _ => (self.job(), self.job()),
+                };
                 let (cursor, pending) = (self.cursor, self.cursor_pending);
                 if let Some(doc) = &mut self.doc {
                     let s = &mut doc.slots[i];
                     s.replay_job = Some(job);
                     s.layout_job = Some((layout_job, cursor));
                     s.error = None;
+                    if i == 0 && answered.is_some() {
+                        continue;
+                    }
                     let req = Request::Replay {
                         job,
                         slot: i as u32,
@@ -327,10 +341,17 @@ impl AllocsimApp {
                     self.recorded = Some(state::RecordedView::new(job, *recorded));
                 }
             }
-            Response::Loaded { job, trace } => {
+            Response::Loaded {
+                job,
+                trace,
+                main_answered,
+            } => {
                 if self.load_job != Some(job) {
                     return;
                 }
+                // The main replay and its layout on the way unasked, or none.
+                let answered = self.main_answer.take().filter(|(j, _)| *j == job);
+                self.main_answer = answered.filter(|_| main_answered);
                 self.load_job = None;
                 #[cfg(feature = "cuda")]
                 self.live.loaded();

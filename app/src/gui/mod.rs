@@ -147,6 +147,10 @@ pub struct AllocsimApp {
     pub cursor: u32,
     /// Put the cursor on the OOM (or the peak) when the main replay arrives.
     cursor_pending: bool,
+    /// The main configuration sent with the file being opened (its load job), whose
+    /// replay and start layout the engine answers unasked where its `Loaded` says so
+    /// ([`crate::engine::wire::MainReplay::answer`]); taken by the replays' requests.
+    main_answer: Option<(u64, crate::engine::wire::MainReplay)>,
     pub timeline: crate::gui::views::timeline::TimelineState,
     pub map: crate::gui::views::map::MapState,
     pub tab: Tab,
@@ -266,6 +270,7 @@ impl AllocsimApp {
             config: ConfigState::default(),
             cursor: 0,
             cursor_pending: false,
+            main_answer: None,
             timeline: crate::gui::views::timeline::TimelineState::default(),
             map: crate::gui::views::map::MapState::default(),
             tab: Tab::Map,
@@ -422,7 +427,9 @@ impl AllocsimApp {
                         .opening
                         .as_ref()
                         .is_none_or(|o| o.capacity == CapacityArg::AsRecorded),
+                    answer: Some((self.job(), self.job())),
                 };
+                self.main_answer = Some((job, main.clone()));
                 self.engine.open_file(job, name, file, main);
             }
         }
