@@ -392,8 +392,7 @@ impl Engine {
             beside = kept;
             built.map_err(|e| format!("{name}: {e}"))
         });
-        self.install(job, name, r, emit);
-        self.beside = beside;
+        self.install_answering(job, name, r, Some(main), |_| beside, emit);
     }
 
     /// Takes a snapshot decoded elsewhere (natively [`Engine::open`]; in the browser the
@@ -431,41 +430,40 @@ impl Engine {
             ahead = main.and_then(|m| open::replayed_ahead(&snap, m).map(|spec| (m, spec)));
             allocsim_core::build::build(snap, None).map_err(|e| format!("{name}: {e}"))
         });
-        let Ok(v) = r.map_err(|message| emit(Response::Failed { job, message })) else {
-            return;
+        let ahead = |e: &Engine| {
+            let (main, spec) = ahead?;
+            open::replay_built(e.trace.as_ref()?, e.device, main, &spec)
         };
-        let device = v.trace.busiest_device();
-        self.adopt(v.trace, v.devices, name, device);
-        // Replayed before the trace goes to the UI, as [`Engine::replay`] replays it when
-        // asked: where the UI gave its jobs, the trace, the replay and the layout then
-        // reach the page together, taken in one frame.
-        let beside = ahead.and_then(|(main, spec)| {
-            open::replay_built(self.trace.as_ref()?, self.device, main, &spec)
-        });
-        let answer = main.and_then(|m| m.answer.map(|jobs| (m, jobs)));
-        let answer = answer.filter(|_| beside.is_some());
-        self.show_device(job, answer.is_some(), emit);
-        self.beside = beside;
-        for asked in answer.map_or_else(Vec::new, |(main, jobs)| main.requests(jobs)) {
-            self.handle(asked, emit);
-        }
+        self.install_answering(job, name, r, main, ahead, emit);
     }
 
-    /// Takes a decoded and validated snapshot as the trace shown, or says why not.
-    fn install(
+    /// Takes a decoded and validated snapshot as the trace shown, or says why not; the
+    /// main configuration's replay made beside or after the build (`ahead`, given the
+    /// engine holding the trace) is kept for the UI's first [`Request::Replay`] of it, or,
+    /// where `main` gives the UI's jobs, it and its start layout are answered unasked
+    /// behind [`Response::Loaded`]: the UI takes the trace, the replay and the layout in
+    /// one frame (in the browser a frame costs 50-200 ms of a software rasterizer).
+    fn install_answering(
         &mut self,
         job: u64,
         name: String,
         loaded: Result<allocsim_core::validate::Validation, String>,
+        main: Option<&MainReplay>,
+        ahead: impl FnOnce(&Engine) -> Option<open::Beside>,
         emit: &mut dyn FnMut(Response),
     ) {
-        match loaded {
-            Ok(v) => {
-                let device = v.trace.busiest_device();
-                self.adopt(v.trace, v.devices, name, device);
-                self.show_device(job, false, emit);
-            }
-            Err(message) => emit(Response::Failed { job, message }),
+        let Ok(v) = loaded.map_err(|message| emit(Response::Failed { job, message })) else {
+            return;
+        };
+        let device = v.trace.busiest_device();
+        self.adopt(v.trace, v.devices, name, device);
+        let beside = ahead(self);
+        let answer = main.and_then(|m| m.answer.map(|jobs| (m, jobs)));
+        let answer = answer.filter(|_| beside.as_ref().is_some_and(|b| b.device == self.device));
+        self.show_device(job, answer.is_some(), emit);
+        self.beside = beside;
+        for asked in answer.map_or_else(Vec::new, |(main, jobs)| main.requests(jobs)) {
+            self.handle(asked, emit);
         }
     }
 

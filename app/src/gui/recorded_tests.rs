@@ -337,3 +337,46 @@ fn no_bands_nor_bounds_are_asked_for_while_another_file_opens() {
     app.after_main_frame();
     assert_eq!(asked(app), (true, true), "asked once nothing opens");
 }
+
+/// A file whose main configuration the engine replays beside its build (no refusal
+/// recorded) comes with that replay and its layout answered unasked, right behind the
+/// trace (`MainReplay::answer`): the frame that takes the trace is the first full frame,
+/// the cursor and the layout at the replay's peak (in the browser the round trip and the
+/// frame between them cost 100-200 ms of the open), and the main slot's answer is the one
+/// a request would get (a later move lays out the same replay).
+#[test]
+fn the_frame_that_takes_an_opened_trace_shows_its_main_replay_and_layout() {
+    let mut h = super::tests::harness(Startup::Example(&OOM_STORY));
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../tests/traces/mlp_train.pickle.gz"
+    );
+    h.input_mut()
+        .dropped_files
+        .push(std::sync::Arc::new(Dropped(path.into())));
+    h.step();
+    let app = h.state();
+    let doc = app.document().expect("a document");
+    assert_eq!(doc.trace.name, "mlp_train.pickle.gz");
+    let main = doc.slots[0]
+        .replay
+        .as_ref()
+        .expect("the main replay, unasked");
+    assert!(
+        main.data.summary.ooms.is_empty(),
+        "no OOM: the cursor at the peak"
+    );
+    assert_eq!(app.cursor, main.data.start_op());
+    assert_eq!(
+        doc.slots[0].layout.as_ref().map(|l| l.data.op),
+        Some(app.cursor),
+        "its layout at the cursor"
+    );
+    assert!(app.full_frame_marked(), "the first full frame is this one");
+    // The engine holds that replay for the keys' layouts.
+    h.key_press(egui::Key::Home);
+    settle(&mut h);
+    let doc = h.state().document().expect("a document");
+    assert_eq!(doc.slots[0].layout.as_ref().map(|l| l.data.op), Some(0));
+    assert!(doc.slots[0].error.is_none());
+}
