@@ -774,7 +774,7 @@ fn open_file(engine: &mut Engine, job: u64, path: &std::path::Path) -> Vec<Respo
             job,
             name: path.file_name().unwrap().to_string_lossy().into_owned(),
             path: path.to_string_lossy().into_owned(),
-            main: main_pytorch(),
+            main: Box::new(main_pytorch()),
         },
     )
 }
@@ -862,7 +862,7 @@ fn an_open_is_cancelled_from_outside_the_busy_engine() {
             job: 5,
             name: "big.pickle".into(),
             path: file.0.to_string_lossy().into_owned(),
-            main: main_pytorch(),
+            main: Box::new(main_pytorch()),
         },
         &mut |r| {
             // The host's Cancel arrives while the engine reads (it does not queue behind).

@@ -73,7 +73,7 @@ pub enum Request {
         path: String,
         /// The configuration the UI will replay first: natively replayed beside the
         /// trace's build, its [`Request::Replay`] then answered from it.
-        main: MainReplay,
+        main: Box<MainReplay>,
     },
     /// Show another device of the loaded trace (answered with [`Response::Loaded`]).
     SelectDevice { job: u64, device: u32 },

@@ -331,7 +331,7 @@ impl EngineHandle {
             job,
             name,
             path: file.to_string_lossy().into_owned(),
-            main,
+            main: Box::new(main),
         });
         #[cfg(target_arch = "wasm32")]
         match &mut self.inner {
