@@ -1019,6 +1019,20 @@ fn a_replay_beside_an_open_is_not_taken_for_another_configuration() {
     }
 }
 
+/// Example `e` opened by an engine that replays nothing ahead, and by one given `main`
+/// (`Engine::open_decoded_replaying`, the browser's worker), with the latter's answers.
+fn opened_ahead(e: &examples::Example, main: &wire::MainReplay) -> (Engine, Engine, Vec<Response>) {
+    let snap = || allocsim_core::snapshot::import::decode_snapshot(e.bytes).expect("decodes");
+    let mut asked = Engine::new();
+    asked.open_decoded(1, e.file.into(), Ok(snap()), &mut |_| {});
+    let mut ahead = Engine::new();
+    let mut answers = Vec::new();
+    ahead.open_decoded_replaying(1, e.file.into(), Ok(snap()), Some(main), &mut |r| {
+        answers.push(r);
+    });
+    (asked, ahead, answers)
+}
+
 /// The browser's worker replays the main configuration as soon as the trace is built
 /// (`Engine::open_decoded_replaying`): the UI's first `Replay` of it is answered from that
 /// replay, as one replayed when asked is, and only once; another capacity is replayed when
@@ -1029,13 +1043,7 @@ fn a_main_replay_done_ahead_answers_as_one_replayed_when_asked() {
     let mut replayed_ahead = 0;
     for e in EXAMPLES {
         let snap = || allocsim_core::snapshot::import::decode_snapshot(e.bytes).expect("decodes");
-        let mut asked = Engine::new();
-        asked.open_decoded(1, e.file.into(), Ok(snap()), &mut |_| {});
-        let mut ahead = Engine::new();
-        let mut answers = Vec::new();
-        ahead.open_decoded_replaying(1, e.file.into(), Ok(snap()), Some(&main), &mut |r| {
-            answers.push(r);
-        });
+        let (mut asked, mut ahead, answers) = opened_ahead(e, &main);
         assert!(
             matches!(answers.last(), Some(Response::Loaded { .. })),
             "{}: the trace is the last answer (the replay ahead, unasked, is not posted)",
@@ -1083,13 +1091,7 @@ fn the_main_replay_done_ahead_and_its_layout_are_answered_unasked_behind_the_tra
     let mut answered = 0;
     for e in EXAMPLES {
         let snap = || allocsim_core::snapshot::import::decode_snapshot(e.bytes).expect("decodes");
-        let mut asked = Engine::new();
-        asked.open_decoded(1, e.file.into(), Ok(snap()), &mut |_| {});
-        let mut ahead = Engine::new();
-        let mut out = Vec::new();
-        ahead.open_decoded_replaying(1, e.file.into(), Ok(snap()), Some(&main), &mut |r| {
-            out.push(r);
-        });
+        let (mut asked, mut ahead, out) = opened_ahead(e, &main);
         let expected = open::replayed_ahead(&snap(), &main).is_some();
         let at = out
             .iter()

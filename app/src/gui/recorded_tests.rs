@@ -284,6 +284,15 @@ impl egui::DroppedFile for Dropped {
     }
 }
 
+/// Drops `tests/traces/NAME` on the window and draws the frame that gets it.
+fn drop_test_trace(h: &mut Harness<'static, AllocsimApp>, name: &str) {
+    let path = format!("{}/../tests/traces/{name}", env!("CARGO_MANIFEST_DIR"));
+    h.input_mut()
+        .dropped_files
+        .push(std::sync::Arc::new(Dropped(path.into())));
+    h.step();
+}
+
 /// A dropped file whose handle arrives at once (a path natively, a `File` in the browser)
 /// is opened by the frame that gets the drop, not the next one (in the browser a frame
 /// costs 50-300 ms of a software rasterizer): on an engine that answers as it is polled,
@@ -291,14 +300,7 @@ impl egui::DroppedFile for Dropped {
 #[test]
 fn a_dropped_file_is_opened_in_the_frame_of_the_drop() {
     let mut h = super::tests::harness(Startup::Example(&OOM_STORY));
-    let path = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../tests/traces/devfull_oom_msg.pickle.gz"
-    );
-    h.input_mut()
-        .dropped_files
-        .push(std::sync::Arc::new(Dropped(path.into())));
-    h.step();
+    drop_test_trace(&mut h, "devfull_oom_msg.pickle.gz");
     let doc = h.state().document().expect("a document");
     assert_eq!(doc.trace.name, "devfull_oom_msg.pickle.gz");
 }
@@ -347,14 +349,7 @@ fn no_bands_nor_bounds_are_asked_for_while_another_file_opens() {
 #[test]
 fn the_frame_that_takes_an_opened_trace_shows_its_main_replay_and_layout() {
     let mut h = super::tests::harness(Startup::Example(&OOM_STORY));
-    let path = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../tests/traces/mlp_train.pickle.gz"
-    );
-    h.input_mut()
-        .dropped_files
-        .push(std::sync::Arc::new(Dropped(path.into())));
-    h.step();
+    drop_test_trace(&mut h, "mlp_train.pickle.gz");
     let app = h.state();
     let doc = app.document().expect("a document");
     assert_eq!(doc.trace.name, "mlp_train.pickle.gz");
