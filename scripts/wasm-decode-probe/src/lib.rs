@@ -189,6 +189,8 @@ pub extern "C" fn open() {
         spec: "pytorch".into(),
         capacity_bytes: None,
         as_recorded: true,
+        // Asked below, as before the page's jobs were sent with the file.
+        answer: None,
     };
     engine.open_decoded_replaying(1, "big.pickle".into(), Ok(snap), Some(&main), &mut |r| {
         emit(r);
