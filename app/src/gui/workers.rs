@@ -43,6 +43,13 @@ pub const AWAITED_WAKE_AFTER_MS: u64 = 2000;
 /// exact as a JS number (the engine's worker posts the job beside the trace as one).
 pub const SHARE_JOBS: u64 = 1 << 50;
 
+/// The largest shared trace (its encoded bytes) the search workers decode as soon as it
+/// is shared, before any sweep asks for it ([`Host::shared_trace`]): each holds a decoded
+/// copy. big_gpt_long_stacks_s9 (≈ 11 MB) and the 1 M-event kvcache (≈ 45 MB) are under
+/// it; the 1.12 GB snapshot's 406 MiB is not — its search workers take it when a sweep
+/// starts, as before.
+pub const EAGER_DECODE_MAX_BYTES: u64 = 128 << 20;
+
 /// The most workers the ranks' pool starts: each holds a wasm instance whose memory grows
 /// to its rank's trace and never shrinks until the worker ends.
 pub const MAX_POOL: usize = 8;
@@ -67,6 +74,8 @@ pub trait Workers {
     /// Starts a worker: a search worker (`search`) or one of the ranks' pool.
     fn spawn(&mut self, search: bool) -> Result<WorkerId, String>;
     fn post(&mut self, w: WorkerId, msg: &Self::Msg);
+    /// The bytes `msg` holds (a shared trace's size).
+    fn bytes(&self, msg: &Self::Msg) -> u64;
     /// Ends `w` at once, wherever it is in its work; what it sent and was not taken is
     /// dropped.
     fn terminate(&mut self, w: WorkerId);
@@ -316,6 +325,56 @@ impl<W: Workers> Host<W> {
         Some(Request::ShareTrace { job })
     }
 
+    /// Starts the search workers of the pool (up to its size), telling them nothing yet:
+    /// asked with the share of a sweep about to come (`EngineHandle::prepare_search`), so
+    /// that their wasm instantiates while the engine's worker encodes the trace, not after.
+    pub fn start_pool(&mut self) {
+        if !self.search.setup.is_empty() {
+            self.fill_pool();
+        }
+    }
+
+    /// Spawns the search workers missing from the pool (the first, then the helpers),
+    /// told nothing yet (generation 0: [`Host::tell_pool`] or [`Host::search_worker`]
+    /// tells them the setup).
+    fn fill_pool(&mut self) {
+        while usize::from(self.search.worker.is_some()) + self.search.helpers.len() < self.pool_size
+        {
+            match self.workers.spawn(true) {
+                Ok(w) => {
+                    self.counts.search_started += 1;
+                    if self.search.worker.is_none() {
+                        self.search.worker = Some((w, 0));
+                    } else {
+                        self.search.helpers.push((w, 0));
+                    }
+                }
+                Err(e) => {
+                    log::warn!("cannot start a search worker ({e})");
+                    break;
+                }
+            }
+        }
+    }
+
+    /// Tells every live search worker the setup it does not hold yet.
+    fn tell_pool(&mut self) {
+        let generation = self.search.generation;
+        for (w, had) in self
+            .search
+            .worker
+            .iter_mut()
+            .chain(&mut self.search.helpers)
+        {
+            if *had != generation {
+                for m in &self.search.setup {
+                    self.workers.post(*w, m);
+                }
+                *had = generation;
+            }
+        }
+    }
+
     /// The engine's worker could not share the trace of job `job` (its answer failed): a
     /// sweep waiting for it runs on the file instead, each search worker decoding it.
     pub fn share_failed(&mut self, job: u64) {
@@ -330,16 +389,24 @@ impl<W: Workers> Host<W> {
     /// The trace the engine's worker shared ([`Response::SharedTrace`]) for job `job`, as
     /// the [`Request::SearchTrace`] `msg` that sets it in a search worker: from now on
     /// what a search worker is told first (a device chosen since still follows it); a
-    /// sweep waiting for it starts. A trace shared for a trace since replaced is dropped.
+    /// sweep waiting for it starts. Otherwise the live search workers (those
+    /// [`Host::start_pool`] started) decode it now, if it is no larger than
+    /// [`EAGER_DECODE_MAX_BYTES`], so that the next sweep starts with it decoded; a larger
+    /// one waits for a sweep. A trace shared for a trace since replaced is dropped.
     pub fn shared_trace(&mut self, job: u64, msg: W::Msg) {
         if self.search.setup.is_empty() || self.search.asked != Some((job, self.search.trace)) {
             return;
         }
+        let eager = self.workers.bytes(&msg) <= EAGER_DECODE_MAX_BYTES;
         self.search.setup[0] = msg;
         self.search.generation += 1;
         self.search.shared = Some(self.search.generation);
         self.counts.traces_shared += 1;
-        self.launch_waiting();
+        if self.sweep.as_ref().is_some_and(|s| s.waiting_trace) {
+            self.launch_waiting();
+        } else if eager {
+            self.tell_pool();
+        }
     }
 
     /// Starts the sweep waiting for the trace, if any.
@@ -504,30 +571,8 @@ impl<W: Workers> Host<W> {
         }
         // The helpers: started (or told the new trace) now, so they read it while the
         // first worker works out the plan.
-        let generation = self.search.generation;
-        for (w, had) in &mut self.search.helpers {
-            if *had != generation {
-                for m in &self.search.setup {
-                    self.workers.post(*w, m);
-                }
-                *had = generation;
-            }
-        }
-        while self.search.helpers.len() + 1 < self.pool_size {
-            match self.workers.spawn(true) {
-                Ok(w) => {
-                    self.counts.search_started += 1;
-                    for m in &self.search.setup {
-                        self.workers.post(w, m);
-                    }
-                    self.search.helpers.push((w, generation));
-                }
-                Err(e) => {
-                    log::warn!("cannot start another search worker ({e})");
-                    break;
-                }
-            }
-        }
+        self.fill_pool();
+        self.tell_pool();
         self.outbox.push(Response::Progress {
             job,
             stage: format!(
@@ -960,6 +1005,11 @@ pub mod web {
             {
                 log::error!("cannot post to a worker: {e:?}");
             }
+        }
+
+        fn bytes(&self, msg: &JsValue) -> u64 {
+            msg.dyn_ref::<js_sys::Uint8Array>()
+                .map_or(0, |a| u64::from(a.byte_length()))
         }
 
         fn terminate(&mut self, w: WorkerId) {

@@ -22,6 +22,15 @@ struct Fake {
     /// The sweeps' replays posted (`true`) and the answers as they came, each with
     /// whether it would wake the page at once.
     log: Vec<(bool, String, bool)>,
+    /// Every request posted (`post W Name`) and run (`run W Name`), in order.
+    events: Vec<String>,
+    /// The size `bytes` tells of every message, instead of its own.
+    claimed_bytes: Option<u64>,
+}
+
+/// A request's name, as `Fake` logs it.
+fn request_name(req: &Request) -> String {
+    format!("{req:?}").chars().take(24).collect()
 }
 
 impl Workers for &mut Fake {
@@ -40,15 +49,26 @@ impl Workers for &mut Fake {
     }
 
     fn post(&mut self, w: WorkerId, msg: &Vec<u8>) {
-        if let Ok(Request::SweepReplays { indices, .. }) = wire::decode(msg) {
-            self.log
-                .push((true, format!("{} replays", indices.len()), false));
+        if let Ok(req) = wire::decode::<Request>(msg) {
+            let name = request_name(&req);
+            self.events.push(format!(
+                "post {w} {}",
+                name.split([' ', '{']).next().unwrap_or("")
+            ));
+            if let Request::SweepReplays { indices, .. } = req {
+                self.log
+                    .push((true, format!("{} replays", indices.len()), false));
+            }
         }
         self.live
             .get_mut(&w)
             .expect("a live worker")
             .2
             .push_back(msg.clone());
+    }
+
+    fn bytes(&self, msg: &Vec<u8>) -> u64 {
+        self.claimed_bytes.unwrap_or(msg.len() as u64)
     }
 
     fn terminate(&mut self, w: WorkerId) {
@@ -67,7 +87,11 @@ impl Workers for &mut Fake {
                 continue;
             };
             let req: Request = wire::decode(&msg).expect("a request");
-            let name = format!("{req:?}").chars().take(24).collect();
+            let name = request_name(&req);
+            self.events.push(format!(
+                "run {w} {}",
+                name.split([' ', '{']).next().unwrap_or("")
+            ));
             self.ran.entry(*w).or_default().push(name);
             let mut emit = |r: Response| {
                 let bytes = wire::encode(&r).expect("encodes");
@@ -659,4 +683,93 @@ fn a_trace_the_engine_cannot_share_is_swept_on_the_file_and_not_asked_again() {
         "the search workers built the workload themselves: {:?}",
         fake.ran
     );
+}
+
+/// A workload in the engine's worker, its share asked with the pool started (as
+/// `EngineHandle::prepare_search` does), the share handed to the host, the workers left
+/// to run what they were told; then "What would fit?" to its answer. The events.
+fn share_then_sweep(claimed_bytes: Option<u64>) -> Vec<String> {
+    let mut fake = Fake {
+        claimed_bytes,
+        ..Fake::default()
+    };
+    let mut host = Host::new(&mut fake, 2);
+    let mut engine = Engine::new();
+    let workload = Request::Workload {
+        job: 1,
+        spec: "kvcache:tokens=200".into(),
+    };
+    assert!(host.route(workload.clone()).is_some());
+    engine.handle(workload, &mut |_| {});
+    let share = host.share_request().expect("a share asked");
+    host.start_pool();
+    assert_eq!(
+        host.counts().search_live,
+        2,
+        "the pool starts with the share"
+    );
+    assert_eq!(host.counts().search_started, 2);
+    let mut shared = Vec::new();
+    engine.handle(share, &mut |r| shared.push(r));
+    let Some(Response::SharedTrace { job, device, trace }) = shared.pop() else {
+        panic!("{shared:?}");
+    };
+    let msg = wire::encode(&Request::SearchTrace { job, device, trace }).expect("encodes");
+    host.shared_trace(job, msg);
+    for _ in 0..3 {
+        assert!(host.poll().is_empty(), "a trace taken answers nothing");
+    }
+    assert!(
+        host.route(Request::WhatIf {
+            job: 2,
+            capacity_bytes: None
+        })
+        .is_none(),
+        "the sweep runs on the trace shared, without waiting"
+    );
+    let answers = poll_until(&mut host, 400, |r| matches!(r, Response::WhatIf { .. }));
+    assert!(matches!(
+        answers.last(),
+        Some(Response::WhatIf { job: 2, .. })
+    ));
+    assert_eq!(host.counts().search_started, 2, "no other worker started");
+    drop(host);
+    for w in [1, 2] {
+        let trace = format!("post {w} SearchTrace");
+        assert_eq!(
+            fake.events.iter().filter(|e| **e == trace).count(),
+            1,
+            "each worker told the trace once: {:?}",
+            fake.events
+        );
+    }
+    fake.events
+}
+
+#[test]
+fn the_search_workers_started_with_the_share_decode_a_small_trace_as_it_comes() {
+    let events = share_then_sweep(None);
+    let at = |e: &str| events.iter().position(|x| x == e);
+    let sizes = at("post 1 SweepSizes").expect("the plan asked");
+    for w in [1, 2] {
+        let decoded = at(&format!("run {w} SearchTrace")).expect("decoded");
+        assert!(
+            decoded < sizes,
+            "worker {w} decoded the trace before the sweep started: {events:?}"
+        );
+    }
+}
+
+#[test]
+fn a_trace_over_the_eager_limit_is_decoded_only_when_a_sweep_starts() {
+    let events = share_then_sweep(Some(super::EAGER_DECODE_MAX_BYTES + 1));
+    assert_eq!(
+        events[..2],
+        ["post 1 SearchTrace", "post 1 SweepSizes"],
+        "nothing told before the sweep: {events:?}"
+    );
+    // At the limit, it is decoded at once.
+    let events = share_then_sweep(Some(super::EAGER_DECODE_MAX_BYTES));
+    assert_eq!(events[..2], ["post 1 SearchTrace", "post 2 SearchTrace"]);
+    assert_eq!(events[2], "run 1 SearchTrace");
 }

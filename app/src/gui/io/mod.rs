@@ -292,7 +292,9 @@ impl EngineHandle {
     /// the engine's worker is asked to share its built trace with them
     /// ([`Request::ShareTrace`], once per trace), behind what was sent to it so far and
     /// ahead of what follows. Asked where a sweep is about to come (the main configuration
-    /// ran out of memory), so that a file never swept pays for no copy of its trace.
+    /// ran out of memory), so that a file never swept pays for no copy of its trace; the
+    /// search workers start then too, and take the trace as it is shared
+    /// (`workers::Host::start_pool`, `Host::shared_trace`).
     /// Elsewhere the sweep runs beside the engine on its trace: nothing to do.
     pub fn prepare_search(&mut self) {
         #[cfg(target_arch = "wasm32")]
@@ -300,6 +302,8 @@ impl EngineHandle {
             && let Some(share) = beside.share_request()
         {
             w.send(&share);
+            // The search workers start meanwhile (and decode the trace when it is shared).
+            beside.start_pool();
         }
     }
 
