@@ -43,6 +43,10 @@ pub const AWAITED_WAKE_AFTER_MS: u64 = 2000;
 /// exact as a JS number (the engine's worker posts the job beside the trace as one).
 pub const SHARE_JOBS: u64 = 1 << 50;
 
+/// The jobs of the host's own [`Request::SweepSizes`] asked of the engine's worker with
+/// a share ([`Host::plan_request`]): above the share jobs, exact as a JS number.
+pub const PLAN_JOBS: u64 = 1 << 51;
+
 /// The largest shared trace (its encoded bytes) the search workers decode as soon as it
 /// is shared, before any sweep asks for it ([`Host::shared_trace`]): each holds a decoded
 /// copy. big_gpt_long_stacks_s9 (≈ 11 MB) and the 1 M-event kvcache (≈ 45 MB) are under
@@ -193,6 +197,11 @@ struct Search<M> {
     asked: Option<(u64, u64)>,
     /// The trace the engine's worker could not share: its sweeps run on the file.
     unshared: Option<u64>,
+    /// The sweep's plan (the trace's request sizes, [`Request::SweepSizes`]) asked of the
+    /// engine's worker with the share: its job and the trace, then the sizes for that
+    /// trace (dropped when a device is chosen).
+    plan_asked: Option<(u64, u64)>,
+    plan: Option<(u64, Vec<u64>)>,
 }
 
 /// Routes the requests that run beside the engine's worker and gathers their answers.
@@ -223,6 +232,8 @@ impl<W: Workers> Host<W> {
                 trace: 0,
                 asked: None,
                 unshared: None,
+                plan_asked: None,
+                plan: None,
             },
             sweep: None,
             outbox: Vec::new(),
@@ -259,6 +270,9 @@ impl<W: Workers> Host<W> {
                 self.search.setup.extend(self.workers.encode(&req));
                 // A shared trace holds every device: it stays shared.
                 let shared = self.search.shared == Some(self.search.generation);
+                // The plan is the other device's.
+                self.search.plan_asked = None;
+                self.search.plan = None;
                 self.search.generation += 1;
                 self.search.shared = shared.then_some(self.search.generation);
                 Some(req)
@@ -373,6 +387,41 @@ impl<W: Workers> Host<W> {
                 *had = generation;
             }
         }
+    }
+
+    /// The sweep's plan, asked of the engine's worker right ahead of its share (which it
+    /// answers in order, on the device it shares): the trace's request sizes
+    /// ([`Request::SweepSizes`]), so that a sweep hands out its first replays as soon as
+    /// the trace is shared, not after a search worker has decoded it and sent them. Asked
+    /// once per trace and device, where a trace is shared.
+    pub fn plan_request(&mut self) -> Option<Request> {
+        if self.search.setup.is_empty()
+            || self
+                .search
+                .plan_asked
+                .is_some_and(|(_, t)| t == self.search.trace)
+        {
+            return None;
+        }
+        let job = PLAN_JOBS + self.search.trace;
+        self.search.plan_asked = Some((job, self.search.trace));
+        Some(Request::SweepSizes { job })
+    }
+
+    /// Takes the engine's worker's answer to [`Host::plan_request`] (`true`: it was one,
+    /// and it is not the UI's); a plan for a trace since replaced, or one that failed, is
+    /// dropped.
+    pub fn take_plan(&mut self, r: &Response) -> bool {
+        let job = r.job();
+        if !(PLAN_JOBS..PLAN_JOBS * 2).contains(&job) {
+            return false;
+        }
+        if let Response::SweepSizes { sizes, .. } = r
+            && self.search.plan_asked == Some((job, self.search.trace))
+        {
+            self.search.plan = Some((self.search.trace, sizes.clone()));
+        }
+        true
     }
 
     /// The engine's worker could not share the trace of job `job` (its answer failed): a
@@ -558,7 +607,13 @@ impl<W: Workers> Host<W> {
         let Ok(msg) = self.workers.encode(&Request::SweepSizes { job }) else {
             return Some(());
         };
+        let trace = self.search.trace;
+        let plan = (self.search.plan.as_ref())
+            .filter(|(t, _)| *t == trace)
+            .map(|(_, sizes)| Sweep::of_sizes(sizes, run.capacity));
         match self.search_worker() {
+            // The plan the engine's worker sent: the replays start at once.
+            Ok(_) if plan.is_some() => {}
             Ok(w) => {
                 self.workers.post(w, &msg);
                 // The plan: the replays start once it is here.
@@ -581,7 +636,13 @@ impl<W: Workers> Host<W> {
             ),
             fraction: 0.0,
         });
-        self.sweep = Some(run);
+        if plan.is_some() {
+            run.sweep = plan;
+            self.counts.sweeps_planned += 1;
+            self.next_sweep_batch(run);
+        } else {
+            self.sweep = Some(run);
+        }
         None
     }
 

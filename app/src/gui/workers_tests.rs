@@ -773,3 +773,101 @@ fn a_trace_over_the_eager_limit_is_decoded_only_when_a_sweep_starts() {
     assert_eq!(events[..2], ["post 1 SearchTrace", "post 2 SearchTrace"]);
     assert_eq!(events[2], "run 1 SearchTrace");
 }
+
+#[test]
+fn a_sweep_waiting_for_the_share_starts_on_the_plan_the_engine_sent_ahead_of_it() {
+    let mut fake = Fake::default();
+    let mut host = Host::new(&mut fake, 2);
+    let mut engine = Engine::new();
+    let workload = Request::Workload {
+        job: 1,
+        spec: "kvcache:tokens=200".into(),
+    };
+    assert!(host.route(workload.clone()).is_some());
+    engine.handle(workload, &mut |_| {});
+    // As `EngineHandle::prepare_search` asks: the plan, the share, the pool started; the
+    // sweep asked in the same frame waits for the share.
+    let share = host.share_request().expect("a share asked");
+    let plan = host.plan_request().expect("a plan asked");
+    assert!(host.plan_request().is_none(), "asked once per trace");
+    host.start_pool();
+    let waiting = host.route(Request::WhatIf {
+        job: 2,
+        capacity_bytes: None,
+    });
+    assert!(waiting.is_none(), "{waiting:?}");
+    let mut from_engine = Vec::new();
+    engine.handle(plan, &mut |r| from_engine.push(r));
+    engine.handle(share, &mut |r| from_engine.push(r));
+    let [sizes, Response::SharedTrace { job, device, trace }] = &from_engine[..] else {
+        panic!("{from_engine:?}");
+    };
+    assert!(matches!(sizes, Response::SweepSizes { .. }), "{sizes:?}");
+    assert!(
+        host.take_plan(sizes),
+        "the plan is the host's, not the UI's"
+    );
+    let shared = Request::SearchTrace {
+        job: *job,
+        device: *device,
+        trace: trace.clone(),
+    };
+    host.shared_trace(*job, wire::encode(&shared).expect("encodes"));
+    assert_eq!(host.counts().sweeps_planned, 1, "planned as the trace came");
+    let answers = poll_until(&mut host, 400, |r| matches!(r, Response::WhatIf { .. }));
+    let mut expected = Vec::new();
+    engine.handle(
+        Request::WhatIf {
+            job: 2,
+            capacity_bytes: None,
+        },
+        &mut |r| expected.push(r),
+    );
+    assert_eq!(
+        format!("{:?}", answers.last()),
+        format!("{:?}", expected.last()),
+        "the sweep on the engine's plan answers as the engine does"
+    );
+    assert_eq!(host.counts().sweep_workers, 2);
+    // A device chosen drops the plan: the next sweep asks a search worker for its own.
+    host.route(Request::SelectDevice { job: 3, device: 0 });
+    assert!(
+        !host.take_plan(&Response::Failed {
+            job: 4,
+            message: String::new()
+        }),
+        "a UI job is the UI's"
+    );
+    assert!(
+        host.route(Request::WhatIf {
+            job: 5,
+            capacity_bytes: None
+        })
+        .is_none()
+    );
+    poll_until(&mut host, 400, |r| {
+        matches!(r, Response::WhatIf { job: 5, .. })
+    });
+    drop(host);
+    let sizes_posted: Vec<&String> = fake
+        .events
+        .iter()
+        .filter(|e| e.starts_with("post") && e.ends_with("SweepSizes"))
+        .collect();
+    assert_eq!(
+        sizes_posted,
+        ["post 1 SweepSizes"],
+        "no search worker was asked for the first sweep's plan, one for the second: {:?}",
+        fake.events
+    );
+    assert_eq!(
+        fake.events[..4],
+        [
+            "post 1 SearchTrace",
+            "post 2 SearchTrace",
+            "post 1 SweepReplays",
+            "post 2 SweepReplays"
+        ],
+        "the first replays handed out with the trace"
+    );
+}

@@ -301,6 +301,11 @@ impl EngineHandle {
         if let Inner::Worker(w, beside) = &mut self.inner
             && let Some(share) = beside.share_request()
         {
+            // The sweep's plan first (a few ms): in the page before the share, whose
+            // arrival starts the sweep waiting for it.
+            if let Some(plan) = beside.plan_request() {
+                w.send(&plan);
+            }
             w.send(&share);
             // The search workers start meanwhile (and decode the trace when it is shared).
             beside.start_pool();
@@ -394,10 +399,12 @@ impl EngineHandle {
             Inner::Thread { rx, .. } => rx.try_iter().collect(),
             #[cfg(target_arch = "wasm32")]
             Inner::Worker(w, beside) => {
+                // The plan first: a sweep the share starts takes it.
+                let mut out = w.poll();
+                out.retain(|r| !beside.take_plan(r));
                 for (job, msg) in w.take_shared() {
                     beside.shared_trace(job, msg);
                 }
-                let mut out = w.poll();
                 for r in &out {
                     if let Response::Failed { job, .. } = r {
                         beside.share_failed(*job);
