@@ -49,9 +49,9 @@ pub const PLAN_JOBS: u64 = 1 << 51;
 
 /// The largest shared trace (its encoded bytes) the search workers decode as soon as it
 /// is shared, before any sweep asks for it ([`Host::shared_trace`]): each holds a decoded
-/// copy. big_gpt_long_stacks_s9 (≈ 11 MB) and the 1 M-event kvcache (≈ 45 MB) are under
-/// it; the 1.12 GB snapshot's 406 MiB is not — its search workers take it when a sweep
-/// starts, as before.
+/// copy. `big_gpt_long_stacks_s9` and the 1 M-event kvcache (about 11 and 45 MB at 58
+/// bytes an alloc and 30 a free) are under it; the 1.12 GB snapshot's 406 MiB is not:
+/// its search workers take it when a sweep starts, as before.
 pub const EAGER_DECODE_MAX_BYTES: u64 = 128 << 20;
 
 /// The most workers the ranks' pool starts: each holds a wasm instance whose memory grows
