@@ -326,17 +326,17 @@ impl<W: Workers> Host<W> {
     /// configuration runs out of memory, ahead of the searches and explanation asked
     /// then) or when one starts.
     pub fn share_request(&mut self) -> Option<Request> {
-        if self.search.setup.is_empty()
-            || self
-                .search
-                .asked
-                .is_some_and(|(_, t)| t == self.search.trace)
-        {
-            return None;
-        }
-        let job = SHARE_JOBS + self.search.trace;
-        self.search.asked = Some((job, self.search.trace));
-        Some(Request::ShareTrace { job })
+        let asked = self.once_per_trace(self.search.asked, SHARE_JOBS)?;
+        self.search.asked = Some(asked);
+        Some(Request::ShareTrace { job: asked.0 })
+    }
+
+    /// The job (numbered from `base`) and trace of a request asked of the engine's worker
+    /// once per trace, unless `asked` is already this trace's (or there is no trace).
+    fn once_per_trace(&self, asked: Option<(u64, u64)>, base: u64) -> Option<(u64, u64)> {
+        let trace = self.search.trace;
+        (!self.search.setup.is_empty() && asked.is_none_or(|(_, t)| t != trace))
+            .then_some((base + trace, trace))
     }
 
     /// Starts the search workers of the pool (up to its size), telling them nothing yet:
@@ -395,17 +395,9 @@ impl<W: Workers> Host<W> {
     /// the trace is shared, not after a search worker has decoded it and sent them. Asked
     /// once per trace and device, where a trace is shared.
     pub fn plan_request(&mut self) -> Option<Request> {
-        if self.search.setup.is_empty()
-            || self
-                .search
-                .plan_asked
-                .is_some_and(|(_, t)| t == self.search.trace)
-        {
-            return None;
-        }
-        let job = PLAN_JOBS + self.search.trace;
-        self.search.plan_asked = Some((job, self.search.trace));
-        Some(Request::SweepSizes { job })
+        let asked = self.once_per_trace(self.search.plan_asked, PLAN_JOBS)?;
+        self.search.plan_asked = Some(asked);
+        Some(Request::SweepSizes { job: asked.0 })
     }
 
     /// Takes the engine's worker's answer to [`Host::plan_request`] (`true`: it was one,

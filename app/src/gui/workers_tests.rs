@@ -162,6 +162,30 @@ fn route(host: &mut Host<&mut Fake>, engine: &mut Engine, req: Request) -> Optio
     back
 }
 
+/// A small workload sent to the host (kept for the search workers, handed back) and
+/// loaded in `engine`, the engine's worker.
+fn load_workload(host: &mut Host<&mut Fake>, engine: &mut Engine) {
+    let workload = Request::Workload {
+        job: 1,
+        spec: "kvcache:tokens=200".into(),
+    };
+    assert!(host.route(workload.clone()).is_some());
+    engine.handle(workload, &mut |_| {});
+}
+
+/// `engine`'s own answer to "What would fit?" as job `job` (its `Debug` form).
+fn engines_what_if(engine: &mut Engine, job: u64) -> String {
+    let mut answers = Vec::new();
+    engine.handle(
+        Request::WhatIf {
+            job,
+            capacity_bytes: None,
+        },
+        &mut |r| answers.push(r),
+    );
+    format!("{:?}", answers.last())
+}
+
 /// "What would fit?" routed: it runs on the search workers (the engine's worker at most
 /// shares the trace first).
 fn start_what_if(host: &mut Host<&mut Fake>, engine: &mut Engine, job: u64) {
@@ -507,17 +531,9 @@ fn a_file_the_engine_opens_itself_is_opened_by_the_next_search_worker_too() {
     host.opening(wire::encode(&load).expect("encodes"));
     start_what_if(&mut host, &mut engine, 4);
     let answers = poll_until(&mut host, 400, |r| matches!(r, Response::WhatIf { .. }));
-    let mut expected = Vec::new();
-    direct.handle(
-        Request::WhatIf {
-            job: 4,
-            capacity_bytes: None,
-        },
-        &mut |r| expected.push(r),
-    );
     assert_eq!(
         format!("{:?}", answers.last()),
-        format!("{:?}", expected.last()),
+        engines_what_if(&mut direct, 4),
         "the sweep ran on the opened file's trace, its replays on two workers, ranked \
          as the engine ranks them on one"
     );
@@ -548,12 +564,7 @@ fn a_sweep_cancelled_while_the_trace_is_shared_starts_nothing_and_the_next_takes
     let mut fake = Fake::default();
     let mut host = Host::new(&mut fake, 2);
     let mut engine = Engine::new();
-    let workload = Request::Workload {
-        job: 1,
-        spec: "kvcache:tokens=200".into(),
-    };
-    assert!(host.route(workload.clone()).is_some());
-    engine.handle(workload, &mut |_| {});
+    load_workload(&mut host, &mut engine);
     // The page's "What would fit?" before the trace was shared (the page asks for it as
     // it sends the trace; here not): the host asks for it once; cancelled before it came.
     let back = host.route(Request::WhatIf {
@@ -695,12 +706,7 @@ fn share_then_sweep(claimed_bytes: Option<u64>) -> Vec<String> {
     };
     let mut host = Host::new(&mut fake, 2);
     let mut engine = Engine::new();
-    let workload = Request::Workload {
-        job: 1,
-        spec: "kvcache:tokens=200".into(),
-    };
-    assert!(host.route(workload.clone()).is_some());
-    engine.handle(workload, &mut |_| {});
+    load_workload(&mut host, &mut engine);
     let share = host.share_request().expect("a share asked");
     host.start_pool();
     assert_eq!(
@@ -779,12 +785,7 @@ fn a_sweep_waiting_for_the_share_starts_on_the_plan_the_engine_sent_ahead_of_it(
     let mut fake = Fake::default();
     let mut host = Host::new(&mut fake, 2);
     let mut engine = Engine::new();
-    let workload = Request::Workload {
-        job: 1,
-        spec: "kvcache:tokens=200".into(),
-    };
-    assert!(host.route(workload.clone()).is_some());
-    engine.handle(workload, &mut |_| {});
+    load_workload(&mut host, &mut engine);
     // As `EngineHandle::prepare_search` asks: the plan, the share, the pool started; the
     // sweep asked in the same frame waits for the share.
     let share = host.share_request().expect("a share asked");
@@ -815,17 +816,9 @@ fn a_sweep_waiting_for_the_share_starts_on_the_plan_the_engine_sent_ahead_of_it(
     host.shared_trace(*job, wire::encode(&shared).expect("encodes"));
     assert_eq!(host.counts().sweeps_planned, 1, "planned as the trace came");
     let answers = poll_until(&mut host, 400, |r| matches!(r, Response::WhatIf { .. }));
-    let mut expected = Vec::new();
-    engine.handle(
-        Request::WhatIf {
-            job: 2,
-            capacity_bytes: None,
-        },
-        &mut |r| expected.push(r),
-    );
     assert_eq!(
         format!("{:?}", answers.last()),
-        format!("{:?}", expected.last()),
+        engines_what_if(&mut engine, 2),
         "the sweep on the engine's plan answers as the engine does"
     );
     assert_eq!(host.counts().sweep_workers, 2);
