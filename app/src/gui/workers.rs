@@ -43,6 +43,17 @@ pub const AWAITED_WAKE_AFTER_MS: u64 = 2000;
 /// exact as a JS number (the engine's worker posts the job beside the trace as one).
 pub const SHARE_JOBS: u64 = 1 << 50;
 
+/// The jobs of the host's own [`Request::SweepSizes`] asked of the engine's worker with
+/// a share ([`Host::plan_request`]): above the share jobs, exact as a JS number.
+pub const PLAN_JOBS: u64 = 1 << 51;
+
+/// The largest shared trace (its encoded bytes) the search workers decode as soon as it
+/// is shared, before any sweep asks for it ([`Host::shared_trace`]): each holds a decoded
+/// copy. `big_gpt_long_stacks_s9` and the 1 M-event kvcache (about 11 and 45 MB at 58
+/// bytes an alloc and 30 a free) are under it; the 1.12 GB snapshot's 406 MiB is not:
+/// its search workers take it when a sweep starts, as before.
+pub const EAGER_DECODE_MAX_BYTES: u64 = 128 << 20;
+
 /// The most workers the ranks' pool starts: each holds a wasm instance whose memory grows
 /// to its rank's trace and never shrinks until the worker ends.
 pub const MAX_POOL: usize = 8;
@@ -67,6 +78,8 @@ pub trait Workers {
     /// Starts a worker: a search worker (`search`) or one of the ranks' pool.
     fn spawn(&mut self, search: bool) -> Result<WorkerId, String>;
     fn post(&mut self, w: WorkerId, msg: &Self::Msg);
+    /// The bytes `msg` holds (a shared trace's size).
+    fn bytes(&self, msg: &Self::Msg) -> u64;
     /// Ends `w` at once, wherever it is in its work; what it sent and was not taken is
     /// dropped.
     fn terminate(&mut self, w: WorkerId);
@@ -184,6 +197,11 @@ struct Search<M> {
     asked: Option<(u64, u64)>,
     /// The trace the engine's worker could not share: its sweeps run on the file.
     unshared: Option<u64>,
+    /// The sweep's plan (the trace's request sizes, [`Request::SweepSizes`]) asked of the
+    /// engine's worker with the share: its job and the trace, then the sizes for that
+    /// trace (dropped when a device is chosen).
+    plan_asked: Option<(u64, u64)>,
+    plan: Option<(u64, Vec<u64>)>,
 }
 
 /// Routes the requests that run beside the engine's worker and gathers their answers.
@@ -214,6 +232,8 @@ impl<W: Workers> Host<W> {
                 trace: 0,
                 asked: None,
                 unshared: None,
+                plan_asked: None,
+                plan: None,
             },
             sweep: None,
             outbox: Vec::new(),
@@ -250,6 +270,9 @@ impl<W: Workers> Host<W> {
                 self.search.setup.extend(self.workers.encode(&req));
                 // A shared trace holds every device: it stays shared.
                 let shared = self.search.shared == Some(self.search.generation);
+                // The plan is the other device's.
+                self.search.plan_asked = None;
+                self.search.plan = None;
                 self.search.generation += 1;
                 self.search.shared = shared.then_some(self.search.generation);
                 Some(req)
@@ -303,17 +326,94 @@ impl<W: Workers> Host<W> {
     /// configuration runs out of memory, ahead of the searches and explanation asked
     /// then) or when one starts.
     pub fn share_request(&mut self) -> Option<Request> {
-        if self.search.setup.is_empty()
-            || self
-                .search
-                .asked
-                .is_some_and(|(_, t)| t == self.search.trace)
-        {
-            return None;
+        let asked = self.once_per_trace(self.search.asked, SHARE_JOBS)?;
+        self.search.asked = Some(asked);
+        Some(Request::ShareTrace { job: asked.0 })
+    }
+
+    /// The job (numbered from `base`) and trace of a request asked of the engine's worker
+    /// once per trace, unless `asked` is already this trace's (or there is no trace).
+    fn once_per_trace(&self, asked: Option<(u64, u64)>, base: u64) -> Option<(u64, u64)> {
+        let trace = self.search.trace;
+        (!self.search.setup.is_empty() && asked.is_none_or(|(_, t)| t != trace))
+            .then_some((base + trace, trace))
+    }
+
+    /// Starts the search workers of the pool (up to its size), telling them nothing yet:
+    /// asked with the share of a sweep about to come (`EngineHandle::prepare_search`), so
+    /// that their wasm instantiates while the engine's worker encodes the trace, not after.
+    pub fn start_pool(&mut self) {
+        if !self.search.setup.is_empty() {
+            self.fill_pool();
         }
-        let job = SHARE_JOBS + self.search.trace;
-        self.search.asked = Some((job, self.search.trace));
-        Some(Request::ShareTrace { job })
+    }
+
+    /// Spawns the search workers missing from the pool (the first, then the helpers),
+    /// told nothing yet (generation 0: [`Host::tell_pool`] or [`Host::search_worker`]
+    /// tells them the setup).
+    fn fill_pool(&mut self) {
+        while usize::from(self.search.worker.is_some()) + self.search.helpers.len() < self.pool_size
+        {
+            match self.workers.spawn(true) {
+                Ok(w) => {
+                    self.counts.search_started += 1;
+                    if self.search.worker.is_none() {
+                        self.search.worker = Some((w, 0));
+                    } else {
+                        self.search.helpers.push((w, 0));
+                    }
+                }
+                Err(e) => {
+                    log::warn!("cannot start a search worker ({e})");
+                    break;
+                }
+            }
+        }
+    }
+
+    /// Tells every live search worker the setup it does not hold yet.
+    fn tell_pool(&mut self) {
+        let generation = self.search.generation;
+        for (w, had) in self
+            .search
+            .worker
+            .iter_mut()
+            .chain(&mut self.search.helpers)
+        {
+            if *had != generation {
+                for m in &self.search.setup {
+                    self.workers.post(*w, m);
+                }
+                *had = generation;
+            }
+        }
+    }
+
+    /// The sweep's plan, asked of the engine's worker right ahead of its share (which it
+    /// answers in order, on the device it shares): the trace's request sizes
+    /// ([`Request::SweepSizes`]), so that a sweep hands out its first replays as soon as
+    /// the trace is shared, not after a search worker has decoded it and sent them. Asked
+    /// once per trace and device, where a trace is shared.
+    pub fn plan_request(&mut self) -> Option<Request> {
+        let asked = self.once_per_trace(self.search.plan_asked, PLAN_JOBS)?;
+        self.search.plan_asked = Some(asked);
+        Some(Request::SweepSizes { job: asked.0 })
+    }
+
+    /// Takes the engine's worker's answer to [`Host::plan_request`] (`true`: it was one,
+    /// and it is not the UI's); a plan for a trace since replaced, or one that failed, is
+    /// dropped.
+    pub fn take_plan(&mut self, r: &Response) -> bool {
+        let job = r.job();
+        if !(PLAN_JOBS..PLAN_JOBS * 2).contains(&job) {
+            return false;
+        }
+        if let Response::SweepSizes { sizes, .. } = r
+            && self.search.plan_asked == Some((job, self.search.trace))
+        {
+            self.search.plan = Some((self.search.trace, sizes.clone()));
+        }
+        true
     }
 
     /// The engine's worker could not share the trace of job `job` (its answer failed): a
@@ -330,16 +430,24 @@ impl<W: Workers> Host<W> {
     /// The trace the engine's worker shared ([`Response::SharedTrace`]) for job `job`, as
     /// the [`Request::SearchTrace`] `msg` that sets it in a search worker: from now on
     /// what a search worker is told first (a device chosen since still follows it); a
-    /// sweep waiting for it starts. A trace shared for a trace since replaced is dropped.
+    /// sweep waiting for it starts. Otherwise the live search workers (those
+    /// [`Host::start_pool`] started) decode it now, if it is no larger than
+    /// [`EAGER_DECODE_MAX_BYTES`], so that the next sweep starts with it decoded; a larger
+    /// one waits for a sweep. A trace shared for a trace since replaced is dropped.
     pub fn shared_trace(&mut self, job: u64, msg: W::Msg) {
         if self.search.setup.is_empty() || self.search.asked != Some((job, self.search.trace)) {
             return;
         }
+        let eager = self.workers.bytes(&msg) <= EAGER_DECODE_MAX_BYTES;
         self.search.setup[0] = msg;
         self.search.generation += 1;
         self.search.shared = Some(self.search.generation);
         self.counts.traces_shared += 1;
-        self.launch_waiting();
+        if self.sweep.as_ref().is_some_and(|s| s.waiting_trace) {
+            self.launch_waiting();
+        } else if eager {
+            self.tell_pool();
+        }
     }
 
     /// Starts the sweep waiting for the trace, if any.
@@ -491,7 +599,13 @@ impl<W: Workers> Host<W> {
         let Ok(msg) = self.workers.encode(&Request::SweepSizes { job }) else {
             return Some(());
         };
+        let trace = self.search.trace;
+        let plan = (self.search.plan.as_ref())
+            .filter(|(t, _)| *t == trace)
+            .map(|(_, sizes)| Sweep::of_sizes(sizes, run.capacity));
         match self.search_worker() {
+            // The plan the engine's worker sent: the replays start at once.
+            Ok(_) if plan.is_some() => {}
             Ok(w) => {
                 self.workers.post(w, &msg);
                 // The plan: the replays start once it is here.
@@ -504,30 +618,8 @@ impl<W: Workers> Host<W> {
         }
         // The helpers: started (or told the new trace) now, so they read it while the
         // first worker works out the plan.
-        let generation = self.search.generation;
-        for (w, had) in &mut self.search.helpers {
-            if *had != generation {
-                for m in &self.search.setup {
-                    self.workers.post(*w, m);
-                }
-                *had = generation;
-            }
-        }
-        while self.search.helpers.len() + 1 < self.pool_size {
-            match self.workers.spawn(true) {
-                Ok(w) => {
-                    self.counts.search_started += 1;
-                    for m in &self.search.setup {
-                        self.workers.post(w, m);
-                    }
-                    self.search.helpers.push((w, generation));
-                }
-                Err(e) => {
-                    log::warn!("cannot start another search worker ({e})");
-                    break;
-                }
-            }
-        }
+        self.fill_pool();
+        self.tell_pool();
         self.outbox.push(Response::Progress {
             job,
             stage: format!(
@@ -536,7 +628,13 @@ impl<W: Workers> Host<W> {
             ),
             fraction: 0.0,
         });
-        self.sweep = Some(run);
+        if plan.is_some() {
+            run.sweep = plan;
+            self.counts.sweeps_planned += 1;
+            self.next_sweep_batch(run);
+        } else {
+            self.sweep = Some(run);
+        }
         None
     }
 
@@ -879,117 +977,8 @@ fn failure(file: &str, rank: u32, error: String) -> RankOutcome {
 }
 
 #[cfg(target_arch = "wasm32")]
-pub mod web {
-    //! [`Workers`] as Web Workers running the page's wasm (`worker.js`).
-
-    use std::cell::{Cell, RefCell};
-    use std::collections::BTreeMap;
-    use std::rc::Rc;
-
-    use wasm_bindgen::JsCast;
-    use wasm_bindgen::prelude::*;
-
-    use super::{RANK_WORKER, SEARCH_WORKER, WorkerId, Workers};
-    use crate::engine::wire::{Request, Response};
-
-    /// Answers as they arrived: outside wasm's memory until decoded
-    /// ([`crate::gui::chunked`]).
-    type Inbox = Rc<RefCell<Vec<(WorkerId, JsValue)>>>;
-    /// A worker and its message handler (kept alive as long as the worker).
-    type Live = (web_sys::Worker, Closure<dyn FnMut(web_sys::MessageEvent)>);
-
-    /// Web Workers, each with its message handler.
-    pub struct WebWorkers {
-        ctx: egui::Context,
-        live: BTreeMap<WorkerId, Live>,
-        inbox: Inbox,
-        next: WorkerId,
-        awaited: Rc<Cell<super::Awaited>>,
-    }
-
-    impl WebWorkers {
-        #[must_use]
-        pub fn new(ctx: &egui::Context) -> WebWorkers {
-            WebWorkers {
-                ctx: ctx.clone(),
-                live: BTreeMap::new(),
-                inbox: Rc::default(),
-                next: 0,
-                awaited: Rc::default(),
-            }
-        }
-    }
-
-    impl Workers for WebWorkers {
-        /// Outside wasm's memory (a load's bytes are kept for the next search worker): an
-        /// encoded request, or an open of a `File` (`io::web::open_message`).
-        type Msg = JsValue;
-
-        fn encode(&self, req: &Request) -> Result<JsValue, String> {
-            crate::gui::chunked::encode_js(req).map(Into::into)
-        }
-
-        fn spawn(&mut self, search: bool) -> Result<WorkerId, String> {
-            let opts = web_sys::WorkerOptions::new();
-            opts.set_type(web_sys::WorkerType::Module);
-            opts.set_name(if search { SEARCH_WORKER } else { RANK_WORKER });
-            let worker = web_sys::Worker::new_with_options("./worker.js", &opts)
-                .map_err(|e| format!("{e:?}"))?;
-            self.next += 1;
-            let id = self.next;
-            let (sink, ctx, awaited) = (self.inbox.clone(), self.ctx.clone(), self.awaited.clone());
-            let on_message = Closure::<dyn FnMut(web_sys::MessageEvent)>::new(
-                move |e: web_sys::MessageEvent| {
-                    sink.borrow_mut().push((id, e.data()));
-                    let mut a = awaited.get();
-                    ctx.request_repaint_after(std::time::Duration::from_millis(a.arrived()));
-                    awaited.set(a);
-                },
-            );
-            worker.set_onmessage(Some(on_message.as_ref().unchecked_ref()));
-            worker
-                .post_message(&wasm_bindgen::module())
-                .map_err(|e| format!("{e:?}"))?;
-            self.live.insert(id, (worker, on_message));
-            Ok(id)
-        }
-
-        fn post(&mut self, w: WorkerId, msg: &JsValue) {
-            if let Some((worker, _)) = self.live.get(&w)
-                && let Err(e) = worker.post_message(msg)
-            {
-                log::error!("cannot post to a worker: {e:?}");
-            }
-        }
-
-        fn terminate(&mut self, w: WorkerId) {
-            if let Some((worker, _)) = self.live.remove(&w) {
-                worker.terminate();
-            }
-            self.inbox.borrow_mut().retain(|(from, _)| *from != w);
-        }
-
-        fn awaiting(&mut self, answers: usize) {
-            self.awaited.set(super::Awaited::new(answers));
-        }
-
-        fn take(&mut self) -> Vec<(WorkerId, Response)> {
-            let raw = std::mem::take(&mut *self.inbox.borrow_mut());
-            raw.into_iter()
-                // Anything but an encoded answer (worker.js's `{crashed}`) is left out, as before.
-                .filter_map(
-                    |(w, data)| match crate::gui::chunked::decode_js::<Response>(&data)? {
-                        Ok(r) => Some((w, r)),
-                        Err(e) => {
-                            log::error!("{e}");
-                            None
-                        }
-                    },
-                )
-                .collect()
-        }
-    }
-}
+#[path = "workers_web.rs"]
+pub mod web;
 
 #[cfg(test)]
 #[path = "workers_tests.rs"]

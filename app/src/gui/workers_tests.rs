@@ -22,6 +22,15 @@ struct Fake {
     /// The sweeps' replays posted (`true`) and the answers as they came, each with
     /// whether it would wake the page at once.
     log: Vec<(bool, String, bool)>,
+    /// Every request posted (`post W Name`) and run (`run W Name`), in order.
+    events: Vec<String>,
+    /// The size `bytes` tells of every message, instead of its own.
+    claimed_bytes: Option<u64>,
+}
+
+/// A request's name, as `Fake` logs it.
+fn request_name(req: &Request) -> String {
+    format!("{req:?}").chars().take(24).collect()
 }
 
 impl Workers for &mut Fake {
@@ -40,15 +49,26 @@ impl Workers for &mut Fake {
     }
 
     fn post(&mut self, w: WorkerId, msg: &Vec<u8>) {
-        if let Ok(Request::SweepReplays { indices, .. }) = wire::decode(msg) {
-            self.log
-                .push((true, format!("{} replays", indices.len()), false));
+        if let Ok(req) = wire::decode::<Request>(msg) {
+            let name = request_name(&req);
+            self.events.push(format!(
+                "post {w} {}",
+                name.split([' ', '{']).next().unwrap_or("")
+            ));
+            if let Request::SweepReplays { indices, .. } = req {
+                self.log
+                    .push((true, format!("{} replays", indices.len()), false));
+            }
         }
         self.live
             .get_mut(&w)
             .expect("a live worker")
             .2
             .push_back(msg.clone());
+    }
+
+    fn bytes(&self, msg: &Vec<u8>) -> u64 {
+        self.claimed_bytes.unwrap_or(msg.len() as u64)
     }
 
     fn terminate(&mut self, w: WorkerId) {
@@ -67,7 +87,11 @@ impl Workers for &mut Fake {
                 continue;
             };
             let req: Request = wire::decode(&msg).expect("a request");
-            let name = format!("{req:?}").chars().take(24).collect();
+            let name = request_name(&req);
+            self.events.push(format!(
+                "run {w} {}",
+                name.split([' ', '{']).next().unwrap_or("")
+            ));
             self.ran.entry(*w).or_default().push(name);
             let mut emit = |r: Response| {
                 let bytes = wire::encode(&r).expect("encodes");
@@ -136,6 +160,30 @@ fn route(host: &mut Host<&mut Fake>, engine: &mut Engine, req: Request) -> Optio
         host.shared_trace(job, msg);
     }
     back
+}
+
+/// A small workload sent to the host (kept for the search workers, handed back) and
+/// loaded in `engine`, the engine's worker.
+fn load_workload(host: &mut Host<&mut Fake>, engine: &mut Engine) {
+    let workload = Request::Workload {
+        job: 1,
+        spec: "kvcache:tokens=200".into(),
+    };
+    assert!(host.route(workload.clone()).is_some());
+    engine.handle(workload, &mut |_| {});
+}
+
+/// `engine`'s own answer to "What would fit?" as job `job` (its `Debug` form).
+fn engines_what_if(engine: &mut Engine, job: u64) -> String {
+    let mut answers = Vec::new();
+    engine.handle(
+        Request::WhatIf {
+            job,
+            capacity_bytes: None,
+        },
+        &mut |r| answers.push(r),
+    );
+    format!("{:?}", answers.last())
 }
 
 /// "What would fit?" routed: it runs on the search workers (the engine's worker at most
@@ -483,17 +531,9 @@ fn a_file_the_engine_opens_itself_is_opened_by_the_next_search_worker_too() {
     host.opening(wire::encode(&load).expect("encodes"));
     start_what_if(&mut host, &mut engine, 4);
     let answers = poll_until(&mut host, 400, |r| matches!(r, Response::WhatIf { .. }));
-    let mut expected = Vec::new();
-    direct.handle(
-        Request::WhatIf {
-            job: 4,
-            capacity_bytes: None,
-        },
-        &mut |r| expected.push(r),
-    );
     assert_eq!(
         format!("{:?}", answers.last()),
-        format!("{:?}", expected.last()),
+        engines_what_if(&mut direct, 4),
         "the sweep ran on the opened file's trace, its replays on two workers, ranked \
          as the engine ranks them on one"
     );
@@ -524,12 +564,7 @@ fn a_sweep_cancelled_while_the_trace_is_shared_starts_nothing_and_the_next_takes
     let mut fake = Fake::default();
     let mut host = Host::new(&mut fake, 2);
     let mut engine = Engine::new();
-    let workload = Request::Workload {
-        job: 1,
-        spec: "kvcache:tokens=200".into(),
-    };
-    assert!(host.route(workload.clone()).is_some());
-    engine.handle(workload, &mut |_| {});
+    load_workload(&mut host, &mut engine);
     // The page's "What would fit?" before the trace was shared (the page asks for it as
     // it sends the trace; here not): the host asks for it once; cancelled before it came.
     let back = host.route(Request::WhatIf {
@@ -658,5 +693,174 @@ fn a_trace_the_engine_cannot_share_is_swept_on_the_file_and_not_asked_again() {
         fake.ran.values().all(|r| r[0].starts_with("Workload")),
         "the search workers built the workload themselves: {:?}",
         fake.ran
+    );
+}
+
+/// A workload in the engine's worker, its share asked with the pool started (as
+/// `EngineHandle::prepare_search` does), the share handed to the host, the workers left
+/// to run what they were told; then "What would fit?" to its answer. The events.
+fn share_then_sweep(claimed_bytes: Option<u64>) -> Vec<String> {
+    let mut fake = Fake {
+        claimed_bytes,
+        ..Fake::default()
+    };
+    let mut host = Host::new(&mut fake, 2);
+    let mut engine = Engine::new();
+    load_workload(&mut host, &mut engine);
+    let share = host.share_request().expect("a share asked");
+    host.start_pool();
+    assert_eq!(
+        host.counts().search_live,
+        2,
+        "the pool starts with the share"
+    );
+    assert_eq!(host.counts().search_started, 2);
+    let mut shared = Vec::new();
+    engine.handle(share, &mut |r| shared.push(r));
+    let Some(Response::SharedTrace { job, device, trace }) = shared.pop() else {
+        panic!("{shared:?}");
+    };
+    let msg = wire::encode(&Request::SearchTrace { job, device, trace }).expect("encodes");
+    host.shared_trace(job, msg);
+    for _ in 0..3 {
+        assert!(host.poll().is_empty(), "a trace taken answers nothing");
+    }
+    assert!(
+        host.route(Request::WhatIf {
+            job: 2,
+            capacity_bytes: None
+        })
+        .is_none(),
+        "the sweep runs on the trace shared, without waiting"
+    );
+    let answers = poll_until(&mut host, 400, |r| matches!(r, Response::WhatIf { .. }));
+    assert!(matches!(
+        answers.last(),
+        Some(Response::WhatIf { job: 2, .. })
+    ));
+    assert_eq!(host.counts().search_started, 2, "no other worker started");
+    drop(host);
+    for w in [1, 2] {
+        let trace = format!("post {w} SearchTrace");
+        assert_eq!(
+            fake.events.iter().filter(|e| **e == trace).count(),
+            1,
+            "each worker told the trace once: {:?}",
+            fake.events
+        );
+    }
+    fake.events
+}
+
+#[test]
+fn the_search_workers_started_with_the_share_decode_a_small_trace_as_it_comes() {
+    let events = share_then_sweep(None);
+    let at = |e: &str| events.iter().position(|x| x == e);
+    let sizes = at("post 1 SweepSizes").expect("the plan asked");
+    for w in [1, 2] {
+        let decoded = at(&format!("run {w} SearchTrace")).expect("decoded");
+        assert!(
+            decoded < sizes,
+            "worker {w} decoded the trace before the sweep started: {events:?}"
+        );
+    }
+}
+
+#[test]
+fn a_trace_over_the_eager_limit_is_decoded_only_when_a_sweep_starts() {
+    let events = share_then_sweep(Some(super::EAGER_DECODE_MAX_BYTES + 1));
+    assert_eq!(
+        events[..2],
+        ["post 1 SearchTrace", "post 1 SweepSizes"],
+        "nothing told before the sweep: {events:?}"
+    );
+    // At the limit, it is decoded at once.
+    let events = share_then_sweep(Some(super::EAGER_DECODE_MAX_BYTES));
+    assert_eq!(events[..2], ["post 1 SearchTrace", "post 2 SearchTrace"]);
+    assert_eq!(events[2], "run 1 SearchTrace");
+}
+
+#[test]
+fn a_sweep_waiting_for_the_share_starts_on_the_plan_the_engine_sent_ahead_of_it() {
+    let mut fake = Fake::default();
+    let mut host = Host::new(&mut fake, 2);
+    let mut engine = Engine::new();
+    load_workload(&mut host, &mut engine);
+    // As `EngineHandle::prepare_search` asks: the plan, the share, the pool started; the
+    // sweep asked in the same frame waits for the share.
+    let share = host.share_request().expect("a share asked");
+    let plan = host.plan_request().expect("a plan asked");
+    assert!(host.plan_request().is_none(), "asked once per trace");
+    host.start_pool();
+    let waiting = host.route(Request::WhatIf {
+        job: 2,
+        capacity_bytes: None,
+    });
+    assert!(waiting.is_none(), "{waiting:?}");
+    let mut from_engine = Vec::new();
+    engine.handle(plan, &mut |r| from_engine.push(r));
+    engine.handle(share, &mut |r| from_engine.push(r));
+    let [sizes, Response::SharedTrace { job, device, trace }] = &from_engine[..] else {
+        panic!("{from_engine:?}");
+    };
+    assert!(matches!(sizes, Response::SweepSizes { .. }), "{sizes:?}");
+    assert!(
+        host.take_plan(sizes),
+        "the plan is the host's, not the UI's"
+    );
+    let shared = Request::SearchTrace {
+        job: *job,
+        device: *device,
+        trace: trace.clone(),
+    };
+    host.shared_trace(*job, wire::encode(&shared).expect("encodes"));
+    assert_eq!(host.counts().sweeps_planned, 1, "planned as the trace came");
+    let answers = poll_until(&mut host, 400, |r| matches!(r, Response::WhatIf { .. }));
+    assert_eq!(
+        format!("{:?}", answers.last()),
+        engines_what_if(&mut engine, 2),
+        "the sweep on the engine's plan answers as the engine does"
+    );
+    assert_eq!(host.counts().sweep_workers, 2);
+    // A device chosen drops the plan: the next sweep asks a search worker for its own.
+    host.route(Request::SelectDevice { job: 3, device: 0 });
+    assert!(
+        !host.take_plan(&Response::Failed {
+            job: 4,
+            message: String::new()
+        }),
+        "a UI job is the UI's"
+    );
+    assert!(
+        host.route(Request::WhatIf {
+            job: 5,
+            capacity_bytes: None
+        })
+        .is_none()
+    );
+    poll_until(&mut host, 400, |r| {
+        matches!(r, Response::WhatIf { job: 5, .. })
+    });
+    drop(host);
+    let sizes_posted: Vec<&String> = fake
+        .events
+        .iter()
+        .filter(|e| e.starts_with("post") && e.ends_with("SweepSizes"))
+        .collect();
+    assert_eq!(
+        sizes_posted,
+        ["post 1 SweepSizes"],
+        "no search worker was asked for the first sweep's plan, one for the second: {:?}",
+        fake.events
+    );
+    assert_eq!(
+        fake.events[..4],
+        [
+            "post 1 SearchTrace",
+            "post 2 SearchTrace",
+            "post 1 SweepReplays",
+            "post 2 SweepReplays"
+        ],
+        "the first replays handed out with the trace"
     );
 }

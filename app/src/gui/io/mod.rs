@@ -292,14 +292,23 @@ impl EngineHandle {
     /// the engine's worker is asked to share its built trace with them
     /// ([`Request::ShareTrace`], once per trace), behind what was sent to it so far and
     /// ahead of what follows. Asked where a sweep is about to come (the main configuration
-    /// ran out of memory), so that a file never swept pays for no copy of its trace.
+    /// ran out of memory), so that a file never swept pays for no copy of its trace; the
+    /// search workers start then too, and take the trace as it is shared
+    /// (`workers::Host::start_pool`, `Host::shared_trace`).
     /// Elsewhere the sweep runs beside the engine on its trace: nothing to do.
     pub fn prepare_search(&mut self) {
         #[cfg(target_arch = "wasm32")]
         if let Inner::Worker(w, beside) = &mut self.inner
             && let Some(share) = beside.share_request()
         {
+            // The sweep's plan first (a few ms): in the page before the share, whose
+            // arrival starts the sweep waiting for it.
+            if let Some(plan) = beside.plan_request() {
+                w.send(&plan);
+            }
             w.send(&share);
+            // The search workers start meanwhile (and decode the trace when it is shared).
+            beside.start_pool();
         }
     }
 
@@ -390,10 +399,12 @@ impl EngineHandle {
             Inner::Thread { rx, .. } => rx.try_iter().collect(),
             #[cfg(target_arch = "wasm32")]
             Inner::Worker(w, beside) => {
+                // The plan first: a sweep the share starts takes it.
+                let mut out = w.poll();
+                out.retain(|r| !beside.take_plan(r));
                 for (job, msg) in w.take_shared() {
                     beside.shared_trace(job, msg);
                 }
-                let mut out = w.poll();
                 for r in &out {
                     if let Response::Failed { job, .. } = r {
                         beside.share_failed(*job);
