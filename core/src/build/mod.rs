@@ -438,14 +438,19 @@ fn annotate_streaming(
         p
     };
     // The ops name each pool once (two provisional names may resolve to one pool).
-    let named = a.pools.ids().to_vec();
     let mut pools = PoolTable::default();
-    let renamed: Vec<_> = named.iter().map(|&p| pools.intern(resolve(p))).collect();
+    // `PoolIx(k + 1)` of the pass is `new_ix[k]` of the trace.
+    let new_ix: Vec<_> = a
+        .pools
+        .ids()
+        .iter()
+        .map(|&p| pools.intern(resolve(p)))
+        .collect();
     for op in &mut a.ops {
         match &mut op.kind {
             OpKind::Alloc { pool, .. } => {
                 if let Some(k) = pool.0.checked_sub(1) {
-                    *pool = renamed[k as usize];
+                    *pool = new_ix[k as usize];
                 }
             }
             OpKind::ReleasePool { pool } => *pool = resolve(*pool),
