@@ -336,7 +336,8 @@ mod entry {
             if at < self.from || to > self.to() {
                 let size = file.size() as u64;
                 let started = now_ms();
-                // The slice before is garbage from here (JS memory, freed by its collector).
+                // The slice before is done with: its memory given back now.
+                chunked::release_js(&self.bytes.buffer());
                 self.bytes = js_sys::Uint8Array::new_with_length(0);
                 self.bytes = match self.ahead.take() {
                     Some((from, end, read)) if from == at && end >= to => bytes_of(read).await?,
