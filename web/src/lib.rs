@@ -336,8 +336,7 @@ mod entry {
             if at < self.from || to > self.to() {
                 let size = file.size() as u64;
                 let started = now_ms();
-                // The slice before is done with: its memory given back now.
-                chunked::release_js(&self.bytes.buffer());
+                // The slice before is garbage from here (JS memory, freed by its collector).
                 self.bytes = js_sys::Uint8Array::new_with_length(0);
                 self.bytes = match self.ahead.take() {
                     Some((from, end, read)) if from == at && end >= to => bytes_of(read).await?,

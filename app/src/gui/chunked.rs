@@ -424,51 +424,24 @@ pub fn encode_chunks<T: serde::Serialize>(
 }
 
 /// Decodes a message from what a worker posted: one array (or buffer) of its bytes, or an
-/// array of its chunks ([`encode_chunks`]); `None` when `data` is neither. Its buffers are
-/// given back once decoded ([`release_js`]): `data` is empty after.
+/// array of its chunks ([`encode_chunks`]); `None` when `data` is neither.
 #[cfg(target_arch = "wasm32")]
 #[must_use]
 pub fn decode_js<T: serde::de::DeserializeOwned>(
     data: &wasm_bindgen::JsValue,
 ) -> Option<Result<T, String>> {
-    let pieces = pieces_js(data)?;
-    let decoded = decode_from(Joined::new(pieces.clone()), CHUNK);
-    for piece in &pieces {
-        release_js(&piece.buffer());
-    }
-    Some(decoded)
-}
-
-/// The pieces of an encoded message as a worker posted it: one array (or buffer) of its
-/// bytes, or an array of its chunks; `None` when `data` is neither.
-#[cfg(target_arch = "wasm32")]
-fn pieces_js(data: &wasm_bindgen::JsValue) -> Option<Vec<js_sys::Uint8Array>> {
     use wasm_bindgen::JsCast;
-    if let Some(a) = data.dyn_ref::<js_sys::Uint8Array>() {
-        Some(vec![a.clone()])
+    let pieces: Vec<js_sys::Uint8Array> = if let Some(a) = data.dyn_ref::<js_sys::Uint8Array>() {
+        vec![a.clone()]
     } else if let Some(b) = data.dyn_ref::<js_sys::ArrayBuffer>() {
-        Some(vec![js_sys::Uint8Array::new(b)])
+        vec![js_sys::Uint8Array::new(b)]
     } else if let Some(list) = data.dyn_ref::<js_sys::Array>() {
         list.iter()
             .map(JsCast::dyn_into::<js_sys::Uint8Array>)
             .collect::<Result<_, _>>()
-            .ok()
+            .ok()?
     } else {
-        None
-    }
-}
-
-/// Gives `buffer`'s memory back now, not when the JS collector next runs: it detaches it
-/// (`ArrayBuffer.prototype.transfer(0)`, where the browser has it; else nothing). Bytes
-/// read once and done with (an answer decoded, a slice of a file fed to the decoder) sat
-/// in the renderer's memory until then: the 1.12 GB snapshot's `Loaded` answer is 168 MiB,
-/// its file 2.24 GB read in 16 MiB slices.
-#[cfg(target_arch = "wasm32")]
-pub fn release_js(buffer: &wasm_bindgen::JsValue) {
-    use wasm_bindgen::JsCast;
-    if let Ok(f) = js_sys::Reflect::get(buffer, &"transfer".into())
-        && let Some(f) = f.dyn_ref::<js_sys::Function>()
-    {
-        let _ = f.call1(buffer, &wasm_bindgen::JsValue::from(0));
-    }
+        return None;
+    };
+    Some(decode_from(Joined::new(pieces), CHUNK))
 }
