@@ -256,6 +256,7 @@ pub fn explain(
     else {
         return Err(Error::Query(QueryError::NotAnAllocation { op: op_index }));
     };
+    let pool = dt.pool(pool);
     let pytorch = match spec.resolve(&trace.snapshot.settings)? {
         ResolvedModel::Pytorch(cfg) => Some(PyTorchModel::new(cfg, capacity)),
         _ => None,

@@ -406,7 +406,6 @@ pub fn best_possible(trace: &DeviceTrace) -> BestPossible {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::models::PoolId;
     use crate::snapshot::StackId;
     use crate::trace::Op;
 
@@ -424,7 +423,7 @@ mod tests {
         op(OpKind::Alloc {
             size_bytes,
             stream: 0,
-            pool: PoolId::DEFAULT,
+            pool: crate::trace::PoolIx::DEFAULT,
             recorded_oom: false,
             restored: false,
         })

@@ -197,7 +197,7 @@ pub fn replay_sharing(
         let mut opts = opts;
         opts.preloaded |= preloaded;
         let limit = model.limit_bytes();
-        let run = ReplayRun::new(
+        let mut run = ReplayRun::new(
             &mut model,
             dev,
             capacity,
@@ -205,6 +205,7 @@ pub fn replay_sharing(
             dt.initial_ops,
             Some(dt.ops.len()),
         );
+        run.set_pools(&dt.pools);
         let largest = if root.cfg.expandable_segments {
             // A mapped block is never larger than the memory reserved.
             run.model().reserved_bytes()
@@ -361,7 +362,7 @@ fn drive(
                 let req = AllocRequest {
                     size_bytes,
                     stream,
-                    pool,
+                    pool: dt.pool(pool),
                 };
                 let peek = run.model().peek_malloc(&req);
                 let next = Next {

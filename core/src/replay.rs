@@ -8,7 +8,7 @@ use crate::cost::{self, DriverCost};
 use crate::device::{Device, RecordedSegmentOp, SimulatedDevice};
 use crate::metrics::{self, Timeline};
 use crate::models::{
-    AllocRequest, Allocator, AllocatorKind, Layout, ModelEvent, ModelStats, OomInfo,
+    AllocRequest, Allocator, AllocatorKind, Layout, ModelEvent, ModelStats, OomInfo, PoolId,
 };
 use crate::snapshot::{Action, RawEvent};
 use crate::trace::{DeviceTrace, Op, OpKind};
@@ -422,6 +422,7 @@ impl<'r> OpStepper<'r> {
             k,
             trace.initial_ops,
             &trace.ops,
+            &trace.pools,
             model,
             device,
             out,
@@ -430,7 +431,8 @@ impl<'r> OpStepper<'r> {
 
     /// [`OpStepper::step`] of op `k`, `op`, of a trace whose first `initial_ops` ops are
     /// the blocks alive at its start; `ops`: the trace's ops before this stepper's first
-    /// (none for a stepper at op 0, which grows its room as the ops come).
+    /// (none for a stepper at op 0, which grows its room as the ops come); `pools`: the
+    /// trace's private pools ([`DeviceTrace::pools`], those named so far).
     #[allow(clippy::too_many_arguments)]
     pub fn step_op<M: Allocator + ?Sized>(
         &mut self,
@@ -438,6 +440,7 @@ impl<'r> OpStepper<'r> {
         k: usize,
         initial_ops: usize,
         ops: &[Op],
+        pools: &[PoolId],
         model: &mut M,
         device: &mut dyn Device,
         out: &mut Vec<ModelEvent>,
@@ -462,7 +465,7 @@ impl<'r> OpStepper<'r> {
                 let req = AllocRequest {
                     size_bytes,
                     stream,
-                    pool,
+                    pool: pool.id(pools),
                 };
                 match serve_alloc(model, device, &req, restored, op.recorded_addr, out) {
                     Ok(a) => {
@@ -561,6 +564,7 @@ fn replay_in<M: Allocator + ?Sized>(
         trace.initial_ops,
         Some(trace.ops.len()),
     );
+    run.set_pools(&trace.pools);
     for op in &trace.ops {
         run.push(op);
     }
@@ -599,6 +603,8 @@ pub struct ReplayRun<'m, M: Allocator + ?Sized> {
     pushed: usize,
     invariant_error: Option<(usize, String)>,
     stepper: OpStepper<'static>,
+    /// The trace's private pools named so far ([`ReplayRun::set_pools`]).
+    pools: Vec<PoolId>,
     /// Alloc ops pushed: `requests`, those after a fatal OOM included.
     allocs_seen: usize,
     /// A fatal OOM ended the replay: later ops are only counted.
@@ -657,6 +663,7 @@ impl<'m, M: Allocator + ?Sized> ReplayRun<'m, M> {
             pushed: 0,
             invariant_error: None,
             stepper: OpStepper::with_room(n, opts.preloaded),
+            pools: Vec::new(),
             allocs_seen: 0,
             stopped: false,
             model,
@@ -726,8 +733,20 @@ impl<'m, M: Allocator + ?Sized> ReplayRun<'m, M> {
             pushed: self.pushed,
             invariant_error: self.invariant_error.clone(),
             stepper: self.stepper.clone(),
+            pools: self.pools.clone(),
             allocs_seen: self.allocs_seen,
             stopped: self.stopped,
+        }
+    }
+
+    /// The private pools the ops name ([`DeviceTrace::pools`]); before an op that names
+    /// one, with it and those before it (a replay beside the build: the pools named so
+    /// far, [`crate::build::Streamed::Ops`]).
+    /// The table only grows as a build names pools: one of the same length is the same.
+    pub fn set_pools(&mut self, pools: &[PoolId]) {
+        if pools.len() != self.pools.len() {
+            self.pools.clear();
+            self.pools.extend_from_slice(pools);
         }
     }
 
@@ -754,6 +773,7 @@ impl<'m, M: Allocator + ?Sized> ReplayRun<'m, M> {
             k,
             self.initial_ops,
             &[],
+            &self.pools,
             self.model,
             &mut self.device,
             &mut self.out,

@@ -9,7 +9,7 @@ use crate::models::pytorch::{PyTorchConfig, PyTorchModel};
 use crate::models::{Allocator, ConfigError, ModelSpec, ResolvedModel};
 use crate::replay::{self, ReplayOptions, ReplayResult, ReplayRun};
 use crate::snapshot::{RawEvent, RawSettings};
-use crate::trace::{DeviceTrace, Op, StartSegment, Trace};
+use crate::trace::{DeviceTrace, OpsPiece, StartSegment, Trace};
 use crate::validate::Validation;
 
 /// Decodes a snapshot and builds its replayable trace (validating it on the way;
@@ -115,7 +115,7 @@ pub fn replay_streamed(
     mut opts: ReplayOptions,
     start: &[StartSegment],
     expected_ops: Option<usize>,
-    pieces: &mut dyn Iterator<Item = Vec<Op>>,
+    pieces: &mut dyn Iterator<Item = OpsPiece>,
 ) -> Result<ReplayResult, crate::Error> {
     let resolved = spec.resolve(settings)?;
     let mut dev = simulated_device_from(
@@ -149,14 +149,15 @@ pub fn replay_streamed(
 fn feed<M: Allocator + ?Sized>(
     run: ReplayRun<'_, M>,
     expected_ops: Option<usize>,
-    pieces: &mut dyn Iterator<Item = Vec<Op>>,
+    pieces: &mut dyn Iterator<Item = OpsPiece>,
 ) -> ReplayResult {
     let mut run = match expected_ops {
         Some(n) => run.expecting(n),
         None => run,
     };
     for piece in pieces {
-        for op in &piece {
+        run.set_pools(&piece.pools);
+        for op in &piece.ops {
             run.push(op);
         }
     }

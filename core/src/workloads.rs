@@ -34,7 +34,6 @@
 use rand_chacha::ChaCha8Rng;
 use rand_chacha::rand_core::{RngCore, SeedableRng};
 
-use crate::models::PoolId;
 use crate::snapshot::StackId;
 use crate::trace::{DeviceTrace, Op, OpKind, Trace};
 use crate::units::parse_size;
@@ -235,7 +234,7 @@ impl Builder {
         self.push(OpKind::Alloc {
             size_bytes,
             stream,
-            pool: PoolId::DEFAULT,
+            pool: crate::trace::PoolIx::DEFAULT,
             recorded_oom: false,
             restored: false,
         })
@@ -265,6 +264,7 @@ impl Builder {
             devices: vec![DeviceTrace {
                 device: 0,
                 ops: self.ops,
+                pools: Vec::new(),
                 start: Vec::new(),
                 inferred: Vec::new(),
                 events,

@@ -10,7 +10,7 @@ use allocsim_core::models::ModelSpec;
 use allocsim_core::replay::{ReplayOptions, ReplayResult};
 use allocsim_core::session;
 use allocsim_core::snapshot::{RawEvent, RawSettings, decode_snapshot};
-use allocsim_core::trace::{Op, StartSegment};
+use allocsim_core::trace::{Op, OpsPiece, StartSegment};
 use allocsim_core::validate::Validation;
 
 /// What the CLI's JSON shows of a replay, and more.
@@ -45,7 +45,7 @@ struct StreamedBuild {
     /// `build::expected_ops` of the device's events, before the start state is known.
     expected_ops: usize,
     start: Option<Vec<StartSegment>>,
-    pieces: Vec<Vec<Op>>,
+    pieces: Vec<OpsPiece>,
     built: Validation,
     exact: bool,
 }
@@ -91,10 +91,13 @@ fn build_streamed(t: &allocsim_tests::CorpusTrace) -> Option<StreamedBuild> {
     let segment_events = build::segment_events(events);
     let expected_ops = build::expected_ops(events, &[]);
     let mut start: Option<Vec<StartSegment>> = None;
-    let mut pieces: Vec<Vec<Op>> = Vec::new();
+    let mut pieces: Vec<OpsPiece> = Vec::new();
     let mut sink = |x: Streamed<'_>| match x {
         Streamed::Start(s) => start = Some(s.to_vec()),
-        Streamed::Ops(piece) => pieces.push(piece.to_vec()),
+        Streamed::Ops(ops, pools) => pieces.push(OpsPiece {
+            ops: ops.to_vec(),
+            pools: pools.to_vec(),
+        }),
     };
     let (built, exact) = build::build_streaming(
         snap,
@@ -132,11 +135,23 @@ fn a_replay_beside_the_build_is_the_replay_after_it() {
         };
         let is_exact = b.exact;
         let dt = &b.built.trace.devices[b.device];
-        let streamed: Vec<Op> = b.pieces.iter().flatten().copied().collect();
+        let streamed: Vec<Op> = b
+            .pieces
+            .iter()
+            .flat_map(|p| p.ops.iter().copied())
+            .collect();
         if is_exact {
             exact += 1;
             assert_eq!(b.start.as_deref(), Some(&dt.start[..]), "{}", t.name);
             assert!(streamed == dt.ops, "{}: the streamed ops differ", t.name);
+            // Each piece names the pools its ops use, as the trace does.
+            let pools = b.pieces.last().map_or(&[][..], |p| &p.pools[..]);
+            assert_eq!(
+                pools,
+                &dt.pools[..],
+                "{}: the streamed pools differ",
+                t.name
+            );
         }
         for spec in ["pytorch", "pytorch@expandable_segments:True", "bfc"] {
             let Some((after, beside)) = b.replays(spec, opts, false) else {

@@ -13,7 +13,7 @@ use allocsim_core::replay::{ReplayOptions, ReplayResult};
 use allocsim_core::snapshot::import::{DecodeOptions, ImportError};
 use allocsim_core::snapshot::stream::{Progress, StreamDecoder, StreamError};
 use allocsim_core::snapshot::{Action, RawSnapshot};
-use allocsim_core::trace::{Op, StartSegment};
+use allocsim_core::trace::{OpsPiece, StartSegment};
 use allocsim_core::validate::Validation;
 
 use super::wire::{MainReplay, Response};
@@ -243,11 +243,11 @@ pub fn build_replaying<T: Send>(
     snap: RawSnapshot,
     capacity: Option<u64>,
     device: Option<u32>,
-    replay: impl FnOnce(&[StartSegment], &mut dyn Iterator<Item = Vec<Op>>) -> Option<T> + Send,
+    replay: impl FnOnce(&[StartSegment], &mut dyn Iterator<Item = OpsPiece>) -> Option<T> + Send,
 ) -> (Result<(Validation, bool), allocsim_core::Error>, Option<T>) {
     std::thread::scope(|s| {
         let (start_tx, start_rx) = mpsc::sync_channel::<Vec<StartSegment>>(1);
-        let (ops_tx, ops_rx) = mpsc::sync_channel::<Vec<Op>>(8);
+        let (ops_tx, ops_rx) = mpsc::sync_channel::<OpsPiece>(8);
         let replayed = s.spawn(move || {
             let start = start_rx.recv().ok()?;
             replay(&start, &mut ops_rx.into_iter())
@@ -257,8 +257,11 @@ pub fn build_replaying<T: Send>(
             Streamed::Start(start) => {
                 let _ = start_tx.send(start.to_vec());
             }
-            Streamed::Ops(piece) => {
-                let _ = ops_tx.send(piece.to_vec());
+            Streamed::Ops(ops, pools) => {
+                let _ = ops_tx.send(OpsPiece {
+                    ops: ops.to_vec(),
+                    pools: pools.to_vec(),
+                });
             }
         };
         let built = build::build_streaming(

@@ -264,12 +264,13 @@ impl Annotator<'_, '_> {
         if !is_oom {
             self.scope.insert(stream, pool);
         }
+        let pool_ix = self.pools.intern(pool);
         let op = self.op(
             j,
             OpKind::Alloc {
                 size_bytes: last.size,
                 stream,
-                pool,
+                pool: pool_ix,
                 recorded_oom: is_oom,
                 restored: false,
             },
@@ -363,12 +364,13 @@ impl Annotator<'_, '_> {
                         "device {dev_n}: block {x} of the checkpoint restore of segment {base:#x}"
                     )
                 });
+            let pool_ix = self.pools.intern(pool);
             let op = self.op(
                 x,
                 OpKind::Alloc {
                     size_bytes: e.size,
                     stream,
-                    pool,
+                    pool: pool_ix,
                     recorded_oom: false,
                     restored: true,
                 },

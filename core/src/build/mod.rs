@@ -24,7 +24,9 @@ use crate::models::common::hasher::AddrMap;
 use crate::models::pytorch::{PyTorchConfig, PyTorchModel};
 use crate::models::{Allocator, ConfigError, PoolId};
 use crate::snapshot::{Action, RawEvent, RawSnapshot};
-use crate::trace::{DeviceTrace, Inference, Op, OpKind, StartSegment, Trace, TraceError};
+use crate::trace::{
+    DeviceTrace, Inference, Op, OpKind, PoolTable, StartSegment, Trace, TraceError,
+};
 use crate::validate::{
     Comparison, DeviceReport, Validation, compared, end_state_difference, peak_reserved_recorded,
 };
@@ -57,6 +59,8 @@ struct Annotator<'a, 's> {
     model: PyTorchModel,
     synth: SimulatedDevice,
     ops: Vec<Op>,
+    /// The private pools the ops name.
+    pools: PoolTable,
     inferred: Vec<Inference>,
     /// Op of each live block and of each pending free, by address (looked up only).
     live: AddrMap,
@@ -85,11 +89,12 @@ pub type StreamTo<'s> = (u32, &'s mut dyn FnMut(Streamed<'_>));
 const STREAM_PIECE: usize = 1 << 16;
 
 /// What [`build_streaming`] hands on while it builds the device it streams: the start
-/// state first, then the ops in order, in pieces, as its first pass makes them.
+/// state first, then the ops in order, in pieces, as its first pass makes them, each
+/// with the private pools named so far (the ops' [`crate::trace::PoolIx`]es index them).
 #[derive(Debug, Clone, Copy)]
 pub enum Streamed<'s> {
     Start(&'s [StartSegment]),
-    Ops(&'s [Op]),
+    Ops(&'s [Op], &'s [PoolId]),
 }
 
 impl Annotator<'_, '_> {
@@ -119,7 +124,10 @@ impl Annotator<'_, '_> {
     /// Hands the ops not yet handed on to the sink, if any.
     fn flush(&mut self) {
         if let Some(sink) = self.sink.as_mut() {
-            sink(Streamed::Ops(self.ops.get(self.sent..).unwrap_or(&[])));
+            sink(Streamed::Ops(
+                self.ops.get(self.sent..).unwrap_or(&[]),
+                self.pools.ids(),
+            ));
             self.sent = self.ops.len();
         }
     }
@@ -283,6 +291,7 @@ fn pass<'a, 's>(
         model,
         synth: SimulatedDevice::new(cfg.device_total_bytes, capacity),
         ops: Vec::with_capacity(expected_ops(events, start)),
+        pools: PoolTable::default(),
         inferred: Vec::new(),
         live: AddrMap::default(),
         pending: AddrMap::default(),
@@ -304,7 +313,7 @@ fn pass<'a, 's>(
                 kind: OpKind::Alloc {
                     size_bytes: b.requested_bytes,
                     stream: s.stream,
-                    pool: s.pool,
+                    pool: a.pools.intern(s.pool),
                     recorded_oom: false,
                     restored: false,
                 },
@@ -428,9 +437,24 @@ fn annotate_streaming(
         }
         p
     };
+    // The ops name each pool once (two provisional names may resolve to one pool).
+    let mut pools = PoolTable::default();
+    // `PoolIx(k + 1)` of the pass is `new_ix[k]` of the trace.
+    let new_ix: Vec<_> = a
+        .pools
+        .ids()
+        .iter()
+        .map(|&p| pools.intern(resolve(p)))
+        .collect();
     for op in &mut a.ops {
-        if let OpKind::Alloc { pool, .. } | OpKind::ReleasePool { pool } = &mut op.kind {
-            *pool = resolve(*pool);
+        match &mut op.kind {
+            OpKind::Alloc { pool, .. } => {
+                if let Some(k) = pool.0.checked_sub(1) {
+                    *pool = new_ix[k as usize];
+                }
+            }
+            OpKind::ReleasePool { pool } => *pool = resolve(*pool),
+            _ => {}
         }
     }
     let report = a.cmp.report(
@@ -446,6 +470,7 @@ fn annotate_streaming(
     let trace = DeviceTrace {
         device,
         ops: a.ops,
+        pools: pools.into_ids(),
         start,
         inferred: a.inferred,
         events: events.len(),

@@ -103,7 +103,7 @@ fn a_release_order_only_a_private_pool_gives_revisits_the_pool_choice() {
         .ops
         .iter()
         .filter_map(|o| match o.kind {
-            OpKind::Alloc { pool, .. } => Some(pool),
+            OpKind::Alloc { pool, .. } => Some(v.trace.devices[0].pool(pool)),
             _ => None,
         })
         .collect();

@@ -11,7 +11,7 @@
 //! devices (u32 count, then each); counts are u32 or u64, strings a u32 length and UTF-8,
 //! `Option`s a 0/1 byte first. A decode error names the byte offset it stopped at.
 
-use super::{DeviceTrace, Op, OpKind, PoolId, StartBlock, StartSegment, Trace};
+use super::{DeviceTrace, Op, OpKind, PoolId, PoolTable, StartBlock, StartSegment, Trace};
 use crate::snapshot::{Action, OtherAction, RawEvent, RawSettings, StackId, StrId};
 
 /// The first bytes of an encoded trace.
@@ -213,6 +213,7 @@ fn device(w: &mut Writer<'_>, d: &DeviceTrace) {
                 recorded_oom,
                 restored,
             } => {
+                let pool = d.pool(pool);
                 w.u64(size_bytes);
                 w.u64(stream);
                 w.u64(pool.0);
@@ -396,8 +397,9 @@ fn read_device(r: &mut Reader) -> Result<DeviceTrace, BinaryError> {
         return Err(error(at, &format!("{initial_ops} initial ops of {n}")));
     }
     let mut ops: Vec<Op> = Vec::with_capacity(n);
+    let mut pools = PoolTable::default();
     for i in 0..n {
-        ops.push(read_op(r, &ops, i)?);
+        ops.push(read_op(r, &ops, &mut pools, i)?);
     }
     let n = r.count(MIN_SEGMENT)?;
     let mut start = Vec::with_capacity(n);
@@ -446,6 +448,7 @@ fn read_device(r: &mut Reader) -> Result<DeviceTrace, BinaryError> {
     Ok(DeviceTrace {
         device,
         ops,
+        pools: pools.into_ids(),
         start,
         inferred: Vec::new(),
         events,
@@ -456,7 +459,12 @@ fn read_device(r: &mut Reader) -> Result<DeviceTrace, BinaryError> {
 }
 
 /// Op `index`, after `before`: a free refers to an earlier alloc.
-fn read_op(r: &mut Reader, before: &[Op], index: usize) -> Result<Op, BinaryError> {
+fn read_op(
+    r: &mut Reader,
+    before: &[Op],
+    pools: &mut PoolTable,
+    index: usize,
+) -> Result<Op, BinaryError> {
     let at = r.at;
     let tag = r.u8()?;
     let event_index = r.u32()?;
@@ -485,7 +493,7 @@ fn read_op(r: &mut Reader, before: &[Op], index: usize) -> Result<Op, BinaryErro
             OpKind::Alloc {
                 size_bytes,
                 stream,
-                pool,
+                pool: pools.intern(pool),
                 recorded_oom: flags & 1 != 0,
                 restored: flags & 2 != 0,
             }
@@ -513,6 +521,7 @@ fn read_op(r: &mut Reader, before: &[Op], index: usize) -> Result<Op, BinaryErro
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::trace::PoolIx;
 
     fn tiny() -> Trace {
         let mut t = Trace::default();
@@ -523,7 +532,7 @@ mod tests {
             kind: OpKind::Alloc {
                 size_bytes,
                 stream: 7,
-                pool: PoolId(1, 2),
+                pool: PoolIx(1),
                 recorded_oom: false,
                 restored: true,
             },
@@ -540,6 +549,7 @@ mod tests {
         t.devices.push(DeviceTrace {
             device: 2,
             ops: vec![alloc(512), free],
+            pools: vec![PoolId(1, 2)],
             events: 9,
             ..DeviceTrace::default()
         });
@@ -552,6 +562,7 @@ mod tests {
         let bytes = encode(&t);
         let back = decode(&bytes).expect("decodes");
         assert_eq!(back.devices[0].ops, t.devices[0].ops);
+        assert_eq!(back.devices[0].pools, [PoolId(1, 2)]);
         assert_eq!(back.snapshot.settings, t.snapshot.settings);
         assert_eq!(encode(&back), bytes);
     }

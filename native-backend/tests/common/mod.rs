@@ -6,9 +6,8 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use allocsim_core::models::PoolId;
 use allocsim_core::snapshot::StackId;
-use allocsim_core::trace::{DeviceTrace, Op, OpKind, Trace};
+use allocsim_core::trace::{DeviceTrace, Op, OpKind, PoolIx, Trace};
 use allocsim_native::gpu::{DeviceInfo, DevicePtr, Gpu, GpuError, PhysHandle};
 
 pub const MIB: u64 = 1 << 20;
@@ -352,7 +351,7 @@ impl TraceBuilder {
         self.push(OpKind::Alloc {
             size_bytes,
             stream: 0,
-            pool: PoolId::DEFAULT,
+            pool: PoolIx::DEFAULT,
             recorded_oom: false,
             restored: false,
         })
