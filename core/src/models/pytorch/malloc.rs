@@ -56,6 +56,7 @@ impl PyTorchModel {
 
     /// `get_free_block`'s search before the oversize rules: the best fit for `size` on
     /// `stream` in `pool` (its size, the block, its place in the index). Changes nothing.
+    #[inline]
     fn best_free_block(&self, pool: u32, stream: u64, size: u64) -> Option<(u64, u32, FreePos)> {
         let p = &self.pools[pool as usize];
         let mut it = p.blocks.at_least(stream, size);
