@@ -43,17 +43,17 @@ pub fn more_fragmented(a: &ModelStats, b: &ModelStats) -> bool {
     if na == 0 || nb == 0 {
         return nb == 0 && na > 0;
     }
-    // Once per replayed op, so first by the two quotients in f64 (wasm has no 64 × 64 →
+    // Once per replayed op, so first by the two products in f64 (wasm has no 64 × 64 →
     // 128 multiply, and even `checked_mul`'s overflow test calls one): below 2^53 each
-    // operand is exact and each quotient within a relative 2^-53 of its ratio, so
-    // quotients further apart than a relative 1e-12 order the ratios as they are.
+    // operand is exact and each product within a relative 2^-53 of its value, so
+    // products further apart than a relative 1e-12 compare as the exact ones do.
     const EXACT_F64: u64 = 1 << 53;
     if na.max(nb).max(da).max(db) < EXACT_F64 {
-        let (qa, qb) = (na as f64 / da as f64, nb as f64 / db as f64);
-        if qa > qb * (1.0 + 1e-12) {
+        let (l, r) = (na as f64 * db as f64, nb as f64 * da as f64);
+        if l > r * (1.0 + 1e-12) {
             return true;
         }
-        if qb > qa * (1.0 + 1e-12) {
+        if r > l * (1.0 + 1e-12) {
             return false;
         }
     }

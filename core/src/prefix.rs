@@ -377,6 +377,13 @@ fn drive(
                 let mut changed = false;
                 let mut i = 0;
                 while i < pending.len() {
+                    // What the look closer was not for: no setting of this subtree can
+                    // act before its earliest trigger.
+                    let t = pending[i].1;
+                    if largest < t.split && reserved <= t.reserved_above && peek.rounded < t.split {
+                        i += 1;
+                        continue;
+                    }
                     if decides_otherwise(&node.cfg, &pending[i].0.cfg, &next) {
                         let (child, _) = pending.swap_remove(i);
                         fork(dt, k, &run, child, limit, largest, done);
