@@ -62,7 +62,7 @@ impl PyTorchModel {
         let mut it = p.blocks.at_least(stream, size);
         let (mut bsize, mut idx) = it.next().map(|(s, _, v)| (s, v))?;
         let mut at = it.pos();
-        if self.segments[self.b(idx).seg as usize].expandable {
+        if self.any_expandable && self.segments[self.b(idx).seg as usize].expandable {
             if self.cfg.expandable_segments {
                 let xsize = |m: &PyTorchModel, i: u32| {
                     let b = m.b(i);
