@@ -23,6 +23,9 @@ pub fn fragmentation(s: &ModelStats) -> f64 {
     1.0 - largest as f64 / free as f64
 }
 
+/// Integers below this are exact in f64.
+const EXACT_F64: u64 = 1 << 53;
+
 /// Whether `a` is strictly more fragmented than `b`, compared exactly:
 /// `(free_a − largest_a) / free_a > (free_b − largest_b) / free_b` by cross-multiplying
 /// (no division). [`fragmentation`] is monotone in that ratio, so the state this picks
@@ -47,7 +50,6 @@ pub fn more_fragmented(a: &ModelStats, b: &ModelStats) -> bool {
     // 128 multiply, and even `checked_mul`'s overflow test calls one): below 2^53 each
     // operand is exact and each product within a relative 2^-53 of its value, so
     // products further apart than a relative 1e-12 compare as the exact ones do.
-    const EXACT_F64: u64 = 1 << 53;
     if na.max(nb).max(da).max(db) < EXACT_F64 {
         let (l, r) = (na as f64 * db as f64, nb as f64 * da as f64);
         if l > r * (1.0 + 1e-12) {

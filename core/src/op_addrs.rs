@@ -13,7 +13,7 @@ const CHUNK: usize = 4096;
 /// Per-op entries: 0 until written (a chunk never written is not allocated).
 #[derive(Debug, Clone, Default)]
 pub(crate) struct OpAddrs {
-    chunks: Vec<Option<Rc<[u64; CHUNK]>>>,
+    chunks: Vec<Option<Rc<[u64]>>>,
     /// Entries held: `get` answers below it.
     len: usize,
 }
@@ -54,7 +54,7 @@ impl OpAddrs {
         if c >= self.chunks.len() {
             self.chunks.resize(c + 1, None);
         }
-        let chunk = self.chunks[c].get_or_insert_with(|| Rc::new([0; CHUNK]));
+        let chunk = self.chunks[c].get_or_insert_with(|| Rc::from(vec![0; CHUNK]));
         Rc::make_mut(chunk)[i % CHUNK] = v;
     }
 

@@ -379,8 +379,11 @@ fn drive(
                 while i < pending.len() {
                     // What the look closer was not for: no setting of this subtree can
                     // act before its earliest trigger.
-                    let t = pending[i].1;
-                    if largest < t.split && reserved <= t.reserved_above && peek.rounded < t.split {
+                    let soon = pending[i].1;
+                    if largest < soon.split
+                        && reserved <= soon.reserved_above
+                        && peek.rounded < soon.split
+                    {
                         i += 1;
                         continue;
                     }
