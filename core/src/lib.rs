@@ -11,6 +11,7 @@ pub mod explain;
 pub mod impossible;
 pub mod models;
 pub mod offline;
+mod op_addrs;
 pub mod prefix;
 pub mod ranks;
 pub mod record;

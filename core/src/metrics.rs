@@ -23,6 +23,9 @@ pub fn fragmentation(s: &ModelStats) -> f64 {
     1.0 - largest as f64 / free as f64
 }
 
+/// Integers below this are exact in f64.
+const EXACT_F64: u64 = 1 << 53;
+
 /// Whether `a` is strictly more fragmented than `b`, compared exactly:
 /// `(free_a − largest_a) / free_a > (free_b − largest_b) / free_b` by cross-multiplying
 /// (no division). [`fragmentation`] is monotone in that ratio, so the state this picks
@@ -40,8 +43,23 @@ pub fn more_fragmented(a: &ModelStats, b: &ModelStats) -> bool {
     if db == 0 {
         return na > 0;
     }
-    // In u64 where neither product overflows (wasm has no 64 × 64 → 128 multiply: a
-    // call per product), else in u128: the same comparison.
+    if na == 0 || nb == 0 {
+        return nb == 0 && na > 0;
+    }
+    // Once per replayed op, so first by the two products in f64 (wasm has no 64 × 64 →
+    // 128 multiply, and even `checked_mul`'s overflow test calls one): below 2^53 each
+    // operand is exact and each product within a relative 2^-53 of its value, so
+    // products further apart than a relative 1e-12 compare as the exact ones do.
+    if na.max(nb).max(da).max(db) < EXACT_F64 {
+        let (l, r) = (na as f64 * db as f64, nb as f64 * da as f64);
+        if l > r * (1.0 + 1e-12) {
+            return true;
+        }
+        if r > l * (1.0 + 1e-12) {
+            return false;
+        }
+    }
+    // Near-equal ratios: exactly, in u64 where neither product overflows, else in u128.
     match (na.checked_mul(db), nb.checked_mul(da)) {
         (Some(l), Some(r)) => l > r,
         _ => u128::from(na) * u128::from(db) > u128::from(nb) * u128::from(da),
@@ -422,7 +440,7 @@ mod tests {
     }
 
     #[test]
-    fn the_u64_shortcut_compares_as_the_u128_products_do() {
+    fn the_shortcuts_compare_as_the_u128_products_do() {
         let mut next = xorshift(0x51_7CC1_B727_220A);
         let stats = |r: u64, a: u64, l: u64| ModelStats {
             reserved_bytes: r,
@@ -434,7 +452,21 @@ mod tests {
             // Byte counts of every width, so both sides overflow u64 or not in turn.
             let mut v = || next() >> (next() % 64);
             let (a, b) = (stats(v(), v(), v()), stats(v(), v(), v()));
-            let (a, b) = if k % 7 == 0 { (a, a) } else { (a, b) };
+            let (a, b) = match k % 7 {
+                0 => (a, a),
+                // Ratios equal or a unit apart (the f64 quotients cannot tell them
+                // apart): scaled copies of one state, nudged by one byte.
+                1 | 2 => {
+                    let (free, large) = (v() >> 12, v() >> 12);
+                    let m = 1 + (next() >> 54);
+                    let nudge = u64::from(k % 7 == 2);
+                    (
+                        stats(free, 0, large),
+                        stats(free * m, 0, (large * m).saturating_sub(nudge)),
+                    )
+                }
+                _ => (a, b),
+            };
             let ratio = |s: &ModelStats| {
                 let free = free_bytes(s);
                 (

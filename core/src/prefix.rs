@@ -373,17 +373,32 @@ fn drive(
                     reserved,
                     limit,
                 };
+                // A trigger depends on the settings alone: it is recomputed only where
+                // a setting left.
+                let mut changed = false;
                 let mut i = 0;
                 while i < pending.len() {
+                    // What the look closer was not for: no setting of this subtree can
+                    // act before its earliest trigger.
+                    let soon = pending[i].1;
+                    if largest < soon.split
+                        && reserved <= soon.reserved_above
+                        && peek.rounded < soon.split
+                    {
+                        i += 1;
+                        continue;
+                    }
                     if decides_otherwise(&node.cfg, &pending[i].0.cfg, &next) {
                         let (child, _) = pending.swap_remove(i);
                         fork(dt, k, &run, child, limit, largest, done);
+                        changed = true;
                         continue;
                     }
                     // A setting under it that acts here (a threshold) has decided as
                     // this replay so far, its split limit too: it leaves its node,
                     // forked alone from here, and the node is watched on.
                     let c = &mut pending[i].0;
+                    let before = c.children.len();
                     let mut j = 0;
                     while j < c.children.len() {
                         if acts(&node.cfg, &c.children[j], &next) {
@@ -395,12 +410,18 @@ fn drive(
                     }
                     if c.index.is_none() && c.children.is_empty() {
                         pending.swap_remove(i);
+                        changed = true;
                     } else {
-                        pending[i].1 = earliest(&node.cfg, &pending[i].0, limit);
+                        if c.children.len() != before {
+                            pending[i].1 = earliest(&node.cfg, &pending[i].0, limit);
+                            changed = true;
+                        }
                         i += 1;
                     }
                 }
-                (next_split, next_reserved) = soonest(&pending);
+                if changed {
+                    (next_split, next_reserved) = soonest(&pending);
+                }
             }
         }
         run.push(op);

@@ -10,6 +10,7 @@ use crate::metrics::{self, Timeline};
 use crate::models::{
     AllocRequest, Allocator, AllocatorKind, Layout, ModelEvent, ModelStats, OomInfo, PoolId,
 };
+use crate::op_addrs::OpAddrs;
 use crate::snapshot::{Action, RawEvent};
 use crate::trace::{DeviceTrace, Op, OpKind};
 use crate::units::format_size;
@@ -333,16 +334,19 @@ pub enum Step {
 /// those only for the ops it steps, its window; a free of an alloc before the window looks
 /// the alloc up in the replay's outcomes (`'r`), so resuming costs the window, not the
 /// ops before it.
+/// What [`OpStepper`] keeps for an alloc whose memory the program never held (a failed or
+/// recorded-OOM alloc): no served address is this (see [`Outcomes::push`]).
+const DEAD: u64 = u64::MAX;
+
 #[derive(Debug, Clone)]
 pub struct OpStepper<'r> {
-    /// The first op this stepper steps: `addrs` and `dead` are indexed from it.
+    /// The first op this stepper steps: `addrs` is indexed from it.
     base: usize,
     /// The replay's outcomes, read for the ops before `base` (none for a stepper at op 0).
     before: &'r Outcomes,
-    /// Address served to alloc op `base + i` (0 for other ops).
-    addrs: Vec<u64>,
-    /// The program never held op `base + i`'s memory.
-    dead: Vec<bool>,
+    /// Address served to alloc op `base + i` (0 for other ops), or [`DEAD`]: the program
+    /// never held its memory. Shared with a fork's stepper up to the fork.
+    addrs: OpAddrs,
     /// The model was loaded with the start state (see [`ReplayOptions::preloaded`]).
     preloaded: bool,
 }
@@ -363,8 +367,7 @@ impl OpStepper<'static> {
         OpStepper {
             base: 0,
             before: &NO_OUTCOMES,
-            addrs: vec![0; ops],
-            dead: vec![false; ops],
+            addrs: OpAddrs::zeroed(ops),
             preloaded,
         }
     }
@@ -386,8 +389,7 @@ impl<'r> OpStepper<'r> {
         OpStepper {
             base: window.start,
             before: outcomes,
-            addrs: vec![0; len],
-            dead: vec![false; len],
+            addrs: OpAddrs::zeroed(len),
             preloaded,
         }
     }
@@ -397,7 +399,7 @@ impl<'r> OpStepper<'r> {
     /// alloc.
     fn served(&self, ops: &[Op], alloc: usize) -> Option<u64> {
         match alloc.checked_sub(self.base) {
-            Some(i) => (!self.dead[i]).then(|| self.addrs[i]),
+            Some(i) => Some(self.addrs.get(i)).filter(|&a| a != DEAD),
             None => match (self.before.get(alloc), &ops[alloc].kind) {
                 (Some(Outcome::Served(a)), OpKind::Alloc { recorded_oom, .. }) => {
                     (!recorded_oom).then_some(a)
@@ -446,13 +448,10 @@ impl<'r> OpStepper<'r> {
         out: &mut Vec<ModelEvent>,
     ) -> Step {
         let i = k - self.base;
-        if i >= self.addrs.len() {
-            self.addrs.resize(i + 1, 0);
-            self.dead.resize(i + 1, false);
-        }
+        self.addrs.grow_to(i + 1);
         match op.kind {
             OpKind::Alloc { .. } if self.preloaded && k < initial_ops => {
-                self.addrs[i] = op.recorded_addr;
+                self.addrs.set(i, op.recorded_addr);
                 Step::Served(op.recorded_addr)
             }
             OpKind::Alloc {
@@ -469,16 +468,17 @@ impl<'r> OpStepper<'r> {
                 };
                 match serve_alloc(model, device, &req, restored, op.recorded_addr, out) {
                     Ok(a) => {
-                        self.addrs[i] = a;
                         if recorded_oom {
                             // The program never got this memory: give it back at once.
                             let _ = model.free(device, a, false, out);
-                            self.dead[i] = true;
+                            self.addrs.set(i, DEAD);
+                        } else {
+                            self.addrs.set(i, a);
                         }
                         Step::Served(a)
                     }
                     Err(info) => {
-                        self.dead[i] = true;
+                        self.addrs.set(i, DEAD);
                         Step::Oom {
                             info,
                             fatal: !recorded_oom,

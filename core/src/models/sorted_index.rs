@@ -13,11 +13,46 @@
 const CAP: usize = 64;
 
 /// Where an entry stands (chunk, position), as [`Iter::pos`] reports it: valid until the
-/// index next changes.
+/// index next changes. Two `u32`s, so that a search's answer (a position beside a key and
+/// a value) is returned in registers rather than copied through the stack.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Pos {
-    c: usize,
-    p: usize,
+    c: u32,
+    p: u32,
+}
+
+impl Pos {
+    fn new(c: usize, p: usize) -> Pos {
+        // A chunk holds at most `CAP` entries and an index at most `u32::MAX` (the values
+        // are `u32` block indexes): both fit.
+        Pos {
+            c: c as u32,
+            p: p as u32,
+        }
+    }
+}
+
+/// `s.partition_point(below)`: the number of leading elements `below` holds for (it holds
+/// for a prefix of `s`), without a branch per step: each halving picks the half with a
+/// conditional move, so a search costs no mispredicted jumps (a free index's searches
+/// land anywhere: a branchy binary search mispredicts about every other step).
+#[inline]
+fn count_below<K: Copy>(s: &[K], below: impl Fn(K) -> bool) -> usize {
+    if s.is_empty() {
+        return 0;
+    }
+    let mut base = 0;
+    let mut n = s.len();
+    // Invariant: `below` holds for every element before `base` and for none from
+    // `base + n` on.
+    while n > 1 {
+        let half = n / 2;
+        // `select_unpredictable`: LLVM would otherwise turn the conditional move back
+        // into a jump.
+        base = std::hint::select_unpredictable(below(s[base + half]), base + half, base);
+        n -= half;
+    }
+    base + usize::from(below(s[base]))
 }
 
 /// One chunk: keys and values in separate arrays, so a search touches only keys.
@@ -47,7 +82,7 @@ impl<K: Ord + Copy + Default> Chunk<K> {
 
     /// Position of the first key ≥ `k`.
     fn lower_bound(&self, k: K) -> usize {
-        self.keys().partition_point(|&x| x < k)
+        count_below(self.keys(), |x| x < k)
     }
 
     fn insert_at(&mut self, p: usize, k: K, v: u32) {
@@ -112,7 +147,7 @@ impl<K: Ord + Copy + Default + std::fmt::Debug> SortedIndex<K> {
     fn chunk_for(&self, k: K) -> usize {
         match self.mins.len() {
             0 | 1 => 0,
-            _ => self.mins.partition_point(|&m| m <= k).saturating_sub(1),
+            _ => count_below(&self.mins, |m| m <= k).saturating_sub(1),
         }
     }
 
@@ -199,7 +234,7 @@ impl<K: Ord + Copy + Default + std::fmt::Debug> SortedIndex<K> {
 
     /// Removes the entry at `at` (from [`Iter::pos`], the index unchanged since); its value.
     pub fn remove_at_pos(&mut self, at: Pos) -> u32 {
-        self.remove_at(at.c, at.p).0
+        self.remove_at(at.c as usize, at.p as usize).0
     }
 
     /// Moves the entry `old` to key `new` with value `v` (as `remove(old)` then
@@ -210,13 +245,13 @@ impl<K: Ord + Copy + Default + std::fmt::Debug> SortedIndex<K> {
         let Some((c, p)) = self.find(old) else {
             return false;
         };
-        self.reposition_at(Pos { c, p }, new, v)
+        self.reposition_at(Pos::new(c, p), new, v)
     }
 
     /// [`Self::reposition`] of the entry at `at` (from [`Iter::pos`], the index unchanged
     /// since), without searching for it.
     pub fn reposition_at(&mut self, at: Pos, new: K, v: u32) -> bool {
-        let Pos { c, p } = at;
+        let (c, p) = (at.c as usize, at.p as usize);
         let ch = &mut self.chunks[c];
         let old = ch.keys[p];
         // Often the new key still lies between the entry's neighbours in its chunk (a
@@ -249,7 +284,7 @@ impl<K: Ord + Copy + Default + std::fmt::Debug> SortedIndex<K> {
         }
         let ch = &mut self.chunks[c];
         if new < old {
-            let q = ch.keys[..p].partition_point(|&x| x < new);
+            let q = count_below(&ch.keys[..p], |x| x < new);
             if q < p && ch.keys[q] == new {
                 return false;
             }
@@ -258,7 +293,7 @@ impl<K: Ord + Copy + Default + std::fmt::Debug> SortedIndex<K> {
             ch.keys[q] = new;
             ch.vals[q] = v;
         } else {
-            let q = p + 1 + ch.keys[p + 1..ch.len].partition_point(|&x| x < new);
+            let q = p + 1 + count_below(&ch.keys[p + 1..ch.len], |x| x < new);
             if q < ch.len && ch.keys[q] == new {
                 return false;
             }
@@ -333,7 +368,7 @@ impl<K: Ord + Copy + Default + std::fmt::Debug> SortedIndex<K> {
     /// The last entry with key < `k`.
     #[must_use]
     pub fn last_below(&self, k: K) -> Option<(K, u32)> {
-        let c = self.mins.partition_point(|&m| m < k).checked_sub(1)?;
+        let c = count_below(&self.mins, |m| m < k).checked_sub(1)?;
         let chunk = &self.chunks[c];
         Some(chunk.entry(chunk.lower_bound(k) - 1))
     }
@@ -446,10 +481,7 @@ impl<K> Iter<'_, K> {
     /// Where the entry the last `next` returned stands.
     #[must_use]
     pub fn pos(&self) -> Pos {
-        Pos {
-            c: self.c,
-            p: self.p.wrapping_sub(1),
-        }
+        Pos::new(self.c, self.p.wrapping_sub(1))
     }
 }
 

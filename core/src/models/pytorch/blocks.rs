@@ -25,6 +25,7 @@ impl PyTorchModel {
     }
 
     pub(super) fn new_segment(&mut self, s: Segment) -> u32 {
+        self.any_expandable |= s.expandable;
         if let Some(i) = self.free_segment_slots.pop() {
             self.segments[i as usize] = s;
             i

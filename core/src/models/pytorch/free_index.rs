@@ -80,7 +80,7 @@ impl FreeIndex {
     pub(super) fn at_least(&self, stream: u64, size: u64) -> AtLeast<'_> {
         match self.find(stream) {
             Ok(at) => AtLeast {
-                stream_at: at,
+                stream_at: at as u32,
                 it: self.streams[at].1.iter_from(key(size, 0)),
             },
             Err(_) => AtLeast {
@@ -92,14 +92,14 @@ impl FreeIndex {
 
     /// Removes the entry at `at` (the index unchanged since it was found).
     pub(super) fn remove_at(&mut self, at: FreePos) {
-        self.streams[at.stream_at].1.remove_at_pos(at.pos);
+        self.streams[at.stream_at as usize].1.remove_at_pos(at.pos);
         self.len -= 1;
     }
 
     /// Moves the entry at `at` (the index unchanged since it was found) to `new` =
     /// (size, addr) for block `i`; false, with nothing changed, if `new` is taken.
     pub(super) fn reposition_at(&mut self, at: FreePos, new: (u64, u64), i: u32) -> bool {
-        self.streams[at.stream_at]
+        self.streams[at.stream_at as usize]
             .1
             .reposition_at(at.pos, key(new.0, new.1), i)
     }
@@ -158,13 +158,13 @@ impl FreeIndex {
 /// Where a free block's entry stands in a [`FreeIndex`], until the index next changes.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct FreePos {
-    stream_at: usize,
+    stream_at: u32,
     pos: Pos,
 }
 
 /// The walk [`FreeIndex::at_least`] returns.
 pub(super) struct AtLeast<'a> {
-    stream_at: usize,
+    stream_at: u32,
     it: Iter<'a, u128>,
 }
 

@@ -56,12 +56,13 @@ impl PyTorchModel {
 
     /// `get_free_block`'s search before the oversize rules: the best fit for `size` on
     /// `stream` in `pool` (its size, the block, its place in the index). Changes nothing.
+    #[inline]
     fn best_free_block(&self, pool: u32, stream: u64, size: u64) -> Option<(u64, u32, FreePos)> {
         let p = &self.pools[pool as usize];
         let mut it = p.blocks.at_least(stream, size);
         let (mut bsize, mut idx) = it.next().map(|(s, _, v)| (s, v))?;
         let mut at = it.pos();
-        if self.segments[self.b(idx).seg as usize].expandable {
+        if self.any_expandable && self.segments[self.b(idx).seg as usize].expandable {
             if self.cfg.expandable_segments {
                 let xsize = |m: &PyTorchModel, i: u32| {
                     let b = m.b(i);

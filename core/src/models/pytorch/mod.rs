@@ -152,6 +152,9 @@ pub struct PyTorchModel {
     free_slots: Vec<u32>,
     segments: Vec<Segment>,
     free_segment_slots: Vec<u32>,
+    /// Some segment was ever expandable: until then the best-fit search need not look a
+    /// block's segment up.
+    any_expandable: bool,
     pools: Vec<Pool>,
     /// Private pools by id, with their two `pools` indexes.
     private: BTreeMap<PoolId, PrivatePool>,
@@ -208,6 +211,7 @@ impl PyTorchModel {
             free_slots: Vec::new(),
             segments: Vec::new(),
             free_segment_slots: Vec::new(),
+            any_expandable: false,
             pools: vec![mk(true), mk(false)],
             private: BTreeMap::new(),
             freeable: FreeablePools::default(),
