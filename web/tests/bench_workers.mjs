@@ -159,7 +159,9 @@ async function recommendOnce(dir, name, cap, workers) {
   );
   r.repaint_causes = {};
   for (const c of causes) {
-    const what = c.replace(/^\d+ ?/, "") || "(none)";
+    // Each cause once (every answer woke it: one cause per answer), egui's files by crate.
+    const each = c.replace(/^\d+ ?/, "").split("; ").map((x) => x.trim().replace(/^.*\/(egui-[^/]+\/)/, "$1"));
+    const what = [...new Set(each)].filter(Boolean).join(" + ") || "(none)";
     r.repaint_causes[what] = (r.repaint_causes[what] ?? 0) + 1;
   }
   // The first search worker read the trace and sent its sizes: the replays start.
