@@ -147,6 +147,23 @@ async function recommendOnce(dir, name, cap, workers) {
   const running = await markTime(page, "data-allocsim-search", 0, "v === 'running'");
   const done = await markTime(page, "data-allocsim-search", running, "v === 'done'");
   r.sweep_ms = Math.round(done - running);
+  // The frames the app drew while the sweep ran (the first WebGL call after each animation
+  // frame, lib.mjs), and the gaps between them (ms).
+  const paints = await page.evaluate(([a, b]) => window.__paints.filter((t) => t > a && t <= b), [running, done]);
+  r.frames = paints.length;
+  r.frame_gaps_ms = paints.slice(1).map((t, i) => Math.round(t - paints[i]));
+  // What asked for each frame the sweep's panel drew (`data-allocsim-repaint`), counted.
+  const causes = await page.evaluate(
+    ([a, b]) => window.__marks.filter((m) => m.name === "data-allocsim-repaint" && m.t > a && m.t <= b).map((m) => m.value),
+    [running, done],
+  );
+  r.repaint_causes = {};
+  for (const c of causes) {
+    // Each cause once (every answer woke it: one cause per answer), egui's files by crate.
+    const each = c.replace(/^\d+ ?/, "").split("; ").map((x) => x.trim().replace(/^.*\/(egui-[^/]+\/)/, "$1"));
+    const what = [...new Set(each)].filter(Boolean).join(" + ") || "(none)";
+    r.repaint_causes[what] = (r.repaint_causes[what] ?? 0) + 1;
+  }
   // The first search worker read the trace and sent its sizes: the replays start.
   const planned = await markTime(page, "data-allocsim-search-workers", running, "/planned=1/.test(v)");
   r.read_ms = planned === null ? null : Math.round(planned - running);
@@ -209,7 +226,7 @@ for (const [dir, name, cap] of targets) {
     for (const k of sweepPools.length > 0 ? sweepPools : [null]) {
       const r = await recommendOnce(dir, name, cap, k);
       row.runs.push(r);
-      log(`${name} under ${cap}, ?workers=${r.workers}, run ${i + 1}: What would fit? ${r.sweep_ms} ms in the browser, of which ${r.read_ms} ms before the replays (the search workers reading the trace), ${r.cpu_s} CPU s in the browser, search workers ${r.search_workers}, CPU s by thread ${JSON.stringify(r.cpu_by_thread)} (load ${r.load_average} → ${r.load_average_after})`);
+      log(`${name} under ${cap}, ?workers=${r.workers}, run ${i + 1}: What would fit? ${r.sweep_ms} ms in the browser, of which ${r.read_ms} ms before the replays (the search workers reading the trace), ${r.cpu_s} CPU s in the browser, search workers ${r.search_workers}, ${r.frames} frames drawn (gaps ${JSON.stringify(r.frame_gaps_ms)} ms; asked by ${JSON.stringify(r.repaint_causes)}), CPU s by thread ${JSON.stringify(r.cpu_by_thread)} (load ${r.load_average} → ${r.load_average_after})`);
     }
   }
   row.best_by_workers = {};

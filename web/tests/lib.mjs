@@ -74,7 +74,7 @@ export async function launch(executablePath, { width = 1400, height = 900 } = {}
           const value = next ? next.oldValue : document.body.getAttribute(c.attributeName);
           window.__marks.push({ t, name: c.attributeName, value });
         });
-      }).observe(document.body, { attributes: true, attributeOldValue: true, attributeFilter: ["data-allocsim-frame", "data-allocsim-layout", "data-allocsim-progress", "data-allocsim-search", "data-allocsim-search-workers"] });
+      }).observe(document.body, { attributes: true, attributeOldValue: true, attributeFilter: ["data-allocsim-frame", "data-allocsim-layout", "data-allocsim-progress", "data-allocsim-search", "data-allocsim-search-workers", "data-allocsim-repaint"] });
     };
     if (document.body) watch();
     else document.addEventListener("DOMContentLoaded", watch);

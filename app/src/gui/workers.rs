@@ -39,6 +39,15 @@ pub const WAKE_AFTER_MS: u64 = 500;
 /// 0.15–0.3 s of the cores the replays run on).
 pub const AWAITED_WAKE_AFTER_MS: u64 = 2000;
 
+/// Wakes the page for a worker's answer `ms` from now (0: at once) with one frame. egui's
+/// `request_repaint` (no delay) paints twice, "to give things time to settle": each
+/// answer that woke the page at once cost a second frame of the whole window, which a
+/// software rasterizer pays for with the cores the sweep's replays run on. Any delay
+/// paints once, so "at once" is 1 ms.
+pub fn wake(ctx: &egui::Context, ms: u64) {
+    ctx.request_repaint_after(std::time::Duration::from_millis(ms.max(1)));
+}
+
 /// The jobs of the host's own [`Request::ShareTrace`]s: above any the UI numbers, and
 /// exact as a JS number (the engine's worker posts the job beside the trace as one).
 pub const SHARE_JOBS: u64 = 1 << 50;

@@ -864,3 +864,37 @@ fn a_sweep_waiting_for_the_share_starts_on_the_plan_the_engine_sent_ahead_of_it(
         "the first replays handed out with the trace"
     );
 }
+
+/// The frames a page paints after `wake` (an answer arriving between frames): as eframe's
+/// web runner does, a frame is run whenever egui's repaint callback asked for one.
+fn frames_after(wake: impl FnOnce(&egui::Context)) -> usize {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let ctx = egui::Context::default();
+    let asked = Arc::new(AtomicBool::new(true));
+    let flag = asked.clone();
+    ctx.set_request_repaint_callback(move |_| flag.store(true, Ordering::SeqCst));
+    let run = |ctx: &egui::Context| {
+        let mut frames = 0;
+        while asked.swap(false, Ordering::SeqCst) {
+            frames += 1;
+            assert!(frames < 20, "the page never settled");
+            let mut out = ctx.run_ui(egui::RawInput::default(), |ui| {
+                ui.label("the sweep's progress");
+            });
+            out.textures_delta.clear();
+        }
+        frames
+    };
+    run(&ctx);
+    wake(&ctx);
+    run(&ctx)
+}
+
+#[test]
+fn an_answer_that_wakes_the_page_at_once_costs_one_frame() {
+    assert_eq!(frames_after(|ctx| super::wake(ctx, 0)), 1);
+    assert_eq!(frames_after(|ctx| super::wake(ctx, 500)), 1);
+    // What it replaces: egui paints twice after a repaint asked with no delay.
+    assert_eq!(frames_after(egui::Context::request_repaint), 2);
+}

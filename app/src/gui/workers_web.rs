@@ -60,7 +60,7 @@ impl Workers for WebWorkers {
             Closure::<dyn FnMut(web_sys::MessageEvent)>::new(move |e: web_sys::MessageEvent| {
                 sink.borrow_mut().push((id, e.data()));
                 let mut a = awaited.get();
-                ctx.request_repaint_after(std::time::Duration::from_millis(a.arrived()));
+                crate::gui::workers::wake(&ctx, a.arrived());
                 awaited.set(a);
             });
         worker.set_onmessage(Some(on_message.as_ref().unchecked_ref()));

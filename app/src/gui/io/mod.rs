@@ -897,6 +897,27 @@ pub fn mark_search(what: &str) {
     log::trace!("what would fit: {what}");
 }
 
+/// Tells the page what asked for this frame while a sweep runs (`data-allocsim-repaint`:
+/// the pass number, then egui's repaint causes as `file:line reason`, `; ` apart): the
+/// browser benchmark counts a sweep's frames by what woke them.
+pub fn mark_repaint(ctx: &egui::Context) {
+    #[cfg(target_arch = "wasm32")]
+    {
+        let causes: Vec<String> = ctx
+            .repaint_causes()
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        let pass = ctx.cumulative_pass_nr();
+        web::mark(
+            "data-allocsim-repaint",
+            &format!("{pass} {}", causes.join("; ")),
+        );
+    }
+    #[cfg(not(target_arch = "wasm32"))]
+    let _ = ctx;
+}
+
 /// Gives the page the Ranks view's table as `allocsim ranks --json` writes it, without
 /// `"schema"` (`data-allocsim-ranks`: the browser test compares it with the CLI's).
 pub fn mark_ranks(report: &allocsim_core::ranks::RanksReport) {

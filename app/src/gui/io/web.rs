@@ -82,7 +82,7 @@ impl WorkerEngine {
                 if let Some(shared) = shared_trace(&data) {
                     // Handed to the search workers as it is: never decoded here.
                     traces.borrow_mut().push(shared);
-                    ctx.request_repaint();
+                    crate::gui::workers::wake(&ctx, 0);
                     return;
                 }
                 let answer = if let Some(decoded) = chunked::decode_js::<Response>(&data) {
@@ -114,9 +114,9 @@ impl WorkerEngine {
                 }
                 if progress {
                     // Shown within PROGRESS_FRAME_MS, with whatever else came meanwhile.
-                    ctx.request_repaint_after(std::time::Duration::from_millis(PROGRESS_FRAME_MS));
+                    crate::gui::workers::wake(&ctx, PROGRESS_FRAME_MS);
                 } else if !quiet {
-                    ctx.request_repaint();
+                    crate::gui::workers::wake(&ctx, 0);
                 }
             });
         worker.set_onmessage(Some(on_message.as_ref().unchecked_ref()));

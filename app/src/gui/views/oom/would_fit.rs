@@ -55,6 +55,7 @@ pub(crate) fn would_fit_ui(ui: &mut Ui, app: &mut AllocsimApp) -> Option<String>
         }
         Some(w) if w.running() => {
             crate::gui::io::mark_search("running");
+            crate::gui::io::mark_repaint(ui.ctx());
             ui.horizontal(|ui| {
                 let (stage, f) = w
                     .progress
