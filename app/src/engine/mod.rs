@@ -74,6 +74,10 @@ pub struct Engine {
     /// The main configuration's replay done beside the build of the file just opened,
     /// for the UI's first replay request if it asks for that one (natively).
     beside: Option<open::Beside>,
+    /// The ops table of the device about to be shown, made beside the end of the build of
+    /// the file just opened ([`open::build_beside`]): the device's index and its table,
+    /// taken by the next [`Engine::trace_data`] if that device is the one it shows.
+    ops_ahead: Option<(usize, OpsTable)>,
     /// Answers kept for the trace and device shown (shared with detached work).
     cache: Arc<Mutex<Cache>>,
     /// The cancel flag of each cancellable job in flight.
@@ -387,10 +391,18 @@ impl Engine {
         });
         let mut beside = None;
         let r = decoded.and_then(|snap| {
-            emit(recorded::response(job, &snap, &name));
-            let (built, kept) = open::build_beside(snap, main);
+            // The recorded timeline, made and sent while the trace is built; the ops
+            // table made while the trace takes what it keeps of the snapshot.
+            let (built, kept, ops) = open::build_beside(
+                snap,
+                main,
+                |snap| emit(recorded::response(job, snap, &name)),
+                ops_table,
+            );
             beside = kept;
-            built.map_err(|e| format!("{name}: {e}"))
+            let v = built.map_err(|e| format!("{name}: {e}"))?;
+            self.ops_ahead = ops.map(|t| (v.trace.busiest_device(), t));
+            Ok(v)
         });
         self.install_answering(job, name, r, Some(main), |_| beside, emit);
     }
@@ -498,7 +510,8 @@ impl Engine {
             stage: "building the ops table".into(),
             fraction: 0.7,
         });
-        self.ops = Arc::new(ops_table(dt));
+        let ahead = self.ops_ahead.take().filter(|(d, _)| *d == self.device);
+        self.ops = Arc::new(ahead.map_or_else(|| ops_table(dt), |(_, t)| t));
         self.live = Arc::default();
         let report = self.reports.iter().find(|r| r.device == dt.device);
         let mut notes = Vec::new();

@@ -796,7 +796,21 @@ fn a_file_opened_in_pieces_loads_as_its_bytes_do_with_progress() {
             ("plain.pickle".into(), plain),
         ] {
             let file = TempFile::new(&name, &bytes);
-            let out = open_file(&mut Engine::new(), 7, &file.0);
+            let mut engine = Engine::new();
+            let out = open_file(&mut engine, 7, &file.0);
+            // The recorded timeline, made while the trace is built, goes out once and
+            // before the trace; the ops table made beside the build's end was taken.
+            let recorded: Vec<usize> = (0..out.len())
+                .filter(|&k| matches!(out[k], Response::Recorded { .. }))
+                .collect();
+            assert_eq!(recorded.len(), 1, "{name}");
+            assert!(
+                out[recorded[0] + 1..]
+                    .iter()
+                    .any(|r| matches!(r, Response::Loaded { .. })),
+                "{name}"
+            );
+            assert!(engine.ops_ahead.is_none(), "{name}");
             let fractions: Vec<f32> = out
                 .iter()
                 .filter_map(|r| match r {

@@ -143,7 +143,8 @@ impl AllocsimApp {
     /// What waits for the main configuration's first full frame: the bands where the
     /// engine runs in order, and the best-possible bounds, sent once it is on screen (the
     /// other configurations' replays go with the main one, behind its layout). Natively
-    /// the bands are asked for at once (they start on a thread of their own). In the
+    /// the bands may have been asked for with the trace (beside a main replay still to
+    /// come: they start on a thread of their own). In the
     /// browser, whose worker answers in order, the bands and the bounds wait until every
     /// configuration is on screen: the other layouts would queue behind them (on the
     /// 1.12 GB snapshot 11 s of stacking and 8 s of bounds; the 1 M-event trace's stacking
@@ -375,18 +376,18 @@ impl AllocsimApp {
                 self.explained = None;
                 // The band quads are built once the stacked view is shown, a slice per
                 // frame (`build_bands`).
-                let recorded = self
-                    .recorded
-                    .take()
-                    .filter(|r| r.job == job)
-                    .and_then(|r| r.per_op(&trace));
+                // The recorded timeline per op and the document's tables, together.
+                let recorded = self.recorded.take().filter(|r| r.job == job);
+                let trace = Arc::new(*trace);
+                let (recorded, mut doc) = crate::engine::parallel::join(
+                    || recorded.and_then(|r| r.per_op(&trace)),
+                    || Document::new(Arc::clone(&trace)),
+                );
                 // Until the main replay puts it on its OOM or peak, the cursor shows the
                 // recorded end state (after the last op).
                 self.cursor = recorded.as_ref().map_or(0, |r| r.layout.data.op);
-                self.doc = Some(Document::new(Arc::new(*trace)));
-                if let Some(doc) = &mut self.doc {
-                    doc.recorded = recorded;
-                }
+                doc.recorded = recorded;
+                self.doc = Some(doc);
                 self.cursor_pending = true;
                 // The new document's first layout is marked even at the op marked last.
                 self.marked_layout = None;
@@ -404,10 +405,13 @@ impl AllocsimApp {
                 self.selected_alloc = None;
                 self.bands_highlight = QuadSet::default();
                 self.resimulate();
-                // Natively the bands are stacked beside the main replay, on a thread of
-                // their own; where the engine runs in order (the browser's worker) they
-                // wait for the first full frame ([`AllocsimApp::after_main_frame`]).
-                if self.engine.runs_beside() {
+                // Natively the bands are stacked on a thread of their own: beside the
+                // main replay where it is still to come; where it and its layout come
+                // with the trace, once they are taken (in this same frame) — the bands'
+                // thread would take a core from their curves. Where the engine runs in
+                // order (the browser's worker) they wait for the first full frame
+                // ([`AllocsimApp::after_main_frame`]).
+                if self.engine.runs_beside() && self.main_answer.is_none() {
                     self.request_bands();
                 }
                 self.apply_search();
