@@ -13,7 +13,7 @@ use allocsim_core::replay::{ReplayOptions, ReplayResult};
 use allocsim_core::snapshot::import::{DecodeOptions, ImportError};
 use allocsim_core::snapshot::stream::{Progress, StreamDecoder, StreamError};
 use allocsim_core::snapshot::{Action, RawSnapshot};
-use allocsim_core::trace::{DeviceTrace, Op, StartSegment};
+use allocsim_core::trace::{Op, StartSegment};
 use allocsim_core::validate::Validation;
 
 use super::wire::{MainReplay, Response};
@@ -179,15 +179,6 @@ pub fn replay_built(
         })
 }
 
-/// What [`build_beside`] gives: the built trace (or why not), the main configuration's
-/// replay where kept, and the work done on the trace's busiest device beside the trace's
-/// last step (none where the build failed).
-pub type BuiltBeside<A> = (
-    Result<Validation, allocsim_core::Error>,
-    Option<Beside>,
-    Option<A>,
-);
-
 /// Builds the trace of `snap` (as `build::build`, no capacity given) while `main` replays
 /// its busiest device on another thread, fed the start state and ops as the build makes
 /// them (`build::build_streaming`, as `allocsim replay FILE` does), its checkpoints spaced
@@ -198,16 +189,16 @@ pub type BuiltBeside<A> = (
 /// unlimited one assumed) is not replayed beside.
 ///
 /// Nothing waits that need not: `first` reads the snapshot on the calling thread while
-/// the build runs on another (the engine's recorded timeline: it is emitted from there);
-/// the replay's own preparations are on its thread; and once the devices are built,
-/// `after` works on the busiest device's trace (the engine's ops table) on a thread of its
-/// own while what the trace keeps of the snapshot is taken and the rest dropped.
-pub fn build_beside<A: Send>(
+/// the build runs on another (the engine's recorded timeline: it is emitted from there),
+/// and the replay's own preparations are made on a thread while the build checks the
+/// recording and rebuilds its start state. Once the devices are built, the snapshot's
+/// entries are dropped before anything else is made (the ops table after them would
+/// raise the peak: 0.26 GB more on the 1.12 GB snapshot).
+pub fn build_beside(
     snap: RawSnapshot,
     main: &MainReplay,
     first: impl FnOnce(&RawSnapshot),
-    after: impl FnOnce(&DeviceTrace) -> A + Send,
-) -> BuiltBeside<A> {
+) -> (Result<Validation, allocsim_core::Error>, Option<Beside>) {
     let d = super::recorded::busiest_device(&snap);
     let spec = replayed_ahead(&snap, main);
     let capacity = main.capacity_bytes;
@@ -257,28 +248,18 @@ pub fn build_beside<A: Send>(
     });
     let built = match built {
         Ok(b) => b,
-        Err(e) => return (Err(e), None, None),
+        Err(e) => return (Err(e), None),
     };
-    let shown = allocsim_core::trace::busiest(&built.devices);
-    let (info, done) = std::thread::scope(|s| {
-        let beside = built.devices.get(shown).map(|t| s.spawn(move || after(t)));
-        let info = allocsim_core::trace::SnapshotInfo::of(snap);
-        let done = beside.map(|h| {
-            h.join()
-                .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
-        });
-        (info, done)
-    });
-    let (v, exact) = built.validation(info);
+    let (v, exact) = built.validation(allocsim_core::trace::SnapshotInfo::of(snap));
     let kept = result
-        .filter(|_| exact && shown == d as usize)
+        .filter(|_| exact && v.trace.busiest_device() == d as usize)
         .map(|result| Beside {
             spec: main.spec.clone(),
             capacity_bytes: capacity,
             device: d as usize,
             result,
         });
-    (Ok(v), kept, done)
+    (Ok(v), kept)
 }
 
 /// Builds `snap` (`build::build_streaming` under `capacity`) while `replay` runs on

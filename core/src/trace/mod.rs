@@ -235,19 +235,12 @@ impl Trace {
     /// The device with the most events (the default `--trace-device`).
     #[must_use]
     pub fn busiest_device(&self) -> usize {
-        busiest(&self.devices)
+        self.devices
+            .iter()
+            .enumerate()
+            .max_by_key(|(i, d)| (d.events, std::cmp::Reverse(*i)))
+            .map_or(0, |(i, _)| i)
     }
-}
-
-/// The index of the device of `devices` with the most events, the first of equals
-/// ([`Trace::busiest_device`]).
-#[must_use]
-pub fn busiest(devices: &[DeviceTrace]) -> usize {
-    devices
-        .iter()
-        .enumerate()
-        .max_by_key(|(i, d)| (d.events, std::cmp::Reverse(*i)))
-        .map_or(0, |(i, _)| i)
 }
 
 /// A trace that cannot be replayed: the event index says where.
