@@ -65,9 +65,9 @@ pub struct Engine {
     /// Ops table of the device shown (kept for layouts: alloc ↔ end links); the UI's
     /// [`TraceData::ops`] is this very table, shared.
     ops: Arc<OpsTable>,
-    /// Which allocations of `ops` are held after an op: built beside the main replay
-    /// with the bands ([`Request::Bands`]), or by the first layout that needs it first
-    /// (which then waits for the one being built).
+    /// Which allocations of `ops` are held after an op: built with the bands
+    /// ([`Request::Bands`]), or by the first layout that needs it first (which then
+    /// waits for the one being built).
     live: Arc<OnceLock<live::LiveIndex>>,
     slots: Vec<Option<Slot>>,
     /// The main configuration's replay done beside the build of the file just opened,

@@ -140,25 +140,27 @@ impl AllocsimApp {
         );
     }
 
-    /// What waits for the main configuration's first full frame: the bands where the
-    /// engine runs in order, and the best-possible bounds, sent once it is on screen (the
-    /// other configurations' replays go with the main one, behind its layout). Natively
-    /// the bands may have been asked for with the trace (beside a main replay still to
-    /// come: they start on a thread of their own). In the
-    /// browser, whose worker answers in order, the bands and the bounds wait until every
-    /// configuration is on screen: the other layouts would queue behind them (on the
-    /// 1.12 GB snapshot 11 s of stacking and 8 s of bounds; the 1 M-event trace's stacking
-    /// 3.2 s); the stacked view shows its folded band meanwhile. There they also wait
-    /// while "What would fit?" sweeps: its search workers take both cores.
+    /// What waits for the first full frame: the bands and the best-possible bounds, sent
+    /// once every configuration is on screen (the other configurations' replays go with
+    /// the main one, behind its layout). In the browser, whose worker answers in order,
+    /// the other layouts would queue behind them (on the 1.12 GB snapshot 11 s of
+    /// stacking and 8 s of bounds; the 1 M-event trace's stacking 3.2 s); natively, where
+    /// they run on threads of their own, they would take the cores the main
+    /// configuration's curves and the other replays need, and hold their memory beside
+    /// those replays' (the open's peak on the 1.12 GB snapshot comes after the first full
+    /// frame). The stacked view shows its folded band meanwhile. In the browser they also
+    /// wait while "What would fit?" sweeps: its search workers take both cores.
     /// Nothing is asked while another file opens: the engine answers for the trace it holds
     /// once that file is built, so the document shown would get the next trace's bands and
     /// bounds, and in the browser they would queue ahead of its replays (a drop while the
     /// example's sweep ran: 1.8 s of them before the 1 M-event trace's first frame).
     pub(crate) fn after_main_frame(&mut self) {
         if self.load_job.is_some()
-            || !self.doc.as_ref().is_some_and(Document::main_settled)
-            || (cfg!(target_arch = "wasm32")
-                && (!self.doc.as_ref().is_some_and(Document::all_settled) || self.sweeping()))
+            || !self
+                .doc
+                .as_ref()
+                .is_some_and(|d| d.main_settled() && d.all_settled())
+            || (cfg!(target_arch = "wasm32") && self.sweeping())
         {
             return;
         }
@@ -405,15 +407,8 @@ impl AllocsimApp {
                 self.selected_alloc = None;
                 self.bands_highlight = QuadSet::default();
                 self.resimulate();
-                // Natively the bands are stacked on a thread of their own: beside the
-                // main replay where it is still to come; where it and its layout come
-                // with the trace, once they are taken (in this same frame) — the bands'
-                // thread would take a core from their curves. Where the engine runs in
-                // order (the browser's worker) they wait for the first full frame
+                // The bands wait for every configuration's first frame
                 // ([`AllocsimApp::after_main_frame`]).
-                if self.engine.runs_beside() && self.main_answer.is_none() {
-                    self.request_bands();
-                }
                 self.apply_search();
             }
             Response::Bands { job, bands } => {
