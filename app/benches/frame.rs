@@ -39,10 +39,9 @@ fn main() {
         took
     };
     // Open: generate, replay both configurations, first layouts, the bands.
-    while app
-        .document()
-        .is_none_or(|d| d.bands_job.is_some() || d.slots.iter().any(|s| s.layout.is_none()))
-    {
+    while app.document().is_none_or(|d| {
+        !d.bands_asked || d.bands_job.is_some() || d.slots.iter().any(|s| s.layout.is_none())
+    }) {
         frame(&mut app);
         std::thread::sleep(Duration::from_millis(2));
         assert!(app.errors.is_empty(), "{:?}", app.errors);

@@ -130,7 +130,12 @@ fn main() {
             recorded = Some(t.elapsed());
             mark("the recorded timeline and end state drawn", &mut stages);
         }
-        if bands.is_none() && app.document().is_some_and(|d| d.bands_job.is_none()) {
+        // Asked for once every configuration is on screen, then answered.
+        if bands.is_none()
+            && app
+                .document()
+                .is_some_and(|d| d.bands_asked && d.bands_job.is_none())
+        {
             bands = Some(t.elapsed());
             mark("the bands stacked", &mut stages);
         }

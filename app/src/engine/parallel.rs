@@ -26,6 +26,25 @@ impl Threads {
     }
 }
 
+/// `a` and `b`, natively on two threads (`b` on the calling one), in the browser (one
+/// thread) one after the other: independent work whose answers are waited for together
+/// (the app's first full frame: a trace's curves and tables made from its columns).
+pub fn join<A: Send, B>(a: impl FnOnce() -> A + Send, b: impl FnOnce() -> B) -> (A, B) {
+    if cfg!(target_arch = "wasm32") {
+        let a = a();
+        (a, b())
+    } else {
+        std::thread::scope(|s| {
+            let other = s.spawn(a);
+            let b = b();
+            let a = other
+                .join()
+                .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+            (a, b)
+        })
+    }
+}
+
 impl whatif::Runner for Threads {
     fn run(
         &self,
@@ -313,5 +332,38 @@ mod tests {
             "replays after the cancel"
         );
         assert!(counting.stopped.get() >= 4, "{}", counting.stopped.get());
+    }
+
+    #[test]
+    fn join_runs_both_on_two_threads_and_gives_each_its_answer() {
+        let caller = std::thread::current().id();
+        // Each waits for the other to start: one after the other, this would never end.
+        let (a_tx, a_rx) = mpsc::channel();
+        let (b_tx, b_rx) = mpsc::channel();
+        let (a, b) = join(
+            move || {
+                a_tx.send(()).expect("b waits");
+                b_rx.recv().expect("b started");
+                (std::thread::current().id(), 6 * 7)
+            },
+            move || {
+                b_tx.send(()).expect("a waits");
+                a_rx.recv().expect("a started");
+                (std::thread::current().id(), "b")
+            },
+        );
+        assert_eq!((a.1, b.1), (42, "b"));
+        assert_eq!(b.0, caller, "b runs on the calling thread");
+        assert_ne!(a.0, caller, "a on another");
+    }
+
+    #[test]
+    #[should_panic(expected = "a failed")]
+    fn a_panic_in_join_reaches_the_caller() {
+        let failing = |fail: bool| {
+            assert!(!fail, "a failed");
+            0
+        };
+        let _ = join(|| failing(true), || failing(false));
     }
 }

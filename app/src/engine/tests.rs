@@ -796,7 +796,20 @@ fn a_file_opened_in_pieces_loads_as_its_bytes_do_with_progress() {
             ("plain.pickle".into(), plain),
         ] {
             let file = TempFile::new(&name, &bytes);
-            let out = open_file(&mut Engine::new(), 7, &file.0);
+            let mut engine = Engine::new();
+            let out = open_file(&mut engine, 7, &file.0);
+            // The recorded timeline, made while the trace is built, goes out once and
+            // before the trace.
+            let recorded: Vec<usize> = (0..out.len())
+                .filter(|&k| matches!(out[k], Response::Recorded { .. }))
+                .collect();
+            assert_eq!(recorded.len(), 1, "{name}");
+            assert!(
+                out[recorded[0] + 1..]
+                    .iter()
+                    .any(|r| matches!(r, Response::Loaded { .. })),
+                "{name}"
+            );
             let fractions: Vec<f32> = out
                 .iter()
                 .filter_map(|r| match r {
@@ -1203,5 +1216,69 @@ fn an_engine_whose_ui_took_its_ops_table_keeps_its_own_columns_and_answers_alike
                 );
             }
         }
+    }
+}
+
+#[test]
+fn the_ops_table_states_each_op_and_links_each_allocation_to_its_free() {
+    for e in EXAMPLES {
+        let mut engine = Engine::new();
+        loaded(&mut engine, e);
+        let trace = engine.trace.as_ref().expect("loaded");
+        let ops = &trace.devices[engine.device].ops;
+        // The table the engine made (its two halves on two threads) against the ops.
+        let t = &engine.ops;
+        assert_eq!(t.len(), ops.len(), "{}", e.file);
+        let mut frees = 0;
+        for (k, op) in ops.iter().enumerate() {
+            let at = |what: &str| format!("{}: op {k} {what}", e.file);
+            assert_eq!(t.stack[k], op.stack.0, "{}", at("stack"));
+            assert_eq!(t.event_index[k], op.event_index, "{}", at("entry"));
+            assert_eq!(t.time_us(k), Some(op.time_us), "{}", at("time"));
+            match op.kind {
+                OpKind::Alloc {
+                    size_bytes,
+                    recorded_oom,
+                    ..
+                } => {
+                    let kind = if recorded_oom {
+                        wire::op_kind::ALLOC_RECORDED_OOM
+                    } else {
+                        wire::op_kind::ALLOC
+                    };
+                    assert_eq!(
+                        (t.kind[k], t.size_bytes[k]),
+                        (kind, size_bytes),
+                        "{}",
+                        at("alloc")
+                    );
+                }
+                OpKind::Free { alloc, deferred } => {
+                    frees += 1;
+                    let a = alloc as usize;
+                    assert_eq!(
+                        (t.kind[k], t.link[k], t.link[a]),
+                        (wire::op_kind::FREE, alloc, k as u32),
+                        "{}",
+                        at("free")
+                    );
+                    if !deferred {
+                        assert_eq!(t.end[a], k as u32, "{}", at("free's end"));
+                    }
+                }
+                OpKind::CompleteFree { alloc } => {
+                    assert_eq!(
+                        (t.kind[k], t.link[k], t.end[alloc as usize]),
+                        (wire::op_kind::COMPLETE_FREE, alloc, k as u32),
+                        "{}",
+                        at("completion")
+                    );
+                }
+                OpKind::EmptyCache | OpKind::ReleasePool { .. } => {
+                    assert_eq!(t.size_bytes[k], 0, "{}", at("no size"));
+                }
+            }
+        }
+        assert!(frees > 0, "{}: frees to link", e.file);
     }
 }

@@ -122,7 +122,7 @@ pub enum Request {
     /// placement).
     Bounds { job: u64 },
     /// The stacked-allocation bands of the device shown ([`Response::Bands`]): natively
-    /// built beside the main replay, so that neither waits for the other.
+    /// built beside the engine (a detached job), so that no replay waits for them.
     Bands { job: u64 },
     /// Stop job `job` (a what-if sweep: the replays not yet started are skipped). Not
     /// answered; the job answers [`Response::Failed`] if it stopped.
@@ -650,7 +650,8 @@ pub struct TraceData {
     /// `Arc`; to the browser's worker it crosses as its contents).
     pub ops: Arc<OpsTable>,
     pub stacks: Arc<StackTable>,
-    /// Empty until [`Response::Bands`] brings them (stacked beside the main replay).
+    /// Empty until [`Response::Bands`] brings them (stacked once every configuration is
+    /// on screen).
     pub bands: Arc<Bands>,
 }
 

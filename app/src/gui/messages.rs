@@ -140,24 +140,27 @@ impl AllocsimApp {
         );
     }
 
-    /// What waits for the main configuration's first full frame: the bands where the
-    /// engine runs in order, and the best-possible bounds, sent once it is on screen (the
-    /// other configurations' replays go with the main one, behind its layout). Natively
-    /// the bands are asked for at once (they start on a thread of their own). In the
-    /// browser, whose worker answers in order, the bands and the bounds wait until every
-    /// configuration is on screen: the other layouts would queue behind them (on the
-    /// 1.12 GB snapshot 11 s of stacking and 8 s of bounds; the 1 M-event trace's stacking
-    /// 3.2 s); the stacked view shows its folded band meanwhile. There they also wait
-    /// while "What would fit?" sweeps: its search workers take both cores.
+    /// What waits for the first full frame: the bands and the best-possible bounds, sent
+    /// once every configuration is on screen (the other configurations' replays go with
+    /// the main one, behind its layout). In the browser, whose worker answers in order,
+    /// the other layouts would queue behind them (on the 1.12 GB snapshot 11 s of
+    /// stacking and 8 s of bounds; the 1 M-event trace's stacking 3.2 s); natively, where
+    /// they run on threads of their own, they would take the cores the main
+    /// configuration's curves and the other replays need, and hold their memory beside
+    /// those replays' (the open's peak on the 1.12 GB snapshot comes after the first full
+    /// frame). The stacked view shows its folded band meanwhile. In the browser they also
+    /// wait while "What would fit?" sweeps: its search workers take both cores.
     /// Nothing is asked while another file opens: the engine answers for the trace it holds
     /// once that file is built, so the document shown would get the next trace's bands and
     /// bounds, and in the browser they would queue ahead of its replays (a drop while the
     /// example's sweep ran: 1.8 s of them before the 1 M-event trace's first frame).
     pub(crate) fn after_main_frame(&mut self) {
         if self.load_job.is_some()
-            || !self.doc.as_ref().is_some_and(Document::main_settled)
-            || (cfg!(target_arch = "wasm32")
-                && (!self.doc.as_ref().is_some_and(Document::all_settled) || self.sweeping()))
+            || !self
+                .doc
+                .as_ref()
+                .is_some_and(|d| d.main_settled() && d.all_settled())
+            || (cfg!(target_arch = "wasm32") && self.sweeping())
         {
             return;
         }
@@ -375,18 +378,18 @@ impl AllocsimApp {
                 self.explained = None;
                 // The band quads are built once the stacked view is shown, a slice per
                 // frame (`build_bands`).
-                let recorded = self
-                    .recorded
-                    .take()
-                    .filter(|r| r.job == job)
-                    .and_then(|r| r.per_op(&trace));
+                // The recorded timeline per op and the document's tables, together.
+                let recorded = self.recorded.take().filter(|r| r.job == job);
+                let trace = Arc::new(*trace);
+                let (recorded, mut doc) = crate::engine::parallel::join(
+                    || recorded.and_then(|r| r.per_op(&trace)),
+                    || Document::new(Arc::clone(&trace)),
+                );
                 // Until the main replay puts it on its OOM or peak, the cursor shows the
                 // recorded end state (after the last op).
                 self.cursor = recorded.as_ref().map_or(0, |r| r.layout.data.op);
-                self.doc = Some(Document::new(Arc::new(*trace)));
-                if let Some(doc) = &mut self.doc {
-                    doc.recorded = recorded;
-                }
+                doc.recorded = recorded;
+                self.doc = Some(doc);
                 self.cursor_pending = true;
                 // The new document's first layout is marked even at the op marked last.
                 self.marked_layout = None;
@@ -404,12 +407,8 @@ impl AllocsimApp {
                 self.selected_alloc = None;
                 self.bands_highlight = QuadSet::default();
                 self.resimulate();
-                // Natively the bands are stacked beside the main replay, on a thread of
-                // their own; where the engine runs in order (the browser's worker) they
-                // wait for the first full frame ([`AllocsimApp::after_main_frame`]).
-                if self.engine.runs_beside() {
-                    self.request_bands();
-                }
+                // The bands wait for every configuration's first frame
+                // ([`AllocsimApp::after_main_frame`]).
                 self.apply_search();
             }
             Response::Bands { job, bands } => {

@@ -200,8 +200,8 @@ fn the_first_full_frame_waits_for_the_main_replay_alone_and_the_tables_are_share
     );
     assert!(app.what_if.is_none(), "the sweep waits for the replays");
     assert!(!app.first_frame_marked());
-    // An engine that runs in order (this one, the browser's worker) stacks the bands
-    // after this frame too; natively they are stacked beside the main replay.
+    // The bands are stacked once every configuration is on screen (natively too: on a
+    // thread of their own beside the engine).
     assert!(!app.engine.runs_beside());
     assert!(
         doc.trace.bands.pieces.is_empty(),
@@ -312,13 +312,20 @@ fn a_dropped_file_is_opened_in_the_frame_of_the_drop() {
 fn no_bands_nor_bounds_are_asked_for_while_another_file_opens() {
     let mut h = paced_harness(Startup::Example(&OOM_STORY));
     let mut frames = 0;
+    // The bands and bounds wait for every configuration to be on screen.
     while !h
         .state()
         .document()
-        .is_some_and(crate::gui::Document::main_settled)
+        .is_some_and(|d| d.main_settled() && d.all_settled())
     {
         frames += 1;
-        assert!(frames < 200, "the main configuration never settled");
+        assert!(frames < 200, "the configurations never settled");
+        assert!(
+            !h.state()
+                .document()
+                .is_some_and(|d| d.bands_asked || d.bounds_asked),
+            "asked before every configuration is on screen"
+        );
         h.step();
     }
     let app = h.state_mut();

@@ -507,8 +507,51 @@ pub fn build(snap: RawSnapshot, capacity: Option<u64>) -> Result<Validation, cra
 pub fn build_streaming(
     snap: RawSnapshot,
     capacity: Option<u64>,
-    mut stream: Option<StreamTo<'_>>,
+    stream: Option<StreamTo<'_>>,
 ) -> Result<(Validation, bool), crate::Error> {
+    let built = build_devices(&snap, capacity, stream)?;
+    Ok(built.validation(crate::trace::SnapshotInfo::of(snap)))
+}
+
+/// Every device's trace and report, built from a snapshot the caller still holds
+/// ([`build_devices`]), so that other work may read the snapshot on other threads while
+/// it is built, and what the trace keeps of it be taken beside work on the devices'
+/// traces ([`Built::validation`]).
+#[derive(Debug)]
+pub struct Built {
+    /// Each device's trace, by index (a device without entries or segments too).
+    pub devices: Vec<DeviceTrace>,
+    reports: Vec<DeviceReport>,
+    /// Whether what was streamed is the streamed device's start state and ops in the
+    /// trace ([`build_streaming`]'s flag).
+    pub exact: bool,
+}
+
+impl Built {
+    /// The validation: the trace of these devices and what it keeps of the snapshot
+    /// (`info`, [`crate::trace::SnapshotInfo::of`] the snapshot they were built from), and
+    /// [`Built::exact`].
+    #[must_use]
+    pub fn validation(self, info: crate::trace::SnapshotInfo) -> (Validation, bool) {
+        (
+            Validation {
+                trace: Trace {
+                    snapshot: info,
+                    devices: self.devices,
+                },
+                devices: self.reports,
+            },
+            self.exact,
+        )
+    }
+}
+
+/// [`build_streaming`]'s work on every device, the snapshot borrowed.
+pub fn build_devices(
+    snap: &RawSnapshot,
+    capacity: Option<u64>,
+    mut stream: Option<StreamTo<'_>>,
+) -> Result<Built, crate::Error> {
     let cfg = PyTorchConfig::from_settings(&snap.settings).map_err(ConfigError::from)?;
     // PyTorch's device index is an `int8_t` (`c10::DeviceIndex`): no recording has a
     // device above 127, and one claiming it would make every device up to it a trace.
@@ -524,7 +567,7 @@ pub fn build_streaming(
             snap.device_traces.len()
         )));
     }
-    crate::impossible::check(&snap)?;
+    crate::impossible::check(snap)?;
     let mut devices = Vec::new();
     let mut reports = Vec::new();
     let n = snap.device_traces.len().max(
@@ -541,7 +584,7 @@ pub fn build_streaming(
             _ => None,
         };
         let streamed = sink.is_some();
-        let (mut t, r, e) = annotate_streaming(&snap, d, &cfg, capacity, sink)?;
+        let (mut t, r, e) = annotate_streaming(snap, d, &cfg, capacity, sink)?;
         exact |= streamed && e;
         if let Some(events) = snap.device_traces.get(d as usize) {
             t.capacity = crate::capacity::infer(events, &t, &cfg);
@@ -551,14 +594,9 @@ pub fn build_streaming(
         }
         devices.push(t);
     }
-    Ok((
-        Validation {
-            trace: Trace {
-                snapshot: crate::trace::SnapshotInfo::of(snap),
-                devices,
-            },
-            devices: reports,
-        },
+    Ok(Built {
+        devices,
+        reports,
         exact,
-    ))
+    })
 }
