@@ -284,7 +284,7 @@ fn build_devices_replaying<T: Send>(
     snap: &RawSnapshot,
     capacity: Option<u64>,
     device: Option<u32>,
-    replay: impl FnOnce(&[StartSegment], &mut dyn Iterator<Item = Vec<Op>>) -> Option<T> + Send,
+    replay: impl FnOnce(&[StartSegment], &mut dyn Iterator<Item = OpsPiece>) -> Option<T> + Send,
 ) -> (Result<build::Built, allocsim_core::Error>, Option<T>) {
     std::thread::scope(|s| {
         let (start_tx, start_rx) = mpsc::sync_channel::<Vec<StartSegment>>(1);
