@@ -336,6 +336,11 @@ pub trait Swept: Clone {
     fn swept(&self) -> SweptReplay;
     /// [`note_fits`] on the replay's OOM explanation, where it keeps one.
     fn note_fits(&mut self, fitting: &[String], if_none: &str);
+    /// This replay as the replay of another setting of the same [`Effect`] (`config`: its
+    /// canonical string) would be, where what is kept of it is only what the two decide
+    /// alike and the setting's name; None where it keeps more (the setting is replayed
+    /// under its own name then).
+    fn renamed(&self, config: String) -> Option<Self>;
 }
 
 /// What a sweep keeps of one replay: enough to rank it and to show it in a trade-off
@@ -401,6 +406,10 @@ impl Swept for ReplayResult {
     fn note_fits(&mut self, fitting: &[String], if_none: &str) {
         note_fits(self, fitting, if_none);
     }
+    fn renamed(&self, _: String) -> Option<Self> {
+        // Its OOM explanation, layout and the rest are the replay's own: replayed.
+        None
+    }
 }
 
 impl Swept for SweptReplay {
@@ -408,6 +417,14 @@ impl Swept for SweptReplay {
         self.clone()
     }
     fn note_fits(&mut self, _: &[String], _: &str) {}
+    fn renamed(&self, config: String) -> Option<Self> {
+        // Every other field is what the replay decided (peak, segment and synchronizing
+        // ops, driver time, first OOM), which a setting of the same effect decides alike.
+        Some(SweptReplay {
+            config,
+            ..self.clone()
+        })
+    }
 }
 
 /// What a PyTorch config does on one trace: two configs with the same effect replay the
@@ -574,7 +591,8 @@ pub fn replay_shared(
 enum Stage {
     /// The default and one candidate of each distinct effect.
     First,
-    /// The candidates the answer names whose own replay is not held yet.
+    /// The candidates the answer names whose own replay is not held yet (none where the
+    /// results kept are [`SweptReplay`]s: [`Swept::renamed`]).
     Named,
     Done,
 }
@@ -740,7 +758,8 @@ impl<R: Swept> Sweep<R> {
     }
 
     /// Every candidate ranked by its effect's replay, under its own config string; the
-    /// named ones (the trade-off table's) whose own replay is not held are the next batch.
+    /// named ones (the trade-off table's) whose own replay is not held, and that their
+    /// effect's replay cannot stand for renamed ([`Swept::renamed`]), are the next batch.
     fn rank_all(&mut self) {
         let mut order: Vec<(usize, Rank)> = (0..self.configs.len())
             .filter_map(|i| {
@@ -756,10 +775,17 @@ impl<R: Swept> Sweep<R> {
             // The replay held for this candidate was run under its own config string:
             // it is this candidate's own replay (replays are deterministic).
             let k = self.effect_of[i];
+            let held = self.results[k].as_ref();
             if self.configs[self.replayed[k]] == self.configs[i] {
-                let r = self.results[k]
-                    .clone()
-                    .expect("ranked candidates have results");
+                let r = held.cloned().expect("ranked candidates have results");
+                self.named.push((i, r));
+            } else if let Some(r) = held.and_then(|r| {
+                // Where a sweep keeps only what a replay decided, a candidate of the same
+                // effect is its effect's replay under its own name ([`Swept::renamed`]):
+                // no replay (the canonical string is what a replay of it reports).
+                let cfg = PyTorchConfig::parse(&self.configs[i]).ok()?;
+                r.renamed(cfg.canonical())
+            }) {
                 self.named.push((i, r));
             } else {
                 self.pending.push(i);

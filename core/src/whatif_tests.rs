@@ -221,3 +221,80 @@ fn divisions_that_round_every_request_alike_share_a_replay_and_it_is_theirs() {
     let r = recommend(&trace, device, None, &mut |_, _| {}).unwrap();
     assert_eq!(r.candidates_replayed, seen.len());
 }
+
+/// A [`Sweep`] given `R`'s of its batches' settings, each replayed on its own; the named
+/// batch's size (the rows replayed under their own name) beside the answer.
+fn sweep_alone<R: Swept>(
+    t: &Trace,
+    device: usize,
+    capacity: Option<u64>,
+    keep: impl Fn(ReplayResult) -> R,
+) -> (Recommendation<R>, usize) {
+    let mut sweep: Sweep<R> = Sweep::new(t, device, capacity).unwrap();
+    let mut named = 0;
+    for b in 0.. {
+        let specs = sweep.next_batch();
+        if specs.is_empty() {
+            break;
+        }
+        if b > 0 {
+            named += specs.len();
+        }
+        let results = specs
+            .iter()
+            .map(|s| {
+                keep(session::replay_device(t, device, s, capacity, summary_options()).unwrap())
+            })
+            .collect();
+        sweep.give(results).unwrap();
+    }
+    (sweep.finish().unwrap(), named)
+}
+
+#[test]
+fn a_sweep_that_keeps_what_replays_decided_names_its_rows_without_replaying_them() {
+    // The browser's sweep keeps `SweptReplay`s: a trade-off row whose own replay is not
+    // held is its effect's replay renamed, and the answer is the one `recommend` gets by
+    // replaying those rows under their own names.
+    let bytes = std::fs::read(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../tests/traces/multistream_pub.pickle.gz"
+    ))
+    .expect("a trace of the repository");
+    let multistream = session::load(&bytes, None).expect("loads").trace;
+    let busiest = multistream.busiest_device();
+    let mut renamed = 0;
+    for (t, device, capacity) in [
+        (story(), 0, Some(CAP)),
+        (story(), 0, None),
+        (multistream.clone(), busiest, None),
+    ] {
+        let (full, replayed) = sweep_alone(&t, device, capacity, |r| r);
+        let (kept, none) = sweep_alone(&t, device, capacity, |r| SweptReplay::from(&r));
+        assert_eq!(none, 0, "{capacity:?}");
+        renamed += replayed;
+        let swept = |rs: &[ReplayResult]| rs.iter().map(SweptReplay::from).collect::<Vec<_>>();
+        assert_eq!(kept.tradeoffs, swept(&full.tradeoffs), "{capacity:?}");
+        assert_eq!(kept.best, SweptReplay::from(&full.best));
+        assert_eq!(kept.default, SweptReplay::from(&full.default));
+        assert_eq!(
+            (
+                kept.candidates_tried,
+                kept.candidates_replayed,
+                kept.candidates_fitting
+            ),
+            (
+                full.candidates_tried,
+                full.candidates_replayed,
+                full.candidates_fitting
+            )
+        );
+        // And the CLI's own path gives the same answer.
+        let cli = recommend(&t, device, capacity, &mut |_, _| {}).unwrap();
+        assert_eq!(swept(&cli.tradeoffs), swept(&full.tradeoffs));
+    }
+    assert!(
+        renamed > 0,
+        "no trade-off row was replayed under its own name"
+    );
+}
