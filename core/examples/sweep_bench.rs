@@ -3,7 +3,7 @@
 //! the browser deals to its two search workers ([`prefix::share`]) weigh.
 //!
 //! Natively: `cargo run --release -p allocsim-core --example sweep_bench -- FILE
-//! CAPACITY_BYTES [ROUNDS] [--parts]`. In wasm: `cargo build --release -p allocsim-core
+//! CAPACITY_BYTES [ROUNDS] [--parts | --stages]`. In wasm: `cargo build --release -p allocsim-core
 //! --example sweep_bench --target wasm32-wasip1`, then `node web/tests/wasi-run.mjs
 //! $CARGO_TARGET_DIR/wasm32-wasip1/release/examples/sweep_bench.wasm FILE CAPACITY_BYTES`
 //! (V8, as Chromium runs the page's wasm). Prints the decode and each sweep's time; with
@@ -12,7 +12,7 @@
 use std::time::Instant;
 
 use allocsim_core::prefix;
-use allocsim_core::whatif::{InOrder, Sweep, recommend_with, summary_options};
+use allocsim_core::whatif::{InOrder, Sweep, SweptReplay, recommend_with, summary_options};
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
@@ -23,7 +23,7 @@ fn main() {
     let cap: u64 = cap.parse().expect("CAPACITY_BYTES: a number of bytes");
     let rounds: usize = args
         .get(3)
-        .filter(|a| *a != "--parts")
+        .filter(|a| !a.starts_with("--"))
         .map_or(1, |r| r.parse().expect("ROUNDS: a number"));
     let bytes = std::fs::read(file).expect("cannot read FILE");
     let t = Instant::now();
@@ -56,6 +56,91 @@ fn main() {
             "dealt in turn, per worker: {:.3} / {:.3} s",
             per_worker[0], per_worker[1]
         );
+        return;
+    }
+    if args.iter().any(|a| a == "--stages") {
+        // Each batch of the sweep (the first: every effect; then the named rows whose own
+        // replay is not held), its parts for two workers as the page deals them, timed.
+        let mut sweep: Sweep = Sweep::new(&v.trace, 0, Some(cap)).expect("a sweep");
+        let mut b = 0;
+        loop {
+            let specs = sweep.next_batch();
+            if specs.is_empty() {
+                break;
+            }
+            let mut results = vec![None; specs.len()];
+            let mut per_worker = [0.0f64; 2];
+            for (k, part) in prefix::share(&specs, 2).iter().enumerate() {
+                let mine: Vec<_> = part.iter().map(|&i| specs[i].clone()).collect();
+                let t = Instant::now();
+                prefix::replay_sharing(
+                    &v.trace,
+                    0,
+                    &mine,
+                    Some(cap),
+                    summary_options(),
+                    &mut |i, _, r| results[part[i]] = Some(r.expect("a replay")),
+                )
+                .expect("the replays");
+                per_worker[k % 2] += t.elapsed().as_secs_f64();
+            }
+            println!(
+                "batch {b}: {} settings, per worker {:.3} / {:.3} s",
+                specs.len(),
+                per_worker[0],
+                per_worker[1]
+            );
+            sweep
+                .give(
+                    results
+                        .into_iter()
+                        .map(|r| r.expect("every result"))
+                        .collect(),
+                )
+                .expect("the batch");
+            b += 1;
+        }
+        // The browser's sweep keeps `SweptReplay`s: its answer from the first batch alone.
+        let full = sweep.finish().expect("the answer");
+        let mut kept: Sweep<SweptReplay> = Sweep::new(&v.trace, 0, Some(cap)).expect("a sweep");
+        let mut batches = 0;
+        loop {
+            let specs = kept.next_batch();
+            if specs.is_empty() {
+                break;
+            }
+            if batches > 0 {
+                let names: Vec<_> = specs.iter().map(ToString::to_string).collect();
+                println!("kept as SweptReplay: batch {batches}: {names:?}");
+            }
+            let mut results = vec![None; specs.len()];
+            prefix::replay_sharing(
+                &v.trace,
+                0,
+                &specs,
+                Some(cap),
+                summary_options(),
+                &mut |i, _, r| results[i] = Some(SweptReplay::from(&r.expect("a replay"))),
+            )
+            .expect("the replays");
+            kept.give(
+                results
+                    .into_iter()
+                    .map(|r| r.expect("every result"))
+                    .collect(),
+            )
+            .expect("the batch");
+            batches += 1;
+        }
+        let kept = kept.finish().expect("the answer");
+        let same = kept.tradeoffs
+            == full
+                .tradeoffs
+                .iter()
+                .map(SweptReplay::from)
+                .collect::<Vec<_>>()
+            && kept.default == SweptReplay::from(&full.default);
+        println!("kept as SweptReplay: {batches} batch(es), the same trade-off table: {same}");
         return;
     }
     for _ in 0..rounds {

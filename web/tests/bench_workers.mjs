@@ -168,6 +168,16 @@ async function recommendOnce(dir, name, cap, workers) {
   const planned = await markTime(page, "data-allocsim-search-workers", running, "/planned=1/.test(v)");
   r.read_ms = planned === null ? null : Math.round(planned - running);
   r.search_workers = await page.evaluate(() => document.body.getAttribute("data-allocsim-search-workers"));
+  // The search workers' counts as they changed, from the page's start to the table (ms
+  // after "running"; negative: before it): when the pool started, the trace was shared, the
+  // plan came.
+  r.worker_marks = await page.evaluate(
+    ([a, b]) =>
+      window.__marks
+        .filter((m) => m.name === "data-allocsim-search-workers" && m.t <= b)
+        .map((m) => [Math.round(m.t - a), m.value.replace(/ terminated=\d+| sweep=\d+/g, "")]),
+    [running, done],
+  );
   r.load_average_after = loadavg();
   await s.close();
   return r;
@@ -226,7 +236,7 @@ for (const [dir, name, cap] of targets) {
     for (const k of sweepPools.length > 0 ? sweepPools : [null]) {
       const r = await recommendOnce(dir, name, cap, k);
       row.runs.push(r);
-      log(`${name} under ${cap}, ?workers=${r.workers}, run ${i + 1}: What would fit? ${r.sweep_ms} ms in the browser, of which ${r.read_ms} ms before the replays (the search workers reading the trace), ${r.cpu_s} CPU s in the browser, search workers ${r.search_workers}, ${r.frames} frames drawn (gaps ${JSON.stringify(r.frame_gaps_ms)} ms; asked by ${JSON.stringify(r.repaint_causes)}), CPU s by thread ${JSON.stringify(r.cpu_by_thread)} (load ${r.load_average} → ${r.load_average_after})`);
+      log(`${name} under ${cap}, ?workers=${r.workers}, run ${i + 1}: What would fit? ${r.sweep_ms} ms in the browser, of which ${r.read_ms} ms before the replays (the search workers reading the trace), ${r.cpu_s} CPU s in the browser, search workers ${r.search_workers}, ${r.frames} frames drawn (gaps ${JSON.stringify(r.frame_gaps_ms)} ms; asked by ${JSON.stringify(r.repaint_causes)}), CPU s by thread ${JSON.stringify(r.cpu_by_thread)}, search workers' counts ${JSON.stringify(r.worker_marks)} (load ${r.load_average} → ${r.load_average_after})`);
     }
   }
   row.best_by_workers = {};
