@@ -162,7 +162,8 @@ impl Annotator<'_, '_> {
             pool: p,
         };
         let mut chosen = (interps[0], pools[0]);
-        let mut out = Vec::new();
+        let mut out = std::mem::take(&mut self.out);
+        out.clear();
         let result;
         let oracle = self.capacity.is_none();
         if interps.len() * pools.len() == 1 {
@@ -261,6 +262,7 @@ impl Annotator<'_, '_> {
             )
         };
         self.cmp.compare(i, group_all, &out, &ctx);
+        self.out = out;
         if !is_oom {
             self.scope.insert(stream, pool);
         }

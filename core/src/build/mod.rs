@@ -22,7 +22,7 @@ pub use recorded::RecordedDevice;
 use crate::device::SimulatedDevice;
 use crate::models::common::hasher::AddrMap;
 use crate::models::pytorch::{PyTorchConfig, PyTorchModel};
-use crate::models::{Allocator, ConfigError, PoolId};
+use crate::models::{Allocator, ConfigError, ModelEvent, PoolId};
 use crate::snapshot::{Action, RawEvent, RawSnapshot};
 use crate::trace::{
     DeviceTrace, Inference, Op, OpKind, PoolTable, StartSegment, Trace, TraceError,
@@ -80,6 +80,8 @@ struct Annotator<'a, 's> {
     /// only), and how many went.
     sink: Option<&'s mut dyn FnMut(Streamed<'_>)>,
     sent: usize,
+    /// The model's events of the group at hand: one vector for the pass, not one a group.
+    out: Vec<ModelEvent>,
 }
 
 /// The device [`build_streaming`] streams, and where to.
@@ -133,7 +135,7 @@ impl Annotator<'_, '_> {
     }
 
     fn note_peak(&mut self) {
-        self.peak_sim = self.peak_sim.max(self.model.stats().reserved_bytes);
+        self.peak_sim = self.peak_sim.max(self.model.reserved_bytes());
     }
 
     /// The events of `from..to` the recorded device hands out (segment events and OOMs).
@@ -206,9 +208,9 @@ impl Annotator<'_, '_> {
                     if deferred {
                         self.pending.insert(e.addr, alloc);
                     }
-                    let mut out = Vec::new();
+                    self.out.clear();
                     let mut dev = RecordedDevice::new(&[], false, &self.synth);
-                    if let Err(m) = self.model.free(&mut dev, e.addr, deferred, &mut out) {
+                    if let Err(m) = self.model.free(&mut dev, e.addr, deferred, &mut self.out) {
                         self.cmp.diverge_input(i, &e, &m.to_string());
                     }
                     i += if deferred { 1 } else { 2 };
@@ -221,9 +223,9 @@ impl Annotator<'_, '_> {
                         ));
                     };
                     self.op(i, OpKind::CompleteFree { alloc }, e.addr);
-                    let mut out = Vec::new();
+                    self.out.clear();
                     let mut dev = RecordedDevice::new(&[], false, &self.synth);
-                    if let Err(m) = self.model.complete_free(&mut dev, e.addr, &mut out) {
+                    if let Err(m) = self.model.complete_free(&mut dev, e.addr, &mut self.out) {
                         self.cmp.diverge_input(i, &e, &m.to_string());
                     }
                     i += 1;
@@ -305,6 +307,7 @@ fn pass<'a, 's>(
         initial_ops: 0,
         sent: 0,
         sink,
+        out: Vec::new(),
     };
     // Blocks alive at the start become the first ops, so every model can replay them.
     for s in start {

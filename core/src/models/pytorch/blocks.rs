@@ -5,7 +5,9 @@
 //! pool, and the largest free block.
 
 use super::free_index::FreePos;
-use super::{Block, MIN_BLOCK_BYTES, NIL, OldEntry, PyTorchModel, SMALL_SIZE_BYTES, Segment};
+use super::{
+    Block, MIN_BLOCK_BYTES, NIL, OldEntry, PyTorchModel, SMALL_SIZE_BYTES, Segment, SegmentIndex,
+};
 use crate::models::ModelEvent;
 use crate::snapshot::Action;
 
@@ -26,13 +28,25 @@ impl PyTorchModel {
 
     pub(super) fn new_segment(&mut self, s: Segment) -> u32 {
         self.any_expandable |= s.expandable;
-        if let Some(i) = self.free_segment_slots.pop() {
+        let (base, size) = (s.base, s.size);
+        let i = if let Some(i) = self.free_segment_slots.pop() {
             self.segments[i as usize] = s;
             i
         } else {
             self.segments.push(s);
             (self.segments.len() - 1) as u32
-        }
+        };
+        self.seg_index.insert(base, size, i);
+        i
+    }
+
+    /// Segment `seg` is released: no longer live, its slot free for the next one.
+    pub(super) fn retire_segment(&mut self, seg: u32) {
+        let s = &mut self.segments[seg as usize];
+        s.live = false;
+        let base = s.base;
+        self.free_segment_slots.push(seg);
+        self.seg_index.remove(base, seg);
     }
 
     pub(super) fn b(&self, i: u32) -> &Block {
@@ -320,5 +334,51 @@ impl PyTorchModel {
             .map(|p| p.blocks.largest())
             .max()
             .unwrap_or(0)
+    }
+}
+
+impl SegmentIndex {
+    /// A live segment `slot` of `size` bytes at `base`; the index is given up if its range
+    /// wraps or meets another live segment's (or is empty: it holds no address, which
+    /// the walk also says, but the index keeps only ranges that hold one).
+    fn insert(&mut self, base: u64, size: u64, slot: u32) {
+        if self.given_up {
+            return;
+        }
+        let Some(end) = base.checked_add(size).filter(|_| size > 0) else {
+            self.give_up();
+            return;
+        };
+        let k = self.ranges.partition_point(|&(b, _, _)| b < base);
+        let clear_before = k == 0 || self.ranges[k - 1].1 <= base;
+        let clear_after = self.ranges.get(k).is_none_or(|&(b, _, _)| end <= b);
+        if clear_before && clear_after {
+            self.ranges.insert(k, (base, end, slot));
+        } else {
+            self.give_up();
+        }
+    }
+
+    /// Segment `slot` at `base` is no longer live.
+    fn remove(&mut self, base: u64, slot: u32) {
+        if self.given_up {
+            return;
+        }
+        let k = self.ranges.partition_point(|&(b, _, _)| b < base);
+        if self
+            .ranges
+            .get(k)
+            .is_some_and(|&(b, _, s)| b == base && s == slot)
+        {
+            self.ranges.remove(k);
+        } else {
+            // Not where it was put: the walk answers from here on.
+            self.give_up();
+        }
+    }
+
+    fn give_up(&mut self) {
+        self.given_up = true;
+        self.ranges = Vec::new();
     }
 }

@@ -124,6 +124,19 @@ struct Segment {
     live: bool,
 }
 
+/// The live segments' address ranges in address order, `(base, end, slot)`, so that the
+/// segment holding an address is found by a binary search rather than a walk over every
+/// segment (the build asks for each malloc it groups). Kept only while no two live
+/// segments overlap and no range wraps past the end of the address space: then at most one
+/// live segment holds an address, the one the walk in slot order would find. Once that
+/// fails (a diverging replay can be handed an address inside a live segment) the index
+/// is given up for good and the walk answers.
+#[derive(Debug, Clone, Default)]
+struct SegmentIndex {
+    ranges: Vec<(u64, u64, u32)>,
+    given_up: bool,
+}
+
 /// A `BlockPool`: the free mapped blocks ordered by (stream, size, addr), and the unmapped
 /// ranges ordered by (stream, addr). Each free block is in exactly one of them.
 #[derive(Debug, Clone)]
@@ -155,6 +168,9 @@ pub struct PyTorchModel {
     /// Some segment was ever expandable: until then the best-fit search need not look a
     /// block's segment up.
     any_expandable: bool,
+    /// The live segments by address (`blocks.rs`, [`SegmentIndex`]), for
+    /// [`PyTorchModel::segment_of`].
+    seg_index: SegmentIndex,
     pools: Vec<Pool>,
     /// Private pools by id, with their two `pools` indexes.
     private: BTreeMap<PoolId, PrivatePool>,
@@ -212,6 +228,7 @@ impl PyTorchModel {
             segments: Vec::new(),
             free_segment_slots: Vec::new(),
             any_expandable: false,
+            seg_index: SegmentIndex::default(),
             pools: vec![mk(true), mk(false)],
             private: BTreeMap::new(),
             freeable: FreeablePools::default(),
@@ -311,27 +328,35 @@ impl PyTorchModel {
     /// The pool and stream of the segment holding `addr`, if any.
     #[must_use]
     pub fn segment_of(&self, addr: u64) -> Option<(PoolId, u64, bool)> {
-        self.segments
-            .iter()
-            .filter(|s| s.live && addr >= s.base && addr < s.base + s.size)
-            .map(|s| {
-                (
-                    self.pools[s.pool as usize].id,
-                    s.stream,
-                    self.pools[s.pool as usize].small,
-                )
-            })
-            .next()
+        self.live_segment_at(addr).map(|s| {
+            (
+                self.pools[s.pool as usize].id,
+                s.stream,
+                self.pools[s.pool as usize].small,
+            )
+        })
+    }
+
+    /// The live segment holding `addr`: the first in slot order, found through the
+    /// segment index while it is kept.
+    fn live_segment_at(&self, addr: u64) -> Option<&Segment> {
+        if self.seg_index.given_up {
+            return self
+                .segments
+                .iter()
+                .find(|s| s.live && addr >= s.base && addr < s.base + s.size);
+        }
+        let ranges = &self.seg_index.ranges;
+        let k = ranges.partition_point(|&(base, _, _)| base <= addr);
+        let &(_, end, slot) = ranges.get(k.checked_sub(1)?)?;
+        (addr < end).then(|| &self.segments[slot as usize])
     }
 
     /// The free mapped block that starts at `addr`: its index, where its entry stands in
     /// its pool's index, and its size. A walk over the pool's free blocks of the segment's
     /// stream: only checkpoint restores need it.
     fn free_block_starting_at(&self, addr: u64) -> Option<(u32, FreePos, u64)> {
-        let seg = self
-            .segments
-            .iter()
-            .find(|s| s.live && addr >= s.base && addr < s.base + s.size)?;
+        let seg = self.live_segment_at(addr)?;
         let mut it = self.pools[seg.pool as usize].blocks.at_least(seg.stream, 0);
         while let Some((size, a, i)) = it.next() {
             if a == addr {

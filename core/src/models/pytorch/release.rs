@@ -27,8 +27,7 @@ impl PyTorchModel {
         dev.free(addr, size);
         self.reserved_bytes -= size;
         self.segment_ops += 1;
-        self.segments[seg as usize].live = false;
-        self.free_segment_slots.push(seg);
+        self.retire_segment(seg);
         self.delete_block(i);
         out.push(ModelEvent {
             action: Action::SegmentFree,
@@ -65,8 +64,7 @@ impl PyTorchModel {
                 );
                 self.remove_unmapped(i);
                 dev.release(base, size);
-                self.segments[segi as usize].live = false;
-                self.free_segment_slots.push(segi);
+                self.retire_segment(segi);
                 self.delete_block(i);
             }
         }

@@ -498,3 +498,123 @@ fn throw_on_cudamalloc_oom_rejects_before_the_ladder() {
     assert!(second.is_ok());
     assert_eq!((r.reserved(), r.model.num_oom_rejections), (110 * MIB, 0));
 }
+
+/// A device that hands out the addresses it is given, in order (a recording's, right or
+/// wrong for the model), for segments and reservations alike.
+struct Handing(Vec<u64>);
+
+impl crate::device::Device for Handing {
+    fn malloc(&mut self, _size: u64, _stream: u64) -> Result<u64, crate::device::DeviceOom> {
+        if self.0.is_empty() {
+            return Err(crate::device::DeviceOom);
+        }
+        Ok(self.0.remove(0))
+    }
+    fn free(&mut self, _addr: u64, _size: u64) {}
+    fn reserve(
+        &mut self,
+        size: u64,
+        _page: u64,
+        stream: u64,
+    ) -> Result<u64, crate::device::DeviceOom> {
+        self.malloc(size, stream)
+    }
+    fn release(&mut self, _addr: u64, _size: u64) {}
+    fn map(
+        &mut self,
+        _addr: u64,
+        _size: u64,
+        _stream: u64,
+    ) -> Result<(), crate::device::DeviceOom> {
+        Ok(())
+    }
+    fn unmap(&mut self, _addr: u64, _size: u64) {}
+    fn free_bytes(&self) -> u64 {
+        0
+    }
+}
+
+/// `segment_of` as a walk over every segment in slot order: what the segment index must
+/// answer.
+fn segment_of_by_walk(m: &PyTorchModel, addr: u64) -> Option<(PoolId, u64, bool)> {
+    m.segments
+        .iter()
+        .find(|s| s.live && addr >= s.base && addr < s.base + s.size)
+        .map(|s| {
+            let p = &m.pools[s.pool as usize];
+            (p.id, s.stream, p.small)
+        })
+}
+
+/// Every segment's base, last byte, end, a byte before it and the middle of each gap.
+fn probes(m: &PyTorchModel) -> Vec<u64> {
+    let mut at = vec![0, 1, u64::MAX];
+    for s in &m.segments {
+        at.extend([s.base.saturating_sub(1), s.base, s.base + s.size / 2]);
+        at.extend([s.base + s.size - 1, s.base + s.size, s.base + s.size + MIB]);
+    }
+    at
+}
+
+fn segment_of_agrees_with_the_walk(m: &PyTorchModel) {
+    for addr in probes(m) {
+        assert_eq!(
+            m.segment_of(addr),
+            segment_of_by_walk(m, addr),
+            "at {addr:#x}"
+        );
+    }
+}
+
+#[test]
+fn segment_of_answers_as_the_walk_through_releases_and_overlaps() {
+    for conf in ["", "expandable_segments:True"] {
+        let g = 1u64 << 40;
+        let mut m = PyTorchModel::new(PyTorchConfig::parse(conf).unwrap(), None);
+        let mut out = Vec::new();
+        // Segments out of address order, in two pools and two streams.
+        let mut dev = Handing(vec![5 * g, 2 * g, 9 * g, 7 * g]);
+        let mut live = Vec::new();
+        for (size, stream, pool) in [
+            (30 * MIB, 0, PoolId::DEFAULT),
+            (100 * 1024, 0, PoolId::DEFAULT),
+            (50 * MIB, 7, PoolId::DEFAULT),
+            (30 * MIB, 0, PoolId(0, 3)),
+        ] {
+            let r = AllocRequest {
+                size_bytes: size,
+                stream,
+                pool,
+            };
+            live.push(m.malloc(&mut dev, &r, &mut out).unwrap());
+            segment_of_agrees_with_the_walk(&m);
+        }
+        assert!(m.segment_of(5 * g).is_some() && m.segment_of(5 * g - 1).is_none());
+        // Released segments are gone; their slots are taken again.
+        m.free(&mut dev, live[0], false, &mut out).unwrap();
+        m.free(&mut dev, live[2], false, &mut out).unwrap();
+        m.empty_cache(&mut dev, &mut out);
+        segment_of_agrees_with_the_walk(&m);
+        assert_eq!(m.segment_of(5 * g), None);
+        dev.0 = vec![3 * g];
+        let r = AllocRequest {
+            size_bytes: 30 * MIB,
+            stream: 0,
+            pool: PoolId::DEFAULT,
+        };
+        live[0] = m.malloc(&mut dev, &r, &mut out).unwrap();
+        segment_of_agrees_with_the_walk(&m);
+        // A device that hands out an address inside a live segment (a replay off the
+        // recording): the index is given up, the walk's first segment in slot order answers.
+        dev.0 = vec![3 * g + 4 * MIB];
+        let r = AllocRequest {
+            size_bytes: 40 * MIB,
+            stream: 2,
+            pool: PoolId::DEFAULT,
+        };
+        m.malloc(&mut dev, &r, &mut out).unwrap();
+        assert!(m.seg_index.given_up);
+        segment_of_agrees_with_the_walk(&m);
+        assert!(m.segment_of(3 * g + 5 * MIB).is_some());
+    }
+}
