@@ -290,7 +290,7 @@ mod tests {
             t.link.push(if c == 'a' { NO_OP } else { v as u32 });
             t.end.push(NO_OP);
             t.stack.push(0);
-            t.push_event(k as u32);
+            t.event_index.push(k as u32);
             t.push_time_us(0);
             if c == 'f' {
                 t.link[v as usize] = k as u32;

@@ -864,15 +864,15 @@ pub fn ops_table(dt: &DeviceTrace) -> OpsTable {
         || {
             let mut t = OpsTable {
                 stack: Vec::with_capacity(n),
+                event_index: Vec::with_capacity(n),
                 ..OpsTable::default()
             };
             for op in &dt.ops {
                 t.stack.push(op.stack.0);
-                t.push_event(op.event_index);
+                t.event_index.push(op.event_index);
                 t.push_time_us(op.time_us);
             }
             t.times.shrink_to_fit();
-            t.event_index.shrink_to_fit();
             t
         },
     );

@@ -665,7 +665,7 @@ fn the_recorded_timeline_comes_first_and_agrees_with_the_trace_and_the_replay() 
             if ops.kind[k] != wire::op_kind::ALLOC {
                 continue;
             }
-            let ev = ops.event_of(k).unwrap() as usize;
+            let ev = ops.event_index[k] as usize;
             if ev >= events {
                 continue;
             }
@@ -1233,7 +1233,7 @@ fn the_ops_table_states_each_op_and_links_each_allocation_to_its_free() {
         for (k, op) in ops.iter().enumerate() {
             let at = |what: &str| format!("{}: op {k} {what}", e.file);
             assert_eq!(t.stack[k], op.stack.0, "{}", at("stack"));
-            assert_eq!(t.event_of(k), Some(op.event_index), "{}", at("entry"));
+            assert_eq!(t.event_index[k], op.event_index, "{}", at("entry"));
             assert_eq!(t.time_us(k), Some(op.time_us), "{}", at("time"));
             match op.kind {
                 OpKind::Alloc {

@@ -443,10 +443,9 @@ pub struct OpsTable {
     /// Index into [`StackTable`] (0: no frames).
     #[serde(deserialize_with = "exact_vec")]
     pub stack: Vec<u32>,
-    /// Index of the trace entry in `device_traces[d]`, exact in core's compact column (an
-    /// op's entry is close to the one before: about a byte an op where a `Vec<u32>` takes
-    /// 4); read through [`OpsTable::event_of`].
-    pub event_index: Column,
+    /// Index of the trace entry in `device_traces[d]`.
+    #[serde(deserialize_with = "exact_vec")]
+    pub event_index: Vec<u32>,
     /// `time_us` of the trace entry (0 when the trace has no times), exact in core's
     /// compact column (times move little within 64 ops: 2 to 4 bytes an op where a
     /// `Vec<i64>` takes 8); read through [`OpsTable::time_us`].
@@ -475,8 +474,10 @@ impl OpsTable {
     pub fn heap_bytes(&self) -> usize {
         self.kind.capacity()
             + 8 * self.size_bytes.capacity()
-            + 4 * (self.link.capacity() + self.end.capacity() + self.stack.capacity())
-            + self.event_index.capacity_bytes()
+            + 4 * (self.link.capacity()
+                + self.end.capacity()
+                + self.stack.capacity()
+                + self.event_index.capacity())
             + self.times.capacity_bytes()
     }
 
@@ -485,24 +486,8 @@ impl OpsTable {
     /// table as its contents ([`Engine`](super::Engine) in the browser's worker).
     pub fn keep_engine_columns(&mut self) {
         self.stack = Vec::new();
-        self.event_index = Column::default();
+        self.event_index = Vec::new();
         self.times = Column::default();
-    }
-
-    /// The index of op `k`'s trace entry in `device_traces[d]`.
-    #[must_use]
-    pub fn event_of(&self, k: usize) -> Option<u32> {
-        self.event_index.get(k).map(|e| e as u32)
-    }
-
-    /// The trace entry of every op, in order.
-    pub fn events(&self) -> impl Iterator<Item = u32> + '_ {
-        self.event_index.iter().map(|e| e as u32)
-    }
-
-    /// Appends the trace entry of the next op.
-    pub fn push_event(&mut self, e: u32) {
-        self.event_index.push(u64::from(e));
     }
 
     /// `time_us` of op `k`'s trace entry.
@@ -971,7 +956,7 @@ mod tests {
             ops.link.push(NO_OP);
             ops.end.push(NO_OP);
             ops.stack.push(k % 3);
-            ops.push_event(k);
+            ops.event_index.push(k);
             ops.push_time_us(i64::from(k));
         }
         let back: OpsTable = decode(&encode(&ops).unwrap()).unwrap();

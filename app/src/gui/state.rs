@@ -214,7 +214,7 @@ impl RecordedView {
         // An op the recording has no entry of (one inferred) keeps the value before it.
         let at = |env: &ColumnEnvelope| {
             let (mut last, mut column) = (0, allocsim_core::metrics::Column::default());
-            for e in trace.ops.events() {
+            for &e in &trace.ops.event_index {
                 last = env.bytes(e as usize).unwrap_or(last);
                 column.push(last);
             }
@@ -719,18 +719,9 @@ impl Seconds<'_> {
 /// from it, else the last op before it (None before the first op).
 #[must_use]
 pub fn op_of_event(trace: &TraceData, event: u64) -> Option<u32> {
-    // The entries rise with the ops: the first op past `event`, by bisection.
-    let ops = &trace.ops;
-    let (mut lo, mut hi) = (0, ops.len());
-    while lo < hi {
-        let mid = lo + (hi - lo) / 2;
-        if ops.event_of(mid).is_some_and(|e| u64::from(e) <= event) {
-            lo = mid + 1;
-        } else {
-            hi = mid;
-        }
-    }
-    lo.checked_sub(1).map(|k| k as u32)
+    let ev = &trace.ops.event_index;
+    let k = ev.partition_point(|&e| u64::from(e) <= event);
+    k.checked_sub(1).map(|k| k as u32)
 }
 
 /// Live allocations at op `op` grouped by call site: (stack, bytes, count), largest first.

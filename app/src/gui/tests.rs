@@ -137,7 +137,7 @@ fn arrow_keys_step_the_cursor_and_the_layout_follows() {
     let ev = h
         .state()
         .document()
-        .map(|d| d.trace.ops.event_of((start + 1) as usize).unwrap())
+        .map(|d| d.trace.ops.event_index[(start + 1) as usize])
         .expect("doc");
     assert!(
         has_text(&h, &format!("event {ev} · op {}", start + 1)),
@@ -652,10 +652,7 @@ fn the_oom_explained_names_the_blockers_highlights_them_and_goes_to_their_alloca
     let app = h.state();
     let doc = app.document().expect("doc");
     let op = app.cursor;
-    assert_eq!(
-        u64::from(doc.trace.ops.event_of(op as usize).unwrap()),
-        first
-    );
+    assert_eq!(u64::from(doc.trace.ops.event_index[op as usize]), first);
     assert!(doc.trace.ops.is_alloc(op as usize));
     assert_eq!(app.selected_alloc, Some(op));
     let l = doc.slots[0].layout.as_ref().expect("layout");
@@ -683,7 +680,7 @@ fn the_oom_explained_names_the_blockers_highlights_them_and_goes_to_their_alloca
     let app = h.state();
     let doc = app.document().expect("doc");
     assert_eq!(
-        u64::from(doc.trace.ops.event_of(app.cursor as usize).unwrap()),
+        u64::from(doc.trace.ops.event_index[app.cursor as usize]),
         ev
     );
 }
@@ -836,7 +833,7 @@ fn an_oom_trace_opens_on_its_first_oom_at_the_capacity_as_recorded() {
     assert!(first.recorded && !first.fatal);
     assert_eq!(main.data.summary.ooms.len(), 3);
     assert_eq!(app.cursor, first.op_index);
-    assert_eq!(doc.trace.ops.event_of(app.cursor as usize), Some(933));
+    assert_eq!(doc.trace.ops.event_index[app.cursor as usize], 933);
     // The capacity control says where the capacity came from.
     assert!(
         h.query(by().role(Role::ComboBox).value("as recorded: 78.50 GiB"))

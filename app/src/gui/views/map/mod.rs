@@ -476,7 +476,7 @@ pub fn block_details_ui(
     let ops = &trace.ops;
     if b.alloc != NO_OP {
         let a = b.alloc as usize;
-        let ev = |k: u32| ops.event_of(k as usize).unwrap_or(0);
+        let ev = |k: u32| ops.event_index.get(k as usize).copied().unwrap_or(0);
         let mut life = format!("allocated at event {}", ev(b.alloc));
         match ops.link.get(a) {
             Some(&f) if f != NO_OP => {

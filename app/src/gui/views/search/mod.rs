@@ -61,7 +61,13 @@ pub(crate) fn search_ui(ui: &mut Ui, app: &mut AllocsimApp) {
                 .max_height(140.0)
                 .show(ui, |ui| {
                     for h in app.search.hits.iter().take(200) {
-                        let ev = doc.trace.ops.event_of(h.alloc as usize).unwrap_or(0);
+                        let ev = doc
+                            .trace
+                            .ops
+                            .event_index
+                            .get(h.alloc as usize)
+                            .copied()
+                            .unwrap_or(0);
                         if ui
                             .link(format!(
                                 "event {ev}: {:#x}, {}",
@@ -112,7 +118,7 @@ pub(crate) fn selection_ui(ui: &mut Ui, app: &mut AllocsimApp) {
     ui.label(format!(
         "{} requested at event {}",
         format_size(size),
-        ops.event_of(a as usize).unwrap_or(0)
+        ops.event_index.get(a as usize).copied().unwrap_or(0)
     ));
     let mut go = None;
     ui.horizontal(|ui| {
