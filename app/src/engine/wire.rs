@@ -975,7 +975,7 @@ mod tests {
                 x >> 1
             })
             .collect();
-        let mut timeline = allocsim_core::metrics::Timeline::default();
+        let mut timeline = Timeline::default();
         for v in column.iter() {
             timeline.push(&allocsim_core::models::ModelStats {
                 reserved_bytes: v,
@@ -983,7 +983,7 @@ mod tests {
                 requested_bytes: v / 3,
                 largest_free_bytes: v / 5,
                 free_holes: v % 1000,
-                ..Default::default()
+                ..allocsim_core::models::ModelStats::default()
             });
         }
         let back: Column = decode(&encode(&column).unwrap()).unwrap();
@@ -992,7 +992,7 @@ mod tests {
         assert!(back.capacity_bytes() > 200_000 * 8);
         let mut shrunk = timeline.clone();
         shrunk.shrink_to_fit();
-        let back: allocsim_core::metrics::Timeline = decode(&encode(&timeline).unwrap()).unwrap();
+        let back: Timeline = decode(&encode(&timeline).unwrap()).unwrap();
         assert_eq!(back, timeline);
         assert_eq!(back.capacity_bytes(), shrunk.capacity_bytes());
         // A stated length of 2^32 pieces in a message of a few bytes.
