@@ -86,10 +86,41 @@ const BLOCK: usize = 64;
 pub struct Column {
     /// Per sealed block: its smallest sample, and where its bytes start in `bytes`
     /// (shifted left 3) with its width's code (the low 3 bits, an index into `WIDTHS`).
+    #[serde(deserialize_with = "exact_vec")]
     blocks: Vec<(u64, u64)>,
+    #[serde(deserialize_with = "exact_vec")]
     bytes: Vec<u8>,
     /// The open block: fewer than 64 samples, as they came.
     tail: Vec<u64>,
+}
+
+/// A column's vector decoded into exactly the length its encoding states (where memory
+/// allows), as serde's own grows from at most 1 MiB by doubling: a column crosses to the
+/// browser's page (a replay's timeline, the recorded curves, the ops' times), whose wasm
+/// memory is never given back, and a doubled vector kept up to twice its bytes, beside the
+/// old one while it grew.
+fn exact_vec<'de, D, T>(d: D) -> Result<Vec<T>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: serde::Deserialize<'de>,
+{
+    struct Exact<T>(std::marker::PhantomData<T>);
+    impl<'de, T: serde::Deserialize<'de>> serde::de::Visitor<'de> for Exact<T> {
+        type Value = Vec<T>;
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("a sequence")
+        }
+        fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Vec<T>, A::Error> {
+            let mut out = Vec::new();
+            // A length no memory can hold fails here, and the vector grows as it decodes.
+            let _ = out.try_reserve_exact(seq.size_hint().unwrap_or(0));
+            while let Some(x) = seq.next_element()? {
+                out.push(x);
+            }
+            Ok(out)
+        }
+    }
+    d.deserialize_seq(Exact(std::marker::PhantomData))
 }
 
 /// The widths a block's differences are stored in, in bytes.
