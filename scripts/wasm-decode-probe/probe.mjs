@@ -4,18 +4,20 @@
 // seconds. With `open`, then the engine worker's open after the decode, stage by stage
 // (`open()` in src/lib.rs): one JSON line per stage with the bytes live after it, their
 // highest mark during it, the wasm memory's size after it (the high-water) and the size
-// of the message it emitted.
+// of the message it emitted, and the milliseconds since the stage before (`ms`).
 // Build: cargo build --release --target wasm32-unknown-unknown (in this directory); the
 // module is target/wasm32-unknown-unknown/release/wasm_decode_probe.wasm.
 import fs from 'node:fs';
 const [wasmPath, file, then] = process.argv.slice(2);
-const { instance } = await WebAssembly.instantiate(fs.readFileSync(wasmPath), {});
+const { instance } = await WebAssembly.instantiate(fs.readFileSync(wasmPath), { env: { now_ms: () => performance.now() } });
 const x = instance.exports;
 const total = fs.statSync(file).size;
 const PIECE = 4 << 20;
 const t0 = performance.now();
 x.start(total);
 let r = 0;
+const passes = [];
+let tPass = t0;
 for (let pass = 0; pass < 2 && r !== 2; pass++) {
   const fd = fs.openSync(file, 'r');
   const tmp = Buffer.alloc(PIECE);
@@ -27,10 +29,13 @@ for (let pass = 0; pass < 2 && r !== 2; pass++) {
     if (x.feed(n) !== 0) { console.log('feed error'); process.exit(1); }
   }
   fs.closeSync(fd);
+  const fed = performance.now();
   r = x.end();
+  passes.push({ pass: pass + 1, fed_ms: +(fed - tPass).toFixed(1), end_ms: +(performance.now() - fed).toFixed(1) });
+  tPass = performance.now();
   if (r < 0) { console.log('decode error'); process.exit(1); }
 }
-console.log(JSON.stringify({ file, entries: x.entries(), wasm_memory_mib: +(x.memory.buffer.byteLength / 1048576).toFixed(1), seconds: +((performance.now() - t0) / 1000).toFixed(2) }));
+console.log(JSON.stringify({ file, entries: x.entries(), wasm_memory_mib: +(x.memory.buffer.byteLength / 1048576).toFixed(1), seconds: +((performance.now() - t0) / 1000).toFixed(2), passes }));
 if (then === 'open') {
   x.open();
   const report = new TextDecoder().decode(new Uint8Array(x.memory.buffer, x.report_ptr(), x.report_len()));

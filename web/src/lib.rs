@@ -168,9 +168,10 @@ mod entry {
         CANCELLED.with(|c| c.borrow_mut().insert(job as u64));
     }
 
-    /// Opens a dropped `File`: read here in slices of [`open::PIECE_BYTES`]
-    /// (`Blob.slice(..).arrayBuffer()`), fed to the streamed decoder (a plain pickle is
-    /// read twice), with progress; never the whole file in memory. A file too big for
+    /// Opens a dropped `File`: read here whole as a stream (up to [`WHOLE_READ_BYTES`],
+    /// its first pass decoded as it arrives) or in slices (`Blob.slice(..).arrayBuffer()`),
+    /// fed to the streamed decoder [`open::PIECE_BYTES`] at a time (a plain pickle twice),
+    /// with progress; never the whole file in wasm's memory. A file too big for
     /// wasm's 4 GiB is refused before it is read.
     /// `main` (the wire's bytes of a [`wire::MainReplay`]) is replayed once the trace is
     /// built, before the page asks ([`Engine::open_decoded_replaying`]).
@@ -206,14 +207,21 @@ mod entry {
         decoded
     }
 
-    /// A file up to this size is read whole, in one read, into a JS `ArrayBuffer` (outside
-    /// wasm's memory, which is never given back; garbage once the read ends: JS memory
-    /// the tab may reuse, though its RSS keeps it), and both passes of a plain pickle are
-    /// fed from it; a bigger one is read in slices of [`SLICE_BYTES`], in each pass. Reading
-    /// a `File` costs per slice in Chromium: a 32 MB pickle's two passes in 4 MiB slices took
+    /// A file up to this size is read whole, once, into a JS `Uint8Array` (outside wasm's
+    /// memory, which is never given back; garbage once the read ends: JS memory the tab
+    /// may reuse, though its RSS keeps it), and both passes of a plain pickle are fed from
+    /// it; a bigger one is read in slices of [`SLICE_BYTES`], in each pass. Reading a
+    /// `File` costs per slice in Chromium: a 32 MB pickle's two passes in 4 MiB slices took
     /// 0.2–0.6 s in a worker, the whole file read once 0.04–0.05 s (74 MB: 0.35–1.6 s against
-    /// 0.08–0.09 s).
+    /// 0.08–0.09 s). The whole file is read as a stream (`File.stream()`), its first pass
+    /// fed [`STREAMED_PIECE_BYTES`] at a time as they arrive: the read and the pre-pass
+    /// overlap, not one after the other.
     const WHOLE_READ_BYTES: u64 = 256 << 20;
+    /// The pieces the first pass over a file read as a stream is fed in (the bytes arrive
+    /// in the stream's chunks, 64 KiB to a few MiB in Chromium): small enough that the
+    /// decode starts soon after the read, big enough that the decoder's per-feed work is
+    /// nothing beside the bytes.
+    const STREAMED_PIECE_BYTES: u64 = 1 << 20;
     /// The slices a bigger file is read in (fed to the decoder [`open::PIECE_BYTES`] at a
     /// time from each).
     const SLICE_BYTES: u64 = 16 << 20;
@@ -239,6 +247,39 @@ mod entry {
             .await
             .map_err(|e| format!("{e:?}"))?;
         Ok(js_sys::Uint8Array::new(&buf))
+    }
+
+    /// A reader of `file`'s bytes as a stream (`file.stream().getReader()`): the browser
+    /// hands them on in chunks as it reads them.
+    fn stream_reader(file: &web_sys::File) -> Result<JsValue, String> {
+        let call = |on: &JsValue, method: &str| -> Result<JsValue, String> {
+            js_sys::Reflect::get(on, &method.into())
+                .and_then(|f| f.dyn_into::<js_sys::Function>().map_err(JsValue::from))
+                .and_then(|f| f.call0(on))
+                .map_err(|e| format!("{method}: {e:?}"))
+        };
+        call(&call(file, "stream")?, "getReader")
+    }
+
+    /// The next chunk `reader` ([`stream_reader`]) gives, or `None` at the stream's end.
+    async fn next_chunk(reader: &JsValue) -> Result<Option<js_sys::Uint8Array>, String> {
+        let text = |e: JsValue| format!("{e:?}");
+        let read = js_sys::Reflect::get(reader, &"read".into())
+            .and_then(|f| f.dyn_into::<js_sys::Function>().map_err(JsValue::from))
+            .and_then(|f| f.call0(reader))
+            .and_then(|p| p.dyn_into::<js_sys::Promise>().map_err(JsValue::from))
+            .map_err(text)?;
+        let result = wasm_bindgen_futures::JsFuture::from(read)
+            .await
+            .map_err(text)?;
+        let field = |k: &str| js_sys::Reflect::get(&result, &k.into()).map_err(text);
+        if field("done")?.as_bool() == Some(true) {
+            return Ok(None);
+        }
+        field("value")?
+            .dyn_into::<js_sys::Uint8Array>()
+            .map(Some)
+            .map_err(text)
     }
 
     /// Lets the worker's pending messages in (a Cancel): a message to itself through a
@@ -305,11 +346,15 @@ mod entry {
             .map_or(0.0, |p| p.now())
     }
 
-    /// The bytes of `file` the decoder reads from: the whole file, or the slice holding
-    /// the bytes it needs next, with the slice after it read meanwhile.
+    /// The bytes of `file` the decoder reads from: the whole file (filled as its stream
+    /// reads it), or the slice holding the bytes it needs next, with the slice after it
+    /// read meanwhile.
     struct Window {
         from: u64,
         bytes: js_sys::Uint8Array,
+        /// While the whole file is read as a stream into `bytes`: the stream's reader and
+        /// the bytes of the file in `bytes` so far.
+        filling: Option<(JsValue, u64)>,
         /// The slice being read ahead (its bytes `from..to` and the read): the one after
         /// `bytes`, or the file's first once `bytes` ends it (a plain pickle's second pass
         /// starts there). Reading a slice of a `File` takes the browser a while (it is
@@ -321,7 +366,37 @@ mod entry {
 
     impl Window {
         fn to(&self) -> u64 {
-            self.from + u64::from(self.bytes.length())
+            match &self.filling {
+                Some((_, filled)) => self.from + filled,
+                None => self.from + u64::from(self.bytes.length()),
+            }
+        }
+
+        /// Reads the file's stream into `bytes` until its first `to` bytes are there (or
+        /// to its end: the stream then ends, and the reader is let go).
+        async fn fill(&mut self, to: u64, size: u64) -> Result<(), String> {
+            let started = now_ms();
+            while let Some((reader, filled)) = &mut self.filling {
+                if *filled >= to && *filled < size {
+                    break;
+                }
+                let Some(chunk) = next_chunk(reader).await? else {
+                    if *filled < size {
+                        return Err(format!("the file ended at byte {filled}"));
+                    }
+                    self.filling = None;
+                    break;
+                };
+                let end = *filled + u64::from(chunk.length());
+                if end > size {
+                    return Err(format!("the file grew past its {size} bytes"));
+                }
+                let at = u32::try_from(*filled).map_err(|e| e.to_string())?;
+                self.bytes.set(&chunk, at);
+                *filled = end;
+            }
+            self.waited_ms += now_ms() - started;
+            Ok(())
         }
 
         /// Copies bytes `at..to` of the file into `piece`, reading the slice that holds
@@ -333,6 +408,9 @@ mod entry {
             to: u64,
             piece: &mut Vec<u8>,
         ) -> Result<(), String> {
+            if self.filling.is_some() {
+                self.fill(to, file.size() as u64).await?;
+            }
             if at < self.from || to > self.to() {
                 let size = file.size() as u64;
                 let started = now_ms();
@@ -363,14 +441,21 @@ mod entry {
         file: &web_sys::File,
     ) -> Result<allocsim_core::snapshot::RawSnapshot, String> {
         let size = file.size() as u64;
+        let whole = size <= WHOLE_READ_BYTES;
         let mut window = Window {
             from: 0,
-            bytes: if size <= WHOLE_READ_BYTES {
-                slice(file, 0, size)
-                    .await
-                    .map_err(|e| format!("{name}: cannot read byte 0: {e}"))?
+            bytes: js_sys::Uint8Array::new_with_length(if whole {
+                u32::try_from(size).unwrap_or(0)
             } else {
-                js_sys::Uint8Array::new_with_length(0)
+                0
+            }),
+            filling: if whole {
+                Some((
+                    stream_reader(file).map_err(|e| format!("{name}: cannot read byte 0: {e}"))?,
+                    0,
+                ))
+            } else {
+                None
             },
             ahead: None,
             waited_ms: 0.0,
@@ -423,15 +508,24 @@ mod entry {
             pass += 1;
             let pass_started = now_ms();
             window.waited_ms = 0.0;
+            // While the file is still being read, its pre-pass is fed in smaller pieces as
+            // they arrive; the progress is reported as often as before.
+            let step = if window.filling.is_some() {
+                STREAMED_PIECE_BYTES
+            } else {
+                open::PIECE_BYTES as u64
+            };
             while at < size {
-                let to = (at + open::PIECE_BYTES as u64).min(size);
+                let to = (at + step).min(size);
                 window
                     .copy(file, at, to, &mut piece)
                     .await
                     .map_err(|e| read(at, e))?;
                 dec.feed(&piece).map_err(fail)?;
                 at = to;
-                report.report(dec.progress(), &mut |r| post(&r));
+                if to % open::PIECE_BYTES as u64 == 0 || to == size {
+                    report.report(dec.progress(), &mut |r| post(&r));
+                }
                 if now_ms() - yielded >= YIELD_MS {
                     let_messages_in().await;
                     yielded = now_ms();

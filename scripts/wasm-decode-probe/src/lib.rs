@@ -120,6 +120,14 @@ static ALLOC: Counting = Counting;
 
 thread_local! {
     static REPORT: RefCell<String> = const { RefCell::new(String::new()) };
+    /// The host's clock at the last stage line.
+    static LAST_MS: std::cell::Cell<f64> = const { std::cell::Cell::new(0.0) };
+}
+
+#[link(wasm_import_module = "env")]
+unsafe extern "C" {
+    /// Milliseconds of the host's clock (`performance.now()`).
+    fn now_ms() -> f64;
 }
 
 #[allow(clippy::cast_precision_loss)]
@@ -130,12 +138,15 @@ fn mib(b: usize) -> f64 {
 /// One line of the report: the stage, the bytes live after it and their highest mark
 /// during it, the wasm memory's size after it, and the message it emitted (bytes).
 fn stage(what: &str, message: usize) {
+    // SAFETY: the host's clock (probe.mjs's `env.now_ms`), no arguments, no memory.
+    let now = unsafe { now_ms() };
+    let ms = now - LAST_MS.with(|l| l.replace(now));
     let live = LIVE.load(Ordering::Relaxed);
     let peak = PEAK.swap(live, Ordering::Relaxed);
     let memory = core::arch::wasm32::memory_size::<0>() * 65536;
     REPORT.with(|r| {
         r.borrow_mut().push_str(&format!(
-            "{{\"stage\":\"{what}\",\"live_mib\":{},\"peak_live_mib\":{},\"wasm_memory_mib\":{},\"message_mib\":{}}}\n",
+            "{{\"stage\":\"{what}\",\"ms\":{ms:.1},\"live_mib\":{},\"peak_live_mib\":{},\"wasm_memory_mib\":{},\"message_mib\":{}}}\n",
             mib(live),
             mib(peak),
             mib(memory),
@@ -146,6 +157,7 @@ fn stage(what: &str, message: usize) {
 
 fn kind(r: &Response) -> &'static str {
     match r {
+        Response::Progress { fraction, .. } if *fraction > 0.5 => "Progress",
         Response::Progress { .. } => "",
         Response::Recorded { .. } => "Recorded",
         Response::Loaded { .. } => "Loaded",
@@ -177,6 +189,8 @@ fn emit(r: Response) {
 /// bands and the bounds). Each stage's line is in the report (`report_ptr`, `report_len`).
 #[unsafe(no_mangle)]
 pub extern "C" fn open() {
+    // SAFETY: as in `stage`.
+    LAST_MS.with(|l| l.set(unsafe { now_ms() }));
     stage("decoded", 0);
     let Some(snap) = SNAP.with(|x| x.borrow_mut().take()) else {
         return;
