@@ -976,7 +976,7 @@ mod tests {
             })
             .collect();
         let mut timeline = Timeline::default();
-        for v in column.iter() {
+        for v in &column {
             timeline.push(&allocsim_core::models::ModelStats {
                 reserved_bytes: v,
                 allocated_bytes: v / 2,
