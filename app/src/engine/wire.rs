@@ -6,7 +6,7 @@
 
 use allocsim_core::capacity::CapacityChoice;
 use allocsim_core::explain::Explanation;
-use allocsim_core::metrics::{Column, Timeline};
+use allocsim_core::metrics::{Column, Timeline, exact_vec};
 use allocsim_core::models::ModelSpec;
 use allocsim_core::offline::BestPossible;
 use allocsim_core::whatif::SweptReplay;
@@ -844,35 +844,6 @@ pub struct WhatIfData {
     pub candidates_tried: u32,
     pub candidates_replayed: u32,
     pub candidates_fitting: u32,
-}
-
-/// A long column of a message decoded into a vector of exactly its length (the length the
-/// message states, where memory allows), as serde's own would grow by doubling from at
-/// most 1 MiB: in wasm, whose memory is never given back, each doubling left the old
-/// vector beside the new one in the receiver's high-water mark (the 1 M-event trace's
-/// 4.3 M band pieces: 137 MB of pieces, 402 MB at the last doubling).
-fn exact_vec<'de, D, T>(d: D) -> Result<Vec<T>, D::Error>
-where
-    D: serde::Deserializer<'de>,
-    T: Deserialize<'de>,
-{
-    struct Exact<T>(std::marker::PhantomData<T>);
-    impl<'de, T: Deserialize<'de>> serde::de::Visitor<'de> for Exact<T> {
-        type Value = Vec<T>;
-        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-            f.write_str("a sequence")
-        }
-        fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Vec<T>, A::Error> {
-            let mut out = Vec::new();
-            // A length no memory can hold fails here, and the vector grows as it decodes.
-            let _ = out.try_reserve_exact(seq.size_hint().unwrap_or(0));
-            while let Some(x) = seq.next_element()? {
-                out.push(x);
-            }
-            Ok(out)
-        }
-    }
-    d.deserialize_seq(Exact(std::marker::PhantomData))
 }
 
 /// Encodes a message for a trip to or from the Web Worker.
