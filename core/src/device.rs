@@ -137,6 +137,19 @@ impl SimulatedDevice {
         }
     }
 
+    /// Whether `addr` starts inside a synthetic segment this device handed out and has not
+    /// taken back (in the synthetic range, outside its free ranges).
+    #[must_use]
+    pub fn holds_synthetic(&self, addr: u64) -> bool {
+        addr >= self.synth_base
+            && addr < self.synth_base + SYNTH_BYTES
+            && self
+                .free_ranges
+                .range(..=addr)
+                .next_back()
+                .is_none_or(|(&a, &l)| addr >= a + l)
+    }
+
     fn synth_malloc(&mut self, size: u64) -> u64 {
         let len = size.div_ceil(SYNTH_ALIGN) * SYNTH_ALIGN;
         let found = self

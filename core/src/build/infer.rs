@@ -6,6 +6,7 @@
 
 use super::recorded::RecordedDevice;
 use super::{Annotator, Creation};
+use crate::device::SimulatedDevice;
 use crate::models::pytorch::{MIN_BLOCK_BYTES, PyTorchModel};
 use crate::models::{AllocRequest, Allocator, ModelEvent, PoolId};
 use crate::snapshot::{Action, RawEvent};
@@ -43,18 +44,28 @@ enum Interp {
 
 impl Annotator<'_, '_> {
     /// Runs one interpretation of a malloc group on `model`, the recorded device handing
-    /// out `group`.
+    /// out `group`; the result, and the synthetic device as it left it
+    /// ([`RecordedDevice::into_synth`]), for the caller to keep if it keeps `model`.
     fn run_malloc(
         model: &mut PyTorchModel,
         mut dev: RecordedDevice<'_>,
         interp: Interp,
         req: &AllocRequest,
         out: &mut Vec<ModelEvent>,
-    ) -> Result<u64, ()> {
+    ) -> (Result<u64, ()>, Option<SimulatedDevice>) {
         if interp == Interp::EmptyFirst {
             model.empty_cache(&mut dev, out);
         }
-        model.malloc(&mut dev, req, out).map_err(|_| ())
+        let r = model.malloc(&mut dev, req, out).map_err(|_| ());
+        (r, dev.into_synth())
+    }
+
+    /// Keeps the synthetic device a group's device left (`Some`: it changed), so that the
+    /// synthetic segments the model holds stay taken.
+    pub(super) fn keep_synth(&mut self, synth: Option<SimulatedDevice>) {
+        if let Some(s) = synth {
+            self.synth = s;
+        }
     }
 
     fn end_state_pool(&self, addr: u64) -> Option<PoolId> {
@@ -168,28 +179,34 @@ impl Annotator<'_, '_> {
         let oracle = self.capacity.is_none();
         if interps.len() * pools.len() == 1 {
             let dev = RecordedDevice::new(&seg_events, oracle, &self.synth);
-            result = Self::run_malloc(&mut self.model, dev, chosen.0, &req_for(chosen.1), &mut out);
+            let (r, synth) =
+                Self::run_malloc(&mut self.model, dev, chosen.0, &req_for(chosen.1), &mut out);
+            result = r;
+            self.keep_synth(synth);
         } else {
             let mut found = None;
             for (it, p) in combos {
                 let mut trial = self.model.clone();
                 let mut o = Vec::new();
                 let dev = RecordedDevice::new(&seg_events, oracle, &self.synth);
-                let r = Self::run_malloc(&mut trial, dev, it, &req_for(p), &mut o);
+                let (r, synth) = Self::run_malloc(&mut trial, dev, it, &req_for(p), &mut o);
                 if events_match(group_all, &o) {
-                    found = Some((it, p, trial, o, r));
+                    found = Some((it, p, trial, o, r, synth));
                     break;
                 }
             }
-            if let Some((it, p, trial, o, r)) = found {
+            if let Some((it, p, trial, o, r, synth)) = found {
                 chosen = (it, p);
                 self.model = trial;
+                self.keep_synth(synth);
                 out = o;
                 result = r;
             } else {
                 let dev = RecordedDevice::new(&seg_events, oracle, &self.synth);
-                result =
+                let (r, synth) =
                     Self::run_malloc(&mut self.model, dev, chosen.0, &req_for(chosen.1), &mut out);
+                result = r;
+                self.keep_synth(synth);
             }
         }
         let (interp, pool) = chosen;
@@ -359,6 +376,7 @@ impl Annotator<'_, '_> {
             let mut dev = RecordedDevice::new(&[], self.capacity.is_none(), &self.synth);
             // The run was checked to fit: `alloc_at` takes the block in place.
             let _ = self.model.alloc_at(&mut dev, &req, e.addr, &mut out);
+            self.keep_synth(dev.into_synth());
             let dev_n = self.device;
             self.cmp
                 .compare(x, std::slice::from_ref(e), &out, &move || {
@@ -400,6 +418,7 @@ impl Annotator<'_, '_> {
         let mut dev = RecordedDevice::new(&seg_events, self.capacity.is_none(), &self.synth);
         let mut out = Vec::new();
         self.model.empty_cache(&mut dev, &mut out);
+        self.keep_synth(dev.into_synth());
         let dev_n = self.device;
         self.cmp.compare(i, group, &out, &move || {
             format!("device {dev_n}: empty_cache() inferred before event {i}")

@@ -213,6 +213,7 @@ impl Annotator<'_, '_> {
                     if let Err(m) = self.model.free(&mut dev, e.addr, deferred, &mut self.out) {
                         self.cmp.diverge_input(i, &e, &m.to_string());
                     }
+                    self.keep_synth(dev.into_synth());
                     i += if deferred { 1 } else { 2 };
                 }
                 Action::FreeCompleted => {
@@ -228,6 +229,7 @@ impl Annotator<'_, '_> {
                     if let Err(m) = self.model.complete_free(&mut dev, e.addr, &mut self.out) {
                         self.cmp.diverge_input(i, &e, &m.to_string());
                     }
+                    self.keep_synth(dev.into_synth());
                     i += 1;
                 }
                 Action::Snapshot | Action::Other => i += 1,

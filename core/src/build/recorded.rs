@@ -13,6 +13,9 @@ use crate::snapshot::{Action, RawEvent};
 ///
 /// `synth` is borrowed and copied only when the model first asks it for memory: most
 /// groups (every free, most mallocs) never do, and the build makes one device per group.
+/// The build keeps the copy of the group it goes on from ([`RecordedDevice::into_synth`]):
+/// a synthetic segment stays taken until the model frees it, so the next group's do not
+/// overlap it.
 #[derive(Debug, Clone)]
 pub struct RecordedDevice<'a> {
     group: &'a [RawEvent],
@@ -31,6 +34,16 @@ impl<'a> RecordedDevice<'a> {
             cursor: 0,
             oracle,
             synth: Cow::Borrowed(synth),
+        }
+    }
+
+    /// The synthetic device as this one left it, where it handed out or took back a
+    /// synthetic segment (None: unchanged): what the next group's device must start from.
+    #[must_use]
+    pub fn into_synth(self) -> Option<SimulatedDevice> {
+        match self.synth {
+            Cow::Owned(s) => Some(s),
+            Cow::Borrowed(_) => None,
         }
     }
 
@@ -55,12 +68,15 @@ impl Device for RecordedDevice<'_> {
         }
     }
 
-    fn free(&mut self, addr: u64, _size: u64) {
+    fn free(&mut self, addr: u64, size: u64) {
         if self
             .peek()
             .is_some_and(|e| e.action == Action::SegmentFree && e.addr == addr)
         {
             self.cursor += 1;
+        } else if self.synth.holds_synthetic(addr) {
+            // A segment the recording never had: back to the synthetic heap.
+            self.synth.to_mut().free(addr, size);
         }
     }
 
@@ -100,5 +116,37 @@ impl Device for RecordedDevice<'_> {
             .rev()
             .find(|e| e.action == Action::Oom)
             .map_or(0, |e| e.addr)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The synthetic heap a group's device leaves is the next group's: a segment stays
+    /// taken until the model frees it, then its range is handed out again.
+    #[test]
+    fn synthetic_segments_stay_taken_from_one_group_to_the_next() {
+        let heap = SimulatedDevice::new(80 << 30, None);
+        let mut first = RecordedDevice::new(&[], false, &heap);
+        let a = first.malloc(20 << 20, 0).expect("a segment");
+        let heap = first.into_synth().expect("the heap changed");
+        assert!(heap.holds_synthetic(a));
+        let mut second = RecordedDevice::new(&[], false, &heap);
+        let b = second.malloc(20 << 20, 0).expect("another");
+        assert!(
+            b >= a + (20 << 20) || b + (20 << 20) <= a,
+            "{a:#x} and {b:#x} overlap"
+        );
+        // A group that only frees: the range goes back.
+        let heap = second.into_synth().expect("changed");
+        let mut third = RecordedDevice::new(&[], false, &heap);
+        third.free(a, 20 << 20);
+        let heap = third.into_synth().expect("changed");
+        assert!(!heap.holds_synthetic(a) && heap.holds_synthetic(b));
+        // A device that neither hands out nor takes back leaves the heap as it was.
+        let mut idle = RecordedDevice::new(&[], false, &heap);
+        idle.free(0x7f00_0000_0000, 2 << 20);
+        assert!(idle.into_synth().is_none());
     }
 }
