@@ -339,6 +339,13 @@ try {
   await swept.goto(`${url}?trace=${encodeURIComponent(`${origin}/test-traces/${SWEPT}`)}&capacity=${SWEPT_CAP}`, { waitUntil: "load" });
   await waitFrame(swept, `ready:${SWEPT}`, 300000);
   await swept.waitForFunction(() => document.body.getAttribute("data-allocsim-search") === "running", null, { timeout: 120000 });
+  // The main configuration ran out of memory under the capacity: the engine's worker
+  // shared the trace with the search workers ahead of the other configurations' replays
+  // (their requests held until the main one's answer), so the sweep finds it there.
+  const sweptReady = await markTime(swept, "data-allocsim-frame", 0, `v.startsWith('ready:${SWEPT}')`);
+  const sweptShared = await markTime(swept, "data-allocsim-search-workers", 0, "/shared=[1-9]/.test(v)");
+  if (sweptShared === null || sweptReady === null || sweptShared > sweptReady)
+    fail(`${SWEPT}: the trace was not shared with the search workers before every configuration was on screen (shared at ${sweptShared}, every configuration at ${sweptReady})`);
   await swept.mouse.move(700, 890);
   const step = async () => {
     const from = Number(await attr("data-allocsim-layout"));

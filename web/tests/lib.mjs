@@ -60,8 +60,9 @@ export async function launch(executablePath, { width = 1400, height = 900 } = {}
   context.on("request", (r) => session.requests.push(r.url()));
 
   // Every change of the app's markers with its time, and every animation frame's time
-  // (a long gap between two is a frozen page), recorded in the page.
-  await page.addInitScript(() => {
+  // (a long gap between two is a frozen page), recorded in the page (and in any other page
+  // the context opens).
+  await context.addInitScript(() => {
     window.__marks = [];
     window.__frames = [];
     const watch = () => {

@@ -151,6 +151,10 @@ pub struct AllocsimApp {
     /// replay and start layout the engine answers unasked where its `Loaded` says so
     /// ([`crate::engine::wire::MainReplay::answer`]); taken by the replays' requests.
     main_answer: Option<(u64, crate::engine::wire::MainReplay)>,
+    /// How many other configurations of a newly opened trace wait for the main one's
+    /// answer before their replays are sent (the browser, under a capacity:
+    /// [`AllocsimApp::release_held_replays`]); 0: none.
+    replays_held: usize,
     pub timeline: crate::gui::views::timeline::TimelineState,
     pub map: crate::gui::views::map::MapState,
     pub tab: Tab,
@@ -234,6 +238,12 @@ impl AllocsimApp {
         };
         log::info!("allocsim: renderer {renderer}");
         cc.egui_ctx.set_theme(egui::Theme::Dark);
+        // In the browser each frame is the whole window through a software rasterizer
+        // (SwiftShader: 0.1–0.3 s of the cores a sweep's workers run on), and a 0.2 s
+        // transition (a scroll bar shown as the What would fit? panel grows) asks for a
+        // frame after frame until it ends: widgets change at once instead.
+        #[cfg(target_arch = "wasm32")]
+        cc.egui_ctx.all_styles_mut(|s| s.animation_time = 0.0);
         let mut app =
             AllocsimApp::with_engine(crate::gui::io::EngineHandle::spawn(&cc.egui_ctx), wgpu);
         app.renderer = renderer;
@@ -271,6 +281,7 @@ impl AllocsimApp {
             cursor: 0,
             cursor_pending: false,
             main_answer: None,
+            replays_held: 0,
             timeline: crate::gui::views::timeline::TimelineState::default(),
             map: crate::gui::views::map::MapState::default(),
             tab: Tab::Map,

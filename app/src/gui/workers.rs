@@ -63,6 +63,13 @@ pub const PLAN_JOBS: u64 = 1 << 51;
 /// its search workers take it when a sweep starts, as before.
 pub const EAGER_DECODE_MAX_BYTES: u64 = 128 << 20;
 
+/// The most ops a trace may have for the page to ask for its share as soon as its main
+/// configuration runs out of memory, ahead of the other configurations' replays
+/// (`AllocsimApp::release_held_replays`): an op is at most 58 bytes of the share, so the
+/// share is then no larger than [`EAGER_DECODE_MAX_BYTES`] and the search workers decode
+/// it as it comes. The 1.12 GB snapshot's 14.5 M ops are over it.
+pub const EARLY_SHARE_MAX_OPS: usize = (EAGER_DECODE_MAX_BYTES / 64) as usize;
+
 /// The most workers the ranks' pool starts: each holds a wasm instance whose memory grows
 /// to its rank's trace and never shrinks until the worker ends.
 pub const MAX_POOL: usize = 8;
