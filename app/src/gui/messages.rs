@@ -233,12 +233,13 @@ impl AllocsimApp {
             return;
         }
         // In the browser, whose engine answers in order, the searches wait until every
-        // configuration of the trace opened last is on screen: the trace's share with the
-        // search workers (on the 1.12 GB snapshot 1.7 s of the engine's worker and two
+        // configuration of the trace opened last is on screen: a large trace's share with
+        // the search workers (on the 1.12 GB snapshot 1.7 s of the engine's worker and two
         // copies of its 406 MiB in JS memory) and the explanation would queue ahead of the
         // other configurations' replays (or, asked for the document shown while another
         // file opens, ahead of its build), and a search worker given the file before the
-        // share would decode it.
+        // share would decode it. A small trace's share went ahead of those replays already
+        // ([`AllocsimApp::release_held_replays`]): its sweep starts with the workers ready.
         if cfg!(target_arch = "wasm32")
             && (self.load_job.is_some() || !self.doc.as_ref().is_some_and(Document::all_settled))
         {
