@@ -402,3 +402,146 @@ impl Gunzip {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::io::Write as _;
+
+    use super::*;
+
+    /// A member of `plain` with every optional header field (extra, name, comment and the
+    /// header's CRC-16), written by hand: flate2's encoder writes no header CRC.
+    fn member_with_every_field(plain: &[u8]) -> Vec<u8> {
+        let mut out = vec![
+            0x1f,
+            0x8b,
+            8,
+            FHCRC | FEXTRA | FNAME | FCOMMENT,
+            1,
+            2,
+            3,
+            4,
+            0,
+            3,
+        ];
+        out.extend_from_slice(&5u16.to_le_bytes());
+        out.extend_from_slice(b"extra");
+        out.extend_from_slice(b"snapshot.pickle\0a comment\0");
+        let mut crc = Crc::new();
+        crc.update(&out);
+        out.extend_from_slice(&(crc.sum() as u16).to_le_bytes());
+        let mut e = flate2::write::DeflateEncoder::new(out, flate2::Compression::default());
+        e.write_all(plain).expect("write");
+        let mut out = e.finish().expect("deflate");
+        let mut crc = Crc::new();
+        crc.update(plain);
+        out.extend_from_slice(&crc.sum().to_le_bytes());
+        out.extend_from_slice(&crc.amount().to_le_bytes());
+        out
+    }
+
+    /// Inflates `bytes` fed in pieces of `piece` into buffers of `out` bytes.
+    fn inflated(bytes: &[u8], piece: usize, out: usize) -> Result<Vec<u8>, ImportError> {
+        let mut gz = Gunzip::new(1 << 30);
+        let mut all = Vec::new();
+        let mut buf = vec![0; out];
+        for mut p in bytes.chunks(piece) {
+            loop {
+                let (read, written) = gz.inflate(p, &mut buf)?;
+                all.extend_from_slice(&buf[..written]);
+                p = &p[read..];
+                if read == 0 && written == 0 {
+                    break;
+                }
+            }
+        }
+        assert_eq!(gz.finish()?, all.len() as u64);
+        assert_eq!(gz.read_bytes(), bytes.len() as u64);
+        Ok(all)
+    }
+
+    fn text() -> Vec<u8> {
+        (0..50_000u32)
+            .flat_map(|i| (i % 1000).to_le_bytes())
+            .collect()
+    }
+
+    #[test]
+    fn every_header_field_is_read_in_pieces_of_any_size_into_buffers_of_any_size() {
+        let plain = text();
+        let mut two = member_with_every_field(&plain[..1000]);
+        two.extend_from_slice(&member_with_every_field(&plain[1000..]));
+        for piece in [1, 2, 7, 4096, two.len()] {
+            for out in [1, 3, 1 << 16] {
+                assert_eq!(
+                    inflated(&two, piece, out).expect("inflates"),
+                    plain,
+                    "{piece} {out}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn damaged_headers_and_trailers_are_named() {
+        let good = member_with_every_field(b"some bytes");
+        let fails = |at: usize, byte: u8| {
+            let mut bad = good.clone();
+            bad[at] ^= byte;
+            let e = inflated(&bad, 3, 5).expect_err("refused").to_string();
+            e
+        };
+        assert!(fails(0, 1).contains("not gzip"));
+        assert!(fails(2, 1).contains("not deflate"));
+        assert!(fails(3, 0x20).contains("reserved flag"));
+        assert!(fails(20, 1).contains("header checksum"));
+        let len = good.len();
+        assert!(fails(len - 8, 1).contains("CRC-32 does not match"));
+        assert!(fails(len - 4, 1).contains("size does not match"));
+        for cut in [1, 10, 12, 30, len - 8, len - 1] {
+            let e = inflated(&good[..cut], 4, 64)
+                .expect_err("truncated")
+                .to_string();
+            assert!(e.contains("truncated"), "cut at {cut}: {e}");
+        }
+    }
+
+    #[test]
+    fn padding_then_anything_is_junk_counted_to_the_end() {
+        let mut bytes = member_with_every_field(b"some bytes");
+        let end = bytes.len();
+        bytes.extend_from_slice(&[0, 0, 0x1f, 0x8b, 1]);
+        let e = inflated(&bytes, 2, 64).expect_err("junk").to_string();
+        assert!(
+            e.contains(&format!("5 bytes after the gzip stream at byte {end}")),
+            "{e}"
+        );
+        bytes.truncate(end + 1);
+        bytes.push(0x8b);
+        let e = inflated(&bytes, 1, 64).expect_err("junk").to_string();
+        assert!(
+            e.contains(&format!("2 bytes after the gzip stream at byte {end}")),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn the_limit_is_exact() {
+        let plain = text();
+        let gz = member_with_every_field(&plain);
+        let mut buf = vec![0; 1 << 20];
+        let mut at_limit = Gunzip::new(plain.len() as u64);
+        assert_eq!(
+            at_limit.inflate(&gz, &mut buf).expect("inflates").1,
+            plain.len()
+        );
+        assert_eq!(at_limit.finish().expect("ends"), plain.len() as u64);
+        let mut below = Gunzip::new(plain.len() as u64 - 1);
+        assert_eq!(
+            below.inflate(&gz, &mut buf).expect_err("refused"),
+            ImportError::TooLarge {
+                limit_bytes: plain.len() as u64 - 1
+            }
+        );
+    }
+}

@@ -235,7 +235,8 @@ impl GzipFile {
             report(read, total, progress)?;
             plain_feed(plain, piece, None, window_step)
         })?;
-        Ok(())
+        // Its last piece may have been handed on before the member's trailer was read.
+        report(total, total, progress)
     }
 }
 
