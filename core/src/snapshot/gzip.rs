@@ -488,8 +488,7 @@ mod tests {
         let fails = |at: usize, byte: u8| {
             let mut bad = good.clone();
             bad[at] ^= byte;
-            let e = inflated(&bad, 3, 5).expect_err("refused").to_string();
-            e
+            inflated(&bad, 3, 5).expect_err("refused").to_string()
         };
         assert!(fails(0, 1).contains("not gzip"));
         assert!(fails(2, 1).contains("not deflate"));

@@ -169,16 +169,16 @@ impl GzipFile {
         }
         let mut rest = piece;
         loop {
-            let room = match self.kept.as_mut().map(Kept::room) {
-                Some(Some(room)) => room,
-                // Past the bound: the pieces go on to the pre-pass through one buffer.
-                Some(None) | None => {
-                    self.kept = None;
-                    if self.scratch.is_empty() {
-                        self.scratch = vec![0; GZIP_PIECE];
-                    }
-                    &mut self.scratch
+            let room = if let Some(room) = self.kept.as_mut().and_then(Kept::room) {
+                room
+            } else {
+                // Past the bound (or never kept): what is inflated goes on to the pre-pass
+                // through one buffer.
+                self.kept = None;
+                if self.scratch.is_empty() {
+                    self.scratch = vec![0; GZIP_PIECE];
                 }
+                &mut self.scratch
             };
             let (read, written) = self.gunzip.inflate(rest, room)?;
             rest = rest.get(read..).unwrap_or(&[]);
