@@ -47,19 +47,23 @@ impl Progress {
     }
 }
 
-/// Inflated bytes are handed on in pieces of (at most) this size: the chunks they are kept
-/// in, and the pieces of a file inflated again.
+/// Inflated bytes that are not kept are handed on in pieces of (at most) this size.
 const GZIP_PIECE: usize = 4 << 20;
+
+/// Inflated bytes are kept in chunks of this size: small enough that the chunks freed as
+/// the second pass runs over them are reused by what it builds. The decode's peak in wasm
+/// (`scripts/wasm-decode-probe`) on `big_gpt_long_stacks_s9`: 78.1 MiB with chunks of
+/// 4 MiB, 62.4 with 1 MiB, 60.9 with 256 KiB; on `kvcache_decode` 48, 36.4 and 40.4 MiB.
+const KEPT_CHUNK_BYTES: usize = 1 << 20;
 
 /// A gzip file's inflated bytes are kept for the second pass while they total at most this
 /// (256 MiB, the browser's bound on a file read whole): every real snapshot we know of
 /// inflates to far less (32 MB), and a bigger one keeps only its compressed file (a tenth
 /// of it) and is inflated again, as before, so that what a huge file holds stays bounded
 /// (wasm's memory ends at 4 GiB). The kept chunks are dropped as the second pass runs
-/// over them. The cost is memory at the second pass's start: the decode's own peak in wasm
-/// (`scripts/wasm-decode-probe`) rose from 44.8 to 48 MiB on `kvcache_decode` (14.6 MB
-/// inflated) and from 58.6 to 78.1 MiB on `big_gpt_long_stacks_s9` (32 MB); the browser's
-/// engine worker after the open (build and replays included) did not grow.
+/// over them. What keeping costs: the decode's own peak in wasm (`scripts/wasm-decode-probe`)
+/// went from 58.6 to 62.4 MiB on `big_gpt_long_stacks_s9` (32 MB inflated), and from 44.8
+/// to 36.4 MiB on `kvcache_decode` (14.6 MB).
 pub const KEEP_INFLATED_BYTES: u64 = 256 << 20;
 
 /// What the uncompressed stream turned out to be.
@@ -94,8 +98,8 @@ struct GzipFile {
     scratch: Vec<u8>,
 }
 
-/// Inflated bytes kept in chunks of [`GZIP_PIECE`] (never reallocated, nor copied: they are
-/// inflated in place), at most `bound_bytes` in all.
+/// Inflated bytes kept in chunks of [`KEPT_CHUNK_BYTES`] (never reallocated, nor copied:
+/// they are inflated in place), at most `bound_bytes` in all.
 #[derive(Debug)]
 struct Kept {
     chunks: Vec<Vec<u8>>,
@@ -111,7 +115,9 @@ impl Kept {
     fn room(&mut self) -> Option<&mut [u8]> {
         if self.chunks.last().is_none_or(|c| self.filled == c.len()) {
             let left = self.bound_bytes.saturating_sub(self.total_bytes);
-            let len = usize::try_from(left).unwrap_or(usize::MAX).min(GZIP_PIECE);
+            let len = usize::try_from(left)
+                .unwrap_or(usize::MAX)
+                .min(KEPT_CHUNK_BYTES);
             if len == 0 {
                 return None;
             }
