@@ -50,20 +50,23 @@ impl Progress {
 /// Inflated bytes that are not kept are handed on in pieces of (at most) this size.
 const GZIP_PIECE: usize = 4 << 20;
 
-/// Inflated bytes are kept in chunks of this size: small enough that the chunks freed as
-/// the second pass runs over them are reused by what it builds. The decode's peak in wasm
-/// (`scripts/wasm-decode-probe`) on `big_gpt_long_stacks_s9`: 78.1 MiB with chunks of
-/// 4 MiB, 62.4 with 1 MiB, 60.9 with 256 KiB; on `kvcache_decode` 48, 36.4 and 40.4 MiB.
-const KEPT_CHUNK_BYTES: usize = 1 << 20;
+/// Inflated bytes are kept in chunks of this size (freed one by one as the second pass
+/// runs over them). What the browser's engine worker holds after an open (decode, build,
+/// replays; `web/tests/bench.mjs`) was lowest with 4 MiB: 48 MiB on `kvcache_decode` and
+/// 78 on `big_gpt_long_stacks_s9` (main, inflating twice: 50 and 81; chunks of 1 MiB: 56
+/// and 83), though the decode alone peaks lower with 1 MiB (`scripts/wasm-decode-probe`:
+/// 36.4 and 62.4 MiB against 48 and 78.1).
+const KEPT_CHUNK_BYTES: usize = 4 << 20;
 
 /// A gzip file's inflated bytes are kept for the second pass while they total at most this
 /// (256 MiB, the browser's bound on a file read whole): every real snapshot we know of
 /// inflates to far less (32 MB), and a bigger one keeps only its compressed file (a tenth
 /// of it) and is inflated again, as before, so that what a huge file holds stays bounded
 /// (wasm's memory ends at 4 GiB). The kept chunks are dropped as the second pass runs
-/// over them. What keeping costs: the decode's own peak in wasm (`scripts/wasm-decode-probe`)
-/// went from 58.6 to 62.4 MiB on `big_gpt_long_stacks_s9` (32 MB inflated), and from 44.8
-/// to 36.4 MiB on `kvcache_decode` (14.6 MB).
+/// over them. What keeping costs: the decode alone peaks higher in wasm
+/// (`scripts/wasm-decode-probe`: 48 MiB against 44.8 on `kvcache_decode`, 14.6 MB
+/// inflated; 78.1 against 58.6 on `big_gpt_long_stacks_s9`, 32 MB), though the browser's
+/// engine worker after the whole open does not (see `KEPT_CHUNK_BYTES`).
 pub const KEEP_INFLATED_BYTES: u64 = 256 << 20;
 
 /// What the uncompressed stream turned out to be.
