@@ -11,11 +11,12 @@
 # error. Screenshots, the console and the figures are kept in
 # $ALLOCSIM_ARTIFACTS (default /tmp/allocsim-artifacts).
 #
-# `scripts/test-browser.sh --bench` runs web/tests/bench.mjs instead (the README's browser
-# figures: kvcache_decode opened to its first full frame, the layout at another event, the
-# tab's memory); `--bench-workers [ARGS]` runs web/tests/bench_workers.mjs (What would fit?
-# against pickle.loads and the CLI's recommend, a set of ranks on 1 and 2 workers; ARGS go to
-# it, e.g. `--extra /tmp/kvcache_1m.pickle --runs 2`).
+# `scripts/test-browser.sh --bench [ARGS]` runs web/tests/bench.mjs instead (the README's
+# browser figures: kvcache_decode opened to its first full frame, the layout at another
+# event, the tab's memory; ARGS go to it: --trace, --runs, ...); `--bench-workers [ARGS]`
+# runs web/tests/bench_workers.mjs (What would fit? against pickle.loads and the CLI's
+# recommend, a set of ranks on 1 and 2 workers; ARGS go to it, e.g.
+# `--extra /tmp/kvcache_1m.pickle --runs 2`).
 # `scripts/test-browser.sh --memviz [ARGS]` runs web/tests/bench-memviz.mjs: ours and
 # PyTorch's memory_viz alternately in the same browser (web/tests/memviz-setup.sh puts
 # memory_viz in place; it says `skipped` without it); ARGS go to it (--trace, --runs, ...).
@@ -88,7 +89,7 @@ if [ "$mode" = bench-workers ]; then
 elif [ "$mode" = memviz ]; then
   node web/tests/bench-memviz.mjs --url "$url" --traces "$traces" --out "$artifacts/memviz" --chromium /usr/bin/chromium "$@"
 elif [ "$mode" = bench ]; then
-  node web/tests/bench.mjs --url "$url" --site "$site" --traces "$traces" --out "$artifacts" --chromium /usr/bin/chromium
+  node web/tests/bench.mjs --url "$url" --site "$site" --traces "$traces" --out "$artifacts" --chromium /usr/bin/chromium "$@"
 else
   node web/tests/browser.mjs --url "$url" --site "$site" --traces "$traces" --out "$artifacts" --chromium /usr/bin/chromium \
     --allocsim "$CARGO_TARGET_DIR/ci/allocsim"

@@ -7,7 +7,7 @@ use std::hash::Hasher;
 use std::path::PathBuf;
 
 use allocsim_core::snapshot::import::{self, DecodeOptions, ImportError};
-use allocsim_core::snapshot::stream::{Progress, StreamDecoder, StreamError, decode_from};
+use allocsim_core::snapshot::stream::{self, Progress, StreamDecoder, StreamError, decode_from};
 use allocsim_core::snapshot::{RawSnapshot, decode_snapshot};
 
 fn traces_dir() -> Option<PathBuf> {
@@ -33,8 +33,19 @@ fn digest(s: &RawSnapshot) -> (u64, usize) {
 /// Decodes `bytes` streamed: fed in pieces of `piece` bytes, the machine over windows of
 /// about `window` bytes.
 fn streamed(bytes: &[u8], piece: usize, window: u64) -> Result<RawSnapshot, ImportError> {
-    let mut dec =
-        StreamDecoder::new(bytes.len() as u64, DecodeOptions::default()).with_window_step(window);
+    streamed_keeping(bytes, piece, window, stream::KEEP_INFLATED_BYTES)
+}
+
+/// [`streamed`], a gzip file's inflated bytes kept while they total at most `keep` bytes.
+fn streamed_keeping(
+    bytes: &[u8],
+    piece: usize,
+    window: u64,
+    keep: u64,
+) -> Result<RawSnapshot, ImportError> {
+    let mut dec = StreamDecoder::new(bytes.len() as u64, DecodeOptions::default())
+        .with_window_step(window)
+        .with_keep_bound(keep);
     for pass in 1..=2 {
         assert_eq!(dec.pass(), pass);
         for p in bytes.chunks(piece.max(1)) {
@@ -90,7 +101,7 @@ fn every_corpus_file_decodes_alike_streamed_gzip_or_plain() {
     for (name, gz) in corpus() {
         let plain = import::gunzip(&gz, u64::MAX).expect("gunzip");
         let want = digest(&decode_snapshot(&gz).expect("decodes"));
-        // The gzip file as it is (kept compressed, inflated twice in pieces).
+        // The gzip file as it is (inflated as it is fed, its inflated bytes kept).
         let got = digest(&streamed(&gz, 1 << 16, 1 << 20).expect("gzip streamed"));
         assert_eq!(want, got, "{name} (gzip)");
         // The plain pickle: big pieces and small windows, then pieces that split every
@@ -206,7 +217,7 @@ fn progress_reaches_the_end_of_each_pass_and_cancel_stops_the_decode() {
             digest(&decode_snapshot(bytes).expect("whole")),
             "same snapshot"
         );
-        // A plain pickle is read twice; a gzip file once (inflated twice from memory).
+        // A plain pickle is read twice; a gzip file once (inflated as it is read).
         assert_eq!(opens, if bytes == &gz { 1 } else { 2 });
         let fractions: Vec<f32> = seen.iter().map(Progress::fraction).collect();
         assert!(fractions.windows(2).all(|w| w[0] <= w[1]), "{fractions:?}");
@@ -262,4 +273,218 @@ fn a_read_error_names_its_offset() {
     );
     let e = r.expect_err("fails").to_string();
     assert_eq!(e, "cannot read byte 12: disk gone");
+}
+
+/// A gzip file of `plain`, in `members` members of about equal size.
+fn gzip_members(plain: &[u8], members: usize) -> Vec<u8> {
+    use std::io::Write as _;
+    let mut out = Vec::new();
+    for part in plain.chunks(plain.len().div_ceil(members.max(1)).max(1)) {
+        let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        e.write_all(part).expect("write");
+        out.extend_from_slice(&e.finish().expect("gzip"));
+    }
+    out
+}
+
+/// A pickle snapshot of `events` allocations, so that the gzip tests run without the
+/// corpus too.
+fn synthetic_pickle(events: u64) -> Vec<u8> {
+    use allocsim_core::snapshot::{Action, RawEvent};
+    let mut snap = RawSnapshot::default();
+    snap.device_traces.push(
+        (0..events)
+            .map(|i| RawEvent::new(Action::Alloc, 0x1000 * (i + 1), 512 + i % 7, 0))
+            .collect(),
+    );
+    allocsim_core::snapshot::write::snapshot_bytes(&snap)
+}
+
+#[test]
+fn every_corpus_gzip_decodes_alike_in_pieces_of_every_size() {
+    for (name, gz) in corpus() {
+        let want = digest(&decode_snapshot(&gz).expect("decodes"));
+        for piece in [1, 100, 4096, 1 << 16, 1 << 20] {
+            // Pieces of 1 byte: the smaller files only (a million feeds is slow, not
+            // different).
+            if piece == 1 && gz.len() > 400_000 {
+                continue;
+            }
+            let got = digest(&streamed(&gz, piece, 1 << 20).expect("gzip streamed"));
+            assert_eq!(want, got, "{name} in pieces of {piece} bytes");
+        }
+    }
+}
+
+#[test]
+fn gzip_past_the_keep_bound_is_inflated_again_to_the_same_snapshot() {
+    let mut files = corpus();
+    files.retain(|(name, _)| name.starts_with("kvcache_decode.") || name.starts_with("mlp_train."));
+    files.push((
+        "synthetic".into(),
+        gzip_members(&synthetic_pickle(20_000), 1),
+    ));
+    for (name, gz) in files {
+        let want = digest(&decode_snapshot(&gz).expect("decodes"));
+        let inflated = import::gunzip(&gz, u64::MAX).expect("gunzip").len() as u64;
+        // Nothing kept, a little, all but the last byte, exactly all (kept).
+        for keep in [0, 4096, inflated - 1, inflated] {
+            for piece in [1000, 1 << 20] {
+                let got =
+                    digest(&streamed_keeping(&gz, piece, 1 << 16, keep).expect("gzip streamed"));
+                assert_eq!(
+                    want, got,
+                    "{name}: kept up to {keep} bytes, pieces of {piece}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn several_members_and_zero_padding_decode_streamed_as_whole() {
+    let mut plains = vec![("synthetic".to_string(), synthetic_pickle(5_000))];
+    for (name, gz) in corpus() {
+        if name.starts_with("mlp_train.") || name.starts_with("gpt_varlen_train_s1.") {
+            plains.push((name, import::gunzip(&gz, u64::MAX).expect("gunzip")));
+        }
+    }
+    for (name, plain) in plains {
+        let want = digest(&decode_snapshot(&plain).expect("decodes"));
+        for members in [2, 3, 17] {
+            let mut gz = gzip_members(&plain, members);
+            for padding in [0, 1, 512] {
+                gz.resize(gz.len() + padding, 0);
+                for piece in [1, 9, 4096, 1 << 20] {
+                    let got = digest(
+                        &streamed_keeping(&gz, piece, 4096, 1 << 16)
+                            .expect("several members streamed"),
+                    );
+                    assert_eq!(
+                        want, got,
+                        "{name}: {members} members, {padding} bytes of padding, pieces of {piece}"
+                    );
+                    let got = digest(&streamed(&gz, piece, 4096).expect("kept"));
+                    assert_eq!(
+                        want, got,
+                        "{name}: {members} members, kept, pieces of {piece}"
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn truncated_gzip_fails_streamed_as_whole_with_a_gzip_error() {
+    let mut files = corpus();
+    files.retain(|(name, _)| {
+        name.starts_with("kvcache_decode.") || name.starts_with("multistream_pub.")
+    });
+    files.push((
+        "synthetic".into(),
+        gzip_members(&synthetic_pickle(20_000), 1),
+    ));
+    for (name, gz) in files {
+        let len = gz.len();
+        for cut in [
+            2,
+            3,
+            10,
+            11,
+            100,
+            len / 3,
+            len / 2,
+            len - 9,
+            len - 8,
+            len - 4,
+            len - 1,
+        ] {
+            let bytes = &gz[..cut];
+            let whole = decode_snapshot(bytes).expect_err("truncated");
+            assert!(
+                matches!(whole, ImportError::Gzip { .. }),
+                "{name} cut at {cut}: {whole}"
+            );
+            for piece in [1, 4096, 1 << 20] {
+                for keep in [0, stream::KEEP_INFLATED_BYTES] {
+                    let e = streamed_keeping(bytes, piece, 1 << 16, keep).expect_err("truncated");
+                    assert_eq!(e, whole, "{name} cut at {cut}, pieces of {piece}");
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn a_gzip_bomb_is_refused_streamed_in_any_pieces() {
+    use std::io::Write as _;
+    // A pickle's first byte, then zeros: it is a pickle's pre-pass that is fed.
+    let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
+    e.write_all(&[0x80, 4]).expect("write");
+    let zeros = vec![0u8; 1 << 20];
+    for _ in 0..300 {
+        e.write_all(&zeros).expect("write");
+    }
+    let bomb = e.finish().expect("gzip");
+    let limit = import::decompression_cap(bomb.len());
+    assert!(
+        limit < 300 << 20,
+        "a bomb: {} bytes inflate past {limit}",
+        bomb.len()
+    );
+    for piece in [4096, 1 << 20, bomb.len()] {
+        for keep in [0, stream::KEEP_INFLATED_BYTES] {
+            let e = streamed_keeping(&bomb, piece, 1 << 20, keep).expect_err("refused");
+            assert_eq!(e, ImportError::TooLarge { limit_bytes: limit });
+        }
+    }
+    // And the caller's own limit, under the cap.
+    let mut dec = StreamDecoder::new(
+        bomb.len() as u64,
+        DecodeOptions {
+            max_decompressed_bytes: 1 << 20,
+        },
+    );
+    let e = bomb
+        .chunks(1000)
+        .try_for_each(|p| dec.feed(p))
+        .expect_err("refused");
+    assert_eq!(
+        e,
+        ImportError::TooLarge {
+            limit_bytes: 1 << 20
+        }
+    );
+}
+
+#[test]
+fn gzip_progress_counts_the_file_then_the_kept_bytes() {
+    let plain = synthetic_pickle(20_000);
+    let gz = gzip_members(&plain, 1);
+    for (keep, second_total) in [
+        (stream::KEEP_INFLATED_BYTES, plain.len() as u64),
+        (0, gz.len() as u64),
+    ] {
+        let mut dec =
+            StreamDecoder::new(gz.len() as u64, DecodeOptions::default()).with_keep_bound(keep);
+        for p in gz.chunks(1000) {
+            dec.feed(p).expect("feeds");
+            assert_eq!(dec.progress().pass, 1);
+        }
+        assert_eq!(dec.progress().bytes_done, gz.len() as u64);
+        let mut seen = Vec::new();
+        dec.end_of_input_with(&mut |p| {
+            seen.push(p);
+            true
+        })
+        .expect("decodes")
+        .expect("a snapshot");
+        let last = seen.last().expect("progress in the second pass");
+        assert_eq!(
+            (last.pass, last.bytes_done, last.bytes_total),
+            (2, second_total, second_total),
+            "kept up to {keep}"
+        );
+    }
 }

@@ -4,9 +4,8 @@
 //! (`1f 8b`), a pickle by the `PROTO` opcode (`0x80`) it starts with, JSON by its first
 //! non-space byte (`{`, or `[` for the legacy list-of-segments form).
 
-use std::io::Read;
-
 pub use super::error::ImportError;
+use super::gzip::Gunzip;
 use super::{RawSnapshot, json, pickle};
 
 /// Limits applied while importing.
@@ -75,6 +74,9 @@ pub fn is_gzip(bytes: &[u8]) -> bool {
     bytes.starts_with(&[0x1f, 0x8b])
 }
 
+/// The pieces [`gunzip`] inflates in before it appends them to its answer.
+const GUNZIP_PIECE_BYTES: usize = 1 << 20;
+
 /// Inflates a gzip stream (several concatenated members allowed, and trailing zero
 /// padding after the last, as Python's `gzip` accepts), refusing to produce more than
 /// `limit_bytes`.
@@ -90,7 +92,7 @@ pub fn gunzip(bytes: &[u8], limit_bytes: u64) -> Result<Vec<u8>, ImportError> {
     let reachable = (bytes.len() as u64).saturating_mul(1032);
     let hint = isize_hint.min(reachable).min(limit_bytes).min(1 << 32);
     let mut out = Vec::with_capacity(usize::try_from(hint).unwrap_or(0));
-    gunzip_pieces(bytes, limit_bytes, usize::MAX, &mut |piece, _| {
+    gunzip_pieces(bytes, limit_bytes, GUNZIP_PIECE_BYTES, &mut |piece, _| {
         out.extend_from_slice(piece);
         Ok(())
     })?;
@@ -100,58 +102,41 @@ pub fn gunzip(bytes: &[u8], limit_bytes: u64) -> Result<Vec<u8>, ImportError> {
 /// Takes inflated pieces (and how many compressed bytes were read so far).
 pub type PieceSink<'a> = dyn FnMut(&[u8], u64) -> Result<(), ImportError> + 'a;
 
+/// The first buffer [`gunzip_pieces`] inflates into; it doubles, up to the pieces asked
+/// for, as it fills, so that a small file costs no big buffer.
+const FIRST_PIECE_BYTES: usize = 64 << 10;
+
 /// [`gunzip`] handing the inflated bytes to `sink` in pieces of at most `piece_bytes`
-/// (with how many compressed bytes were read so far), never holding more of them.
+/// (with how many compressed bytes were read so far), never holding more of them. The
+/// bytes it inflated to.
 pub fn gunzip_pieces(
     bytes: &[u8],
     limit_bytes: u64,
     piece_bytes: usize,
     sink: &mut PieceSink<'_>,
 ) -> Result<u64, ImportError> {
-    let mut produced = 0u64;
-    let mut buf = Vec::new();
+    let piece_bytes = piece_bytes.max(1);
+    let mut gz = Gunzip::new(limit_bytes);
+    let mut buf = vec![0u8; piece_bytes.min(FIRST_PIECE_BYTES)];
+    let mut filled = 0;
     let mut rest = bytes;
     loop {
-        let mut member = flate2::bufread::GzDecoder::new(rest);
-        // One byte past the limit tells "exactly at the limit" from "beyond it".
-        let room = limit_bytes.saturating_add(1).saturating_sub(produced);
-        let mut limited = (&mut member).take(room);
-        loop {
-            buf.clear();
-            let r = (&mut limited)
-                .take(piece_bytes as u64)
-                .read_to_end(&mut buf);
-            if let Err(e) = r {
-                return Err(ImportError::Gzip {
-                    message: e.to_string(),
-                    decompressed_bytes: produced + buf.len() as u64,
-                });
+        let (read, written) = gz.inflate(rest, buf.get_mut(filled..).unwrap_or(&mut []))?;
+        rest = rest.get(read..).unwrap_or(&[]);
+        filled += written;
+        let stuck = read == 0 && written == 0;
+        if filled == buf.len() || (stuck && filled > 0) {
+            sink(buf.get(..filled).unwrap_or(&[]), gz.read_bytes())?;
+            if filled == buf.len() && buf.len() < piece_bytes {
+                buf.resize(buf.len().saturating_mul(2).min(piece_bytes), 0);
             }
-            if buf.is_empty() {
-                break;
-            }
-            produced += buf.len() as u64;
-            if produced > limit_bytes {
-                return Err(ImportError::TooLarge { limit_bytes });
-            }
-            let read = bytes.len() - limited.get_ref().get_ref().len();
-            sink(&buf, read as u64)?;
+            filled = 0;
         }
-        rest = member.into_inner();
-        if rest.iter().all(|&b| b == 0) {
-            return Ok(produced);
-        }
-        if !is_gzip(rest) {
-            return Err(ImportError::Gzip {
-                message: format!(
-                    "{} bytes after the gzip stream at byte {} are neither another gzip member nor zero padding",
-                    rest.len(),
-                    bytes.len() - rest.len()
-                ),
-                decompressed_bytes: produced,
-            });
+        if stuck {
+            break;
         }
     }
+    gz.finish()
 }
 
 /// Decodes an uncompressed snapshot (pickle or JSON).

@@ -7,6 +7,7 @@
 
 mod error;
 pub mod frames;
+pub mod gzip;
 pub mod import;
 pub mod json;
 pub mod pickle;

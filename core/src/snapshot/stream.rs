@@ -4,9 +4,11 @@
 //! limits, answers and errors:
 //! - **a pickle** is read twice ([`super::pickle::PickleStream`]): the pre-pass, then
 //!   the machine over windows of the input; nothing of the file is held but the window;
-//! - **gzip** is kept compressed (PyTorch's pickles compress 10–13:1) and inflated twice
-//!   from memory, in pieces, under the same cap on what it may inflate to: its file is
-//!   read once;
+//! - **gzip** is inflated as it is fed ([`super::gzip::Gunzip`], under the same cap on
+//!   what it may inflate to), the inflated bytes going on to the pickle's pre-pass as they
+//!   come, so reading, inflating and the pre-pass overlap; the inflated bytes are kept
+//!   for the second pass (up to [`KEEP_INFLATED_BYTES`]; past it the compressed file is
+//!   kept instead and inflated again): its file is read once, and inflated once;
 //! - **JSON** (and anything else: its error) is collected whole and decoded at the end.
 //!
 //! [`StreamDecoder`] is fed by whoever reads ([`StreamDecoder::feed`], then
@@ -17,12 +19,14 @@ use std::io::Read;
 
 use super::RawSnapshot;
 use super::error::ImportError;
+use super::gzip::Gunzip;
 use super::import::{DecodeOptions, decode_plain, decompression_cap, gunzip_pieces, is_gzip};
 use super::pickle::{PickleStream, WINDOW_STEP};
 
-/// How far a streamed decode is: the pass over the file (1 or 2; a gzip file is read in
-/// pass 1 and inflated in both from memory) and the bytes of the file it has been through
-/// in this pass.
+/// How far a streamed decode is: the pass over the file (1 or 2) and the bytes of the file
+/// it has been through in this pass. A gzip file is read and inflated in pass 1; its pass
+/// 2 goes over the inflated bytes kept in memory, which `bytes_done` and `bytes_total`
+/// then count (or, past [`KEEP_INFLATED_BYTES`], over the compressed file inflated again).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Progress {
     pub pass: u8,
@@ -43,8 +47,27 @@ impl Progress {
     }
 }
 
-/// Inflated bytes are handed on in pieces of this size.
+/// Inflated bytes that are not kept are handed on in pieces of (at most) this size.
 const GZIP_PIECE: usize = 4 << 20;
+
+/// Inflated bytes are kept in chunks of this size (freed one by one as the second pass
+/// runs over them). What the browser's engine worker holds after an open (decode, build,
+/// replays; `web/tests/bench.mjs`) was lowest with 4 MiB: 48 MiB on `kvcache_decode` and
+/// 78 on `big_gpt_long_stacks_s9` (main, inflating twice: 50 and 81; chunks of 1 MiB: 56
+/// and 83), though the decode alone peaks lower with 1 MiB (`scripts/wasm-decode-probe`:
+/// 36.4 and 62.4 MiB against 48 and 78.1).
+const KEPT_CHUNK_BYTES: usize = 4 << 20;
+
+/// A gzip file's inflated bytes are kept for the second pass while they total at most this
+/// (256 MiB, the browser's bound on a file read whole): every real snapshot we know of
+/// inflates to far less (32 MB), and a bigger one keeps only its compressed file (a tenth
+/// of it) and is inflated again, as before, so that what a huge file holds stays bounded
+/// (wasm's memory ends at 4 GiB). The kept chunks are dropped as the second pass runs
+/// over them. What keeping costs: the decode alone peaks higher in wasm
+/// (`scripts/wasm-decode-probe`: 48 MiB against 44.8 on `kvcache_decode`, 14.6 MB
+/// inflated; 78.1 against 58.6 on `big_gpt_long_stacks_s9`, 32 MB), though the browser's
+/// engine worker after the whole open does not (see `KEPT_CHUNK_BYTES`).
+pub const KEEP_INFLATED_BYTES: u64 = 256 << 20;
 
 /// What the uncompressed stream turned out to be.
 #[derive(Debug)]
@@ -61,8 +84,172 @@ enum Plain {
 enum FileKind {
     Unknown,
     Plain,
-    /// Gzip: the compressed file, kept whole.
-    Gzip(Vec<u8>),
+    Gzip(Box<GzipFile>),
+}
+
+/// A gzip file being inflated as it is fed, and what its second pass will need.
+#[derive(Debug)]
+struct GzipFile {
+    gunzip: Gunzip,
+    /// The inflated bytes, for the second pass: `None` once they are more than the bound,
+    /// or once they turn out to be no pickle (decoded whole, in one pass).
+    kept: Option<Kept>,
+    /// The compressed file as fed, to inflate again should the inflated bytes not be kept
+    /// (`None` once it is known not to be needed).
+    compressed: Option<Vec<u8>>,
+    /// Where bytes are inflated to when they are not kept.
+    scratch: Vec<u8>,
+}
+
+/// Inflated bytes kept in chunks of [`KEPT_CHUNK_BYTES`] (never reallocated, nor copied:
+/// they are inflated in place), at most `bound_bytes` in all.
+#[derive(Debug)]
+struct Kept {
+    chunks: Vec<Vec<u8>>,
+    /// Bytes of the last chunk written (the chunks are allocated zeroed, whole).
+    filled: usize,
+    total_bytes: u64,
+    bound_bytes: u64,
+}
+
+impl Kept {
+    /// Room in the last chunk, a new chunk where it is full; `None` once the bytes kept
+    /// reach the bound.
+    fn room(&mut self) -> Option<&mut [u8]> {
+        if self.chunks.last().is_none_or(|c| self.filled == c.len()) {
+            let left = self.bound_bytes.saturating_sub(self.total_bytes);
+            let len = usize::try_from(left)
+                .unwrap_or(usize::MAX)
+                .min(KEPT_CHUNK_BYTES);
+            if len == 0 {
+                return None;
+            }
+            self.chunks.push(vec![0; len]);
+            self.filled = 0;
+        }
+        let filled = self.filled;
+        self.chunks.last_mut().and_then(|c| c.get_mut(filled..))
+    }
+
+    /// The `bytes` just written into [`Kept::room`].
+    fn wrote(&mut self, bytes: usize) -> &[u8] {
+        let from = self.filled;
+        self.filled += bytes;
+        self.total_bytes += bytes as u64;
+        self.chunks
+            .last()
+            .and_then(|c| c.get(from..from + bytes))
+            .unwrap_or(&[])
+    }
+
+    /// The chunks, the last cut to what was written.
+    fn into_chunks(mut self) -> Vec<Vec<u8>> {
+        if let Some(last) = self.chunks.last_mut() {
+            last.truncate(self.filled);
+        }
+        self.chunks
+    }
+}
+
+impl GzipFile {
+    fn new(limit_bytes: u64, keep_bytes: u64, file_len: u64) -> GzipFile {
+        GzipFile {
+            gunzip: Gunzip::new(limit_bytes),
+            kept: Some(Kept {
+                chunks: Vec::new(),
+                filled: 0,
+                total_bytes: 0,
+                bound_bytes: keep_bytes,
+            }),
+            compressed: Some(Vec::with_capacity(
+                usize::try_from(file_len.min(1 << 32)).unwrap_or(0),
+            )),
+            scratch: Vec::new(),
+        }
+    }
+
+    /// Inflates the next piece of the file, handing what it inflates to `plain` (the
+    /// first pass), keeping it where it is kept.
+    fn feed(
+        &mut self,
+        piece: &[u8],
+        plain: &mut Plain,
+        window_step: u64,
+    ) -> Result<(), ImportError> {
+        if let Some(compressed) = &mut self.compressed {
+            compressed.extend_from_slice(piece);
+        }
+        let mut rest = piece;
+        loop {
+            let room = if let Some(room) = self.kept.as_mut().and_then(Kept::room) {
+                room
+            } else {
+                // Past the bound (or never kept): what is inflated goes on to the pre-pass
+                // through one buffer.
+                self.kept = None;
+                if self.scratch.is_empty() {
+                    self.scratch = vec![0; GZIP_PIECE];
+                }
+                &mut self.scratch
+            };
+            let (read, written) = self.gunzip.inflate(rest, room)?;
+            rest = rest.get(read..).unwrap_or(&[]);
+            let inflated = match &mut self.kept {
+                Some(kept) => kept.wrote(written),
+                None => self.scratch.get(..written).unwrap_or(&[]),
+            };
+            plain_feed(plain, inflated, None, window_step)?;
+            if let Plain::Whole(_) = plain {
+                // Decoded whole at the end, in one pass: nothing to keep for another.
+                self.kept = None;
+                self.compressed = None;
+            }
+            if read == 0 && written == 0 {
+                return Ok(());
+            }
+        }
+    }
+
+    /// The second pass: the kept inflated bytes (dropped as they are fed), or the
+    /// compressed file inflated again, handed to `plain`.
+    fn second_pass(
+        self,
+        plain: &mut Plain,
+        limit_bytes: u64,
+        window_step: u64,
+        progress: &mut dyn FnMut(Progress) -> bool,
+    ) -> Result<(), ImportError> {
+        let report = |bytes_done, bytes_total, progress: &mut dyn FnMut(Progress) -> bool| {
+            let p = Progress {
+                pass: 2,
+                bytes_done,
+                bytes_total,
+            };
+            if progress(p) {
+                Ok(())
+            } else {
+                Err(ImportError::Cancelled)
+            }
+        };
+        if let Some(kept) = self.kept {
+            let total = kept.total_bytes;
+            let mut done = 0u64;
+            for chunk in kept.into_chunks() {
+                plain_feed(plain, &chunk, None, window_step)?;
+                done += chunk.len() as u64;
+                report(done, total, progress)?;
+            }
+            return Ok(());
+        }
+        let compressed = self.compressed.unwrap_or_default();
+        let total = compressed.len() as u64;
+        gunzip_pieces(&compressed, limit_bytes, GZIP_PIECE, &mut |piece, read| {
+            report(read, total, progress)?;
+            plain_feed(plain, piece, None, window_step)
+        })?;
+        // Its last piece may have been handed on before the member's trailer was read.
+        report(total, total, progress)
+    }
 }
 
 /// A snapshot decoded from pieces of its file.
@@ -79,6 +266,8 @@ pub struct StreamDecoder {
     file: FileKind,
     plain: Plain,
     window_step: u64,
+    /// A gzip file's inflated bytes are kept while they total at most this.
+    keep_bytes: u64,
 }
 
 impl StreamDecoder {
@@ -94,6 +283,7 @@ impl StreamDecoder {
             file: FileKind::Unknown,
             plain: Plain::Unknown,
             window_step: WINDOW_STEP,
+            keep_bytes: KEEP_INFLATED_BYTES,
         }
     }
 
@@ -102,6 +292,14 @@ impl StreamDecoder {
     #[must_use]
     pub fn with_window_step(mut self, bytes: u64) -> StreamDecoder {
         self.window_step = bytes;
+        self
+    }
+
+    /// A gzip file's inflated bytes are kept for the second pass while they total at most
+    /// `bytes` ([`KEEP_INFLATED_BYTES`]; tests: the compressed file inflated again past it).
+    #[must_use]
+    pub fn with_keep_bound(mut self, bytes: u64) -> StreamDecoder {
+        self.keep_bytes = bytes;
         self
     }
 
@@ -139,9 +337,11 @@ impl StreamDecoder {
 
     fn decide(&mut self, head: &[u8]) -> Result<(), ImportError> {
         self.file = if is_gzip(head) {
-            FileKind::Gzip(Vec::with_capacity(
-                usize::try_from(self.file_len.min(1 << 32)).unwrap_or(0),
-            ))
+            FileKind::Gzip(Box::new(GzipFile::new(
+                self.gzip_limit(),
+                self.keep_bytes,
+                self.file_len,
+            )))
         } else {
             FileKind::Plain
         };
@@ -150,10 +350,7 @@ impl StreamDecoder {
 
     fn raw(&mut self, piece: &[u8]) -> Result<(), ImportError> {
         match &mut self.file {
-            FileKind::Gzip(compressed) => {
-                compressed.extend_from_slice(piece);
-                Ok(())
-            }
+            FileKind::Gzip(gzip) => gzip.feed(piece, &mut self.plain, self.window_step),
             _ => plain_feed(
                 &mut self.plain,
                 piece,
@@ -179,10 +376,8 @@ impl StreamDecoder {
             let head = std::mem::take(&mut self.head);
             self.decide(&head)?;
         }
-        if let FileKind::Gzip(compressed) = std::mem::replace(&mut self.file, FileKind::Plain) {
-            let r = self.inflated(&compressed, progress);
-            self.file = FileKind::Gzip(compressed);
-            return r.map(Some);
+        if let FileKind::Gzip(gzip) = std::mem::replace(&mut self.file, FileKind::Plain) {
+            return self.gzip_end(*gzip, progress).map(Some);
         }
         let r = plain_end(&mut self.plain)?;
         if r.is_none() {
@@ -192,37 +387,32 @@ impl StreamDecoder {
         Ok(r)
     }
 
-    /// Decodes the kept gzip file: inflated once per pass, in pieces.
-    fn inflated(
+    /// What a gzip file may inflate to: as [`super::import::decode_snapshot_with`] allows
+    /// the file of the size the caller gave.
+    fn gzip_limit(&self) -> u64 {
+        let len = usize::try_from(self.file_len).unwrap_or(usize::MAX);
+        self.options
+            .max_decompressed_bytes
+            .min(decompression_cap(len))
+    }
+
+    /// The end of a gzip file: its first pass ends (the file must have ended where a
+    /// member does), and a pickle's second pass runs over what was kept for it.
+    fn gzip_end(
         &mut self,
-        compressed: &[u8],
+        gzip: GzipFile,
         progress: &mut dyn FnMut(Progress) -> bool,
     ) -> Result<RawSnapshot, ImportError> {
-        let limit = self
-            .options
-            .max_decompressed_bytes
-            .min(decompression_cap(compressed.len()));
-        let total = compressed.len() as u64;
-        loop {
-            let pass = self.pass;
-            let plain = &mut self.plain;
-            let step = self.window_step;
-            gunzip_pieces(compressed, limit, GZIP_PIECE, &mut |piece, read| {
-                let p = Progress {
-                    pass,
-                    bytes_done: read,
-                    bytes_total: total,
-                };
-                if !progress(p) {
-                    return Err(ImportError::Cancelled);
-                }
-                plain_feed(plain, piece, None, step)
-            })?;
-            match plain_end(&mut self.plain)? {
-                Some(snap) => return Ok(snap),
-                None => self.pass = 2,
-            }
+        gzip.gunzip.finish()?;
+        if let Some(snap) = plain_end(&mut self.plain)? {
+            return Ok(snap);
         }
+        self.pass = 2;
+        let limit = self.gzip_limit();
+        gzip.second_pass(&mut self.plain, limit, self.window_step, progress)?;
+        plain_end(&mut self.plain)?.ok_or_else(|| {
+            ImportError::Format("the decoder asked for a third pass over the file".into())
+        })
     }
 }
 
