@@ -69,6 +69,12 @@ const KEPT_CHUNK_BYTES: usize = 4 << 20;
 /// engine worker after the whole open does not (see `KEPT_CHUNK_BYTES`).
 pub const KEEP_INFLATED_BYTES: u64 = 256 << 20;
 
+/// A gzip file is kept inflated only where it is at most 1/16 of [`KEEP_INFLATED_BYTES`]
+/// compressed (16 MiB): `PyTorch`'s pickles compress 10–13:1, so a larger file would most
+/// likely pass the bound and leave the 256 MiB it filled to wasm's memory, which never
+/// shrinks, before falling back.
+const KEEP_MAX_COMPRESSED_BYTES: u64 = KEEP_INFLATED_BYTES / 16;
+
 /// What the uncompressed stream turned out to be.
 #[derive(Debug)]
 enum Plain {
@@ -155,7 +161,7 @@ impl GzipFile {
     fn new(limit_bytes: u64, keep_bytes: u64, file_len: u64) -> GzipFile {
         GzipFile {
             gunzip: Gunzip::new(limit_bytes),
-            kept: Some(Kept {
+            kept: (file_len <= KEEP_MAX_COMPRESSED_BYTES).then_some(Kept {
                 chunks: Vec::new(),
                 filled: 0,
                 total_bytes: 0,
