@@ -11,7 +11,10 @@
 
 use std::time::Instant;
 
+use allocsim_core::models::ModelSpec;
 use allocsim_core::prefix;
+use allocsim_core::replay::ReplayResult;
+use allocsim_core::trace::Trace;
 use allocsim_core::whatif::{InOrder, Sweep, SweptReplay, recommend_with, summary_options};
 
 fn main() {
@@ -33,25 +36,10 @@ fn main() {
     if args.iter().any(|a| a == "--parts") {
         let mut sweep: Sweep = Sweep::new(&v.trace, 0, Some(cap)).expect("a sweep");
         let specs = sweep.next_batch();
-        let mut per_worker = [0.0f64; 2];
-        for (k, part) in prefix::share(&specs, 2).iter().enumerate() {
-            let mine: Vec<_> = part.iter().map(|&i| specs[i].clone()).collect();
-            let t = Instant::now();
-            prefix::replay_sharing(
-                &v.trace,
-                0,
-                &mine,
-                Some(cap),
-                summary_options(),
-                &mut |_, _, _| {},
-            )
-            .expect("the replays");
-            let s = t.elapsed().as_secs_f64();
-            // Dealt in turn, as the page deals them (app/src/gui/workers.rs).
-            per_worker[k % 2] += s;
-            let root = mine.first().and_then(|m| m.config.clone());
+        let (per_worker, _) = replay_dealt(&v.trace, cap, &specs, &mut |k, part, s| {
+            let root = part.first().and_then(|&i| specs[i].config.clone());
             println!("part {k}: {} settings, {s:.3} s ({root:?})", part.len());
-        }
+        });
         println!(
             "dealt in turn, per worker: {:.3} / {:.3} s",
             per_worker[0], per_worker[1]
@@ -68,36 +56,14 @@ fn main() {
             if specs.is_empty() {
                 break;
             }
-            let mut results = vec![None; specs.len()];
-            let mut per_worker = [0.0f64; 2];
-            for (k, part) in prefix::share(&specs, 2).iter().enumerate() {
-                let mine: Vec<_> = part.iter().map(|&i| specs[i].clone()).collect();
-                let t = Instant::now();
-                prefix::replay_sharing(
-                    &v.trace,
-                    0,
-                    &mine,
-                    Some(cap),
-                    summary_options(),
-                    &mut |i, _, r| results[part[i]] = Some(r.expect("a replay")),
-                )
-                .expect("the replays");
-                per_worker[k % 2] += t.elapsed().as_secs_f64();
-            }
+            let (per_worker, results) = replay_dealt(&v.trace, cap, &specs, &mut |_, _, _| {});
             println!(
                 "batch {b}: {} settings, per worker {:.3} / {:.3} s",
                 specs.len(),
                 per_worker[0],
                 per_worker[1]
             );
-            sweep
-                .give(
-                    results
-                        .into_iter()
-                        .map(|r| r.expect("every result"))
-                        .collect(),
-                )
-                .expect("the batch");
+            sweep.give(results).expect("the batch");
             b += 1;
         }
         // The browser's sweep keeps `SweptReplay`s: its answer from the first batch alone.
@@ -154,4 +120,38 @@ fn main() {
             r.candidates_replayed
         );
     }
+}
+
+/// `specs` replayed in the parts the page deals its two search workers
+/// ([`prefix::share`], in turn: app/src/gui/workers.rs), each part timed and handed to
+/// `each(k, part, seconds)`: the seconds per worker, and the results in `specs`' order.
+fn replay_dealt(
+    trace: &Trace,
+    cap: u64,
+    specs: &[ModelSpec],
+    each: &mut dyn FnMut(usize, &[usize], f64),
+) -> ([f64; 2], Vec<ReplayResult>) {
+    let mut results = vec![None; specs.len()];
+    let mut per_worker = [0.0f64; 2];
+    for (k, part) in prefix::share(specs, 2).iter().enumerate() {
+        let mine: Vec<_> = part.iter().map(|&i| specs[i].clone()).collect();
+        let t = Instant::now();
+        prefix::replay_sharing(
+            trace,
+            0,
+            &mine,
+            Some(cap),
+            summary_options(),
+            &mut |i, _, r| results[part[i]] = Some(r.expect("a replay")),
+        )
+        .expect("the replays");
+        let s = t.elapsed().as_secs_f64();
+        per_worker[k % 2] += s;
+        each(k, part, s);
+    }
+    let results = results
+        .into_iter()
+        .map(|r| r.expect("every result"))
+        .collect();
+    (per_worker, results)
 }
