@@ -254,7 +254,7 @@ mod entry {
     fn stream_reader(file: &web_sys::File) -> Result<JsValue, String> {
         let call = |on: &JsValue, method: &str| -> Result<JsValue, String> {
             js_sys::Reflect::get(on, &method.into())
-                .and_then(|f| f.dyn_into::<js_sys::Function>().map_err(JsValue::from))
+                .and_then(JsCast::dyn_into::<js_sys::Function>)
                 .and_then(|f| f.call0(on))
                 .map_err(|e| format!("{method}: {e:?}"))
         };
@@ -265,9 +265,9 @@ mod entry {
     async fn next_chunk(reader: &JsValue) -> Result<Option<js_sys::Uint8Array>, String> {
         let text = |e: JsValue| format!("{e:?}");
         let read = js_sys::Reflect::get(reader, &"read".into())
-            .and_then(|f| f.dyn_into::<js_sys::Function>().map_err(JsValue::from))
+            .and_then(JsCast::dyn_into::<js_sys::Function>)
             .and_then(|f| f.call0(reader))
-            .and_then(|p| p.dyn_into::<js_sys::Promise>().map_err(JsValue::from))
+            .and_then(JsCast::dyn_into::<js_sys::Promise>)
             .map_err(text)?;
         let result = wasm_bindgen_futures::JsFuture::from(read)
             .await
@@ -523,7 +523,7 @@ mod entry {
                     .map_err(|e| read(at, e))?;
                 dec.feed(&piece).map_err(fail)?;
                 at = to;
-                if to % open::PIECE_BYTES as u64 == 0 || to == size {
+                if to.is_multiple_of(open::PIECE_BYTES as u64) || to == size {
                     report.report(dec.progress(), &mut |r| post(&r));
                 }
                 if now_ms() - yielded >= YIELD_MS {
