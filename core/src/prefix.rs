@@ -35,7 +35,7 @@
 //! at four capacities, and compares the whole results.
 
 use crate::Error;
-use crate::models::pytorch::{MallocPeek, PyTorchConfig, PyTorchModel};
+use crate::models::pytorch::{MallocPeek, PyTorchConfig, PyTorchModel, SMALL_SIZE_BYTES};
 use crate::models::{AllocRequest, AllocatorKind, ModelSpec};
 use crate::replay::{ReplayOptions, ReplayResult, ReplayRun};
 use crate::session;
@@ -129,7 +129,7 @@ fn decides_otherwise(node: &PyTorchConfig, cfg: &PyTorchConfig, n: &Next<'_>) ->
         let (m, m0) = (cfg.max_split_size_bytes, node.max_split_size_bytes);
         if p.found.is_some_and(|b| {
             n.model.oversize_refuses(p.rounded, b, m) != n.model.oversize_refuses(p.rounded, b, m0)
-        }) || (p.rounded < m) != (p.rounded < m0)
+        }) || split_otherwise(n, m, m0)
             || (!p.taken
                 && !n.fits
                 && (n.model.peek_releases(n.req, m) || n.model.peek_releases(n.req, m0)))
@@ -137,7 +137,29 @@ fn decides_otherwise(node: &PyTorchConfig, cfg: &PyTorchConfig, n: &Next<'_>) ->
             return true;
         }
     }
-    !p.taken && n.reserved > t.reserved_above
+    !p.taken && n.reserved > t.reserved_above && n.model.peek_collects()
+}
+
+/// Whether `should_split` answers otherwise under the split limits `m` and `m0` for the
+/// block the malloc `n` sees will split, where the oversize rules took the same course
+/// under both: the block found where it is taken, else the new segment
+/// (`get_allocation_size`: after a collection or a release too, where those decide
+/// alike). It reads the limit only for a large block without expandable segments, and
+/// only where more than `kSmallSize` would remain (blocks.rs): a request of the size of
+/// its block, or within 1 MiB of it, is not split under either limit.
+fn split_otherwise(n: &Next<'_>, m: u64, m0: u64) -> bool {
+    let p = &n.peek;
+    if (p.rounded < m) == (p.rounded < m0)
+        || n.model.config().expandable_segments
+        || p.rounded <= SMALL_SIZE_BYTES
+    {
+        return false;
+    }
+    let block = match p.found {
+        Some(b) if p.taken => b,
+        _ => n.model.allocation_size(p.rounded),
+    };
+    block.saturating_sub(p.rounded) > SMALL_SIZE_BYTES
 }
 
 /// Whether `t` or any setting under it decides the malloc `n` sees otherwise than `node`.

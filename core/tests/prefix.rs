@@ -187,12 +187,14 @@ fn fork_points() {
     );
 }
 
-/// Where a setting is forked, against the reads of the split limit the model makes: a
-/// limit M' that a request's rounded size reaches (`should_split` compares it: `size <
-/// M'` is false there, true without a limit) is forked no later than the first such
-/// malloc — the replay of it is not skipped — while a limit above every request and every
-/// segment the trace makes (no read of it can decide otherwise) is never forked: its
-/// result is the defaults' replay under its own name, forked at the end.
+/// Where a setting is forked, against what the model decides: a limit M' that a
+/// request's rounded size reaches is forked no later than the first op where the replay of
+/// it and the defaults' replay, stepped side by side from the start, emit other events
+/// (the first decision `should_split` or the oversize rules take otherwise shows there or
+/// later), and it is forked at all (the replay of it is not skipped where it differs);
+/// while a limit above every request and every segment the trace makes (no read of it
+/// can decide otherwise) is never forked: its result is the defaults' replay under its
+/// own name, forked at the end.
 #[test]
 fn a_split_limit_is_forked_where_a_read_of_it_first_decides_otherwise() {
     use allocsim_core::models::pytorch::{PyTorchConfig, PyTorchModel};
@@ -230,11 +232,8 @@ fn a_split_limit_is_forked_where_a_read_of_it_first_decides_otherwise() {
             continue;
         }
         checked += 1;
-        let first_reaching = rounded
-            .iter()
-            .find(|&&(_, r)| r >= reached_mb << 20)
-            .map(|&(k, _)| k)
-            .expect("a request reaches it");
+        let first_otherwise =
+            first_op_deciding_otherwise(&trace, "", &format!("max_split_size_mb:{reached_mb}"));
         let above_mb = free.peak_reserved_bytes.max(biggest) / (1 << 20) + 1;
         let specs: Vec<ModelSpec> = [
             "pytorch@".to_string(),
@@ -262,11 +261,13 @@ fn a_split_limit_is_forked_where_a_read_of_it_first_decides_otherwise() {
         .expect("shares");
         assert_eq!(at[0], Some(Some(0)), "{spec}: the root is replayed whole");
         let reached = at[1].flatten().expect("forked");
-        assert!(
-            reached <= first_reaching,
-            "{spec}: max_split_size_mb:{reached_mb} forked at op {reached}, after op \
-             {first_reaching} whose request rounds to it"
-        );
+        if let Some(k) = first_otherwise {
+            assert!(
+                reached <= k,
+                "{spec}: max_split_size_mb:{reached_mb} forked at op {reached}, after op \
+                 {k} where its replay and the defaults' emit other events"
+            );
+        }
         assert_eq!(
             at[2],
             Some(Some(ops)),
@@ -277,4 +278,45 @@ fn a_split_limit_is_forked_where_a_read_of_it_first_decides_otherwise() {
         checked >= 2,
         "traces with a request of 20 MiB or more: {checked}"
     );
+}
+
+/// The first op of device 0 of `trace` where the whole replays of settings `a` and `b`
+/// (no capacity) emit other events; None where they never do.
+fn first_op_deciding_otherwise(trace: &Trace, a: &str, b: &str) -> Option<usize> {
+    use allocsim_core::models::pytorch::PyTorchConfig;
+    use allocsim_core::replay::ReplayRun;
+    let dt = &trace.devices[0];
+    let start = |c: &str| {
+        session::pytorch_start(trace, 0, &PyTorchConfig::parse(c).expect("setting"), None)
+    };
+    let (mut ma, da, pa) = start(a);
+    let (mut mb, db, pb) = start(b);
+    let opts = |preloaded| {
+        let mut o = whatif::summary_options();
+        o.preloaded |= preloaded;
+        o
+    };
+    let mut ra = ReplayRun::new(
+        &mut ma,
+        da,
+        None,
+        opts(pa),
+        dt.initial_ops,
+        Some(dt.ops.len()),
+    );
+    let mut rb = ReplayRun::new(
+        &mut mb,
+        db,
+        None,
+        opts(pb),
+        dt.initial_ops,
+        Some(dt.ops.len()),
+    );
+    ra.set_pools(&dt.pools);
+    rb.set_pools(&dt.pools);
+    dt.ops.iter().position(|op| {
+        ra.push(op);
+        rb.push(op);
+        ra.last_events() != rb.last_events()
+    })
 }

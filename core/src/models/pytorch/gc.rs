@@ -18,15 +18,7 @@ impl PyTorchModel {
             return;
         }
         let target = self.reserved_bytes - threshold;
-        let count_now = self.pools[DEFAULT_LARGE as usize].get_free_blocks_call_count;
-        let mut total_age = 0.0f64;
-        let mut count = 0u64;
-        for i in self.pools[DEFAULT_LARGE as usize].blocks.values() {
-            if !self.is_split(i) {
-                total_age += (count_now - self.b(i).gc_base) as f64;
-                count += 1;
-            }
-        }
+        let (count_now, mut total_age, mut count) = self.gc_ages();
         if count == 0 {
             return;
         }
@@ -49,5 +41,43 @@ impl PyTorchModel {
                 }
             }
         }
+    }
+
+    /// The default large pool's age count now, and the total age and number of its unsplit
+    /// free blocks: what a collection's first round averages.
+    fn gc_ages(&self) -> (u64, f64, u64) {
+        let pool = &self.pools[DEFAULT_LARGE as usize];
+        let count_now = pool.get_free_blocks_call_count;
+        let mut total_age = 0.0f64;
+        let mut count = 0u64;
+        for i in pool.blocks.values() {
+            if !self.is_split(i) {
+                total_age += (count_now - self.b(i).gc_base) as f64;
+                count += 1;
+            }
+        }
+        (count_now, total_age, count)
+    }
+
+    /// Whether a collection run now, with reserved memory above its threshold, would
+    /// release a block: its first round does (a block at least as old as the average),
+    /// or no round does. Changes nothing (`core::prefix`: a threshold whose collection
+    /// releases nothing decides as no threshold).
+    #[must_use]
+    pub fn peek_collects(&self) -> bool {
+        let (count_now, total_age, count) = self.gc_ages();
+        if count == 0 {
+            return false;
+        }
+        let avg = total_age / count as f64;
+        self.pools[DEFAULT_LARGE as usize]
+            .blocks
+            .values()
+            .into_iter()
+            .any(|i| {
+                !self.is_split(i)
+                    && !self.is_expandable(i)
+                    && (count_now - self.b(i).gc_base) as f64 >= avg
+            })
     }
 }

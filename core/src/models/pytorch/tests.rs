@@ -618,3 +618,32 @@ fn segment_of_answers_as_the_walk_through_releases_and_overlaps() {
         assert!(m.segment_of(3 * g + 5 * MIB).is_some());
     }
 }
+
+/// `peek_collects` answers whether a collection now releases a block, as
+/// `garbage_collect` then does: a free unsplit block releases; a free block that is a
+/// split remainder does not (nor does an empty pool), and the collection then changes
+/// nothing.
+#[test]
+fn peek_collects_says_whether_the_collection_releases() {
+    let mut r = Run::with_limit("garbage_collection_threshold:0.5", Some(100 * MIB));
+    assert!(!r.model.peek_collects(), "no free block");
+    // A 40 MiB segment, freed, then split by a 20 MiB request: its free remainder is
+    // split, so nothing can be released.
+    let a = r.alloc(40 * MIB);
+    r.free(a);
+    let b = r.alloc(20 * MIB);
+    let c = r.alloc(30 * MIB);
+    assert_eq!(r.reserved(), 70 * MIB);
+    assert!(!r.model.peek_collects(), "only a split remainder is free");
+    r.out.clear();
+    r.model.garbage_collect(&mut r.dev, &mut r.out);
+    assert!(r.take_segment_frees().is_empty());
+    assert_eq!(r.reserved(), 70 * MIB);
+    // The 30 MiB segment freed whole: released.
+    r.free(c);
+    assert!(r.model.peek_collects(), "a whole segment is free");
+    r.model.garbage_collect(&mut r.dev, &mut r.out);
+    assert_eq!(r.take_segment_frees().len(), 1);
+    assert_eq!(r.reserved(), 40 * MIB);
+    r.free(b);
+}
