@@ -7,15 +7,17 @@
 //! them shows in advance (pytorch-allocator.md §4–§5.6; every read of the model's `cfg`):
 //!
 //! - `max_split_size_mb` M is read by `get_free_block` (a found block of M or more, or a
-//!   request of M or more), `should_split` (a request of M or more) and, after a failed
-//!   `cudaMalloc`, `release_available_cached_blocks` (which frees only blocks of M or
-//!   more). Before a malloc whose rounded request or found block reaches M, or that takes
-//!   no block while a block of M could exist (a segment of M was made; with expandable
-//!   segments, M bytes were reserved), every decision is the one without it.
+//!   request of M or more), `should_split` (a request of M or more, for a block of the
+//!   large pool without expandable segments, where more than 1 MiB would remain) and,
+//!   after a failed `cudaMalloc`, `release_available_cached_blocks` (which frees only
+//!   blocks of M or more). Before a malloc whose rounded request or found block reaches M,
+//!   or that takes no block while a block of M could exist (a segment of M was made; with
+//!   expandable segments, M bytes were reserved), every decision is the one without it.
 //! - `garbage_collection_threshold` T under a limit L acts only in a `malloc` that takes
-//!   no free block while reserved memory is above `(T × L) as u64`. The blocks' ages it
-//!   reads (`get_free_blocks_call_count`) are counted under every setting, so a copy
-//!   carries them.
+//!   no free block while reserved memory is above `(T × L) as u64`, and only where the
+//!   collection releases a block ([`PyTorchModel::peek_collects`]); one that releases
+//!   nothing changes nothing. The blocks' ages it reads (`get_free_blocks_call_count`) are
+//!   counted under every setting, so a copy carries them.
 //!
 //! [`PyTorchModel::peek_malloc`] says what the malloc of the next op would find, without
 //! changing anything; where a setting could act there, every read of it in that malloc is
