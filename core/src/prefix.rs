@@ -27,9 +27,12 @@
 //! otherwise. `roundup_power2_divisions` (read by `round_size` on every request)
 //! and `expandable_segments` (from the first segment) are never forked across: the
 //! settings are grouped by them, each group a tree — its root (no split limit, no
-//! collection) replayed whole, each split limit forked from it, each threshold forked
-//! from its split limit's replay (or from the root) — where a node is forked as soon as
-//! it or any setting under it can act (forking earlier than needed is exact too). A
+//! collection) replayed whole, the split limits a chain under it (the largest watched on
+//! the root's replay, each smaller one on the next larger one's: a request or block
+//! between two limits is the first thing they can decide otherwise on), each threshold
+//! under its split limit (or the root). A setting that decides a malloc otherwise than
+//! the replay it is watched on is forked from it there with the settings under it (they
+//! agree with it so far); the others stay, and those under them are looked at. A
 //! setting that never acts ends as the replay it agrees with, under its own name. Any
 //! other setting (another key, the snapshot's own settings, another allocator) is
 //! replayed whole. Exact: `core/tests/prefix.rs` replays every candidate of the sweep
@@ -55,6 +58,20 @@ struct Target {
     cfg: PyTorchConfig,
     /// Settings that agree with this one so far, forked from it where they first act.
     children: Vec<Target>,
+    /// When it or any setting under it can first act on the replay it is watched on
+    /// ([`watch`]).
+    soon: Trigger,
+}
+
+impl Target {
+    fn new(index: Option<usize>, cfg: PyTorchConfig) -> Target {
+        Target {
+            index,
+            cfg,
+            children: Vec::new(),
+            soon: NEVER,
+        }
+    }
 }
 
 /// When a setting can first act, as seen on the replay it is watched on.
@@ -64,6 +81,26 @@ struct Trigger {
     split: u64,
     /// Acts once reserved memory before an op is above this many bytes.
     reserved_above: u64,
+}
+
+const NEVER: Trigger = Trigger {
+    split: u64::MAX,
+    reserved_above: u64::MAX,
+};
+
+impl Trigger {
+    fn min(self, o: Trigger) -> Trigger {
+        Trigger {
+            split: self.split.min(o.split),
+            reserved_above: self.reserved_above.min(o.reserved_above),
+        }
+    }
+
+    /// Whether nothing it stands for can act before a malloc that sees blocks of up to
+    /// `largest` bytes, `reserved` bytes reserved and a request rounded to `rounded`.
+    fn not_yet(self, largest: u64, reserved: u64, rounded: u64) -> bool {
+        largest < self.split && reserved <= self.reserved_above && rounded < self.split
+    }
 }
 
 fn trigger(node: &PyTorchConfig, cfg: &PyTorchConfig, limit: Option<u64>) -> Trigger {
@@ -93,16 +130,16 @@ fn trigger(node: &PyTorchConfig, cfg: &PyTorchConfig, limit: Option<u64>) -> Tri
     }
 }
 
-/// When `t` or any setting under it can first act on the replay of `node`: forking `t`
-/// earlier than it needs is exact too, and its children are watched from there.
-fn earliest(node: &PyTorchConfig, t: &Target, limit: Option<u64>) -> Trigger {
-    t.children.iter().map(|c| earliest(node, c, limit)).fold(
-        trigger(node, &t.cfg, limit),
-        |a, b| Trigger {
-            split: a.split.min(b.split),
-            reserved_above: a.reserved_above.min(b.reserved_above),
-        },
-    )
+/// Sets `t.soon` (and its children's) to when `t` or any setting under it can first act
+/// on the replay of `node`, and returns it: forking `t` earlier than it needs is exact
+/// too, and its children are watched from there.
+fn watch(node: &PyTorchConfig, t: &mut Target, limit: Option<u64>) -> Trigger {
+    let mut soon = trigger(node, &t.cfg, limit);
+    for c in &mut t.children {
+        soon = soon.min(watch(node, c, limit));
+    }
+    t.soon = soon;
+    soon
 }
 
 /// What the next malloc of the replay of a node meets, read before it runs.
@@ -164,9 +201,46 @@ fn split_otherwise(n: &Next<'_>, m: u64, m0: u64) -> bool {
     block.saturating_sub(p.rounded) > SMALL_SIZE_BYTES
 }
 
-/// Whether `t` or any setting under it decides the malloc `n` sees otherwise than `node`.
-fn acts(node: &PyTorchConfig, t: &Target, n: &Next<'_>) -> bool {
-    decides_otherwise(node, &t.cfg, n) || t.children.iter().any(|c| acts(node, c, n))
+/// Takes out of `ts` (settings watched on the replay of `node`) into `forks` every one
+/// that decides the malloc `n` sees otherwise, with the settings under it (they agree
+/// with it so far), and looks under each that does not; skips those whose `soon` is not
+/// reached (`largest`: the largest block that can exist). Returns whether `ts` changed
+/// (its `soon`s are kept true).
+fn take_acting(
+    node: &PyTorchConfig,
+    ts: &mut Vec<Target>,
+    n: &Next<'_>,
+    largest: u64,
+    forks: &mut Vec<Target>,
+) -> bool {
+    let mut changed = false;
+    let mut i = 0;
+    while i < ts.len() {
+        if ts[i].soon.not_yet(largest, n.reserved, n.peek.rounded) {
+            i += 1;
+            continue;
+        }
+        if decides_otherwise(node, &ts[i].cfg, n) {
+            forks.push(ts.swap_remove(i));
+            changed = true;
+            continue;
+        }
+        let t = &mut ts[i];
+        if take_acting(node, &mut t.children, n, largest, forks) {
+            changed = true;
+            if t.index.is_none() && t.children.is_empty() {
+                ts.swap_remove(i);
+                continue;
+            }
+            // A trigger depends on the settings alone: recomputed only where one left.
+            t.soon = t
+                .children
+                .iter()
+                .fold(trigger(node, &t.cfg, n.limit), |a, c| a.min(c.soon));
+        }
+        i += 1;
+    }
+    changed
 }
 
 /// Replays `specs` on device `device` of `trace` at `capacity` with `opts`, sharing
@@ -186,7 +260,9 @@ pub fn replay_sharing(
         .ok_or(Error::Query(crate::QueryError::NoDevice { device }))?;
     let plain = PyTorchConfig::parse("").map_err(|e| Error::Config(e.into()))?;
     // Per group of divisions: its root and the settings under it.
-    let mut roots: Vec<Target> = Vec::new();
+    // Per group of divisions: its base (no split limit, no collection) and the settings
+    // in it.
+    let mut groups: Vec<(PyTorchConfig, Vec<(usize, PyTorchConfig)>)> = Vec::new();
     for (i, spec) in specs.iter().enumerate() {
         let Some(cfg) = forkable(spec, &plain) else {
             done(
@@ -196,25 +272,22 @@ pub fn replay_sharing(
             );
             continue;
         };
-        let same_root = |r: &Target| {
-            r.cfg.roundup_power2_divisions == cfg.roundup_power2_divisions
-                && r.cfg.expandable_segments == cfg.expandable_segments
+        let same_root = |(b, _): &(PyTorchConfig, _)| {
+            b.roundup_power2_divisions == cfg.roundup_power2_divisions
+                && b.expandable_segments == cfg.expandable_segments
         };
-        let root = if let Some(r) = roots.iter().position(same_root) {
-            r
+        if let Some(g) = groups.iter_mut().find(|g| same_root(g)) {
+            g.1.push((i, cfg));
         } else {
-            let mut c = plain.clone();
-            c.roundup_power2_divisions = cfg.roundup_power2_divisions;
-            c.expandable_segments = cfg.expandable_segments;
-            roots.push(Target {
-                index: None,
-                cfg: c,
-                children: Vec::new(),
-            });
-            roots.len() - 1
-        };
-        place(&mut roots[root], i, cfg);
+            let mut base = plain.clone();
+            base.roundup_power2_divisions = cfg.roundup_power2_divisions;
+            base.expandable_segments = cfg.expandable_segments;
+            groups.push((base, vec![(i, cfg)]));
+        }
     }
+    let roots = groups
+        .into_iter()
+        .map(|(base, settings)| tree(&base, &settings));
     for root in roots {
         let (model, dev, preloaded) = session::pytorch_start(trace, device, &root.cfg, capacity);
         let mut model = model;
@@ -286,57 +359,38 @@ pub fn share(specs: &[ModelSpec], groups: usize) -> Vec<Vec<usize>> {
     }
 }
 
-/// Puts setting `cfg` (spec `index`) under `root`: the root itself, a split limit's node,
-/// or a threshold under its split limit's node (made if not asked for).
-fn place(root: &mut Target, index: usize, cfg: PyTorchConfig) {
-    let no_gc = |c: &PyTorchConfig| c.garbage_collection_threshold == 0.0;
-    let same_split = |c: &PyTorchConfig| c.max_split_size_bytes == cfg.max_split_size_bytes;
-    if same_split(&root.cfg) && no_gc(&cfg) && root.index.is_none() {
-        root.index = Some(index);
-        root.cfg = cfg;
-        return;
-    }
-    if no_gc(&cfg)
-        && let Some(node) = root
-            .children
-            .iter_mut()
-            .find(|c| c.index.is_none() && same_split(&c.cfg) && no_gc(&c.cfg))
-    {
-        // The node made for its thresholds, asked for itself.
-        node.index = Some(index);
-        node.cfg = cfg;
-        return;
-    }
-    if same_split(&root.cfg) || no_gc(&cfg) {
-        root.children.push(Target {
-            index: Some(index),
-            cfg,
-            children: Vec::new(),
-        });
-        return;
-    }
-    // A threshold with a split limit: under the split limit's node.
-    let node = if let Some(n) = root
-        .children
+/// The tree of one group's `settings` (spec index, setting) on its `base`: the root
+/// (no split limit) holds the largest split limit's node, each split limit's node the
+/// next smaller one's (a smaller limit decides as a larger one until a request or block
+/// between the two comes: `max_split_size_mb:256` is watched on the replay of 512, not
+/// of the defaults), and each node its collection thresholds (leaves) and a setting asked
+/// twice. A node no spec asks for itself is kept only for the settings under it.
+fn tree(base: &PyTorchConfig, settings: &[(usize, PyTorchConfig)]) -> Target {
+    let mut limits: Vec<u64> = settings
         .iter()
-        .position(|c| no_gc(&c.cfg) && same_split(&c.cfg))
-    {
-        n
-    } else {
-        let mut c = cfg.clone();
-        c.garbage_collection_threshold = 0.0;
-        root.children.push(Target {
-            index: None,
-            cfg: c,
-            children: Vec::new(),
-        });
-        root.children.len() - 1
-    };
-    root.children[node].children.push(Target {
-        index: Some(index),
-        cfg,
-        children: Vec::new(),
-    });
+        .map(|(_, c)| c.max_split_size_bytes)
+        .filter(|&m| m != u64::MAX)
+        .collect();
+    limits.sort_unstable();
+    limits.dedup();
+    // From the smallest limit up to the root, each node holding the one below it.
+    let mut below: Option<Target> = None;
+    for m in limits.into_iter().chain([u64::MAX]) {
+        let mut cfg = base.clone();
+        cfg.max_split_size_bytes = m;
+        let mut node = Target::new(None, cfg);
+        for (i, c) in settings.iter().filter(|(_, c)| c.max_split_size_bytes == m) {
+            if c.garbage_collection_threshold == 0.0 && node.index.is_none() {
+                node.index = Some(*i);
+                node.cfg = c.clone();
+            } else {
+                node.children.push(Target::new(Some(*i), c.clone()));
+            }
+        }
+        node.children.extend(below.take());
+        below = Some(node);
+    }
+    below.unwrap_or_else(|| Target::new(None, base.clone()))
 }
 
 /// Replays `ops[from..]` on `run` (the replay of `node`'s setting), forking each child
@@ -350,20 +404,12 @@ fn drive(
     mut largest: u64,
     done: &mut Done<'_>,
 ) {
-    let mut pending: Vec<(Target, Trigger)> = node
-        .children
-        .into_iter()
-        .map(|c| {
-            let t = earliest(&node.cfg, &c, limit);
-            (c, t)
-        })
-        .collect();
-    let soonest = |p: &[(Target, Trigger)]| {
-        p.iter().fold((u64::MAX, u64::MAX), |(s, r), (_, t)| {
-            (s.min(t.split), r.min(t.reserved_above))
-        })
-    };
-    let (mut next_split, mut next_reserved) = soonest(&pending);
+    let mut pending: Vec<Target> = node.children;
+    let soonest = |p: &[Target]| p.iter().fold(NEVER, |a, t| a.min(t.soon));
+    for c in &mut pending {
+        watch(&node.cfg, c, limit);
+    }
+    let mut soon = soonest(&pending);
     for (k, op) in dt.ops.iter().enumerate().skip(from) {
         if pending.is_empty() && node.index.is_none() {
             return;
@@ -378,10 +424,10 @@ fn drive(
         {
             let reserved = run.model().reserved_bytes();
             // A block of the split limit exists only once `largest` reaches it: look
-            // closer only when either setting could act.
-            if largest >= next_split
-                || reserved > next_reserved
-                || run.model().round_size(size_bytes) >= next_split
+            // closer only when some setting could act.
+            if largest >= soon.split
+                || reserved > soon.reserved_above
+                || run.model().round_size(size_bytes) >= soon.split
             {
                 let req = AllocRequest {
                     size_bytes,
@@ -397,54 +443,12 @@ fn drive(
                     reserved,
                     limit,
                 };
-                // A trigger depends on the settings alone: it is recomputed only where
-                // a setting left.
-                let mut changed = false;
-                let mut i = 0;
-                while i < pending.len() {
-                    // What the look closer was not for: no setting of this subtree can
-                    // act before its earliest trigger.
-                    let soon = pending[i].1;
-                    if largest < soon.split
-                        && reserved <= soon.reserved_above
-                        && peek.rounded < soon.split
-                    {
-                        i += 1;
-                        continue;
-                    }
-                    if decides_otherwise(&node.cfg, &pending[i].0.cfg, &next) {
-                        let (child, _) = pending.swap_remove(i);
-                        fork(dt, k, &run, child, limit, largest, done);
-                        changed = true;
-                        continue;
-                    }
-                    // A setting under it that acts here (a threshold) has decided as
-                    // this replay so far, its split limit too: it leaves its node,
-                    // forked alone from here, and the node is watched on.
-                    let c = &mut pending[i].0;
-                    let before = c.children.len();
-                    let mut j = 0;
-                    while j < c.children.len() {
-                        if acts(&node.cfg, &c.children[j], &next) {
-                            let g = c.children.swap_remove(j);
-                            fork(dt, k, &run, g, limit, largest, done);
-                        } else {
-                            j += 1;
-                        }
-                    }
-                    if c.index.is_none() && c.children.is_empty() {
-                        pending.swap_remove(i);
-                        changed = true;
-                    } else {
-                        if c.children.len() != before {
-                            pending[i].1 = earliest(&node.cfg, &pending[i].0, limit);
-                            changed = true;
-                        }
-                        i += 1;
-                    }
+                let mut forks = Vec::new();
+                if take_acting(&node.cfg, &mut pending, &next, largest, &mut forks) {
+                    soon = soonest(&pending);
                 }
-                if changed {
-                    (next_split, next_reserved) = soonest(&pending);
+                for g in forks {
+                    fork(dt, k, &run, g, limit, largest, done);
                 }
             }
         }
@@ -461,7 +465,7 @@ fn drive(
     }
     // What never acted ends as this replay, under its own name.
     let len = dt.ops.len();
-    for (child, _) in pending {
+    for child in pending {
         fork(dt, len, &run, child, limit, largest, done);
     }
     if let Some(i) = node.index {
