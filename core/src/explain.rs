@@ -48,6 +48,10 @@ pub struct ExplainOptions {
     pub at_event: Option<u64>,
     /// Also sweep the PyTorch settings and bisect the smallest capacity ([`WouldFit`]).
     pub what_if: bool,
+    /// Leave the trace's bounds out (`live_peak_bytes` and `offline_peak_bytes` are 0): for
+    /// a caller that shows [`offline::best_possible`] computed apart (the app's `Bounds`),
+    /// so that the offline placement, most of an explanation's time, is not paid twice.
+    pub without_bounds: bool,
 }
 
 /// Which moment is explained.
@@ -339,7 +343,14 @@ pub fn explain(
         }
         _ => (None, Vec::new()),
     };
-    let best = offline::best_possible(dt);
+    let best = if opts.without_bounds {
+        BestPossible {
+            live_peak_bytes: 0,
+            offline_peak_bytes: 0,
+        }
+    } else {
+        offline::best_possible(dt)
+    };
     let sentence = moment_sentence(
         moment,
         &request,

@@ -40,6 +40,7 @@ fn explain_file(path: &PathBuf, capacity: Option<u64>, at: Option<u64>) -> (Trac
     let opts = ExplainOptions {
         at_event: at,
         what_if: false,
+        without_bounds: false,
     };
     let e = explain::explain(
         &v.trace,
@@ -276,6 +277,7 @@ fn explain_rejects_an_event_past_the_end() {
     let opts = ExplainOptions {
         at_event: Some(1_000_000),
         what_if: false,
+        without_bounds: false,
     };
     let err = explain::explain(
         &v.trace,

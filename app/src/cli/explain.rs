@@ -69,6 +69,7 @@ pub fn outcome(a: &Args) -> Result<Outcome, Failure> {
     let opts = ExplainOptions {
         at_event: a.at,
         what_if: true,
+        without_bounds: false,
     };
     let e = progress::search("explain", &src.name, |threads, bar| {
         explain::explain(&src.trace, d, &spec, capacity.bytes, opts, threads, bar)

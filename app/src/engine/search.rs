@@ -188,9 +188,13 @@ pub(super) fn explain_at(
 ) -> Result<(u32, Explanation), String> {
     let trace = trace.ok_or("no trace is loaded")?;
     let parsed = ModelSpec::parse(spec).map_err(|e| e.to_string())?;
+    // The app shows the trace's bounds from its own `Bounds` (asked once every
+    // configuration and the sweep are done): the offline placement is not computed here
+    // too, ahead of the layouts the engine's worker answers.
     let opts = ExplainOptions {
         at_event: Some(*at_event),
         what_if: false,
+        without_bounds: true,
     };
     let mut e = explain::explain(
         trace,

@@ -116,7 +116,10 @@ pub(crate) fn oom_ui(ui: &mut Ui, app: &mut AllocsimApp) {
             go = Some(o.op_index);
         }
         match (&app.explained, explained) {
-            (_, Some(e)) => go_event = explanation_ui(ui, e).or(go_event),
+            (_, Some(e)) => {
+                let bounds = app.doc.as_ref().and_then(|d| d.bounds);
+                go_event = explanation_ui(ui, e, bounds.as_ref()).or(go_event);
+            }
             (Some(x), None) if matches!(x.answer, Some(Err(_))) => {
                 if let Some(Err(m)) = &x.answer {
                     ui.colored_label(theme::BAD_TEXT, format!("cannot explain it: {m}"));
@@ -151,7 +154,13 @@ pub(crate) fn oom_ui(ui: &mut Ui, app: &mut AllocsimApp) {
 /// The explanation's holes, blockers and bounds (`allocsim explain`), below PyTorch's
 /// sentence. Returns an event the user clicked (the free that opened a hole, the
 /// allocation of a blocker).
-pub(crate) fn explanation_ui(ui: &mut Ui, e: &Explanation) -> Option<u64> {
+/// `bounds`: the trace's bounds where computed (the engine's explanation leaves them
+/// out, [`allocsim_core::explain::ExplainOptions::without_bounds`]).
+pub(crate) fn explanation_ui(
+    ui: &mut Ui,
+    e: &Explanation,
+    bounds: Option<&allocsim_core::offline::BestPossible>,
+) -> Option<u64> {
     let mut go = None;
     ui.add_space(4.0);
     ui.label(
@@ -253,11 +262,14 @@ pub(crate) fn explanation_ui(ui: &mut Ui, e: &Explanation) -> Option<u64> {
         });
     }
     ui.add_space(4.0);
-    ui.label(format!(
-        "The best any allocator could do: {} live at the peak (lower bound), {} with an offline placement that knows every lifetime",
-        format_size(e.live_peak_bytes),
-        format_size(e.offline_peak_bytes)
-    ));
+    match bounds {
+        Some(b) => ui.label(format!(
+            "The best any allocator could do: {} live at the peak (lower bound), {} with an offline placement that knows every lifetime",
+            format_size(b.live_peak_bytes),
+            format_size(b.offline_peak_bytes)
+        )),
+        None => ui.weak("The best any allocator could do: being computed"),
+    };
     go
 }
 
