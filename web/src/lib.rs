@@ -195,6 +195,94 @@ mod entry {
         ENGINE.with(|e| e.borrow_mut().search_adopt(name, decoded));
     }
 
+    /// The built-in examples the warm-up opens ([`warm_up`]), in turn: real snapshots with
+    /// stack frames, one of them a wrapped ring buffer; none of the benchmarks' traces.
+    const WARM_UP: &[&str] = &[
+        "wrapped_history_pub.pickle.gz",
+        "resnet_bs_change.pickle.gz",
+    ];
+    /// How many times the warm-up opens each of them.
+    const WARM_UP_ROUNDS: usize = 8;
+
+    /// Warms the code a dropped file's open runs, in the warm-up worker (`allocsim-warm`),
+    /// which the page starts once its example is on screen and ends at the first file
+    /// dropped. V8 runs a module's functions first as its baseline compiler (Liftoff)
+    /// made them and compiles those that run hot with its optimizing one (`TurboFan`), on
+    /// background threads, as they run; the page, the engine's worker and this one share
+    /// the module (the page posts it), so what runs hot here is optimized for all, and the
+    /// first file opened does not pay for it (`kvcache_decode`'s build, ops table and main
+    /// replay took 343–412 ms in the engine's worker on the first open of a page, 147–197
+    /// on a second). Opens built-in examples as a dropped file is opened — the streamed
+    /// decode in pieces, the build, the main replay and its layout, the other
+    /// configuration's replay, every answer encoded as the worker posts it and decoded as
+    /// the page takes it — and drops the answers. Returns the milliseconds it took. What
+    /// only the page runs (its document built from the answers, egui's text and shapes)
+    /// and what the examples do not make hot stays to be optimized on the first open
+    /// (0.23–0.30 CPU s of V8's background compiles on `kvcache_decode`, 0.44–0.53 s
+    /// without the warm-up).
+    #[wasm_bindgen]
+    pub async fn warm_up() -> f64 {
+        let started = now_ms();
+        for _ in 0..WARM_UP_ROUNDS {
+            for file in WARM_UP {
+                let Some(example) = examples::by_file(file) else {
+                    continue;
+                };
+                let decoded = decode_bytes(example.bytes).map_err(|e| format!("{file}: {e}"));
+                let main = wire::MainReplay {
+                    spec: "pytorch".into(),
+                    capacity_bytes: None,
+                    as_recorded: true,
+                    answer: Some((2, 3)),
+                };
+                let mut engine = Engine::new();
+                // Encoded as the worker posts it and decoded as the page takes it.
+                let mut drop_answer = |r: wire::Response| {
+                    if let Ok((chunks, _)) = chunked::encode_chunks(&r) {
+                        drop(chunked::decode_js::<wire::Response>(&chunks.into()));
+                    }
+                };
+                engine.open_decoded_replaying(
+                    1,
+                    (*file).to_string(),
+                    decoded,
+                    Some(&main),
+                    &mut drop_answer,
+                );
+                for spec in example.compare_with {
+                    let replay = wire::Request::Replay {
+                        job: 4,
+                        slot: 1,
+                        spec: (*spec).to_string(),
+                        capacity_bytes: None,
+                    };
+                    engine.handle(replay, &mut drop_answer);
+                }
+                let_messages_in().await;
+            }
+        }
+        now_ms() - started
+    }
+
+    /// A whole file's bytes decoded as a dropped file's are ([`decode`]): fed to the
+    /// streamed decoder in [`STREAMED_PIECE_BYTES`] pieces, each pass.
+    fn decode_bytes(
+        bytes: &[u8],
+    ) -> Result<allocsim_core::snapshot::RawSnapshot, allocsim_core::snapshot::import::ImportError>
+    {
+        use allocsim_core::snapshot::import::DecodeOptions;
+        use allocsim_core::snapshot::stream::StreamDecoder;
+        let mut dec = StreamDecoder::new(bytes.len() as u64, DecodeOptions::default());
+        loop {
+            for piece in bytes.chunks(STREAMED_PIECE_BYTES as usize) {
+                dec.feed(piece)?;
+            }
+            if let Some(snap) = dec.end_of_input_with(&mut |_| true)? {
+                return Ok(snap);
+            }
+        }
+    }
+
     /// Reads and decodes `file` as job `job` ([`read_file`]); its cancel flag is spent.
     async fn read_job(
         job: u64,

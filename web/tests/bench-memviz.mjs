@@ -18,7 +18,7 @@
 //
 // node bench-memviz.mjs --url OUR_SITE_URL --traces DIR --out DIR [--runs 3]
 //   [--trace NAME_OR_PATH,...] [--open-only NAME,...] [--clicks 5] [--timeout-s 300] [--settle-ms MS]
-//   [--tools ours,memviz,ours-gz] [--chromium PATH]
+//   [--tools ours,memviz,ours-gz,ours-cold] [--chromium PATH]
 
 import { createServer } from "node:http";
 import { spawnSync } from "node:child_process";
@@ -43,8 +43,10 @@ const clicks = Number(arg("--clicks", "5"));
 const settleMs = arg("--settle-ms", "0");
 const timeoutMs = Number(arg("--timeout-s", "300")) * 1000;
 const chromiumPath = arg("--chromium", "/usr/bin/chromium");
-/// Which runs make a round: `ours` and `memviz` on the raw pickle, and `ours-gz`, ours given
-/// the `.pickle.gz` itself (what a user drops; memory_viz cannot read it) for a gzipped trace.
+/// Which runs make a round: `ours` and `memviz` on the raw pickle, `ours-gz`, ours given
+/// the `.pickle.gz` itself (what a user drops; memory_viz cannot read it) for a gzipped trace,
+/// and `ours-cold`, ours on the raw pickle dropped without waiting for the page's warm-up
+/// (bench.mjs --cold 1).
 const tools = arg("--tools", "ours,memviz").split(",");
 const memvizDir = join(here, "memviz");
 const log = (msg) => console.log(msg);
@@ -239,12 +241,13 @@ async function memvizRun(file, name, i) {
   return r;
 }
 
-function oursRun(dir, name, i) {
-  const runOut = join(out, `ours-${name}-${i}`);
+function oursRun(dir, name, i, cold = false) {
+  const runOut = join(out, `ours${cold ? "-cold" : ""}-${name}-${i}`);
   mkdirSync(runOut, { recursive: true });
   const args = [join(here, "bench.mjs"), "--url", ourUrl, "--traces", dir, "--trace", name, "--runs", "1", "--out", runOut];
   if (openOnly.has(name)) args.push("--open-only", "1");
   if (settleMs !== "0") args.push("--settle-ms", settleMs);
+  if (cold) args.push("--cold", "1");
   args.push("--chromium", chromiumPath);
   const p = spawnSync("node", args, { encoding: "utf8", timeout: 30 * 60 * 1000 });
   if (p.status !== 0) return { tool: "allocsim", did_not_finish: `bench.mjs exited ${p.status}: ${(p.stderr || p.stdout).slice(-400)}` };
@@ -277,14 +280,15 @@ for (const t of traceArgs) {
   const gz = t.endsWith(".gz") ? (t.includes("/") ? t : join(traces, t)) : null;
   const ours = [];
   const oursGz = [];
+  const oursCold = [];
   const theirs = [];
   for (let i = 1; i <= runs; i++) {
     // Alternating, and each tool first in every other round.
-    const order = i % 2 === 1 ? ["ours", "memviz", "ours-gz"] : ["ours-gz", "memviz", "ours"];
+    const order = i % 2 === 1 ? ["ours", "memviz", "ours-gz", "ours-cold"] : ["ours-cold", "ours-gz", "memviz", "ours"];
     for (const who of order.filter((w) => tools.includes(w) && (w !== "ours-gz" || gz))) {
-      if (who === "ours" || who === "ours-gz") {
-        const r = who === "ours" ? oursRun(dir, name, i) : oursRun(dirname(gz), basename(gz), i);
-        (who === "ours" ? ours : oursGz).push(r);
+      if (who.startsWith("ours")) {
+        const r = who === "ours-gz" ? oursRun(dirname(gz), basename(gz), i) : oursRun(dir, name, i, who === "ours-cold");
+        ({ ours, "ours-gz": oursGz, "ours-cold": oursCold })[who].push(r);
         log(
           `${name} run ${i} ${who} (load ${r.load_average}): recorded ${r.open_to_recorded_frame_ms} ms, full ${r.open_to_first_full_frame_ms} ms, every configuration ${r.open_to_every_configuration_ms} ms, ` +
             `layout painted median ${median((r.layout || []).map((l) => l.painted_ms))} ms, renderer RSS ` +
@@ -318,9 +322,10 @@ for (const t of traceArgs) {
     trace: name,
     pickle_bytes: bytes,
     runs,
-    load_average_during: [...ours, ...oursGz, ...theirs].map((r) => r.load_average).filter((x) => x),
+    load_average_during: [...ours, ...oursGz, ...oursCold, ...theirs].map((r) => r.load_average).filter((x) => x),
     ours: oursSummary(ours),
     ours_gz: oursGz.length ? oursSummary(oursGz) : null,
+    ours_cold: oursCold.length ? oursSummary(oursCold) : null,
     memory_viz: {
       first_render_ms_min: minOf(theirs.map((r) => r.open_to_first_render_ms)),
       first_render_ms_all: theirs.map((r) => r.open_to_first_render_ms ?? null),
@@ -334,7 +339,7 @@ for (const t of traceArgs) {
       did_not_finish: theirs.map((r) => r.did_not_finish).filter((x) => x),
     },
   };
-  results.push({ summary, ours, ours_gz: oursGz, memory_viz: theirs });
+  results.push({ summary, ours, ours_gz: oursGz, ours_cold: oursCold, memory_viz: theirs });
   log(JSON.stringify(summary, null, 2));
   writeFileSync(join(out, "memviz-results.json"), JSON.stringify(results, null, 2) + "\n");
 }

@@ -22,6 +22,7 @@ import {
   frameGaps,
   canvasStats,
   dropFile,
+  warmedUp,
   processMemory,
   jsHeap,
   paintedAfter,
@@ -46,6 +47,10 @@ const openOnly = arg("--open-only", "0") === "1";
 /// `--view allocations`: step in the timeline's stacked Allocations view (its button clicked
 /// where the 1400 × 900 window shows it) instead of the Metrics view the app opens in.
 const view = arg("--view", "metrics");
+/// `--cold 1`: the file dropped 300 ms after the example is on screen, whether or not the
+/// page's warm-up (which optimizes the code an open runs) has ended; by default the drop
+/// waits for it, as a user's does.
+const cold = arg("--cold", "0") === "1";
 mkdirSync(out, { recursive: true });
 const log = (msg) => console.log(msg);
 
@@ -94,6 +99,7 @@ async function oneRun(i) {
   const r = { load_average: readFileSync("/proc/loadavg", "utf8").split(" ").slice(0, 3).join(" ") };
   await page.goto(url, { waitUntil: "load" });
   await waitFrame(page, "ready:oom_story");
+  r.warm_up = cold ? "not waited for" : await warmedUp(page);
   r.renderer = (s.console.find((l) => l.includes("allocsim: renderer")) ?? "").replace(/^.*allocsim: renderer /, "");
   await page.waitForTimeout(300);
   r.memory_before_mib = { ...processMemory(s.profile), js_heap: await jsHeap(s) };
@@ -177,7 +183,7 @@ for (let i = 1; i <= runs; i++) {
       `(painted: median ${painted[painted.length >> 1]} ms, max ${painted[painted.length - 1]} ms; ${r.layout.length} keys, skipped where the cursor cannot move: ${r.keys_skipped.join(", ") || "none"}); ` +
       `renderer RSS ${r.memory_after_open_mib.renderer} MiB after open (peak ${r.peak_while_opening_mib.renderer} MiB while opening; ` +
       `wasm: page ${r.wasm_memory_after_open_mib.page} MiB, workers ${r.wasm_memory_after_open_mib.workers.join(", ")} MiB), ${r.memory_after_scrub_mib.renderer} MiB after scrubbing; ` +
-      `GPU process ${r.memory_after_scrub_mib.gpu} MiB; JS heap ${r.memory_after_scrub_mib.js_heap.used_mib} MiB`,
+      `GPU process ${r.memory_after_scrub_mib.gpu} MiB; JS heap ${r.memory_after_scrub_mib.js_heap.used_mib} MiB; warm-up ${r.warm_up}`,
   );
   for (const st of r.stages) log(`  +${st.t_ms} ms (${st.ms ?? "-"} ms, ${st.paints} frames drawn, renderer up to ${st.renderer_max_mib ?? "-"} MiB) ${st.what}`);
   for (const st of r.worker_stages) log(`  +${st.t_ms} ms (${st.ms} ms) worker ${st.what}`);

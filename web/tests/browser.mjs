@@ -30,6 +30,7 @@ import {
   frameGaps,
   canvasStats,
   dropFile,
+  warmedUp,
   dropBytes,
 } from "./lib.mjs";
 
@@ -141,6 +142,12 @@ try {
     if (!/^wgpu /.test(results.renderer_wgpu)) fail(`?renderer=wgpu drew with ${results.renderer_wgpu}`);
     const w = await shot(page, "0-renderer-wgpu.png");
     if (w.colours < 20 || w.differing < 0.05) fail(`?renderer=wgpu: the canvas looks blank (${JSON.stringify(w)})`);
+    // The warm-up (web/src/lib.rs's warm_up: built-in examples opened in a worker of its
+    // own so that V8 optimizes the open's code before a file is dropped) ends by itself.
+    results.warm_up = await warmedUp(page).catch((e) => `not ended: ${e.message.split("\n")[0]}`);
+    log(`warm-up: ${results.warm_up}`);
+    if (!/^done:\d+$/.test(results.warm_up)) fail(`the warm-up did not end by itself: ${results.warm_up}`);
+    if (s.errors.some((e) => e.includes("warm-up"))) fail(`the warm-up failed: ${s.errors.join(" | ")}`);
   }
 
   // 1. The page opens on the built-in example and draws it (with glow, the default).
@@ -159,9 +166,16 @@ try {
   if (s1.width < 1000 || s1.height < 600) fail(`the canvas is ${s1.width}x${s1.height}, not the page's size`);
   if (s1.colours < 20 || s1.differing < 0.05) fail(`the canvas looks blank (${JSON.stringify(s1)})`);
 
-  // 2. A small real snapshot, dropped on the canvas.
+  // 2. A small real snapshot, dropped on the canvas (the warm-up, if it still runs, is
+  // stopped: the open has the core).
+  const warmAtDrop = await page.evaluate(() => document.body.getAttribute("data-allocsim-warm"));
   await dropFile(page, join(traces, SMALL), SMALL);
   await waitFrame(page, `ready:${SMALL}`);
+  const warmAfter = await page.evaluate(() => document.body.getAttribute("data-allocsim-warm"));
+  log(`warm-up at the drop: ${warmAtDrop}, after the open: ${warmAfter}`);
+  if (warmAtDrop === "running" ? warmAfter !== "stopped" : warmAfter !== warmAtDrop) {
+    fail(`the warm-up was ${warmAtDrop} when a file was dropped and ${warmAfter} once it was open`);
+  }
   const s2 = await shot(page, "2-multistream_pub.png");
   if (s2.colours < 20 || s2.differing < 0.05) fail(`the canvas looks blank after dropping ${SMALL}`);
   log(`dropped ${SMALL}: shown (${await page.evaluate(() => document.body.getAttribute("data-allocsim-frame"))})`);

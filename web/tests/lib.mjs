@@ -213,6 +213,14 @@ export async function dropBytes(page, bytes, name, selector = "#allocsim_canvas"
 /// the DevTools protocol, `DOM.setFileInputFiles`), so no copy of its bytes is made in the
 /// page before the drop, as none is when a user drops it. Its name is the path's own; a
 /// different `name` drops the bytes instead ([`dropBytes`]). Returns the page time of the drop.
+/// Waits for the page's warm-up (`data-allocsim-warm`: web/src/lib.rs's `warm_up`) to end
+/// (`done:MS`, `stopped` or `off`) and returns the marker: a user picks a file seconds after
+/// the page shows its example, by which time the warm-up has ended.
+export async function warmedUp(page, timeout = 60000) {
+  await page.waitForFunction(() => /^(done|off|stopped)/.test(document.body.getAttribute("data-allocsim-warm") || ""), null, { timeout });
+  return page.evaluate(() => document.body.getAttribute("data-allocsim-warm"));
+}
+
 export async function dropFile(page, path, name, selector = "#allocsim_canvas") {
   const absolute = resolve(path);
   if (basename(absolute) !== name) return dropBytes(page, readFileSync(absolute), name, selector);

@@ -656,6 +656,8 @@ impl AllocsimApp {
                 doc.trace.name,
                 doc.trace.ops.len()
             ));
+            // The first document on screen: the engine's code warmed for the next open.
+            self.engine.warm_up();
         }
         let l0 = doc
             .slots

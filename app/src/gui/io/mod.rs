@@ -288,6 +288,16 @@ impl EngineHandle {
         }
     }
 
+    /// In the browser, starts the warm-up worker once (`web::WorkerEngine::warm_up`): asked
+    /// when the first document is on screen. Elsewhere nothing to do (native code is
+    /// compiled ahead).
+    pub fn warm_up(&mut self) {
+        #[cfg(target_arch = "wasm32")]
+        if let Inner::Worker(w, _) = &self.inner {
+            w.warm_up();
+        }
+    }
+
     /// Gets the search workers ready for a sweep of the trace sent last: in the browser
     /// the engine's worker is asked to share its built trace with them
     /// ([`Request::ShareTrace`], once per trace), behind what was sent to it so far and
@@ -346,6 +356,7 @@ impl EngineHandle {
         match &mut self.inner {
             Inner::Worker(w, beside) => match web::open_message(job, &name, &file, &main) {
                 Ok(msg) => {
+                    w.stop_warm_up();
                     w.post(&msg);
                     beside.opening(msg);
                 }

@@ -28,7 +28,24 @@ pub struct WorkerEngine {
     shared: Rc<RefCell<Vec<(u64, JsValue)>>>,
     background: Rc<RefCell<Background>>,
     _on_message: Closure<dyn FnMut(web_sys::MessageEvent)>,
+    /// The warm-up worker, once started ([`WorkerEngine::warm_up`]).
+    warm: RefCell<Option<WarmUp>>,
 }
+
+/// The warm-up worker (`allocsim-warm`, web/src/lib.rs's `warm_up`): built-in examples
+/// opened once, so that V8 optimizes the code an open runs before the first file is
+/// dropped (the page and every worker share the module). It ends itself when done and is
+/// ended at the first file dropped; `data-allocsim-warm` says `running`, `done:MS`,
+/// `stopped` (a file came first) or `off` (`?warm=0`).
+struct WarmUp {
+    worker: web_sys::Worker,
+    /// Set once it is done or stopped.
+    ended: Rc<std::cell::Cell<bool>>,
+    _on_message: Closure<dyn FnMut(web_sys::MessageEvent)>,
+}
+
+/// The page's marker of the warm-up ([`WarmUp`]).
+const WARM_MARK: &str = "data-allocsim-warm";
 
 /// [`WorkerEngine::send_background`]'s requests: one posted at a time, the next when its
 /// answer arrives, which wakes no frame.
@@ -130,7 +147,71 @@ impl WorkerEngine {
             shared,
             background,
             _on_message: on_message,
+            warm: RefCell::new(None),
         })
+    }
+
+    /// Starts the warm-up worker ([`WarmUp`]), once; not where the page's `?warm=0`
+    /// says so.
+    pub fn warm_up(&self) {
+        let mut warm = self.warm.borrow_mut();
+        if warm.is_some() {
+            return;
+        }
+        if query_parameter("warm").as_deref() == Some("0") {
+            mark(WARM_MARK, "off");
+            return;
+        }
+        let opts = web_sys::WorkerOptions::new();
+        opts.set_type(web_sys::WorkerType::Module);
+        opts.set_name("allocsim-warm");
+        let worker = match web_sys::Worker::new_with_options("./worker.js", &opts) {
+            Ok(w) => w,
+            Err(e) => return log::warn!("cannot start the warm-up worker: {e:?}"),
+        };
+        let ended: Rc<std::cell::Cell<bool>> = Rc::default();
+        let (me, done) = (worker.clone(), ended.clone());
+        let on_message =
+            Closure::<dyn FnMut(web_sys::MessageEvent)>::new(move |e: web_sys::MessageEvent| {
+                let ms = js_sys::Reflect::get(&e.data(), &"warmed".into())
+                    .ok()
+                    .and_then(|v| v.as_f64());
+                if let Some(ms) = ms {
+                    me.terminate();
+                    done.set(true);
+                    log::info!("allocsim: warm-up done in {ms:.0} ms");
+                    mark(WARM_MARK, &format!("done:{ms:.0}"));
+                }
+            });
+        worker.set_onmessage(Some(on_message.as_ref().unchecked_ref()));
+        let warm_msg = js_sys::Object::new();
+        let started = worker
+            .post_message(&wasm_bindgen::module())
+            .and_then(|()| {
+                js_sys::Reflect::set(&warm_msg, &"warm".into(), &JsValue::TRUE).map(drop)
+            })
+            .and_then(|()| worker.post_message(&warm_msg));
+        if let Err(e) = started {
+            worker.terminate();
+            return log::warn!("cannot start the warm-up: {e:?}");
+        }
+        mark(WARM_MARK, "running");
+        *warm = Some(WarmUp {
+            worker,
+            ended,
+            _on_message: on_message,
+        });
+    }
+
+    /// Ends the warm-up if it still runs (a file is being opened: its core is the
+    /// open's).
+    pub fn stop_warm_up(&self) {
+        if let Some(w) = self.warm.borrow().as_ref()
+            && !w.ended.replace(true)
+        {
+            w.worker.terminate();
+            mark(WARM_MARK, "stopped");
+        }
     }
 
     /// Hands the worker a dropped file to read in slices (a `File` crosses to a
