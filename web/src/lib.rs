@@ -10,7 +10,7 @@ mod entry {
     use std::cell::RefCell;
 
     use allocsim_app::engine::{Engine, examples, wire};
-    use allocsim_app::gui::chunked;
+    use allocsim_app::gui::{chunked, state};
     use allocsim_app::gui::{AllocsimApp, Startup};
     use wasm_bindgen::JsCast;
     use wasm_bindgen::prelude::*;
@@ -214,10 +214,11 @@ mod entry {
     /// replay took 343–412 ms in the engine's worker on the first open of a page, 147–197
     /// on a second). Opens built-in examples as a dropped file is opened — the streamed
     /// decode in pieces, the build, the main replay and its layout, the other
-    /// configuration's replay, every answer encoded as the worker posts it and decoded as
-    /// the page takes it — and drops the answers. Returns the milliseconds it took. What
-    /// only the page runs (its document built from the answers, egui's text and shapes)
-    /// and what the examples do not make hot stays to be optimized on the first open
+    /// configuration's replay, every answer encoded as the worker posts it, decoded as the
+    /// page takes it and made into the page's views of it (the recorded timeline, the
+    /// document, the replay) — and drops them. Returns the milliseconds it took. What only
+    /// the page's frames run (egui's text and shapes) and what the examples do not make
+    /// hot stays to be optimized on the first open
     /// (0.23–0.30 CPU s of V8's background compiles on `kvcache_decode`, 0.44–0.53 s
     /// without the warm-up).
     #[wasm_bindgen]
@@ -236,10 +237,26 @@ mod entry {
                     answer: Some((2, 3)),
                 };
                 let mut engine = Engine::new();
-                // Encoded as the worker posts it and decoded as the page takes it.
+                // Encoded as the worker posts it, decoded as the page takes it, and made into
+                // the page's views of it.
+                let mut recorded = None;
                 let mut drop_answer = |r: wire::Response| {
-                    if let Ok((chunks, _)) = chunked::encode_chunks(&r) {
-                        drop(chunked::decode_js::<wire::Response>(&chunks.into()));
+                    let Ok((chunks, _)) = chunked::encode_chunks(&r) else {
+                        return;
+                    };
+                    match chunked::decode_js::<wire::Response>(&chunks.into()) {
+                        Some(Ok(wire::Response::Recorded { job, recorded: r })) => {
+                            recorded = Some(state::RecordedView::new(job, *r));
+                        }
+                        Some(Ok(wire::Response::Loaded { trace, .. })) => {
+                            let trace = std::sync::Arc::new(*trace);
+                            drop(recorded.take().and_then(|r| r.per_op(&trace)));
+                            drop(state::Document::new(trace));
+                        }
+                        Some(Ok(wire::Response::Replayed { replay, .. })) => {
+                            drop(state::ReplayView::new(*replay));
+                        }
+                        _ => {}
                     }
                 };
                 engine.open_decoded_replaying(
