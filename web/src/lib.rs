@@ -10,8 +10,8 @@ mod entry {
     use std::cell::RefCell;
 
     use allocsim_app::engine::{Engine, examples, wire};
-    use allocsim_app::gui::{chunked, state};
     use allocsim_app::gui::{AllocsimApp, Startup};
+    use allocsim_app::gui::{chunked, state};
     use wasm_bindgen::JsCast;
     use wasm_bindgen::prelude::*;
 

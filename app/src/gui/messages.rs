@@ -165,6 +165,17 @@ impl AllocsimApp {
         flags: fn(&mut Document) -> (&mut bool, &mut Option<u64>),
         req: fn(u64) -> Request,
     ) {
+        self.ask_once_by(flags, req, false);
+    }
+
+    /// [`AllocsimApp::ask_once`], sent beside the engine where `beside`
+    /// ([`crate::gui::io::EngineHandle::send_beside`]).
+    fn ask_once_by(
+        &mut self,
+        flags: fn(&mut Document) -> (&mut bool, &mut Option<u64>),
+        req: fn(u64) -> Request,
+        beside: bool,
+    ) {
         if self.doc.as_mut().is_none_or(|d| *flags(d).0) {
             return;
         }
@@ -174,7 +185,11 @@ impl AllocsimApp {
             *asked = true;
             *in_flight = Some(job);
         }
-        self.engine.send(req(job));
+        if beside {
+            self.engine.send_beside(req(job));
+        } else {
+            self.engine.send(req(job));
+        }
     }
 
     /// Asks for the bands of the document's trace, once.
@@ -194,7 +209,10 @@ impl AllocsimApp {
     /// configuration's curves and the other replays need, and hold their memory beside
     /// those replays' (the open's peak on the 1.12 GB snapshot comes after the first full
     /// frame). The stacked view shows its folded band meanwhile. In the browser they also
-    /// wait while "What would fit?" sweeps: its search workers take both cores.
+    /// wait while "What would fit?" sweeps: its search workers take both cores; and the
+    /// bounds of a trace of up to [`EARLY_SHARE_MAX_OPS`] ops are the search worker's, not
+    /// the engine's (the offline placement took 3.0–3.3 s of the engine's worker on
+    /// `big_gpt_long_stacks_s9`, a layout or file asked meanwhile waiting for it).
     /// Nothing is asked while another file opens: the engine answers for the trace it holds
     /// once that file is built, so the document shown would get the next trace's bands and
     /// bounds, and in the browser they would queue ahead of its replays (a drop while the
@@ -210,9 +228,16 @@ impl AllocsimApp {
             return;
         }
         self.request_bands();
-        self.ask_once(
+        // In the browser the search worker computes the bounds of a trace whose copy there
+        // is small (the 1.12 GB snapshot's would double the tab's memory).
+        let beside = self
+            .doc
+            .as_ref()
+            .is_some_and(|d| d.trace.ops.len() <= EARLY_SHARE_MAX_OPS);
+        self.ask_once_by(
             |d| (&mut d.bounds_asked, &mut d.bounds_job),
             |job| Request::Bounds { job },
+            beside,
         );
     }
 

@@ -203,6 +203,9 @@ struct Search<M> {
     helpers: Vec<(WorkerId, u64)>,
     /// Searches posted and not answered yet, in order.
     in_flight: Vec<(u64, M)>,
+    /// The jobs among them that are bounds ([`Host::beside`]): not wanted once another
+    /// trace is opened.
+    bounds: Vec<u64>,
     /// The generation whose `setup` is the trace the engine's worker shared (not the
     /// file: a search worker takes it without decoding anything).
     shared: Option<u64>,
@@ -244,6 +247,7 @@ impl<W: Workers> Host<W> {
                 worker: None,
                 helpers: Vec::new(),
                 in_flight: Vec::new(),
+                bounds: Vec::new(),
                 shared: None,
                 trace: 0,
                 asked: None,
@@ -297,22 +301,7 @@ impl<W: Workers> Host<W> {
                 job,
                 capacity_bytes,
             } => self.start_sweep(job, capacity_bytes),
-            Request::Runtimes { job, .. } | Request::MinCapacity { job, .. } => {
-                let Ok(msg) = self.workers.encode(&req) else {
-                    return Some(req);
-                };
-                match self.search_worker() {
-                    Ok(w) => {
-                        self.workers.post(w, &msg);
-                        self.search.in_flight.push((job, msg));
-                        None
-                    }
-                    Err(e) => {
-                        log::warn!("cannot start a search worker ({e}): the engine runs it");
-                        Some(req)
-                    }
-                }
-            }
+            Request::Runtimes { .. } | Request::MinCapacity { .. } => self.post_search(req),
             Request::Cancel { job }
                 if self.search.in_flight.iter().any(|(j, _)| *j == job)
                     || self.sweep.as_ref().is_some_and(|s| s.job == job) =>
@@ -325,6 +314,43 @@ impl<W: Workers> Host<W> {
                     message: CANCELLED.to_string(),
                 });
                 None
+            }
+            other => Some(other),
+        }
+    }
+
+    /// `req` run by the search worker (with the searches, in order), not by the engine's:
+    /// `None`, its answer comes from there; handed back where no search worker starts.
+    fn post_search(&mut self, req: Request) -> Option<Request> {
+        let Ok(msg) = self.workers.encode(&req) else {
+            return Some(req);
+        };
+        match self.search_worker() {
+            Ok(w) => {
+                self.workers.post(w, &msg);
+                self.search.in_flight.push((req.job(), msg));
+                None
+            }
+            Err(e) => {
+                log::warn!("cannot start a search worker ({e}): the engine runs it");
+                Some(req)
+            }
+        }
+    }
+
+    /// The best-possible bounds ([`Request::Bounds`]) of the trace loaded last, computed by
+    /// the search worker: the offline placement takes seconds of one core (3.0–3.3 s on
+    /// `big_gpt_long_stacks_s9` in the browser), and the engine's worker, which answers in
+    /// order, would hold the layouts asked meanwhile and the next file dropped behind it.
+    /// Any other request is handed back.
+    pub fn beside(&mut self, req: Request) -> Option<Request> {
+        match req {
+            Request::Bounds { job } => {
+                let back = self.post_search(req);
+                if back.is_none() {
+                    self.search.bounds.push(job);
+                }
+                back
             }
             other => Some(other),
         }
@@ -484,6 +510,17 @@ impl<W: Workers> Host<W> {
         self.search.setup = setup;
         self.search.generation += 1;
         self.search.trace += 1;
+        // The old trace's bounds are not wanted any more (their answer would be dropped):
+        // they fail, and a search worker busy only with them stops.
+        for job in std::mem::take(&mut self.search.bounds) {
+            if let Some(k) = self.search.in_flight.iter().position(|(j, _)| *j == job) {
+                self.search.in_flight.remove(k);
+                self.outbox.push(Response::Failed {
+                    job,
+                    message: "another file was opened".into(),
+                });
+            }
+        }
         // Idle search workers hold the old trace: let their memory go.
         if self.search.in_flight.is_empty() && self.sweep.is_none() {
             if let Some((w, _)) = self.search.worker.take() {

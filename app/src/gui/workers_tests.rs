@@ -898,3 +898,52 @@ fn an_answer_that_wakes_the_page_at_once_costs_one_frame() {
     // What it replaces: egui paints twice after a repaint asked with no delay.
     assert_eq!(frames_after(egui::Context::request_repaint), 2);
 }
+
+#[test]
+fn the_bounds_sent_beside_are_computed_by_the_search_worker_as_the_engine_would() {
+    let mut fake = Fake::default();
+    let mut host = Host::new(&mut fake, 2);
+    let mut engine = Engine::new();
+    load_workload(&mut host, &mut engine);
+    let mut want = Vec::new();
+    engine.handle(Request::Bounds { job: 7 }, &mut |r| want.push(r));
+    assert!(
+        matches!(want.last(), Some(Response::Bounds { job: 7, .. })),
+        "{want:?}"
+    );
+    let layout = Request::Layout {
+        job: 8,
+        slot: 0,
+        op: 1,
+    };
+    assert!(
+        host.beside(layout).is_some(),
+        "only the bounds go beside the engine"
+    );
+    assert!(host.beside(Request::Bounds { job: 7 }).is_none());
+    let answers = poll_until(&mut host, 20, |r| matches!(r, Response::Bounds { .. }));
+    assert_eq!(
+        format!("{:?}", answers.last()),
+        format!("{:?}", want.last())
+    );
+    // Bounds asked, then another trace opened before they came: they fail at once and the
+    // search worker, busy with nothing else, stops.
+    assert!(host.beside(Request::Bounds { job: 9 }).is_none());
+    assert_eq!(host.counts().search_live, 1);
+    load_workload(&mut host, &mut engine);
+    assert_eq!(host.counts().search_live, 0, "{:?}", host.counts());
+    let answers = host.poll();
+    assert!(
+        matches!(answers.as_slice(), [Response::Failed { job: 9, .. }]),
+        "{answers:?}"
+    );
+    drop(host);
+    assert_eq!(fake.spawned.len(), 1, "one search worker");
+    assert!(
+        fake.ran[&fake.spawned[0]]
+            .iter()
+            .any(|r| r.starts_with("Bounds")),
+        "{:?}",
+        fake.ran
+    );
+}

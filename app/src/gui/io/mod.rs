@@ -288,6 +288,22 @@ impl EngineHandle {
         }
     }
 
+    /// Sends a request that may run beside the engine: in the browser [`Request::Bounds`]
+    /// goes to the search worker (`workers::Host::beside`), so that the engine's worker,
+    /// which answers in order, keeps answering layouts and opens meanwhile; elsewhere
+    /// [`EngineHandle::send`] (natively the engine's thread runs it on a thread of its
+    /// own).
+    pub fn send_beside(&mut self, req: Request) {
+        #[cfg(target_arch = "wasm32")]
+        if let Inner::Worker(w, beside) = &mut self.inner {
+            if let Some(req) = beside.beside(req) {
+                w.send(&req);
+            }
+            return;
+        }
+        self.send(req);
+    }
+
     /// In the browser, starts the warm-up worker once (`web::WorkerEngine::warm_up`): asked
     /// when the first document is on screen. Elsewhere nothing to do (native code is
     /// compiled ahead).
