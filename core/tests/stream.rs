@@ -31,22 +31,30 @@ fn digest(s: &RawSnapshot) -> (u64, usize) {
 }
 
 /// Decodes `bytes` streamed: fed in pieces of `piece` bytes, the machine over windows of
-/// about `window` bytes.
+/// about `window` bytes (a plain pickle in a single pass where it can be).
 fn streamed(bytes: &[u8], piece: usize, window: u64) -> Result<RawSnapshot, ImportError> {
-    streamed_keeping(bytes, piece, window, stream::KEEP_INFLATED_BYTES)
+    streamed_keeping(bytes, piece, window, stream::KEEP_INFLATED_BYTES, u64::MAX)
 }
 
-/// [`streamed`], a gzip file's inflated bytes kept while they total at most `keep` bytes.
+/// [`streamed`] in two passes always (never the single pass).
+fn streamed_twice(bytes: &[u8], piece: usize, window: u64) -> Result<RawSnapshot, ImportError> {
+    streamed_keeping(bytes, piece, window, stream::KEEP_INFLATED_BYTES, 0)
+}
+
+/// [`streamed`], a gzip file's inflated bytes kept while they total at most `keep` bytes,
+/// a plain pickle decoded in a single pass first while it is at most `single` bytes.
 fn streamed_keeping(
     bytes: &[u8],
     piece: usize,
     window: u64,
     keep: u64,
+    single: u64,
 ) -> Result<RawSnapshot, ImportError> {
     let mut dec = StreamDecoder::new(bytes.len() as u64, DecodeOptions::default())
         .with_window_step(window)
-        .with_keep_bound(keep);
-    for pass in 1..=2 {
+        .with_keep_bound(keep)
+        .with_single_pass_max(single);
+    for pass in 1..=3 {
         assert_eq!(dec.pass(), pass);
         for p in bytes.chunks(piece.max(1)) {
             dec.feed(p)?;
@@ -55,20 +63,43 @@ fn streamed_keeping(
             return Ok(snap);
         }
     }
-    panic!("a third pass asked for");
+    panic!("a fourth pass asked for");
 }
 
+/// The whole-file decode, the streamed one (a single pass first) and the two passes give
+/// the same snapshot, or the same error.
 fn same_result(bytes: &[u8], piece: usize, window: u64, what: &str) {
     let whole = decode_snapshot(bytes);
-    let stream = streamed(bytes, piece, window);
-    match (&whole, &stream) {
-        (Ok(a), Ok(b)) => assert_eq!(digest(a), digest(b), "{what}: snapshots differ"),
-        (Err(a), Err(b)) => assert_eq!(a, b, "{what}: errors differ"),
-        _ => panic!(
-            "{what}: whole {:?}, streamed {:?}",
-            whole.as_ref().map(|_| "snapshot"),
-            stream.as_ref().map(|_| "snapshot")
+    for (how, stream) in [
+        ("streamed", streamed(bytes, piece, window)),
+        (
+            "streamed in two passes",
+            streamed_twice(bytes, piece, window),
         ),
+    ] {
+        match (&whole, &stream) {
+            (Ok(a), Ok(b)) => assert_eq!(digest(a), digest(b), "{what}, {how}: snapshots differ"),
+            (Err(a), Err(b)) => assert_eq!(a, b, "{what}, {how}: errors differ"),
+            _ => panic!(
+                "{what}, {how}: whole {:?}, streamed {:?}",
+                whole.as_ref().map(|_| "snapshot"),
+                stream.as_ref().map(|_| "snapshot")
+            ),
+        }
+    }
+}
+
+/// The passes a streamed decode of `bytes` took (in 1 MiB pieces).
+fn passes_taken(bytes: &[u8]) -> u8 {
+    let mut dec = StreamDecoder::new(bytes.len() as u64, DecodeOptions::default());
+    loop {
+        for p in bytes.chunks(1 << 20) {
+            dec.feed(p).expect("feeds");
+        }
+        let pass = dec.pass();
+        if dec.end_of_input().expect("decodes").is_some() {
+            return pass;
+        }
     }
 }
 
@@ -107,9 +138,14 @@ fn every_corpus_file_decodes_alike_streamed_gzip_or_plain() {
         // The plain pickle: big pieces and small windows, then pieces that split every
         // opcode (the small files only).
         let got = digest(&streamed(&plain, 1 << 20, 4096).expect("plain streamed"));
+        assert_eq!(want, got, "{name} (plain, single pass, 1 MiB pieces)");
+        assert_eq!(passes_taken(&plain), 1, "{name}: its single pass gave way");
+        let got = digest(&streamed_twice(&plain, 1 << 20, 4096).expect("plain streamed"));
         assert_eq!(want, got, "{name} (plain, 1 MiB pieces, 4 KiB windows)");
         if plain.len() < 400_000 {
             let got = digest(&streamed(&plain, 7, 512).expect("plain streamed"));
+            assert_eq!(want, got, "{name} (plain, single pass, 7-byte pieces)");
+            let got = digest(&streamed_twice(&plain, 7, 512).expect("plain streamed"));
             assert_eq!(want, got, "{name} (plain, 7-byte pieces, 512-byte windows)");
         }
     }
@@ -217,14 +253,17 @@ fn progress_reaches_the_end_of_each_pass_and_cancel_stops_the_decode() {
             digest(&decode_snapshot(bytes).expect("whole")),
             "same snapshot"
         );
-        // A plain pickle is read twice; a gzip file once (inflated as it is read).
-        assert_eq!(opens, if bytes == &gz { 1 } else { 2 });
+        // A plain pickle this small is read once, in a single pass; a gzip file once too
+        // (inflated as it is read), its second pass over the inflated bytes kept.
+        assert_eq!(opens, 1);
         let fractions: Vec<f32> = seen.iter().map(Progress::fraction).collect();
         assert!(fractions.windows(2).all(|w| w[0] <= w[1]), "{fractions:?}");
-        assert!(seen.iter().any(|p| p.pass == 1) && seen.iter().any(|p| p.pass == 2));
+        let passes = if bytes == &gz { 2 } else { 1 };
+        assert!((1..=passes).all(|n| seen.iter().any(|p| (p.pass, p.passes) == (n, passes))));
         let last = seen.last().expect("progress");
-        assert_eq!((last.pass, last.bytes_done), (2, last.bytes_total));
-        // Cancelled in the second pass: the decode stops there.
+        assert_eq!((last.pass, last.bytes_done), (passes, last.bytes_total));
+        assert!((last.fraction() - 1.0).abs() < 1e-6, "{last:?}");
+        // Cancelled three quarters of the way: the decode stops there.
         let mut calls = 0;
         let r = decode_from(
             &mut || Ok(std::io::Cursor::new(bytes.as_slice())),
@@ -233,7 +272,7 @@ fn progress_reaches_the_end_of_each_pass_and_cancel_stops_the_decode() {
             4096,
             &mut |p| {
                 calls += 1;
-                p.pass < 2
+                p.fraction() < 0.75
             },
         );
         assert!(matches!(
@@ -242,7 +281,7 @@ fn progress_reaches_the_end_of_each_pass_and_cancel_stops_the_decode() {
         ));
         if bytes == &plain {
             assert!(
-                calls < seen.len(),
+                calls < seen.len() && calls > 1,
                 "stopped early: {calls} of {}",
                 seen.len()
             );
@@ -330,8 +369,9 @@ fn gzip_past_the_keep_bound_is_inflated_again_to_the_same_snapshot() {
         // Nothing kept, a little, all but the last byte, exactly all (kept).
         for keep in [0, 4096, inflated - 1, inflated] {
             for piece in [1000, 1 << 20] {
-                let got =
-                    digest(&streamed_keeping(&gz, piece, 1 << 16, keep).expect("gzip streamed"));
+                let got = digest(
+                    &streamed_keeping(&gz, piece, 1 << 16, keep, u64::MAX).expect("gzip streamed"),
+                );
                 assert_eq!(
                     want, got,
                     "{name}: kept up to {keep} bytes, pieces of {piece}"
@@ -357,7 +397,7 @@ fn several_members_and_zero_padding_decode_streamed_as_whole() {
                 gz.resize(gz.len() + padding, 0);
                 for piece in [1, 9, 4096, 1 << 20] {
                     let got = digest(
-                        &streamed_keeping(&gz, piece, 4096, 1 << 16)
+                        &streamed_keeping(&gz, piece, 4096, 1 << 16, u64::MAX)
                             .expect("several members streamed"),
                     );
                     assert_eq!(
@@ -408,7 +448,8 @@ fn truncated_gzip_fails_streamed_as_whole_with_a_gzip_error() {
             );
             for piece in [1, 4096, 1 << 20] {
                 for keep in [0, stream::KEEP_INFLATED_BYTES] {
-                    let e = streamed_keeping(bytes, piece, 1 << 16, keep).expect_err("truncated");
+                    let e = streamed_keeping(bytes, piece, 1 << 16, keep, u64::MAX)
+                        .expect_err("truncated");
                     assert_eq!(e, whole, "{name} cut at {cut}, pieces of {piece}");
                 }
             }
@@ -435,7 +476,7 @@ fn a_gzip_bomb_is_refused_streamed_in_any_pieces() {
     );
     for piece in [4096, 1 << 20, bomb.len()] {
         for keep in [0, stream::KEEP_INFLATED_BYTES] {
-            let e = streamed_keeping(&bomb, piece, 1 << 20, keep).expect_err("refused");
+            let e = streamed_keeping(&bomb, piece, 1 << 20, keep, u64::MAX).expect_err("refused");
             assert_eq!(e, ImportError::TooLarge { limit_bytes: limit });
         }
     }
@@ -486,5 +527,49 @@ fn gzip_progress_counts_the_file_then_the_kept_bytes() {
             (2, second_total, second_total),
             "kept up to {keep}"
         );
+    }
+}
+
+/// `{'segments': [], 'device_traces': [[d]], 'extra': d}` for a trace entry `d`, as
+/// `CPython`'s protocol 4 pickles it: `extra` reads `d` back (`BINGET`) after its list
+/// consumed it.
+const ENTRY_READ_AFTER: &str = "80049572000000000000007d94288c087365676d656e7473945d948c0d6465766963655f747261636573945d945d947d94288c06616374696f6e948c05616c6c6f63948c0461646472944d00108c0473697a65944d00028c0673747265616d944b008c0774696d655f7573944b017561618c056578747261946806752e";
+
+/// The same dict with `extra` first: the list reads `d` back before it consumes it.
+const ENTRY_READ_BEFORE: &str = "80049572000000000000007d94288c056578747261947d94288c06616374696f6e948c05616c6c6f63948c0461646472944d00108c0473697a65944d00028c0673747265616d944b008c0774696d655f7573944b01758c087365676d656e7473945d948c0d6465766963655f747261636573945d945d9468026161752e";
+
+fn unhex(s: &str) -> Vec<u8> {
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).expect("hex"))
+        .collect()
+}
+
+#[test]
+fn an_entry_read_back_after_its_list_consumed_it_gives_way_to_the_two_passes() {
+    for (hex, passes) in [(ENTRY_READ_AFTER, 3), (ENTRY_READ_BEFORE, 1)] {
+        let bytes = unhex(hex);
+        let whole = decode_snapshot(&bytes).expect("decodes whole");
+        assert_eq!(whole.device_traces.first().map(Vec::len), Some(1));
+        for piece in [1, 5, bytes.len()] {
+            let mut dec = StreamDecoder::new(bytes.len() as u64, DecodeOptions::default());
+            let mut last = None;
+            let snap = loop {
+                for p in bytes.chunks(piece) {
+                    dec.feed(p).expect("feeds");
+                    last = Some(dec.progress());
+                }
+                if let Some(snap) = dec.end_of_input().expect("decodes") {
+                    break snap;
+                }
+            };
+            assert_eq!(digest(&snap), digest(&whole), "pieces of {piece}");
+            let last = last.expect("progress");
+            assert_eq!(
+                (last.pass, last.passes),
+                (passes, passes),
+                "pieces of {piece}"
+            );
+        }
     }
 }

@@ -1,15 +1,40 @@
-//! Every input must decode or fail with an error: no panic, no hang, no unbounded memory.
+//! Every input must decode or fail with an error: no panic, no hang, no unbounded memory;
+//! streamed in pieces (a single pass first), to the same snapshot or the same error.
 //! A snapshot that decodes is also turned into a replayable trace (the validation pass
 //! replays it through the PyTorch model), so hostile traces reach the trace builder too:
 //! unknown or double frees, negative or huge sizes, events out of order.
 #![no_main]
 
+use allocsim_core::snapshot::import::{DecodeOptions, ImportError};
+use allocsim_core::snapshot::stream::StreamDecoder;
 use allocsim_core::snapshot::{decode_snapshot, pickle};
 use allocsim_core::session;
 use libfuzzer_sys::fuzz_target;
 
+/// `data` decoded as the app reads a file, in pieces of 61 bytes (a plain pickle in a
+/// single pass first, which gives way to two where it cannot decide).
+fn streamed(data: &[u8]) -> Result<allocsim_core::snapshot::RawSnapshot, ImportError> {
+    let mut dec = StreamDecoder::new(data.len() as u64, DecodeOptions::default());
+    for _ in 0..3 {
+        for piece in data.chunks(61) {
+            dec.feed(piece)?;
+        }
+        if let Some(snap) = dec.end_of_input()? {
+            return Ok(snap);
+        }
+    }
+    panic!("a fourth pass asked for");
+}
+
 fuzz_target!(|data: &[u8]| {
-    match decode_snapshot(data) {
+    let whole = decode_snapshot(data);
+    // Streamed, the same snapshot or the same error.
+    match (&whole, streamed(data)) {
+        (Ok(a), Ok(b)) => assert_eq!(format!("{a:?}"), format!("{b:?}")),
+        (Err(a), Err(b)) => assert_eq!(a, &b),
+        (a, b) => panic!("whole {:?}, streamed {:?}", a.is_ok(), b.is_ok()),
+    }
+    match whole {
         Err(e) => {
             // Errors are one line.
             assert!(!e.to_string().contains('\n'), "{e}");

@@ -268,8 +268,9 @@ try {
   await checkProgress(BIG);
 
   // 4b. A truncated big pickle (the plain bytes of ${BIG} cut at two thirds: several
-  // slices and windows): progress through both passes, then the one-line error naming the
-  // file and the byte offset in the whole file; the app goes on.
+  // slices and pieces): progress to the file's end (its single pass finds the cut), then
+  // the one-line error naming the file and the byte offset in the whole file; the app
+  // goes on.
   {
     const plain = gunzipSync(readFileSync(join(traces, BIG)));
     const cut = plain.subarray(0, Math.floor((plain.length * 2) / 3));
@@ -281,7 +282,8 @@ try {
       fail(`a truncated file's error is not the one-line error with the file and the offset: ${message}`);
     }
     const reading = await checkProgress("kvcache_cut.pickle");
-    if (!reading.some((v) => v.includes("(2 of 2)"))) fail("the truncated file's second pass reported no progress");
+    const last = Number(reading[reading.length - 1]?.split(":").pop());
+    if (!(last >= 0.45)) fail(`the truncated file's progress did not reach its end: ${reading}`);
     await shot(page, "4b-truncated.png");
   }
 

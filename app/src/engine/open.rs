@@ -341,7 +341,11 @@ impl ProgressReport {
             self.shown = fraction;
             emit(Response::Progress {
                 job: self.job,
-                stage: format!("reading {} ({} of 2)", self.name, p.pass),
+                stage: if p.passes > 1 {
+                    format!("reading {} ({} of {})", self.name, p.pass, p.passes)
+                } else {
+                    format!("reading {}", self.name)
+                },
                 fraction,
             });
         }

@@ -823,7 +823,10 @@ fn a_file_opened_in_pieces_loads_as_its_bytes_do_with_progress() {
                     _ => None,
                 })
                 .collect();
-            assert!(fractions.len() >= 3, "{name}: progress {fractions:?}");
+            // At least the decode's end (half of the open) and the build's progress (a
+            // small plain pickle is read in one piece, in a single pass).
+            assert!(fractions.len() >= 2, "{name}: progress {fractions:?}");
+            assert!(fractions.contains(&0.5), "{name}: progress {fractions:?}");
             assert!(fractions.windows(2).all(|w| w[0] <= w[1]), "{fractions:?}");
             match last(out) {
                 Response::Loaded {

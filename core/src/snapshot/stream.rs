@@ -21,7 +21,7 @@ use super::RawSnapshot;
 use super::error::ImportError;
 use super::gzip::Gunzip;
 use super::import::{DecodeOptions, decode_plain, decompression_cap, gunzip_pieces, is_gzip};
-use super::pickle::{PickleStream, WINDOW_STEP};
+use super::pickle::{PickleStream, SINGLE_PASS_MAX_BYTES, WINDOW_STEP};
 
 /// How far a streamed decode is: the pass over the file (1 or 2) and the bytes of the file
 /// it has been through in this pass. A gzip file is read and inflated in pass 1; its pass
@@ -30,12 +30,15 @@ use super::pickle::{PickleStream, WINDOW_STEP};
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Progress {
     pub pass: u8,
+    /// The passes the decode takes: 2, or 1 for a pickle decoded in a single pass (3
+    /// where that gave way to two: [`super::pickle::PickleStream::single_pass`]).
+    pub passes: u8,
     pub bytes_done: u64,
     pub bytes_total: u64,
 }
 
 impl Progress {
-    /// The share of the work done, 0 to 1 (each pass half of it).
+    /// The share of the work done, 0 to 1 (each pass an equal part of it).
     #[must_use]
     pub fn fraction(&self) -> f32 {
         let within = if self.bytes_total == 0 {
@@ -43,7 +46,9 @@ impl Progress {
         } else {
             (self.bytes_done as f64 / self.bytes_total as f64).min(1.0)
         };
-        f64::midpoint(f64::from(self.pass.saturating_sub(1)), within) as f32
+        let done =
+            (f64::from(self.pass.saturating_sub(1)) + within) / f64::from(self.passes.max(1));
+        done.min(1.0) as f32
     }
 }
 
@@ -204,7 +209,7 @@ impl GzipFile {
                 Some(kept) => kept.wrote(written),
                 None => self.scratch.get(..written).unwrap_or(&[]),
             };
-            plain_feed(plain, inflated, None, window_step)?;
+            plain_feed(plain, inflated, None, None, window_step)?;
             if let Plain::Whole(_) = plain {
                 // Decoded whole at the end, in one pass: nothing to keep for another.
                 self.kept = None;
@@ -228,6 +233,7 @@ impl GzipFile {
         let report = |bytes_done, bytes_total, progress: &mut dyn FnMut(Progress) -> bool| {
             let p = Progress {
                 pass: 2,
+                passes: 2,
                 bytes_done,
                 bytes_total,
             };
@@ -241,7 +247,7 @@ impl GzipFile {
             let total = kept.total_bytes;
             let mut done = 0u64;
             for chunk in kept.into_chunks() {
-                plain_feed(plain, &chunk, None, window_step)?;
+                plain_feed(plain, &chunk, None, None, window_step)?;
                 done += chunk.len() as u64;
                 report(done, total, progress)?;
             }
@@ -251,7 +257,7 @@ impl GzipFile {
         let total = compressed.len() as u64;
         gunzip_pieces(&compressed, limit_bytes, GZIP_PIECE, &mut |piece, read| {
             report(read, total, progress)?;
-            plain_feed(plain, piece, None, window_step)
+            plain_feed(plain, piece, None, None, window_step)
         })?;
         // Its last piece may have been handed on before the member's trailer was read.
         report(total, total, progress)
@@ -274,6 +280,8 @@ pub struct StreamDecoder {
     window_step: u64,
     /// A gzip file's inflated bytes are kept while they total at most this.
     keep_bytes: u64,
+    /// A plain pickle up to this size is decoded in a single pass.
+    single_pass_max: u64,
 }
 
 impl StreamDecoder {
@@ -290,7 +298,16 @@ impl StreamDecoder {
             plain: Plain::Unknown,
             window_step: WINDOW_STEP,
             keep_bytes: KEEP_INFLATED_BYTES,
+            single_pass_max: SINGLE_PASS_MAX_BYTES,
         }
+    }
+
+    /// A plain pickle is decoded in a single pass while it is at most `bytes`
+    /// ([`SINGLE_PASS_MAX_BYTES`]; tests: 0, the two passes always).
+    #[must_use]
+    pub fn with_single_pass_max(mut self, bytes: u64) -> StreamDecoder {
+        self.single_pass_max = bytes;
+        self
     }
 
     /// The machine runs over windows of about `bytes` (tests: many windows on a small
@@ -313,14 +330,24 @@ impl StreamDecoder {
     /// asked for the file again).
     #[must_use]
     pub fn pass(&self) -> u8 {
-        self.pass
+        self.passes().0
+    }
+
+    /// The pass the next bytes belong to, of how many.
+    fn passes(&self) -> (u8, u8) {
+        match (&self.file, &self.plain) {
+            (FileKind::Plain, Plain::Pickle(p)) => p.passes(),
+            _ => (self.pass, 2),
+        }
     }
 
     /// The progress after the bytes fed so far.
     #[must_use]
     pub fn progress(&self) -> Progress {
+        let (pass, passes) = self.passes();
         Progress {
-            pass: self.pass,
+            pass,
+            passes,
             bytes_done: self.fed,
             bytes_total: self.file_len,
         }
@@ -360,7 +387,8 @@ impl StreamDecoder {
             _ => plain_feed(
                 &mut self.plain,
                 piece,
-                Some(self.file_len),
+                Some(self.file_len).filter(|&n| n <= self.single_pass_max),
+                self.file_len,
                 self.window_step,
             ),
         }
@@ -422,10 +450,14 @@ impl StreamDecoder {
     }
 }
 
+/// Feeds a plain file's `piece` to `plain`: a pickle of `single` bytes (a known size up
+/// to the single pass's bound) is decoded in a single pass, one of `total` bytes (known)
+/// or of a size known at its end (`None`: inflated as it is read) in two.
 fn plain_feed(
     plain: &mut Plain,
     piece: &[u8],
-    total: Option<u64>,
+    single: Option<u64>,
+    total: impl Into<Option<u64>>,
     window_step: u64,
 ) -> Result<(), ImportError> {
     if let Plain::Unknown = plain {
@@ -435,7 +467,10 @@ fn plain_feed(
         // As `decode_plain`: a pickle starts with PROTO, or (protocols 0 and 1) with
         // MARK, EMPTY_DICT or EMPTY_LIST; anything else is decoded whole.
         *plain = if matches!(first, 0x80 | b'(' | b'}' | b']') {
-            Plain::Pickle(PickleStream::new(total, window_step))
+            Plain::Pickle(match single {
+                Some(total) => PickleStream::single_pass(total, window_step),
+                None => PickleStream::new(total.into(), window_step),
+            })
         } else {
             Plain::Whole(Vec::new())
         };
@@ -493,6 +528,7 @@ pub fn decode_file_parallel(
     super::pickle::decode_file_parallel(read_at, len, &mut |pass, bytes_done| {
         progress(Progress {
             pass,
+            passes: 2,
             bytes_done,
             bytes_total: len,
         })

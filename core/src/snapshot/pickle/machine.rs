@@ -64,6 +64,9 @@ pub(super) struct Vm<'a> {
     pub(super) heap: Vec<Container>,
     /// Heap slots of converted containers, reused by the next containers.
     pub(super) free: Vec<u32>,
+    /// Item buffers of converted containers kept sealed (the single pass keeps them all),
+    /// reused by the next new containers.
+    pub(super) spare_items: Vec<Vec<Value>>,
     pub(super) event_lists: Vec<Vec<RawEvent>>,
     /// Trace entries of lists that also hold other items (see [`Value::Event`]).
     pub(super) extra_events: Vec<RawEvent>,
@@ -95,6 +98,9 @@ pub(super) struct Vm<'a> {
     /// [`Vm::event_lists`]`[0]`, stays empty).
     pub(super) region: Option<super::parallel::Region<'a>>,
 }
+
+/// Input bytes per trace entry the single pass reserves its first list of entries by.
+const SINGLE_PASS_ENTRY_BYTES: u64 = 72;
 
 /// Input bytes a reserved trace entry must be backed by: real snapshots spend 72–77 bytes
 /// an entry (a dict of five keys or more), so their lists are reserved exactly.
@@ -175,6 +181,7 @@ impl<'a> Vm<'a> {
             memo: Memo::new(refs, input_len),
             heap: Vec::new(),
             free: Vec::new(),
+            spare_items: Vec::new(),
             event_lists: Vec::new(),
             extra_events: Vec::new(),
             builder: Builder::default(),
@@ -206,6 +213,7 @@ impl<'a> Vm<'a> {
             memo: self.memo,
             heap: self.heap,
             free: self.free,
+            spare_items: self.spare_items,
             event_lists: self.event_lists,
             extra_events: self.extra_events,
             builder: self.builder,
@@ -283,6 +291,8 @@ impl<'a> Vm<'a> {
                 self.pos = self.base + next;
                 Ok(line)
             }
+            // The single pass's window may end inside the line: more input is needed.
+            None if self.memo.every.is_some() && !self.last => Err(truncated(at, what, 1)),
             None => Err(malformed(at, format!("{what} argument has no end of line"))),
         }
     }
@@ -518,7 +528,7 @@ impl<'a> Vm<'a> {
         let id = u32::try_from(self.heap.len())
             .map_err(|_| malformed(at, "more than 4 billion containers"))?;
         self.heap.push(Container {
-            items: Vec::new(),
+            items: self.spare_items.pop().unwrap_or_default(),
             offset: at as u64,
             events: 0,
             kind,
@@ -539,17 +549,28 @@ impl<'a> Vm<'a> {
             c.events = 0;
             c.seal = Seal::Open;
             c.shared = false;
+            if self.memo.every.is_some() {
+                // A memo slot still naming it must not read its next tenant
+                // ([`Vm::get_every`]).
+                c.offset = u64::MAX;
+            }
             self.free.push(id);
         }
     }
 
     /// Records a conversion: shared containers keep the result, others are released.
     pub(super) fn seal(&mut self, id: u32, seal: Seal) {
-        let shared = self.heap.get(id as usize).is_some_and(|c| c.shared);
+        // The single pass cannot tell whether a later `GET` reads it: kept.
+        let shared =
+            self.memo.every.is_some() || self.heap.get(id as usize).is_some_and(|c| c.shared);
         if shared {
             if let Some(c) = self.heap.get_mut(id as usize) {
                 c.seal = seal;
-                c.items = Vec::new();
+                let mut items = std::mem::take(&mut c.items);
+                if items.capacity() <= 64 && self.spare_items.len() < 1024 {
+                    items.clear();
+                    self.spare_items.push(items);
+                }
             }
         } else {
             self.release(id);
@@ -574,6 +595,14 @@ impl<'a> Vm<'a> {
             .ok()
             .and_then(|i| self.list_hints.get_mut(i))
             .map_or(0, |(_, n)| std::mem::take(n).min(self.reserve_left));
+        // The single pass has no hints: the first list gets room for the entries of a
+        // real snapshot this size (72-77 bytes each); room never written is never
+        // touched, and a longer list grows as it goes.
+        let hint = if hint == 0 && self.memo.every.is_some() && self.event_lists.is_empty() {
+            (self.input_len as u64 / SINGLE_PASS_ENTRY_BYTES).min(self.reserve_left)
+        } else {
+            hint
+        };
         self.reserve_left -= hint;
         let mut list = Vec::new();
         if list

@@ -97,6 +97,48 @@ pub(super) struct Memo {
     /// A chunk's machine ([`super::parallel`]): the memo index its slot 0 stands for
     /// (indices below are slots put before the chunk); 0 otherwise.
     pub(super) floor: u32,
+    /// The single pass ([`super::stream`]): no pre-pass said which slots are read back,
+    /// so every one is kept here (and `refs` is empty).
+    pub(super) every: Option<Box<Every>>,
+}
+
+/// Every memo slot, for a machine run without a pre-pass. A container's slot keeps where
+/// it was made (its [`super::value::Container::offset`]), so that a `GET` can tell the
+/// container from a later one in its reused heap slot.
+#[derive(Debug, Default)]
+pub(super) struct Every {
+    /// Slots `0..len`, as `MEMOIZE` and in-order `PUT`s fill them.
+    values: Vec<Value>,
+    born: Vec<u32>,
+    /// Slots put past the end of `values`.
+    sparse: HashMap<u32, (Value, u32)>,
+}
+
+impl Every {
+    #[allow(clippy::inline_always)]
+    #[inline(always)]
+    fn store(&mut self, i: u32, v: Value, born: u32) {
+        let k = i as usize;
+        if let (Some(slot), Some(b)) = (self.values.get_mut(k), self.born.get_mut(k)) {
+            *slot = v;
+            *b = born;
+        } else if k == self.values.len() {
+            self.values.push(v);
+            self.born.push(born);
+        } else {
+            self.sparse.insert(i, (v, born));
+        }
+    }
+
+    /// Slot `i` and where its container was made.
+    #[inline]
+    pub(super) fn get(&self, i: u32) -> Option<(Value, u32)> {
+        let k = i as usize;
+        match (self.values.get(k), self.born.get(k)) {
+            (Some(&v), Some(&b)) => Some((v, b)),
+            _ => self.sparse.get(&i).copied(),
+        }
+    }
 }
 
 impl Memo {
@@ -118,6 +160,30 @@ impl Memo {
             len: 0,
             input_len,
             floor: 0,
+            every: None,
+        }
+    }
+
+    /// A memo that keeps every slot (the single pass: no pre-pass ran).
+    pub(super) fn every(input_len: usize) -> Memo {
+        let mut memo = Memo::new(IndexSet::new(input_len), input_len);
+        // Real snapshots store an object every 30-35 bytes: room for them up front (no
+        // doubling, which in wasm copies and keeps the old block).
+        let room = input_len / 32;
+        memo.every = Some(Box::new(Every {
+            values: Vec::with_capacity(room),
+            born: Vec::with_capacity(room),
+            sparse: HashMap::new(),
+        }));
+        memo
+    }
+
+    /// [`Memo::memoize`] or [`Memo::put`] of the single pass: kept, with where its
+    /// container was made (`born`). Nothing is marked shared until a `GET` reads it.
+    #[inline]
+    pub(super) fn store_every(&mut self, i: u32, v: Value, born: u32) {
+        if let Some(every) = &mut self.every {
+            every.store(i, v, born);
         }
     }
 
@@ -145,6 +211,13 @@ impl Memo {
     /// slot is kept (some `GET` reads it).
     #[inline]
     pub(super) fn memoize(&mut self, v: Value) -> Option<bool> {
+        let i = self.memoize_index()?;
+        Some(self.store(i, v))
+    }
+
+    /// The index `MEMOIZE` stores at, counted in `len(memo)`; `None` if the memo is full.
+    #[inline]
+    pub(super) fn memoize_index(&mut self) -> Option<u32> {
         let i = u32::try_from(self.len).ok()?;
         match &mut self.set {
             None => self.len += 1,
@@ -154,11 +227,17 @@ impl Memo {
                 }
             }
         }
-        Some(self.store(i, v))
+        Some(i)
     }
 
     /// `memo[i] = v` (`PUT`); true if the slot is kept.
     pub(super) fn put(&mut self, i: u32, v: Value) -> bool {
+        self.put_index(i);
+        self.store(i, v)
+    }
+
+    /// Counts index `i` in `len(memo)` as a `PUT` to it does.
+    pub(super) fn put_index(&mut self, i: u32) {
         let len = self.len;
         let set = self.set.get_or_insert_with(|| {
             let mut set = IndexSet::new(self.input_len);
@@ -170,7 +249,6 @@ impl Memo {
         if set.insert(i) {
             self.len += 1;
         }
-        self.store(i, v)
     }
 
     #[inline]

@@ -42,7 +42,7 @@ mod value;
 
 pub use chunked::ReadAt;
 pub use mapping::{BYTES_PER_ELEMENT, ELEMENT_SLACK};
-pub use stream::{PickleStream, WINDOW_STEP};
+pub use stream::{PickleStream, SINGLE_PASS_MAX_BYTES, WINDOW_STEP};
 pub use tree::{MAX_VALUE_DEPTH, PyValue, decode_value};
 
 use super::RawSnapshot;

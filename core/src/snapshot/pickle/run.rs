@@ -19,6 +19,17 @@ impl Vm<'_> {
     /// Runs to `STOP` or to the end of the window (`None`: a window that is not the last
     /// ends at an opcode boundary; the machine goes on with the next one).
     pub(super) fn run_window(&mut self) -> Res<Option<(Value, usize)>> {
+        if self.memo.every.is_some() {
+            self.run_window_as::<true>()
+        } else {
+            self.run_window_as::<false>()
+        }
+    }
+
+    /// [`Vm::run_window`], its memo operations those of the single pass (`SINGLE`: the
+    /// memo keeps every slot, [`Vm::get_every`]) or of a pass after the pre-pass, each
+    /// inlined in its own loop.
+    fn run_window_as<const SINGLE: bool>(&mut self) -> Res<Option<(Value, usize)>> {
         loop {
             let at = self.pos;
             let Some(&code) = self.data.get(at.wrapping_sub(self.base)) else {
@@ -32,47 +43,47 @@ impl Vm<'_> {
             // predictable branch each before the jump table.
             if code == op::LONG_BINGET {
                 let i = self.arg_u32(at, "LONG_BINGET")?;
-                self.get(i, at)?;
+                self.get_as::<SINGLE>(i, at)?;
                 continue;
             }
             if code == op::BINGET {
                 let i = self.arg_u8(at, "BINGET")?;
-                self.get(u32::from(i), at)?;
+                self.get_as::<SINGLE>(u32::from(i), at)?;
                 continue;
             }
             if code == op::MEMOIZE {
-                self.memoize(at)?;
+                self.memoize_as::<SINGLE>(at)?;
                 continue;
             }
             match code {
                 op::BINGET => {
                     let i = self.arg_u8(at, "BINGET")?;
-                    self.get(u32::from(i), at)?;
+                    self.get_as::<SINGLE>(u32::from(i), at)?;
                 }
                 op::LONG_BINGET => {
                     let i = self.arg_u32(at, "LONG_BINGET")?;
-                    self.get(i, at)?;
+                    self.get_as::<SINGLE>(i, at)?;
                 }
                 op::GET => {
                     let line = self.arg_line(at, "GET")?;
                     let i = parse_memo_index(line)
                         .ok_or_else(|| malformed(at, format!("GET index {:?}", lossy(line))))?;
-                    self.get(i, at)?;
+                    self.get_as::<SINGLE>(i, at)?;
                 }
-                op::MEMOIZE => self.memoize(at)?,
+                op::MEMOIZE => self.memoize_as::<SINGLE>(at)?,
                 op::BINPUT => {
                     let i = self.arg_u8(at, "BINPUT")?;
-                    self.put(u32::from(i), at, "BINPUT")?;
+                    self.put_as::<SINGLE>(u32::from(i), at, "BINPUT")?;
                 }
                 op::LONG_BINPUT => {
                     let i = self.arg_u32(at, "LONG_BINPUT")?;
-                    self.put(i, at, "LONG_BINPUT")?;
+                    self.put_as::<SINGLE>(i, at, "LONG_BINPUT")?;
                 }
                 op::PUT => {
                     let line = self.arg_line(at, "PUT")?;
                     let i = parse_memo_index(line)
                         .ok_or_else(|| malformed(at, format!("PUT index {:?}", lossy(line))))?;
-                    self.put(i, at, "PUT")?;
+                    self.put_as::<SINGLE>(i, at, "PUT")?;
                 }
                 op::MARK => self.marks.push(self.stack.len()),
                 op::EMPTY_DICT => {
@@ -332,7 +343,10 @@ impl Vm<'_> {
     // Half of all opcodes of a snapshot are GETs: keep this in the loop.
     #[allow(clippy::inline_always)]
     #[inline(always)]
-    pub(super) fn get(&mut self, i: u32, at: usize) -> Res<()> {
+    fn get_as<const SINGLE: bool>(&mut self, i: u32, at: usize) -> Res<()> {
+        if SINGLE {
+            return self.get_every(i, at);
+        }
         let Some(i) = i.checked_sub(self.memo.floor) else {
             return self.get_outer(i, at);
         };
@@ -345,9 +359,65 @@ impl Vm<'_> {
         }
     }
 
+    /// `GET` in the single pass (its memo, [`Memo::every`], keeps every slot). A container
+    /// read back is shared from here on; one released since it was stored (a trace entry
+    /// converted and freed) is an error, and the single pass gives way to the two passes.
+    ///
+    /// [`Memo::every`]: super::memo::Memo::every
     #[allow(clippy::inline_always)]
     #[inline(always)]
-    pub(super) fn memoize(&mut self, at: usize) -> Res<()> {
+    fn get_every(&mut self, i: u32, at: usize) -> Res<()> {
+        let Some((v, born)) = self.memo.every.as_deref().and_then(|e| e.get(i)) else {
+            return Err(malformed(at, format!("memo index {i} was never stored")));
+        };
+        if let Value::Obj(id) = v {
+            if self
+                .heap
+                .get(id as usize)
+                .is_none_or(|c| c.offset != u64::from(born))
+            {
+                return Err(malformed(
+                    at,
+                    format!("memo index {i} reads a container consumed before"),
+                ));
+            }
+            self.mark_shared(v);
+        }
+        self.stack.push(v);
+        Ok(())
+    }
+
+    /// `MEMOIZE` or `PUT` (`index`) of the single pass: every slot kept, with where its
+    /// container was made.
+    #[allow(clippy::inline_always)]
+    #[inline(always)]
+    fn store_every(&mut self, index: Option<u32>, at: usize, what: &'static str) -> Res<()> {
+        let v = self.top(at, what)?;
+        let i = match index {
+            Some(i) => {
+                self.memo.put_index(i);
+                i
+            }
+            None => self
+                .memo
+                .memoize_index()
+                .ok_or_else(|| malformed(at, "more than 4 billion memo entries"))?,
+        };
+        let born = match v {
+            Value::Obj(id) => self.heap.get(id as usize).map_or(u64::MAX, |c| c.offset),
+            _ => 0,
+        };
+        let born = u32::try_from(born).map_err(|_| malformed(at, "a single pass over 4 GiB"))?;
+        self.memo.store_every(i, v, born);
+        Ok(())
+    }
+
+    #[allow(clippy::inline_always)]
+    #[inline(always)]
+    fn memoize_as<const SINGLE: bool>(&mut self, at: usize) -> Res<()> {
+        if SINGLE {
+            return self.store_every(None, at, "MEMOIZE");
+        }
         let v = self.top(at, "MEMOIZE")?;
         match self.memo.memoize(v) {
             Some(true) => self.mark_shared(v),
@@ -357,7 +427,10 @@ impl Vm<'_> {
         Ok(())
     }
 
-    pub(super) fn put(&mut self, i: u32, at: usize, what: &'static str) -> Res<()> {
+    fn put_as<const SINGLE: bool>(&mut self, i: u32, at: usize, what: &'static str) -> Res<()> {
+        if SINGLE {
+            return self.store_every(Some(i), at, what);
+        }
         let v = self.top(at, what)?;
         if self.memo.put(i, v) {
             self.mark_shared(v);

@@ -4,6 +4,16 @@
 //! windows that end at those boundaries (an opcode never straddles two windows). The
 //! bytes of the strings it keeps are copied out of each window ([`Vm::keep_span`]), so a
 //! window is dropped once run. Offsets in errors are those of the whole input.
+//!
+//! A pickle of known size up to [`SINGLE_PASS_MAX_BYTES`] is first decoded in one pass
+//! ([`PickleStream::single_pass`]): the machine runs over each piece as it comes, an
+//! opcode cut by a piece's end waiting for the next, with a memo that keeps every slot
+//! (no pre-pass said which are read back, [`super::memo::Every`]). What the pre-pass
+//! decided ahead is then decided as the machine goes: a container is shared once a `GET`
+//! reads it, a converted frame or stack is kept (a later `GET` may read it). The one case
+//! it cannot decide ahead, a trace entry converted and freed and then read back by a
+//! `GET`, and anything else unexpected (any error: a refused opcode, a truncated file)
+//! gives way to the two passes from the start, which decode and report exactly as ever.
 
 use super::machine::Vm;
 use super::prepass::{End, Scanner};
@@ -15,12 +25,22 @@ use crate::snapshot::error::ImportError;
 /// `WINDOW_STEP` bytes or more is noted by the pre-pass).
 pub const WINDOW_STEP: u64 = 1 << 20;
 
+/// Plain pickles of a known size up to this are decoded in one pass first
+/// ([`PickleStream::single_pass`]). It holds more than the second pass does (a memo slot
+/// for every object stored, 20 bytes each; every frame and stack container, converted),
+/// which stays below the input's size on real snapshots.
+pub const SINGLE_PASS_MAX_BYTES: u64 = 64 << 20;
+
 /// A pickle decoded from pieces of its bytes: [`PickleStream::feed`] them all, then
 /// [`PickleStream::end_pass`]; again from the first byte, and `end_pass` gives the
 /// snapshot.
 #[derive(Debug)]
 pub struct PickleStream {
     state: State,
+    /// The passes over the input this decode takes (1: the single pass; 2; 3: a single
+    /// pass that gave way to two), and the one the bytes fed belong to.
+    passes: u8,
+    pass: u8,
     /// Bytes fed but not scanned (first pass) or not run (second pass): they start an
     /// opcode, or a window, that needs what follows.
     carry: Vec<u8>,
@@ -29,6 +49,7 @@ pub struct PickleStream {
 }
 
 enum State {
+    Single(Box<Single>),
     Scan {
         scanner: Box<Scanner>,
         /// The input's size if known (else the memo's dense bound follows the bytes fed).
@@ -44,6 +65,7 @@ enum State {
 impl std::fmt::Debug for State {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {
+            State::Single(_) => "Single",
             State::Scan { .. } => "Scan",
             State::Decode(_) => "Decode",
             State::Over => "Over",
@@ -65,6 +87,23 @@ struct Decode {
     done: Option<(Value, usize)>,
 }
 
+/// The single pass: the machine between pieces.
+struct Single {
+    /// `None` once it gave way (an error, or a container read after it was freed).
+    vm: Option<Vm<'static>>,
+    total: u64,
+    window_step: u64,
+    done: Option<(Value, usize)>,
+    /// The input ended inside an opcode (or before `STOP`): the error the two passes
+    /// report too, at the same offset, so it is reported without them.
+    truncated: Option<ImportError>,
+}
+
+/// An opcode cut by the end of a piece is run again on its bytes (the carry) and this
+/// many of the next piece's at least (its carry's length at most: an argument of many
+/// pieces takes a few tries, each copying twice as much).
+const CARRY_STEP: usize = 64 << 10;
+
 impl PickleStream {
     /// A stream of a pickle of `total` bytes, or of a size known only at its end, run
     /// over windows of about `window_step` bytes ([`WINDOW_STEP`]).
@@ -78,7 +117,41 @@ impl PickleStream {
             },
             carry: Vec::new(),
             fed: 0,
+            passes: 2,
+            pass: 1,
         }
+    }
+
+    /// A stream of a pickle of `total` bytes decoded in one pass where it can be, else
+    /// in two after it ([`end_pass`](PickleStream::end_pass) then asks for the input
+    /// again); run over windows of about `window_step` bytes in the two.
+    #[must_use]
+    pub fn single_pass(total: u64, window_step: u64) -> PickleStream {
+        let total_len = usize::try_from(total).unwrap_or(usize::MAX);
+        let mut vm = Vm::with_refs(&[], super::memo::IndexSet::default(), total_len, true);
+        vm.memo = super::memo::Memo::every(total_len);
+        vm.copy_spans = true;
+        vm.last = false;
+        PickleStream {
+            state: State::Single(Box::new(Single {
+                vm: Some(vm),
+                total,
+                window_step,
+                done: None,
+                truncated: None,
+            })),
+            carry: Vec::new(),
+            fed: 0,
+            passes: 1,
+            pass: 1,
+        }
+    }
+
+    /// The passes over the input this decode takes, as far as it knows (1, 2, or 3 for
+    /// a single pass that gave way to two), and the pass the bytes fed now belong to.
+    #[must_use]
+    pub fn passes(&self) -> (u8, u8) {
+        (self.pass, self.passes)
     }
 
     /// Whether the first pass is over (the input is to be fed again from its start).
@@ -116,6 +189,10 @@ impl PickleStream {
                 Ok(())
             }
             State::Decode(d) => d.feed(&mut self.carry, piece, start, self.fed),
+            State::Single(one) => {
+                one.feed(&mut self.carry, piece, start);
+                Ok(())
+            }
             State::Over => Ok(()),
         }
     }
@@ -123,7 +200,28 @@ impl PickleStream {
     /// The end of the input in this pass: after the first, `None` (feed it again from
     /// its start); after the second, the snapshot.
     pub fn end_pass(&mut self) -> Result<Option<RawSnapshot>, ImportError> {
+        self.pass += 1;
         match std::mem::replace(&mut self.state, State::Over) {
+            State::Single(mut one) => {
+                if let (Some(vm), Some((root, stop_at))) = (one.vm.take(), one.done.take())
+                    && let Ok(snap) = vm.snapshot(root, stop_at)
+                {
+                    return Ok(Some(snap));
+                }
+                if let Some(e) = one.truncated.take() {
+                    return Err(e);
+                }
+                // The two passes, from the input's first byte.
+                self.state = State::Scan {
+                    scanner: Box::new(Scanner::new(one.total, one.window_step.max(1))),
+                    total: Some(one.total),
+                    rescan_at: 0,
+                };
+                self.carry = Vec::new();
+                self.fed = 0;
+                self.passes = 3;
+                Ok(None)
+            }
             State::Scan { mut scanner, .. } => {
                 let total = self.fed;
                 scanner.raise_limit(total);
@@ -178,6 +276,73 @@ fn changed(was: u64, now: u64) -> ImportError {
     ImportError::Format(format!(
         "the file changed while it was read ({was} bytes at the first reading, {now} at the second)"
     ))
+}
+
+impl Single {
+    /// Runs the machine over `piece` (the input from `start`), after the carry of an
+    /// opcode the last piece cut; keeps what an opcode cut again needs in `carry`.
+    fn feed(&mut self, carry: &mut Vec<u8>, piece: &[u8], start: u64) {
+        if self.done.is_some() {
+            return;
+        }
+        let Some(mut vm) = self.vm.take() else {
+            return;
+        };
+        let mut used = 0usize;
+        while used < piece.len() {
+            let base = vm.pos;
+            let window: &[u8] = if carry.is_empty() {
+                let rest = piece.get(used..).unwrap_or(&[]);
+                used = piece.len();
+                rest
+            } else {
+                let take = carry.len().max(CARRY_STEP).min(piece.len() - used);
+                carry.extend_from_slice(piece.get(used..used + take).unwrap_or(&[]));
+                used += take;
+                carry
+            };
+            if window.is_empty() {
+                break;
+            }
+            let end = base as u64 + window.len() as u64;
+            if carry.is_empty() && base as u64 != start + (used - window.len()) as u64 {
+                // The machine does not stand where this piece starts: not this input.
+                return;
+            }
+            let last = end >= self.total;
+            let mut on_window = vm.reseat(window, base, last);
+            let r = on_window.run_window();
+            let pos = match &r {
+                Err(e) if !last && let ImportError::Truncated { offset, .. } = **e => {
+                    usize::try_from(offset).unwrap_or(usize::MAX)
+                }
+                _ => on_window.pos,
+            };
+            on_window.pos = pos;
+            let rest = window.get(pos.wrapping_sub(base)..).map(<[u8]>::to_vec);
+            vm = on_window.reseat(&[], pos, false);
+            match r {
+                Ok(Some(done)) => {
+                    self.done = Some(done);
+                    self.vm = Some(vm);
+                    return;
+                }
+                Ok(None) => carry.clear(),
+                Err(e) if !last && matches!(*e, ImportError::Truncated { .. }) => {
+                    // The opcode at `pos` needs bytes of the next piece.
+                    let Some(rest) = rest else { return };
+                    *carry = rest;
+                }
+                Err(e) if last && matches!(*e, ImportError::Truncated { .. }) => {
+                    self.truncated = Some(*e);
+                    return;
+                }
+                // Gives way to the two passes ([`PickleStream::end_pass`]).
+                Err(_) => return,
+            }
+        }
+        self.vm = Some(vm);
+    }
 }
 
 impl Decode {
