@@ -170,8 +170,9 @@ mod entry {
 
     /// Opens a dropped `File`: read here whole as a stream (up to [`WHOLE_READ_BYTES`],
     /// its first pass decoded as it arrives) or in slices (`Blob.slice(..).arrayBuffer()`),
-    /// fed to the streamed decoder [`open::PIECE_BYTES`] at a time (a plain pickle twice),
-    /// with progress; never the whole file in wasm's memory. A file too big for
+    /// fed to the streamed decoder [`open::PIECE_BYTES`] at a time (a plain pickle of up
+    /// to 64 MiB in a single pass, a bigger one twice), with progress; never the whole
+    /// file in wasm's memory. A file too big for
     /// wasm's 4 GiB is refused before it is read.
     /// `main` (the wire's bytes of a [`wire::MainReplay`]) is replayed once the trace is
     /// built, before the page asks ([`Engine::open_decoded_replaying`]).
@@ -179,7 +180,7 @@ mod entry {
     pub async fn worker_open(job: f64, name: String, file: web_sys::File, main: Option<Vec<u8>>) {
         let job = job as u64;
         let main = main.and_then(|m| wire::decode::<wire::MainReplay>(&m).ok());
-        let decoded = read_job(job, &name, &file).await;
+        let decoded = read_job(job, &name, &file, true).await;
         let _timed = Timed::new("the build, the ops table and the main replay", now_ms());
         ENGINE.with(|e| {
             e.borrow_mut()
@@ -188,10 +189,12 @@ mod entry {
     }
 
     /// The search worker's open of a dropped `File` (the same slices as [`worker_open`]):
-    /// only its trace is set ([`Engine::search_adopt`]), for the searches that follow.
+    /// only its trace is set ([`Engine::search_adopt`]), for the searches that follow. Its
+    /// decode is off the path to the first frame: a plain pickle in two passes, which hold
+    /// less than the single pass (`big_gpt_long_stacks_s9`: 26 MB less resident).
     #[wasm_bindgen]
     pub async fn search_open(job: f64, name: String, file: web_sys::File) {
-        let decoded = read_job(job as u64, &name, &file).await;
+        let decoded = read_job(job as u64, &name, &file, false).await;
         ENGINE.with(|e| e.borrow_mut().search_adopt(name, decoded));
     }
 
@@ -224,12 +227,18 @@ mod entry {
     #[wasm_bindgen]
     pub async fn warm_up() -> f64 {
         let started = now_ms();
-        for _ in 0..WARM_UP_ROUNDS {
+        for round in 0..WARM_UP_ROUNDS {
             for file in WARM_UP {
                 let Some(example) = examples::by_file(file) else {
                     continue;
                 };
-                let decoded = decode_bytes(example.bytes).map_err(|e| format!("{file}: {e}"));
+                // As dropped: every other round its plain pickle (the single pass), else
+                // the gzip file (the two passes).
+                let plain = (round % 2 == 1)
+                    .then(|| allocsim_core::snapshot::import::gunzip(example.bytes, u64::MAX).ok())
+                    .flatten();
+                let decoded = decode_bytes(plain.as_deref().unwrap_or(example.bytes))
+                    .map_err(|e| format!("{file}: {e}"));
                 let main = wire::MainReplay {
                     spec: "pytorch".into(),
                     capacity_bytes: None,
@@ -301,13 +310,18 @@ mod entry {
     }
 
     /// Reads and decodes `file` as job `job` ([`read_file`]); its cancel flag is spent.
+    /// `single`: a plain pickle in a single pass where it can be
+    /// ([`StreamDecoder::with_single_pass_max`]), else in two.
+    ///
+    /// [`StreamDecoder::with_single_pass_max`]: allocsim_core::snapshot::stream::StreamDecoder::with_single_pass_max
     async fn read_job(
         job: u64,
         name: &str,
         file: &web_sys::File,
+        single: bool,
     ) -> Result<allocsim_core::snapshot::RawSnapshot, String> {
         JOB.with(|j| j.set(job));
-        let decoded = read_file(job, name, file).await;
+        let decoded = read_file(job, name, file, single).await;
         CANCELLED.with(|c| c.borrow_mut().remove(&job));
         decoded
     }
@@ -460,6 +474,10 @@ mod entry {
         /// While the whole file is read as a stream into `bytes`: the stream's reader and
         /// the bytes of the file in `bytes` so far.
         filling: Option<(JsValue, u64)>,
+        /// While a file decoded in a single pass is read as a stream: its reader, `bytes`
+        /// its last chunk (from `from`), nothing kept: the decode does not ask for the
+        /// file again (if it does, its next passes read slices).
+        passing: Option<JsValue>,
         /// The slice being read ahead (its bytes `from..to` and the read): the one after
         /// `bytes`, or the file's first once `bytes` ends it (a plain pickle's second pass
         /// starts there). Reading a slice of a `File` takes the browser a while (it is
@@ -513,6 +531,22 @@ mod entry {
             to: u64,
             piece: &mut Vec<u8>,
         ) -> Result<(), String> {
+            if self.passing.is_some() {
+                if at > self.from + u64::from(self.bytes.length()) {
+                    // Bytes ahead of the stream (a gzip file's trailer): read apart.
+                    let bytes = slice(file, at, to).await?;
+                    piece.resize(bytes.length() as usize, 0);
+                    bytes.copy_to(piece.as_mut_slice());
+                    return Ok(());
+                }
+                if at >= self.from {
+                    return self.copy_passing(file.size() as u64, at, to, piece).await;
+                }
+                // Read again from an earlier byte: the decode asked for another pass.
+                self.passing = None;
+                self.from = 0;
+                self.bytes = js_sys::Uint8Array::new_with_length(0);
+            }
             if self.filling.is_some() {
                 self.fill(to, file.size() as u64).await?;
             }
@@ -540,12 +574,72 @@ mod entry {
         }
     }
 
+    impl Window {
+        /// [`Window::copy`] of a file read as a stream and not kept: bytes `at..to` from
+        /// its chunks as they come (`at` at or past the last chunk's start).
+        async fn copy_passing(
+            &mut self,
+            size: u64,
+            mut at: u64,
+            to: u64,
+            piece: &mut Vec<u8>,
+        ) -> Result<(), String> {
+            let started = now_ms();
+            piece.clear();
+            while at < to {
+                let end = self.from + u64::from(self.bytes.length());
+                if at >= end {
+                    let Some(reader) = &self.passing else {
+                        return Err(format!("byte {at} was read before"));
+                    };
+                    let Some(chunk) = next_chunk(reader).await? else {
+                        return Err(format!("the file ended at byte {end}"));
+                    };
+                    if end + u64::from(chunk.length()) > size {
+                        return Err(format!("the file grew past its {size} bytes"));
+                    }
+                    self.from = end;
+                    // The chunk before is garbage from here (JS memory).
+                    self.bytes = chunk;
+                    continue;
+                }
+                let hi = to.min(end);
+                let offset = |x: u64| u32::try_from(x - self.from).unwrap_or(u32::MAX);
+                let old = piece.len();
+                piece.resize(old + usize::try_from(hi - at).unwrap_or(0), 0);
+                self.bytes
+                    .subarray(offset(at), offset(hi))
+                    .copy_to(piece.get_mut(old..).unwrap_or(&mut []));
+                at = hi;
+            }
+            self.waited_ms += now_ms() - started;
+            Ok(())
+        }
+    }
+
     async fn read_file(
         job: u64,
         name: &str,
         file: &web_sys::File,
+        single: bool,
     ) -> Result<allocsim_core::snapshot::RawSnapshot, String> {
         let size = file.size() as u64;
+        // A file its decode reads once (a single pass, or gzip's pass 1 with its inflated
+        // bytes kept in wasm) is read as a stream and not kept; a plain pickle its decode
+        // reads twice, whole into a JS array once.
+        if single && size <= allocsim_core::snapshot::pickle::SINGLE_PASS_MAX_BYTES {
+            let mut window = Window {
+                from: 0,
+                bytes: js_sys::Uint8Array::new_with_length(0),
+                filling: None,
+                passing: Some(
+                    stream_reader(file).map_err(|e| format!("{name}: cannot read byte 0: {e}"))?,
+                ),
+                ahead: None,
+                waited_ms: 0.0,
+            };
+            return decode(job, name, file, &mut window, single).await;
+        }
         let whole = size <= WHOLE_READ_BYTES;
         let mut window = Window {
             from: 0,
@@ -562,10 +656,11 @@ mod entry {
             } else {
                 None
             },
+            passing: None,
             ahead: None,
             waited_ms: 0.0,
         };
-        decode(job, name, file, &mut window).await
+        decode(job, name, file, &mut window, single).await
     }
 
     async fn decode(
@@ -573,6 +668,7 @@ mod entry {
         name: &str,
         file: &web_sys::File,
         window: &mut Window,
+        single: bool,
     ) -> Result<allocsim_core::snapshot::RawSnapshot, String> {
         use allocsim_app::engine::open::{self, ProgressReport};
         use allocsim_core::snapshot::import::{DecodeOptions, ImportError, is_gzip};
@@ -606,6 +702,9 @@ mod entry {
             e => format!("{name}: {e}"),
         };
         let mut dec = StreamDecoder::new(size, DecodeOptions::default());
+        if !single {
+            dec = dec.with_single_pass_max(0);
+        }
         let mut yielded = now_ms();
         let mut pass = 0;
         loop {
@@ -615,7 +714,7 @@ mod entry {
             window.waited_ms = 0.0;
             // While the file is still being read, its pre-pass is fed in smaller pieces as
             // they arrive; the progress is reported as often as before.
-            let step = if window.filling.is_some() {
+            let step = if window.filling.is_some() || window.passing.is_some() {
                 STREAMED_PIECE_BYTES
             } else {
                 open::PIECE_BYTES as u64

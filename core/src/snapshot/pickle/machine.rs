@@ -99,8 +99,10 @@ pub(super) struct Vm<'a> {
     pub(super) region: Option<super::parallel::Region<'a>>,
 }
 
-/// Input bytes per trace entry the single pass reserves its first list of entries by.
-const SINGLE_PASS_ENTRY_BYTES: u64 = 72;
+/// Input bytes per trace entry the single pass reserves its first list of entries by:
+/// fewer than any real snapshot spends (a dict of five keys or more, its keys read back
+/// from the memo), so that the list is not doubled (a copy, and both blocks resident).
+const SINGLE_PASS_ENTRY_BYTES: u64 = 40;
 
 /// Input bytes a reserved trace entry must be backed by: real snapshots spend 72–77 bytes
 /// an entry (a dict of five keys or more), so their lists are reserved exactly.
@@ -595,9 +597,9 @@ impl<'a> Vm<'a> {
             .ok()
             .and_then(|i| self.list_hints.get_mut(i))
             .map_or(0, |(_, n)| std::mem::take(n).min(self.reserve_left));
-        // The single pass has no hints: the first list gets room for the entries of a
-        // real snapshot this size (72-77 bytes each); room never written is never
-        // touched, and a longer list grows as it goes.
+        // The single pass has no hints: the first list gets room for as many entries as
+        // a snapshot this size can hold (real ones spend 62-86 bytes an entry; room never
+        // written is never touched, so it costs no resident memory), and grows past it.
         let hint = if hint == 0 && self.memo.every.is_some() && self.event_lists.is_empty() {
             (self.input_len as u64 / SINGLE_PASS_ENTRY_BYTES).min(self.reserve_left)
         } else {
