@@ -319,7 +319,6 @@ impl Single {
                 _ => on_window.pos,
             };
             on_window.pos = pos;
-            let rest = window.get(pos.wrapping_sub(base)..).map(<[u8]>::to_vec);
             vm = on_window.reseat(&[], pos, false);
             match r {
                 Ok(Some(done)) => {
@@ -330,7 +329,10 @@ impl Single {
                 Ok(None) => carry.clear(),
                 Err(e) if !last && matches!(*e, ImportError::Truncated { .. }) => {
                     // The opcode at `pos` needs bytes of the next piece.
-                    let Some(rest) = rest else { return };
+                    let Some(rest) = window.get(pos.wrapping_sub(base)..).map(<[u8]>::to_vec)
+                    else {
+                        return;
+                    };
                     *carry = rest;
                 }
                 Err(e) if last && matches!(*e, ImportError::Truncated { .. }) => {
