@@ -282,6 +282,7 @@ fn pass<'a, 's>(
     cfg: &PyTorchConfig,
     capacity: Option<u64>,
     start: &[StartSegment],
+    entries: usize,
     revised: BTreeMap<usize, Revision>,
     sink: Option<&'s mut dyn FnMut(Streamed<'_>)>,
 ) -> Result<Annotator<'a, 's>, TraceError> {
@@ -294,7 +295,7 @@ fn pass<'a, 's>(
         capacity,
         model,
         synth: SimulatedDevice::new(cfg.device_total_bytes, capacity),
-        ops: Vec::with_capacity(expected_ops(events, start)),
+        ops: Vec::with_capacity(ops_room(start, entries)),
         pools: PoolTable::default(),
         inferred: Vec::new(),
         live: AddrMap::default(),
@@ -359,8 +360,18 @@ fn pass<'a, 's>(
 /// inferred `empty_cache()` points and pool releases (a vector that outgrows it still grows).
 #[must_use]
 pub fn expected_ops(events: &[RawEvent], start: &[StartSegment]) -> usize {
-    let blocks: usize = start.iter().map(|s| s.blocks.len()).sum();
-    let mut n = blocks;
+    ops_room(start, entries_making_ops(events))
+}
+
+/// [`expected_ops`] of the entries' count ([`entries_making_ops`]) and the start state.
+fn ops_room(start: &[StartSegment], entries: usize) -> usize {
+    let n = start.iter().map(|s| s.blocks.len()).sum::<usize>() + entries;
+    n + n / 256 + 64
+}
+
+/// How many of `events` make an op ([`expected_ops`]).
+fn entries_making_ops(events: &[RawEvent]) -> usize {
+    let mut n = 0;
     for (k, e) in events.iter().enumerate() {
         n += usize::from(match e.action {
             Action::Alloc | Action::Oom | Action::FreeRequested => true,
@@ -370,7 +381,7 @@ pub fn expected_ops(events: &[RawEvent], start: &[StartSegment]) -> usize {
             _ => false,
         });
     }
-    n + n / 256 + 64
+    n
 }
 
 /// Replays device `device` of a snapshot through the PyTorch model on the recorded device:
@@ -398,22 +409,40 @@ fn annotate_streaming(
         .device_traces
         .get(device as usize)
         .map_or(&[][..], Vec::as_slice);
-    let start =
-        crate::start::rebuild_start(snap, device, &PyTorchModel::new(cfg.clone(), capacity))?;
+    // The ops' room is counted beside the start state's rebuilding (natively).
+    let (start, entries) = beside(
+        || crate::start::rebuild_start(snap, device, &PyTorchModel::new(cfg.clone(), capacity)),
+        || entries_making_ops(events),
+    );
+    let start = start?;
     if let Some(sink) = sink.as_mut() {
         sink(Streamed::Start(&start));
     }
     let start_reserved: u64 = start.iter().map(|s| s.size_bytes).sum();
-    let mut a = pass(
-        snap,
-        device,
-        events,
-        cfg,
-        capacity,
-        &start,
-        BTreeMap::new(),
-        sink,
-    )?;
+    // What the trace keeps of the recording's own segment events is read beside the first
+    // pass (natively: another pass over every entry, off the way to the trace).
+    let (first, (peak_rec, kept_segment_events)) = beside(
+        || {
+            pass(
+                snap,
+                device,
+                events,
+                cfg,
+                capacity,
+                &start,
+                entries,
+                BTreeMap::new(),
+                sink,
+            )
+        },
+        || {
+            (
+                peak_reserved_recorded(events, start_reserved),
+                segment_events(events),
+            )
+        },
+    );
+    let mut a = first?;
     let mut first_kept = true;
     // Revisit a pool choice the recording contradicts later, by a pass from the start with
     // the other choice, kept only where it follows the recording further. Each revision is
@@ -422,7 +451,9 @@ fn annotate_streaming(
     while let Some((group_end, revision)) = a.revision() {
         let mut revised = a.revised.clone();
         revised.insert(group_end, revision);
-        match pass(snap, device, events, cfg, capacity, &start, revised, None) {
+        match pass(
+            snap, device, events, cfg, capacity, &start, entries, revised, None,
+        ) {
             Ok(b) if b.diverges_later_than(&a) => {
                 a = b;
                 first_kept = false;
@@ -431,7 +462,6 @@ fn annotate_streaming(
         }
     }
     let initial = a.initial_ops;
-    let peak_rec = peak_reserved_recorded(events, start_reserved);
     let end_diff = end_state_difference(snap, device, &a.model, &a.renames);
     // Rename provisional pools that were identified later.
     let renames = a.renames.clone();
@@ -451,7 +481,14 @@ fn annotate_streaming(
         .iter()
         .map(|&p| pools.intern(resolve(p)))
         .collect();
-    for op in &mut a.ops {
+    // Nothing renamed and every pool keeps its index: the ops stay as they are (a walk
+    // over every op otherwise).
+    let renumbered = !renames.is_empty()
+        || new_ix
+            .iter()
+            .enumerate()
+            .any(|(k, ix)| ix.0 as usize != k + 1);
+    for op in a.ops.iter_mut().filter(|_| renumbered) {
         match &mut op.kind {
             OpKind::Alloc { pool, .. } => {
                 if let Some(k) = pool.0.checked_sub(1) {
@@ -480,10 +517,28 @@ fn annotate_streaming(
         inferred: a.inferred,
         events: events.len(),
         initial_ops: initial,
-        segment_events: segment_events(events),
+        segment_events: kept_segment_events,
         capacity: crate::capacity::CapacityEvidence::default(),
     };
     Ok((trace, report, streamed_exact))
+}
+
+/// `a` and `b`: natively `b` on a thread of its own beside `a`, in the browser (one
+/// thread) one after the other.
+fn beside<A, B: Send>(a: impl FnOnce() -> A, b: impl FnOnce() -> B + Send) -> (A, B) {
+    if cfg!(target_arch = "wasm32") {
+        let a = a();
+        (a, b())
+    } else {
+        std::thread::scope(|s| {
+            let other = s.spawn(b);
+            let a = a();
+            let b = other
+                .join()
+                .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+            (a, b)
+        })
+    }
 }
 
 /// The recorded segment events a device's trace keeps ([`DeviceTrace::segment_events`]).

@@ -33,6 +33,7 @@ use freeable::FreeablePools;
 
 use std::collections::{BTreeMap, HashMap};
 use std::hash::BuildHasherDefault;
+use std::sync::atomic::Ordering;
 
 use super::common::AddrHasher;
 
@@ -131,10 +132,25 @@ struct Segment {
 /// live segment holds an address, the one the walk in slot order would find. Once that
 /// fails (a diverging replay can be handed an address inside a live segment) the index
 /// is given up for good and the walk answers.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Default)]
 struct SegmentIndex {
     ranges: Vec<(u64, u64, u32)>,
     given_up: bool,
+    /// Where in `ranges` the last address was found: a hint, checked before it is used
+    /// (the mallocs the build groups land in the same segment run after run).
+    last: std::sync::atomic::AtomicUsize,
+}
+
+impl Clone for SegmentIndex {
+    fn clone(&self) -> SegmentIndex {
+        SegmentIndex {
+            ranges: self.ranges.clone(),
+            given_up: self.given_up,
+            last: std::sync::atomic::AtomicUsize::new(
+                self.last.load(std::sync::atomic::Ordering::Relaxed),
+            ),
+        }
+    }
 }
 
 /// A `BlockPool`: the free mapped blocks ordered by (stream, size, addr), and the unmapped
@@ -347,8 +363,16 @@ impl PyTorchModel {
                 .find(|s| s.live && addr >= s.base && addr < s.base + s.size);
         }
         let ranges = &self.seg_index.ranges;
+        let hint = self.seg_index.last.load(Ordering::Relaxed);
+        if let Some(&(base, end, slot)) = ranges.get(hint)
+            && base <= addr
+            && addr < end
+        {
+            return Some(&self.segments[slot as usize]);
+        }
         let k = ranges.partition_point(|&(base, _, _)| base <= addr);
         let &(_, end, slot) = ranges.get(k.checked_sub(1)?)?;
+        self.seg_index.last.store(k - 1, Ordering::Relaxed);
         (addr < end).then(|| &self.segments[slot as usize])
     }
 
