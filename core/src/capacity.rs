@@ -55,21 +55,74 @@ fn needed_bytes(cfg: &PyTorchConfig, rounded: u64) -> u64 {
 /// from them (whose inferred `empty_cache()` points are releases no refusal caused).
 #[must_use]
 pub fn infer(events: &[RawEvent], trace: &DeviceTrace, cfg: &PyTorchConfig) -> CapacityEvidence {
+    let start_reserved = trace.start.iter().map(|s| s.size_bytes).sum();
+    read_events(events, start_reserved, cfg).finish(trace)
+}
+
+/// What [`infer`] reads from the recorded entries alone (the start state's reserved bytes
+/// known): it may be read beside the build's pass, which makes the rest of what it needs
+/// (the inferred `empty_cache()` points); [`EventBounds::finish`] adds them.
+#[derive(Debug, Clone)]
+pub struct EventBounds {
+    evidence: CapacityEvidence,
+    /// The upper bounds in entry order, each kept or not as `finish` finds.
+    highs: Vec<High>,
+}
+
+/// An upper bound read from the entries.
+#[derive(Debug, Clone, Copy)]
+enum High {
+    /// An `oom` entry's.
+    Oom(u64, usize, BoundKind),
+    /// A malloc's first `alloc_block` refused (segment frees inside it), unless the build
+    /// inferred an `empty_cache()` there: then a reading of it as that.
+    Retried(u64, usize),
+}
+
+impl EventBounds {
+    /// The evidence, given the trace built from the entries.
+    #[must_use]
+    pub fn finish(self, trace: &DeviceTrace) -> CapacityEvidence {
+        let mut ev = self.evidence;
+        let empty_cache_at: Vec<u32> = trace
+            .ops
+            .iter()
+            .filter(|o| o.kind == OpKind::EmptyCache)
+            .map(|o| o.event_index)
+            .collect();
+        for h in self.highs {
+            match h {
+                High::Oom(bound, i, kind) => ev.lower_high(bound, i, kind),
+                High::Retried(bound, i) => {
+                    if empty_cache_at.binary_search(&(i as u32)).is_err() {
+                        ev.lower_high(bound, i, BoundKind::RetriedMalloc);
+                    } else if ev.read_as_empty_cache.is_none_or(|b| bound < b.bytes) {
+                        ev.read_as_empty_cache = Some(Bound {
+                            bytes: bound,
+                            event_index: i as u32,
+                            kind: BoundKind::RetriedMalloc,
+                        });
+                    }
+                }
+            }
+        }
+        ev
+    }
+}
+
+/// [`EventBounds`] of one device's recorded `events`, from `start_reserved` bytes.
+#[must_use]
+pub fn read_events(events: &[RawEvent], start_reserved: u64, cfg: &PyTorchConfig) -> EventBounds {
     let mut ev = CapacityEvidence {
         memory_fraction: (cfg.per_process_memory_fraction < 1.0)
             .then_some(cfg.per_process_memory_fraction),
         ..CapacityEvidence::default()
     };
-    let mut reserved: u64 = trace.start.iter().map(|s| s.size_bytes).sum();
+    let mut highs = Vec::new();
+    let mut reserved = start_reserved;
     if reserved > 0 {
         ev.raise_low(reserved, 0, BoundKind::StartState);
     }
-    let empty_cache_at: Vec<u32> = trace
-        .ops
-        .iter()
-        .filter(|o| o.kind == OpKind::EmptyCache)
-        .map(|o| o.event_index)
-        .collect();
     let is_segment = |a: Action| {
         matches!(
             a,
@@ -81,7 +134,7 @@ pub fn infer(events: &[RawEvent], trace: &DeviceTrace, cfg: &PyTorchConfig) -> C
         let e = events[i];
         if !is_segment(e.action) {
             if e.action == Action::Oom {
-                note_oom(&mut ev, cfg, reserved, i, &e);
+                note_oom(&mut highs, cfg, reserved, i, &e);
             }
             i += 1;
             continue;
@@ -110,15 +163,7 @@ pub fn infer(events: &[RawEvent], trace: &DeviceTrace, cfg: &PyTorchConfig) -> C
             if gc > 0.0 {
                 bound = bound.max((before as f64 / gc).ceil() as u64);
             }
-            if empty_cache_at.binary_search(&(i as u32)).is_err() {
-                ev.lower_high(bound, i, BoundKind::RetriedMalloc);
-            } else if ev.read_as_empty_cache.is_none_or(|b| bound < b.bytes) {
-                ev.read_as_empty_cache = Some(Bound {
-                    bytes: bound,
-                    event_index: i as u32,
-                    kind: BoundKind::RetriedMalloc,
-                });
-            }
+            highs.push(High::Retried(bound, i));
         }
         for (k, x) in events.iter().enumerate().take(j).skip(i) {
             match x.action {
@@ -131,21 +176,24 @@ pub fn infer(events: &[RawEvent], trace: &DeviceTrace, cfg: &PyTorchConfig) -> C
         }
         i = j;
     }
-    ev
+    EventBounds {
+        evidence: ev,
+        highs,
+    }
 }
 
-fn note_oom(ev: &mut CapacityEvidence, cfg: &PyTorchConfig, reserved: u64, i: usize, e: &RawEvent) {
+fn note_oom(highs: &mut Vec<High>, cfg: &PyTorchConfig, reserved: u64, i: usize, e: &RawEvent) {
     let device_free = e.addr;
-    ev.lower_high(
+    highs.push(High::Oom(
         reserved.saturating_add(device_free).saturating_add(1),
         i,
         BoundKind::OomDeviceFree,
-    );
-    ev.lower_high(
+    ));
+    highs.push(High::Oom(
         reserved.saturating_add(needed_bytes(cfg, e.size)),
         i,
         BoundKind::OomRequest,
-    );
+    ));
 }
 
 /// Where a replay's capacity came from (JSON `capacity_source`).

@@ -13,7 +13,7 @@ use allocsim_core::replay::{ReplayOptions, ReplayResult};
 use allocsim_core::snapshot::import::{DecodeOptions, ImportError};
 use allocsim_core::snapshot::stream::{Progress, StreamDecoder, StreamError};
 use allocsim_core::snapshot::{Action, RawSnapshot};
-use allocsim_core::trace::{OpsPiece, StartSegment};
+use allocsim_core::trace::{OpsPiece, SnapshotInfo, StartSegment};
 use allocsim_core::validate::Validation;
 
 use super::wire::{MainReplay, Response};
@@ -190,8 +190,9 @@ pub fn replay_built(
 ///
 /// Nothing waits that need not: `first` reads the snapshot on the calling thread while
 /// the build runs on another (the engine's recorded timeline: it is emitted from there),
-/// and the replay's own preparations are made on a thread while the build checks the
-/// recording and rebuilds its start state. Once the devices are built, the snapshot's
+/// then what the trace keeps of the entries ([`SnapshotInfo::read`]); the replay's own
+/// preparations (the refusal looked for among them) are made on a thread while the build
+/// checks the recording and rebuilds its start state. Once the devices are built, the snapshot's
 /// entries are dropped before anything else is made (the ops table after them would
 /// raise the peak: 0.26 GB more on the 1.12 GB snapshot).
 pub fn build_beside(
@@ -200,9 +201,11 @@ pub fn build_beside(
     first: impl FnOnce(&RawSnapshot),
 ) -> (Result<Validation, allocsim_core::Error>, Option<Beside>) {
     let d = super::recorded::busiest_device(&snap);
-    let spec = replayed_ahead(&snap, main);
+    // Whether the recording was refused memory ([`replayed_ahead`]) is read with the
+    // replay's preparations, beside the build.
+    let spec = ModelSpec::parse(&main.spec).ok();
     let capacity = main.capacity_bytes;
-    let (built, result) = std::thread::scope(|s| {
+    let (built, result, read) = std::thread::scope(|s| {
         let snap = &snap;
         let building = s.spawn(move || {
             let Some(spec) = spec else {
@@ -217,14 +220,18 @@ pub fn build_beside(
             // rebuilds its start state.
             let prepared = s.spawn(|| {
                 (
+                    main.as_recorded && events.iter().any(|e| e.action == Action::Oom),
                     build::segment_events(events),
                     build::expected_ops(events, &[]),
                 )
             });
             build_devices_replaying(snap, None, Some(d), move |start, pieces| {
-                let (segment_events, expected) = prepared
+                let (refused, segment_events, expected) = prepared
                     .join()
                     .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+                if refused {
+                    return None;
+                }
                 // The ops of the blocks alive at the start are added to those expected.
                 let blocks: usize = start.iter().map(|s| s.blocks.len()).sum();
                 let expected = expected + blocks;
@@ -242,15 +249,18 @@ pub fn build_beside(
             })
         });
         first(snap);
-        building
+        // What the trace keeps of the entries, read while the build runs.
+        let read = SnapshotInfo::read(snap);
+        let (built, result) = building
             .join()
-            .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+            .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+        (built, result, read)
     });
     let built = match built {
         Ok(b) => b,
         Err(e) => return (Err(e), None),
     };
-    let (v, exact) = built.validation(allocsim_core::trace::SnapshotInfo::of(snap));
+    let (v, exact) = built.validation(SnapshotInfo::with(snap, read));
     let kept = result
         .filter(|_| exact && v.trace.busiest_device() == d as usize)
         .map(|result| Beside {

@@ -421,7 +421,8 @@ fn annotate_streaming(
     let start_reserved: u64 = start.iter().map(|s| s.size_bytes).sum();
     // What the trace keeps of the recording's own segment events is read beside the first
     // pass (natively: another pass over every entry, off the way to the trace).
-    let (first, (peak_rec, kept_segment_events)) = beside(
+    let recorded = snap.device_traces.get(device as usize).is_some();
+    let (first, (peak_rec, kept_segment_events, bounds)) = beside(
         || {
             pass(
                 snap,
@@ -439,6 +440,7 @@ fn annotate_streaming(
             (
                 peak_reserved_recorded(events, start_reserved),
                 segment_events(events),
+                recorded.then(|| crate::capacity::read_events(events, start_reserved, cfg)),
             )
         },
     );
@@ -509,7 +511,7 @@ fn annotate_streaming(
     // Their room was estimated (`expected_ops`): only what they use is kept.
     a.ops.shrink_to_fit();
     let streamed_exact = first_kept && renames.is_empty();
-    let trace = DeviceTrace {
+    let mut trace = DeviceTrace {
         device,
         ops: a.ops,
         pools: pools.into_ids(),
@@ -520,6 +522,9 @@ fn annotate_streaming(
         segment_events: kept_segment_events,
         capacity: crate::capacity::CapacityEvidence::default(),
     };
+    if let Some(b) = bounds {
+        trace.capacity = b.finish(&trace);
+    }
     Ok((trace, report, streamed_exact))
 }
 
@@ -644,11 +649,8 @@ pub fn build_devices(
             _ => None,
         };
         let streamed = sink.is_some();
-        let (mut t, r, e) = annotate_streaming(snap, d, &cfg, capacity, sink)?;
+        let (t, r, e) = annotate_streaming(snap, d, &cfg, capacity, sink)?;
         exact |= streamed && e;
-        if let Some(events) = snap.device_traces.get(d as usize) {
-            t.capacity = crate::capacity::infer(events, &t, &cfg);
-        }
         if t.events > 0 || !t.start.is_empty() {
             reports.push(r);
         }

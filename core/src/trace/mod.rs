@@ -260,10 +260,26 @@ pub struct SnapshotInfo {
     extras: SnapshotExtras,
 }
 
+/// What a [`SnapshotInfo`] keeps that is read from the snapshot's entries: its step
+/// markers and the summary of what the file holds beyond the device state.
+#[derive(Debug, Clone, Default)]
+pub struct SnapshotRead {
+    markers: Vec<Vec<Marker>>,
+    extras: SnapshotExtras,
+}
+
 impl SnapshotInfo {
     /// What a trace keeps of `snap`; the rest is dropped.
     #[must_use]
     pub fn of(snap: RawSnapshot) -> SnapshotInfo {
+        let read = SnapshotInfo::read(&snap);
+        SnapshotInfo::with(snap, read)
+    }
+
+    /// What a trace keeps of `snap` that is read from its entries ([`SnapshotRead`]):
+    /// it may be read on another thread while the snapshot is built.
+    #[must_use]
+    pub fn read(snap: &RawSnapshot) -> SnapshotRead {
         let extras = snap.extras();
         let markers = snap
             .device_traces
@@ -285,10 +301,16 @@ impl SnapshotInfo {
                     .collect()
             })
             .collect();
+        SnapshotRead { markers, extras }
+    }
+
+    /// [`SnapshotInfo::of`] `snap`, given what was [`SnapshotInfo::read`] of it.
+    #[must_use]
+    pub fn with(snap: RawSnapshot, read: SnapshotRead) -> SnapshotInfo {
         SnapshotInfo {
             device_traces: snap.device_traces.len(),
-            markers,
-            extras,
+            markers: read.markers,
+            extras: read.extras,
             settings: snap.settings,
             frames: snap.frames,
         }
