@@ -30,19 +30,8 @@ impl Threads {
 /// thread) one after the other: independent work whose answers are waited for together
 /// (the app's first full frame: a trace's curves and tables made from its columns).
 pub fn join<A: Send, B>(a: impl FnOnce() -> A + Send, b: impl FnOnce() -> B) -> (A, B) {
-    if cfg!(target_arch = "wasm32") {
-        let a = a();
-        (a, b())
-    } else {
-        std::thread::scope(|s| {
-            let other = s.spawn(a);
-            let b = b();
-            let a = other
-                .join()
-                .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
-            (a, b)
-        })
-    }
+    let (b, a) = allocsim_core::build::beside(b, a);
+    (a, b)
 }
 
 impl whatif::Runner for Threads {

@@ -528,9 +528,11 @@ fn annotate_streaming(
     Ok((trace, report, streamed_exact))
 }
 
-/// `a` and `b`: natively `b` on a thread of its own beside `a`, in the browser (one
-/// thread) one after the other.
-fn beside<A, B: Send>(a: impl FnOnce() -> A, b: impl FnOnce() -> B + Send) -> (A, B) {
+/// `a` and `b`: natively `b` on a thread of its own beside `a` (on the calling thread),
+/// in the browser (one thread) one after the other. The build's passes that need no
+/// model run so beside the ones that do; front ends use it for independent work whose
+/// answers are waited for together.
+pub fn beside<A, B: Send>(a: impl FnOnce() -> A, b: impl FnOnce() -> B + Send) -> (A, B) {
     if cfg!(target_arch = "wasm32") {
         let a = a();
         (a, b())
