@@ -192,9 +192,9 @@ pub fn replay_built(
 /// the build runs on another (the engine's recorded timeline: it is emitted from there),
 /// then what the trace keeps of the entries ([`SnapshotInfo::read`]); the replay's own
 /// preparations (the refusal looked for among them) are made on a thread while the build
-/// checks the recording and rebuilds its start state. Once the devices are built, the snapshot's
-/// entries are dropped before anything else is made (the ops table after them would
-/// raise the peak: 0.26 GB more on the 1.12 GB snapshot).
+/// checks the recording and rebuilds its start state. Once the devices are built, the
+/// snapshot's entries are dropped before anything else is made (the ops table after them
+/// would raise the peak: 0.26 GB more on the 1.12 GB snapshot).
 pub fn build_beside(
     snap: RawSnapshot,
     main: &MainReplay,

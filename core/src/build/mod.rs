@@ -490,15 +490,17 @@ fn annotate_streaming(
             .iter()
             .enumerate()
             .any(|(k, ix)| ix.0 as usize != k + 1);
-    for op in a.ops.iter_mut().filter(|_| renumbered) {
-        match &mut op.kind {
-            OpKind::Alloc { pool, .. } => {
-                if let Some(k) = pool.0.checked_sub(1) {
-                    *pool = new_ix[k as usize];
+    if renumbered {
+        for op in &mut a.ops {
+            match &mut op.kind {
+                OpKind::Alloc { pool, .. } => {
+                    if let Some(k) = pool.0.checked_sub(1) {
+                        *pool = new_ix[k as usize];
+                    }
                 }
+                OpKind::ReleasePool { pool } => *pool = resolve(*pool),
+                _ => {}
             }
-            OpKind::ReleasePool { pool } => *pool = resolve(*pool),
-            _ => {}
         }
     }
     let report = a.cmp.report(
