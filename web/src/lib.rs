@@ -572,9 +572,7 @@ mod entry {
                 .copy_to(piece.as_mut_slice());
             Ok(())
         }
-    }
 
-    impl Window {
         /// [`Window::copy`] of a file read as a stream and not kept: bytes `at..to` from
         /// its chunks as they come (`at` at or past the last chunk's start).
         async fn copy_passing(

@@ -1,6 +1,6 @@
 //! What a recording says about the capacity it ran under: the bounds the trace builder
-//! reads off it (`capacity::infer`) and keeps on each device's trace. The choice a replay
-//! makes from them is `capacity.rs`'s.
+//! reads off it (`capacity::read_events`, finished by `EventBounds::finish`) and keeps on
+//! each device's trace. The choice a replay makes from them is `capacity.rs`'s.
 
 /// What a bound on the capacity was read from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
