@@ -16,6 +16,7 @@ use super::machine::Vm;
 use super::memo::Memo;
 use super::parallel::{Chunk, Done, Plan, Runs, Source, parts, plan_chunks, rooms, run_chunk};
 use super::prepass::{End, Notes, Scanner};
+use super::segments::{self, Cuts};
 use super::stream::WINDOW_STEP;
 use crate::snapshot::error::ImportError;
 use crate::snapshot::{RawEvent, RawSnapshot};
@@ -38,27 +39,20 @@ pub(crate) fn decode(
     progress: &mut dyn FnMut(u8, u64) -> bool,
 ) -> Option<Result<(RawSnapshot, usize), ImportError>> {
     let total = usize::try_from(len).ok()?;
-    let mut scan = Scanner::new(len, WINDOW_STEP);
-    let mut notes = Notes::new(len, plan.batch_step);
-    notes.keep_bytes = true;
-    scan.notes = Some(Box::new(notes));
-    let mut carry: Vec<u8> = Vec::new();
-    let first = read_ahead(read_at, len, &mut |buf, pos| {
-        if carry.is_empty() {
-            let read = scan.scan(buf, false);
-            carry.extend_from_slice(buf.get(read..).unwrap_or(&[]));
-        } else {
-            carry.extend_from_slice(buf);
-            let read = scan.scan(&carry, false);
-            carry.drain(..read.min(carry.len()));
-        }
-        progress(1, pos)
-    })?;
-    if !first {
-        return Some(Err(ImportError::Cancelled));
-    }
-    scan.scan(&carry, true);
-    drop(carry);
+    let cuts = Cuts::for_input(
+        len,
+        plan.threads,
+        Some((plan.batch_step, true)),
+        WINDOW_STEP,
+    );
+    let mut scan = match segments::scan(read_at, len, cuts, &mut |n| progress(1, n)) {
+        Some(Ok(scan)) => scan,
+        Some(Err(e)) => return Some(Err(e)),
+        None => match first_pass(read_at, len, plan, progress)? {
+            Ok(scan) => scan,
+            Err(e) => return Some(Err(e)),
+        },
+    };
     let end = match scan.end {
         Some(End::Opcode(at)) => (at + 1).min(len),
         _ => len,
@@ -117,6 +111,36 @@ pub(crate) fn decode(
     let (root, stop_at) = done?;
     let snap = vm.snapshot(root, stop_at).ok()?;
     Some(Ok((snap, chunks.len())))
+}
+
+/// The pre-pass on this thread, the file read ahead. `None`: a read failed.
+fn first_pass(
+    read_at: &ReadAt<'_>,
+    len: u64,
+    plan: Plan,
+    progress: &mut dyn FnMut(u8, u64) -> bool,
+) -> Option<Result<Scanner, ImportError>> {
+    let mut scan = Scanner::new(len, WINDOW_STEP);
+    let mut notes = Notes::new(len, plan.batch_step);
+    notes.keep_bytes = true;
+    scan.notes = Some(Box::new(notes));
+    let mut carry: Vec<u8> = Vec::new();
+    let first = read_ahead(read_at, len, &mut |buf, pos| {
+        if carry.is_empty() {
+            let read = scan.scan(buf, false);
+            carry.extend_from_slice(buf.get(read..).unwrap_or(&[]));
+        } else {
+            carry.extend_from_slice(buf);
+            let read = scan.scan(&carry, false);
+            carry.drain(..read.min(carry.len()));
+        }
+        progress(1, pos)
+    })?;
+    if !first {
+        return Some(Err(ImportError::Cancelled));
+    }
+    scan.scan(&carry, true);
+    Some(Ok(scan))
 }
 
 /// Reads the file in pieces of [`PIECE_BYTES`] on a thread of its own, up to

@@ -39,6 +39,17 @@ impl IndexSet {
         }
     }
 
+    /// Adds `other`'s indices (kept dense up to the same bound).
+    pub(super) fn union(&mut self, other: IndexSet) {
+        if self.bits.len() < other.bits.len() {
+            self.bits.resize(other.bits.len(), 0);
+        }
+        for (w, o) in self.bits.iter_mut().zip(&other.bits) {
+            *w |= o;
+        }
+        self.sparse.extend(other.sparse);
+    }
+
     /// Inserts; true if it was not there. The pre-pass calls it for every `GET` (half of
     /// a snapshot's opcodes): a bit already allocated is set inline, the rest out of line.
     #[inline]

@@ -35,6 +35,7 @@ mod opcodes;
 mod parallel;
 mod prepass;
 mod run;
+mod segments;
 mod stream;
 mod text;
 mod tree;

@@ -3,6 +3,9 @@
 //! entries up front). It runs over the whole input at once, or over it in pieces
 //! ([`Scanner::scan`]), so that a streamed decode never holds the file.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
 use super::memo::IndexSet;
 use super::opcodes::{
     fixed_args, le_u32, length_prefix, line_at, op, parse_memo_index, read_length,
@@ -101,6 +104,10 @@ pub(super) struct Scanner {
     pub(super) lengths: Lengths,
     /// What a parallel decode needs (whole-file decodes only: [`super::parallel`]).
     pub(super) notes: Option<Box<Notes>>,
+    /// A segment's scan ([`super::segments`]): the list opcodes written down for
+    /// [`Scanner::replay`] rather than followed, since the marks open before the segment
+    /// are not known here.
+    pub(super) log: Option<Box<Log>>,
 }
 
 /// The pre-pass's notes for a parallel decode ([`super::parallel`]): the memo's length
@@ -130,6 +137,17 @@ pub(super) struct Notes {
     pending: Vec<u8>,
     /// End of the last string opcode and its string's (length, offset).
     last_str: (u64, u32, u64),
+    /// A segment's scan ([`super::segments`]): the strings memoized in all segments, held
+    /// to the whole input's bound (the serial scan's notes overflow if and only if the
+    /// input's strings do).
+    pub(super) totals: Option<Arc<Totals>>,
+}
+
+/// The strings memoized and their bytes, over all of an input's segments.
+#[derive(Debug, Default)]
+pub(super) struct Totals {
+    strings: AtomicU64,
+    bytes: AtomicU64,
 }
 
 impl Notes {
@@ -144,9 +162,7 @@ impl Notes {
 
     fn memoize(&mut self, at: u64) {
         if self.last_str.0 == at {
-            if self.strings.len() >= self.strings_cap
-                || self.string_bytes.len() + self.pending.len() > self.strings_cap * 4
-            {
+            if self.past_bound() {
                 self.overflow = true;
             } else if let Ok(i) = u32::try_from(self.memos) {
                 let off = if self.keep_bytes {
@@ -160,6 +176,20 @@ impl Notes {
             }
         }
         self.memos += 1;
+    }
+
+    /// Whether one more string (its bytes pending) would go past the notes' bound.
+    fn past_bound(&self) -> bool {
+        let (strings, bytes) = match &self.totals {
+            Some(t) => (
+                t.strings.fetch_add(1, Ordering::Relaxed),
+                t.bytes
+                    .fetch_add(self.pending.len() as u64, Ordering::Relaxed),
+            ),
+            None => (self.strings.len() as u64, self.string_bytes.len() as u64),
+        };
+        strings >= self.strings_cap as u64
+            || bytes + self.pending.len() as u64 > self.strings_cap as u64 * 4
     }
 
     fn batch(&mut self, at: u64, (run, dicts): (u64, u64)) {
@@ -196,6 +226,7 @@ impl Scanner {
             end: None,
             lengths: Lengths::default(),
             notes: None,
+            log: None,
         }
     }
 
@@ -229,6 +260,7 @@ impl Scanner {
     fn scan_piece(&mut self, data: &[u8]) -> (usize, Stop) {
         let refs = &mut self.refs;
         let lengths = &mut self.lengths;
+        let mut log = self.log.as_deref_mut();
         let base = self.pos;
         let mut pos = 0usize;
         // Opcodes before `limit` start before the next boundary: no check for one there.
@@ -346,9 +378,14 @@ impl Scanner {
                     None => return (start, Stop::Short),
                 },
                 SCAN_MARK => {
-                    let run = lengths.mark(base + start as u64);
-                    if let (Some(run), Some(n)) = (run, self.notes.as_deref_mut()) {
-                        n.batch(base + start as u64, run);
+                    let at = base + start as u64;
+                    if let Some(l) = log.as_deref_mut() {
+                        l.mark(at, self.notes.as_deref().map_or(0, |n| n.memos));
+                    } else {
+                        let run = lengths.mark(at);
+                        if let (Some(run), Some(n)) = (run, self.notes.as_deref_mut()) {
+                            n.batch(at, run);
+                        }
                     }
                 }
                 SCAN_MEMOIZE => {
@@ -366,19 +403,306 @@ impl Scanner {
                         n.puts = true;
                     }
                 }
-                SCAN_EMPTY_DICT => lengths.dict(),
-                SCAN_APPENDS => lengths.appends(base + start as u64),
-                SCAN_CLOSE => lengths.close(),
+                SCAN_EMPTY_DICT => match log.as_deref_mut() {
+                    Some(l) => l.ops.push(LOG_DICT),
+                    None => lengths.dict(),
+                },
+                SCAN_APPENDS => match log.as_deref_mut() {
+                    Some(l) => l.appends(base + start as u64),
+                    None => lengths.appends(base + start as u64),
+                },
+                SCAN_CLOSE => match log.as_deref_mut() {
+                    Some(l) => l.ops.push(LOG_CLOSE),
+                    None => lengths.close(),
+                },
                 SCAN_FRAME => {
                     if pos + 8 > data.len() {
                         return (start, Stop::Short);
                     }
                     pos += 8;
-                    lengths.frame(base + start as u64, base + pos as u64);
+                    let (at, end) = (base + start as u64, base + pos as u64);
+                    match log.as_deref_mut() {
+                        Some(l) => l.frame(at, end),
+                        None => lengths.frame(at, end),
+                    }
                 }
                 _ => return (start, Stop::Over(End::Opcode(base + start as u64))),
             }
         }
+    }
+}
+
+/// A segment's list opcodes ([`Lengths`]' part of the pre-pass), written down in order
+/// for [`Scanner::absorb`] to follow once the marks open before the segment are known.
+/// A `MARK` needs its offset only where it may follow an `APPENDS` directly (then it may
+/// continue a run, noted with the `MEMOIZE`s before it in the segment); a `FRAME` only
+/// where it may follow one (it carries the `APPENDS`' end on).
+#[derive(Debug)]
+pub(super) struct Log {
+    start: u64,
+    ops: Vec<u8>,
+    /// Each `APPENDS`'s offset from `start`.
+    appends: Vec<u32>,
+    marks: Vec<(u64, u64)>,
+    frames: Vec<(u64, u64)>,
+    /// Where this segment's last `APPENDS` ended (carried on by a `FRAME` right after
+    /// it); `None` before its first: what came before the segment decides.
+    appends_end: Option<u64>,
+    /// An `APPENDS` too far from `start` to be written down.
+    too_far: bool,
+}
+
+const LOG_DICT: u8 = 0;
+const LOG_CLOSE: u8 = 1;
+/// A `MARK` that does not follow an `APPENDS` directly.
+const LOG_MARK: u8 = 2;
+const LOG_MARK_AT: u8 = 3;
+const LOG_APPENDS: u8 = 4;
+const LOG_FRAME: u8 = 5;
+
+impl Log {
+    pub(super) fn new(start: u64) -> Log {
+        Log {
+            start,
+            ops: Vec::new(),
+            appends: Vec::new(),
+            marks: Vec::new(),
+            frames: Vec::new(),
+            appends_end: None,
+            too_far: false,
+        }
+    }
+
+    fn mark(&mut self, at: u64, memos: u64) {
+        if self.appends_end.is_none_or(|e| e == at) {
+            self.ops.push(LOG_MARK_AT);
+            self.marks.push((at, memos));
+        } else {
+            self.ops.push(LOG_MARK);
+        }
+    }
+
+    fn appends(&mut self, at: u64) {
+        match u32::try_from(at - self.start) {
+            Ok(off) => self.appends.push(off),
+            Err(_) => self.too_far = true,
+        }
+        self.ops.push(LOG_APPENDS);
+        self.appends_end = Some(at + 1);
+    }
+
+    fn frame(&mut self, at: u64, end: u64) {
+        match self.appends_end {
+            Some(e) if e != at => {}
+            _ => {
+                self.ops.push(LOG_FRAME);
+                self.frames.push((at, end));
+                if self.appends_end.is_some() {
+                    self.appends_end = Some(end);
+                }
+            }
+        }
+    }
+}
+
+impl Scanner {
+    /// A scan of the segment of an input of `input_len` bytes that starts at `start`
+    /// (an opcode start), its list opcodes written down ([`Log`]) and its notes kept
+    /// to the whole input's bound, counted in `totals`.
+    pub(super) fn segment(
+        input_len: u64,
+        start: u64,
+        step: u64,
+        notes: Option<(u64, bool)>,
+        totals: &Arc<Totals>,
+    ) -> Scanner {
+        let mut s = Scanner::new(input_len, step);
+        s.pos = start;
+        s.next_boundary = start;
+        s.log = Some(Box::new(Log::new(start)));
+        s.notes = notes.map(|(batch_step, keep_bytes)| {
+            let mut n = Notes::new(input_len, batch_step);
+            n.keep_bytes = keep_bytes;
+            n.totals = Some(Arc::clone(totals));
+            Box::new(n)
+        });
+        s
+    }
+
+    /// Takes `seg`, the scan of the segment that starts where this scan stands (its
+    /// [`Scanner::pos`]): follows its list opcodes from the marks open here, notes its
+    /// batches, and takes its memo indices, boundaries, strings and end, as if this scan
+    /// had read the segment itself. False where that cannot be done exactly (the caller
+    /// then scans the input serially).
+    pub(super) fn absorb(&mut self, seg: Scanner) -> bool {
+        let Some(log) = seg.log else { return false };
+        if log.too_far
+            || log.start != self.pos
+            || self.end.is_some()
+            || self.refs.dense_limit != seg.refs.dense_limit
+        {
+            return false;
+        }
+        let prefix = self.notes.as_deref().map_or(0, |n| n.memos);
+        let (mut appends, mut marks, mut frames) =
+            (log.appends.iter(), log.marks.iter(), log.frames.iter());
+        // Every level there is (as `Lengths::level` would make them), so that the common
+        // opcodes below index them directly.
+        if self.lengths.levels.len() < MAX_DEPTH {
+            self.lengths.levels.resize(MAX_DEPTH, Level::default());
+        }
+        for &op in &log.ops {
+            let l = &mut self.lengths;
+            match op {
+                LOG_DICT => {
+                    if let Some(level) = l.levels.get_mut(l.depth) {
+                        level.dicts += 1;
+                    }
+                }
+                LOG_CLOSE => l.close(),
+                LOG_MARK => {
+                    // `open(false)`: no run continued.
+                    l.depth += 1;
+                    if let Some(level) = l.levels.get_mut(l.depth) {
+                        level.dicts = 0;
+                        level.continues = false;
+                    }
+                }
+                LOG_MARK_AT => {
+                    let Some(&(at, memos)) = marks.next() else {
+                        return false;
+                    };
+                    let run = l.mark(at);
+                    if let (Some(run), Some(n)) = (run, self.notes.as_deref_mut()) {
+                        n.memos = prefix + memos;
+                        n.batch(at, run);
+                    }
+                }
+                LOG_APPENDS => {
+                    let Some(&off) = appends.next() else {
+                        return false;
+                    };
+                    l.appends(log.start + u64::from(off));
+                }
+                _ => {
+                    let Some(&(at, end)) = frames.next() else {
+                        return false;
+                    };
+                    l.frame(at, end);
+                }
+            }
+        }
+        match (self.notes.as_deref_mut(), seg.notes) {
+            (Some(n), Some(s)) => {
+                if s.overflow || !n.take_strings(prefix, &s) {
+                    return false;
+                }
+                n.puts |= s.puts;
+                n.memos = prefix + s.memos;
+            }
+            (None, None) => {}
+            _ => return false,
+        }
+        self.refs.union(seg.refs);
+        // A segment's first boundary is its start, where the one before may have ended.
+        let last = self.boundaries.last().copied();
+        self.boundaries.extend(
+            seg.boundaries
+                .into_iter()
+                .filter(|&b| last.is_none_or(|l| b > l)),
+        );
+        self.pos = seg.pos;
+        self.end = seg.end;
+        true
+    }
+}
+
+#[cfg(test)]
+impl Scanner {
+    /// Notes a boundary from `at` on (every opcode, with a step of 1).
+    pub(super) fn next_boundary_at(&mut self, at: u64) {
+        self.next_boundary = at;
+    }
+
+    /// Everything the scan found but its boundaries, a line a part (long ones hashed),
+    /// to compare two scans.
+    pub(super) fn digest(&mut self) -> Vec<String> {
+        use std::hash::{DefaultHasher, Hash, Hasher};
+        fn hashed<T: Hash + std::fmt::Debug>(name: &str, v: &T) -> String {
+            let mut h = DefaultHasher::new();
+            v.hash(&mut h);
+            let text = format!("{v:?}");
+            let text = if text.len() > 200 {
+                &text[..200]
+            } else {
+                &text[..]
+            };
+            format!("{name}: {:x} {text}", h.finish())
+        }
+        let mut sparse: Vec<u32> = self.refs.sparse.iter().copied().collect();
+        sparse.sort_unstable();
+        let mut out = vec![
+            hashed("refs", &self.refs.bits),
+            hashed("sparse refs", &sparse),
+            hashed("hints", &self.lengths.hints()),
+            format!("end {:?} at {}", self.end, self.pos),
+        ];
+        if let Some(n) = self.notes.as_deref() {
+            out.push(format!(
+                "memos {} puts {} overflow {}",
+                n.memos, n.puts, n.overflow
+            ));
+            out.push(hashed("batches", &n.batches));
+            out.push(hashed("strings", &n.strings));
+            out.push(hashed("string bytes", &n.string_bytes));
+        }
+        out
+    }
+}
+
+impl Notes {
+    /// A segment's memoized strings (`s`, its indices counted from the segment's first
+    /// `MEMOIZE`, `prefix` of them before it), each taken as [`Notes::memoize`] would
+    /// have: up to the same bound.
+    fn take_strings(&mut self, prefix: u64, s: &Notes) -> bool {
+        // All of them within the bound (the common case): taken at once.
+        if self.strings.len() + s.strings.len() <= self.strings_cap
+            && self.string_bytes.len() + s.string_bytes.len() <= self.strings_cap * 4
+            && let Ok(prefix) = u32::try_from(prefix)
+            && u32::try_from(u64::from(prefix) + s.memos).is_ok()
+        {
+            let base = self.string_bytes.len() as u64;
+            let keep = self.keep_bytes;
+            self.strings.extend(
+                s.strings
+                    .iter()
+                    .map(|&(i, len, off)| (i + prefix, len, if keep { off + base } else { off })),
+            );
+            self.string_bytes.extend_from_slice(&s.string_bytes);
+            return true;
+        }
+        for &(i, len, off) in &s.strings {
+            let extra = if self.keep_bytes { len as usize } else { 0 };
+            if self.strings.len() >= self.strings_cap
+                || self.string_bytes.len() + extra > self.strings_cap * 4
+            {
+                self.overflow = true;
+            } else if let Ok(i) = u32::try_from(prefix + u64::from(i)) {
+                let off = if self.keep_bytes {
+                    let from = usize::try_from(off).unwrap_or(usize::MAX);
+                    let Some(bytes) = s.string_bytes.get(from..from.saturating_add(extra)) else {
+                        return false;
+                    };
+                    let at = self.string_bytes.len() as u64;
+                    self.string_bytes.extend_from_slice(bytes);
+                    at
+                } else {
+                    off
+                };
+                self.strings.push((i, len, off));
+            }
+        }
+        true
     }
 }
 
@@ -431,7 +755,13 @@ impl Lengths {
     /// A `MARK`; the run it continues (offset of the run's first `APPENDS`, dicts its
     /// batches made so far), if any.
     fn mark(&mut self, at: u64) -> Option<(u64, u64)> {
-        let continues = at == self.appends_end && self.appends_depth == self.depth;
+        self.open(at == self.appends_end)
+    }
+
+    /// A `MARK` right after the last `APPENDS` (`adjacent`: nothing between but a
+    /// `FRAME`) or not; the run it continues, if any.
+    fn open(&mut self, adjacent: bool) -> Option<(u64, u64)> {
+        let continues = adjacent && self.appends_depth == self.depth;
         let run = if continues {
             self.levels.get(self.depth).and_then(|l| l.run)
         } else {
