@@ -141,6 +141,8 @@ pub(super) struct Notes {
     /// to the whole input's bound (the serial scan's notes overflow if and only if the
     /// input's strings do).
     pub(super) totals: Option<Arc<Totals>>,
+    /// Strings and bytes not yet added to `totals`.
+    unshared: (u64, u64),
 }
 
 /// The strings memoized and their bytes, over all of an input's segments.
@@ -179,17 +181,31 @@ impl Notes {
     }
 
     /// Whether one more string (its bytes pending) would go past the notes' bound.
-    fn past_bound(&self) -> bool {
-        let (strings, bytes) = match &self.totals {
-            Some(t) => (
-                t.strings.fetch_add(1, Ordering::Relaxed),
-                t.bytes
-                    .fetch_add(self.pending.len() as u64, Ordering::Relaxed),
-            ),
-            None => (self.strings.len() as u64, self.string_bytes.len() as u64),
-        };
-        strings >= self.strings_cap as u64
-            || bytes + self.pending.len() as u64 > self.strings_cap as u64 * 4
+    fn past_bound(&mut self) -> bool {
+        let cap = self.strings_cap as u64;
+        let pending = self.pending.len() as u64;
+        if self.strings.len() as u64 >= cap || self.string_bytes.len() as u64 + pending > cap * 4
+        {
+            return true;
+        }
+        if self.totals.is_none() {
+            return false;
+        }
+        // A segment: counted here, added to all segments' totals now and then (one
+        // shared count per string would be a contended cache line on many threads).
+        self.unshared.0 += 1;
+        self.unshared.1 += pending;
+        self.unshared.0 >= 4096 && self.share()
+    }
+
+    /// Adds the strings counted since the last time to all segments' totals; whether
+    /// those are past the whole input's bound.
+    pub(super) fn share(&mut self) -> bool {
+        let Some(t) = &self.totals else { return false };
+        let (n, b) = std::mem::take(&mut self.unshared);
+        let strings = t.strings.fetch_add(n, Ordering::Relaxed) + n;
+        let bytes = t.bytes.fetch_add(b, Ordering::Relaxed) + b;
+        strings > self.strings_cap as u64 || bytes > self.strings_cap as u64 * 4
     }
 
     fn batch(&mut self, at: u64, (run, dicts): (u64, u64)) {

@@ -220,6 +220,11 @@ fn scan_segment(
         }
         scanned.fetch_add(n as u64, Ordering::Relaxed);
     }
+    if let Some(n) = scan.notes.as_deref_mut()
+        && n.share()
+    {
+        n.overflow = true;
+    }
     (scan.end.is_some() || (carry.is_empty() && scan.pos == end)).then_some(scan)
 }
 
