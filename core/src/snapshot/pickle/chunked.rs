@@ -94,7 +94,7 @@ pub(crate) fn decode(
         window: Vec::new(),
     };
     let merged = std::thread::scope(|s| {
-        for _ in 0..plan.threads.clamp(1, 8).min(chunks.len()) {
+        for _ in 0..plan.threads.clamp(1, 16).min(chunks.len()) {
             s.spawn(|| shared.work());
         }
         let r = serial.merge_all(vm, &mut runs, &shared, progress);

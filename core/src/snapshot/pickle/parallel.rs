@@ -44,10 +44,10 @@ pub(crate) struct Plan {
 }
 
 impl Plan {
-    /// For an input of `len` bytes: the machine's threads (8 at most), about four chunks
+    /// For an input of `len` bytes: the machine's threads (16 at most), about four chunks
     /// a thread.
     pub(crate) fn for_input(len: usize) -> Plan {
-        let threads = std::thread::available_parallelism().map_or(1, |n| n.get().min(8));
+        let threads = std::thread::available_parallelism().map_or(1, |n| n.get().min(16));
         Plan {
             threads,
             chunk_bytes: (len as u64 / (4 * threads as u64)).max(1 << 20),
@@ -451,7 +451,7 @@ fn try_parallel(
     let results: Vec<Mutex<Option<Done>>> = chunks.iter().map(|_| Mutex::new(None)).collect();
     let next = AtomicUsize::new(0);
     std::thread::scope(|s| {
-        for _ in 0..plan.threads.clamp(1, 8).min(chunks.len()) {
+        for _ in 0..plan.threads.clamp(1, 16).min(chunks.len()) {
             s.spawn(|| {
                 loop {
                     let i = next.fetch_add(1, Ordering::Relaxed);
