@@ -126,14 +126,7 @@ fn first_pass(
     scan.notes = Some(Box::new(notes));
     let mut carry: Vec<u8> = Vec::new();
     let first = read_ahead(read_at, len, &mut |buf, pos| {
-        if carry.is_empty() {
-            let read = scan.scan(buf, false);
-            carry.extend_from_slice(buf.get(read..).unwrap_or(&[]));
-        } else {
-            carry.extend_from_slice(buf);
-            let read = scan.scan(&carry, false);
-            carry.drain(..read.min(carry.len()));
-        }
+        scan.scan_carrying(&mut carry, buf, false);
         progress(1, pos)
     })?;
     if !first {

@@ -184,8 +184,7 @@ impl Notes {
     fn past_bound(&mut self) -> bool {
         let cap = self.strings_cap as u64;
         let pending = self.pending.len() as u64;
-        if self.strings.len() as u64 >= cap || self.string_bytes.len() as u64 + pending > cap * 4
-        {
+        if self.strings.len() as u64 >= cap || self.string_bytes.len() as u64 + pending > cap * 4 {
             return true;
         }
         if self.totals.is_none() {
@@ -271,6 +270,19 @@ impl Scanner {
             return data.len();
         }
         read
+    }
+
+    /// Scans `piece`, the input after what `carry` holds (what an opcode cut by the last
+    /// piece's end has read of it), keeping in `carry` what one cut by this piece's end has.
+    pub(super) fn scan_carrying(&mut self, carry: &mut Vec<u8>, piece: &[u8], last: bool) {
+        if carry.is_empty() {
+            let read = self.scan(piece, last);
+            carry.extend_from_slice(piece.get(read..).unwrap_or(&[]));
+        } else {
+            carry.extend_from_slice(piece);
+            let read = self.scan(carry, last);
+            carry.drain(..read.min(carry.len()));
+        }
     }
 
     fn scan_piece(&mut self, data: &[u8]) -> (usize, Stop) {

@@ -209,15 +209,7 @@ fn scan_segment(
         let piece = buf.get_mut(..n)?;
         read_at(pos, piece).ok()?;
         pos += n as u64;
-        let last = pos == len;
-        if carry.is_empty() {
-            let read = scan.scan(piece, last);
-            carry.extend_from_slice(piece.get(read..).unwrap_or(&[]));
-        } else {
-            carry.extend_from_slice(piece);
-            let read = scan.scan(&carry, last);
-            carry.drain(..read.min(carry.len()));
-        }
+        scan.scan_carrying(&mut carry, piece, pos == len);
         scanned.fetch_add(n as u64, Ordering::Relaxed);
     }
     if let Some(n) = scan.notes.as_deref_mut()

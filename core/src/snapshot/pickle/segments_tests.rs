@@ -31,9 +31,7 @@ fn serial(data: &[u8], notes: Option<(u64, bool)>) -> Scanner {
     });
     let mut carry = Vec::new();
     for piece in data.chunks(1 << 16) {
-        carry.extend_from_slice(piece);
-        let read = s.scan(&carry, false);
-        carry.drain(..read.min(carry.len()));
+        s.scan_carrying(&mut carry, piece, false);
     }
     s.scan(&carry, true);
     s
