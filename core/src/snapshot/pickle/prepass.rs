@@ -501,6 +501,12 @@ impl Log {
         }
     }
 
+    /// The memory the log holds, in bytes.
+    fn bytes(&self) -> u64 {
+        (self.ops.len() + 4 * self.appends.len() + 16 * (self.marks.len() + self.frames.len()))
+            as u64
+    }
+
     fn mark(&mut self, at: u64, memos: u64) {
         if self.appends_end.is_none_or(|e| e == at) {
             self.ops.push(LOG_MARK_AT);
@@ -555,6 +561,11 @@ impl Scanner {
             Box::new(n)
         });
         s
+    }
+
+    /// What a segment's scan holds of its list opcodes, in bytes ([`Log`]).
+    pub(super) fn log_bytes(&self) -> u64 {
+        self.log.as_deref().map_or(0, Log::bytes)
     }
 
     /// Takes `seg`, the scan of the segment that starts where this scan stands (its

@@ -36,6 +36,9 @@ pub(super) struct Cuts {
     pub(super) notes: Option<(u64, bool)>,
     /// Boundary step ([`Scanner::new`]).
     pub(super) step: u64,
+    /// Frames read at most (a read each) to find the cuts; the rest of the file is the
+    /// last segment.
+    pub(super) frames: u64,
 }
 
 impl Cuts {
@@ -52,14 +55,16 @@ impl Cuts {
             segment_bytes: (len / (8 * threads.max(1) as u64)).clamp(1 << 20, 256 << 20),
             notes,
             step,
+            // Python's frames are about 64 KiB.
+            frames: len / (16 << 10) + 1024,
         }
     }
 }
 
-/// The segments' starts: 0, then frame starts at least `segment_bytes` apart. `None`
+/// The segments' starts: 0, then frame starts at least `cuts.segment_bytes` apart. `None`
 /// where the input is not framed from its start (protocol 4 and later), or has a single
 /// segment.
-fn starts(read_at: &ReadAt<'_>, len: u64, segment_bytes: u64) -> Option<Vec<u64>> {
+fn starts(read_at: &ReadAt<'_>, len: u64, cuts: Cuts) -> Option<Vec<u64>> {
     let mut head = [0u8; 11];
     if len < head.len() as u64 {
         return None;
@@ -71,12 +76,14 @@ fn starts(read_at: &ReadAt<'_>, len: u64, segment_bytes: u64) -> Option<Vec<u64>
     let mut out = vec![0];
     let mut pos = 2u64;
     let mut frame = [0u8; 9];
-    while pos + frame.len() as u64 <= len {
+    let mut left = cuts.frames;
+    while pos + frame.len() as u64 <= len && left > 0 {
+        left -= 1;
         read_at(pos, &mut frame).ok()?;
         if frame[0] != op::FRAME {
             break;
         }
-        if pos - out.last().copied().unwrap_or(0) >= segment_bytes {
+        if pos - out.last().copied().unwrap_or(0) >= cuts.segment_bytes {
             out.push(pos);
         }
         let mut n = [0u8; 8];
@@ -98,7 +105,7 @@ pub(super) fn scan(
     if cuts.threads < 2 {
         return None;
     }
-    let starts = starts(read_at, len, cuts.segment_bytes)?;
+    let starts = starts(read_at, len, cuts)?;
     let mut whole = Scanner::new(len, cuts.step);
     whole.notes = cuts.notes.map(|(batch_step, keep_bytes)| {
         let mut n = Notes::new(len, batch_step);
@@ -211,6 +218,11 @@ fn scan_segment(
         pos += n as u64;
         scan.scan_carrying(&mut carry, piece, pos == len);
         scanned.fetch_add(n as u64, Ordering::Relaxed);
+        // A snapshot's list opcodes are a few in a hundred bytes; a file of little else is
+        // scanned serially rather than written down.
+        if scan.log_bytes() > (pos - start) / 2 + (1 << 20) {
+            return None;
+        }
     }
     if let Some(n) = scan.notes.as_deref_mut()
         && n.share()

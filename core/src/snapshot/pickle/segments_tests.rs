@@ -50,6 +50,7 @@ fn segmented(
         segment_bytes,
         notes,
         step: 4096,
+        frames: u64::MAX,
     };
     let mut got = scan(&read_at(data), data.len() as u64, cuts, &mut |_| true)?.expect("no cancel");
     let mut want = serial(data, notes);
@@ -184,6 +185,7 @@ fn what_the_segments_cannot_scan_exactly_is_left_to_the_serial_scan() {
         segment_bytes: 1,
         notes: notes(true),
         step: 4096,
+        frames: u64::MAX,
     };
     assert!(scan(&read_at(&bad), bad.len() as u64, cuts, &mut |_| true).is_none());
     // Not framed (protocol 2), a single segment, a read that fails, a cancel.
@@ -209,6 +211,28 @@ fn what_the_segments_cannot_scan_exactly_is_left_to_the_serial_scan() {
         cancelled,
         Some(Err(crate::snapshot::error::ImportError::Cancelled))
     ));
+    // A file of list opcodes and little else: not written down.
+    let mut lists = data[..2].to_vec();
+    let body: Vec<u8> = std::iter::repeat_n([op::MARK, op::EMPTY_DICT, op::APPENDS], 1 << 20)
+        .flatten()
+        .collect();
+    for frame in body.chunks(1 << 16) {
+        lists.push(op::FRAME);
+        lists.extend_from_slice(&(frame.len() as u64).to_le_bytes());
+        lists.extend_from_slice(frame);
+    }
+    lists.push(op::STOP);
+    let big = Cuts {
+        segment_bytes: 1 << 20,
+        ..cuts
+    };
+    assert!(scan(&read_at(&lists), lists.len() as u64, big, &mut |_| true).is_none());
+    // Frames past the bound on reading them: the rest is the last segment.
+    let few = Cuts { frames: 3, ..cuts };
+    let mut got = scan(&read_at(&data), data.len() as u64, few, &mut |_| true)
+        .expect("segmented")
+        .expect("no cancel");
+    assert_eq!(got.digest(), serial(&data, notes(true)).digest());
     // Cut short: ends unreadable, as the serial scan does.
     let cut = &data[..data.len() * 2 / 3];
     assert!(segmented(cut, 3, 1000, notes(true)).is_some());
