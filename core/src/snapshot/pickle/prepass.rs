@@ -105,7 +105,7 @@ pub(super) struct Scanner {
     /// What a parallel decode needs (whole-file decodes only: [`super::parallel`]).
     pub(super) notes: Option<Box<Notes>>,
     /// A segment's scan ([`super::segments`]): the list opcodes written down for
-    /// [`Scanner::replay`] rather than followed, since the marks open before the segment
+    /// [`Scanner::absorb`] rather than followed, since the marks open before the segment
     /// are not known here.
     pub(super) log: Option<Box<Log>>,
 }

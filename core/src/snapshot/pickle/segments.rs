@@ -11,7 +11,9 @@
 //! before it and takes the rest: the serial pre-pass's result, boundaries aside (each
 //! segment's start is one too). A segment whose scan does not end exactly where the next
 //! begins (a frame cut inside an opcode: not how Python writes), a read that fails, or
-//! notes past their bound give `None`: the caller scans the file serially.
+//! notes past their bound give `None`: the caller scans the file serially. So does a
+//! segment whose log outgrows half its bytes (hostile input: a snapshot's is about 4 %);
+//! and the frames read to find the cuts are bounded ([`Cuts::frames`]).
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
