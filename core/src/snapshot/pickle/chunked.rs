@@ -307,4 +307,4 @@ impl Serial<'_, '_> {
 
 #[cfg(test)]
 #[path = "chunked_tests.rs"]
-mod tests;
+pub(super) mod tests;

@@ -10,7 +10,10 @@ const SMALL: Plan = Plan {
     batch_step: 256,
 };
 
-fn read_at(data: &[u8]) -> impl Fn(u64, &mut [u8]) -> std::io::Result<()> + Sync + '_ {
+/// Reads `data` as a file is read where it lies.
+pub(in crate::snapshot::pickle) fn read_at(
+    data: &[u8],
+) -> impl Fn(u64, &mut [u8]) -> std::io::Result<()> + Sync + '_ {
     move |at, buf| {
         let from = usize::try_from(at).map_err(std::io::Error::other)?;
         let got = data

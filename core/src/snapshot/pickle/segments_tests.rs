@@ -1,19 +1,9 @@
 //! The segmented pre-pass against the serial one: the same scan, boundaries aside.
 
+use super::super::chunked::tests::read_at;
 use super::super::opcodes::op;
 use super::super::prepass::{Notes, Scanner};
 use super::{Cuts, scan};
-
-fn read_at(data: &[u8]) -> impl Fn(u64, &mut [u8]) -> std::io::Result<()> + Sync + '_ {
-    move |at, buf| {
-        let from = usize::try_from(at).map_err(std::io::Error::other)?;
-        let got = data
-            .get(from..from + buf.len())
-            .ok_or_else(|| std::io::Error::other("past the end"))?;
-        buf.copy_from_slice(got);
-        Ok(())
-    }
-}
 
 /// Notes as the chunked decode's, batches every 256 bytes.
 #[allow(clippy::unnecessary_wraps)]
