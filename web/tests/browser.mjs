@@ -168,8 +168,17 @@ try {
 
   // 2. A small real snapshot, dropped on the canvas (the warm-up, if it still runs, is
   // stopped: the open has the core).
-  const warmAtDrop = await page.evaluate(() => document.body.getAttribute("data-allocsim-warm"));
+  // The warm-up's state read as the drop is dispatched (read before `dropFile`, it could
+  // end while the file is handed to the page, and be done rather than stopped).
+  await page.evaluate(() =>
+    window.addEventListener(
+      "drop",
+      () => (window.__warmAtDrop = document.body.getAttribute("data-allocsim-warm")),
+      { capture: true, once: true },
+    ),
+  );
   await dropFile(page, join(traces, SMALL), SMALL);
+  const warmAtDrop = await page.evaluate(() => window.__warmAtDrop);
   await waitFrame(page, `ready:${SMALL}`);
   const warmAfter = await page.evaluate(() => document.body.getAttribute("data-allocsim-warm"));
   log(`warm-up at the drop: ${warmAtDrop}, after the open: ${warmAfter}`);
