@@ -56,7 +56,13 @@ fn needed_bytes(cfg: &PyTorchConfig, rounded: u64) -> u64 {
 #[must_use]
 pub fn infer(events: &[RawEvent], trace: &DeviceTrace, cfg: &PyTorchConfig) -> CapacityEvidence {
     let start_reserved = trace.start.iter().map(|s| s.size_bytes).sum();
-    read_events(events, start_reserved, cfg).finish(trace)
+    let empty_cache_at: Vec<u32> = trace
+        .ops
+        .iter()
+        .filter(|o| o.kind == OpKind::EmptyCache)
+        .map(|o| o.event_index)
+        .collect();
+    read_events(events, start_reserved, cfg).finish(&empty_cache_at)
 }
 
 /// What [`infer`] reads from the recorded entries alone (the start state's reserved bytes
@@ -80,16 +86,11 @@ enum High {
 }
 
 impl EventBounds {
-    /// The evidence, given the trace built from the entries.
+    /// The evidence, given the entries the trace built from them placed an inferred
+    /// `empty_cache()` at (its [`OpKind::EmptyCache`] ops' `event_index`es, in op order).
     #[must_use]
-    pub fn finish(self, trace: &DeviceTrace) -> CapacityEvidence {
+    pub fn finish(self, empty_cache_at: &[u32]) -> CapacityEvidence {
         let mut ev = self.evidence;
-        let empty_cache_at: Vec<u32> = trace
-            .ops
-            .iter()
-            .filter(|o| o.kind == OpKind::EmptyCache)
-            .map(|o| o.event_index)
-            .collect();
         for h in self.highs {
             match h {
                 High::Oom(bound, i, kind) => ev.lower_high(bound, i, kind),

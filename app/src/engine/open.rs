@@ -260,7 +260,7 @@ pub fn build_beside(
         Ok(b) => b,
         Err(e) => return (Err(e), None),
     };
-    let (v, exact) = built.validation(SnapshotInfo::with(snap, read));
+    let (v, exact) = built.validation(snap, read);
     let kept = result
         .filter(|_| exact && v.trace.busiest_device() == d as usize)
         .map(|result| Beside {
@@ -284,7 +284,10 @@ pub fn build_replaying<T: Send>(
     replay: impl FnOnce(&[StartSegment], &mut dyn Iterator<Item = OpsPiece>) -> Option<T> + Send,
 ) -> (Result<(Validation, bool), allocsim_core::Error>, Option<T>) {
     let (built, replayed) = build_devices_replaying(&snap, capacity, device, replay);
-    let built = built.map(|b| b.validation(allocsim_core::trace::SnapshotInfo::of(snap)));
+    let built = built.map(|b| {
+        let read = SnapshotInfo::read(&snap);
+        b.validation(snap, read)
+    });
     (built, replayed)
 }
 

@@ -12,12 +12,14 @@
 
 mod infer;
 mod recorded;
+mod slim;
 #[cfg(test)]
 mod tests;
 
 use std::collections::BTreeMap;
 
 pub use recorded::RecordedDevice;
+use slim::SlimOps;
 
 use crate::device::SimulatedDevice;
 use crate::models::common::hasher::AddrMap;
@@ -25,7 +27,8 @@ use crate::models::pytorch::{PyTorchConfig, PyTorchModel};
 use crate::models::{Allocator, ConfigError, ModelEvent, PoolId};
 use crate::snapshot::{Action, RawEvent, RawSnapshot};
 use crate::trace::{
-    DeviceTrace, Inference, Op, OpKind, PoolTable, StartSegment, Trace, TraceError,
+    DeviceTrace, Inference, Op, OpKind, PoolTable, SnapshotInfo, SnapshotRead, StartSegment, Trace,
+    TraceError,
 };
 use crate::validate::{
     Comparison, DeviceReport, Validation, compared, end_state_difference, peak_reserved_recorded,
@@ -58,7 +61,8 @@ struct Annotator<'a, 's> {
     capacity: Option<u64>,
     model: PyTorchModel,
     synth: SimulatedDevice,
-    ops: Vec<Op>,
+    /// The ops made, slim until the build is done ([`slim`]).
+    ops: SlimOps,
     /// The private pools the ops name.
     pools: PoolTable,
     inferred: Vec<Inference>,
@@ -80,6 +84,8 @@ struct Annotator<'a, 's> {
     /// only), and how many went.
     sink: Option<&'s mut dyn FnMut(Streamed<'_>)>,
     sent: usize,
+    /// The ops handed on in a piece, made whole.
+    piece: Vec<Op>,
     /// The model's events of the group at hand: one vector for the pass, not one a group.
     out: Vec<ModelEvent>,
 }
@@ -110,13 +116,14 @@ impl Annotator<'_, '_> {
 
     fn op(&mut self, i: usize, kind: OpKind, recorded_addr: u64) -> u32 {
         let e = &self.events[i];
-        self.ops.push(Op {
+        let op = Op {
             kind,
             event_index: i as u32,
             recorded_addr,
             stack: e.stack,
             time_us: e.time_us,
-        });
+        };
+        self.ops.push(op, self.events);
         if self.sink.is_some() && self.ops.len() - self.sent >= STREAM_PIECE {
             self.flush();
         }
@@ -126,10 +133,8 @@ impl Annotator<'_, '_> {
     /// Hands the ops not yet handed on to the sink, if any.
     fn flush(&mut self) {
         if let Some(sink) = self.sink.as_mut() {
-            sink(Streamed::Ops(
-                self.ops.get(self.sent..).unwrap_or(&[]),
-                self.pools.ids(),
-            ));
+            self.ops.copy_from(self.sent, self.events, &mut self.piece);
+            sink(Streamed::Ops(&self.piece, self.pools.ids()));
             self.sent = self.ops.len();
         }
     }
@@ -295,7 +300,7 @@ fn pass<'a, 's>(
         capacity,
         model,
         synth: SimulatedDevice::new(cfg.device_total_bytes, capacity),
-        ops: Vec::with_capacity(ops_room(start, entries)),
+        ops: SlimOps::with_capacity(ops_room(start, entries)),
         pools: PoolTable::default(),
         inferred: Vec::new(),
         live: AddrMap::default(),
@@ -310,12 +315,13 @@ fn pass<'a, 's>(
         initial_ops: 0,
         sent: 0,
         sink,
+        piece: Vec::new(),
         out: Vec::new(),
     };
     // Blocks alive at the start become the first ops, so every model can replay them.
     for s in start {
         for b in &s.blocks {
-            a.ops.push(Op {
+            let block = Op {
                 kind: OpKind::Alloc {
                     size_bytes: b.requested_bytes,
                     stream: s.stream,
@@ -327,7 +333,8 @@ fn pass<'a, 's>(
                 recorded_addr: b.addr,
                 stack: crate::snapshot::StackId::EMPTY,
                 time_us: 0,
-            });
+            };
+            a.ops.push(block, events);
             let op = (a.ops.len() - 1) as u32;
             if b.pending {
                 a.pending.insert(b.addr, op);
@@ -392,7 +399,47 @@ pub fn annotate(
     cfg: &PyTorchConfig,
     capacity: Option<u64>,
 ) -> Result<(DeviceTrace, DeviceReport), TraceError> {
-    annotate_streaming(snap, device, cfg, capacity, None).map(|(t, r, _)| (t, r))
+    let events = snap
+        .device_traces
+        .get(device as usize)
+        .map_or(&[][..], Vec::as_slice);
+    annotate_streaming(snap, device, cfg, capacity, None).map(|(t, r, _)| (t.copied(events), r))
+}
+
+/// A device's trace once its passes are done, its ops still slim: made whole from the
+/// entries they came from ([`Pending::copied`]), or written over them
+/// ([`Pending::written_over`]: the entries handed over, their memory becomes the ops').
+#[derive(Debug)]
+struct Pending {
+    /// The trace, its `ops` empty and its capacity's evidence not yet read.
+    trace: DeviceTrace,
+    ops: SlimOps,
+    bounds: Option<crate::capacity::EventBounds>,
+}
+
+impl Pending {
+    /// The trace, its ops copied out of `events` (the device's entries).
+    fn copied(self, events: &[RawEvent]) -> DeviceTrace {
+        self.made(|ops| ops.ops_from(events))
+    }
+
+    /// The trace, its ops written over `events` (the device's entries).
+    fn written_over(self, events: Vec<RawEvent>) -> DeviceTrace {
+        self.made(|ops| ops.into_ops(events))
+    }
+
+    fn made(self, whole: impl FnOnce(SlimOps) -> Vec<Op>) -> DeviceTrace {
+        let Pending {
+            mut trace,
+            ops,
+            bounds,
+        } = self;
+        if let Some(b) = bounds {
+            trace.capacity = b.finish(&ops.empty_cache_at());
+        }
+        trace.ops = whole(ops);
+        trace
+    }
 }
 
 /// [`annotate`], handing the start state and the first pass's ops to `sink` as they are
@@ -404,7 +451,7 @@ fn annotate_streaming(
     cfg: &PyTorchConfig,
     capacity: Option<u64>,
     mut sink: Option<&mut dyn FnMut(Streamed<'_>)>,
-) -> Result<(DeviceTrace, DeviceReport, bool), TraceError> {
+) -> Result<(Pending, DeviceReport, bool), TraceError> {
     let events = snap
         .device_traces
         .get(device as usize)
@@ -491,17 +538,7 @@ fn annotate_streaming(
             .enumerate()
             .any(|(k, ix)| ix.0 as usize != k + 1);
     if renumbered {
-        for op in &mut a.ops {
-            match &mut op.kind {
-                OpKind::Alloc { pool, .. } => {
-                    if let Some(k) = pool.0.checked_sub(1) {
-                        *pool = new_ix[k as usize];
-                    }
-                }
-                OpKind::ReleasePool { pool } => *pool = resolve(*pool),
-                _ => {}
-            }
-        }
+        a.ops.rename_pools(&new_ix, resolve);
     }
     let report = a.cmp.report(
         end_diff,
@@ -513,9 +550,9 @@ fn annotate_streaming(
     // Their room was estimated (`expected_ops`): only what they use is kept.
     a.ops.shrink_to_fit();
     let streamed_exact = first_kept && renames.is_empty();
-    let mut trace = DeviceTrace {
+    let trace = DeviceTrace {
         device,
-        ops: a.ops,
+        ops: Vec::new(),
         pools: pools.into_ids(),
         start,
         inferred: a.inferred,
@@ -524,10 +561,12 @@ fn annotate_streaming(
         segment_events: kept_segment_events,
         capacity: crate::capacity::CapacityEvidence::default(),
     };
-    if let Some(b) = bounds {
-        trace.capacity = b.finish(&trace);
-    }
-    Ok((trace, report, streamed_exact))
+    let pending = Pending {
+        trace,
+        ops: a.ops,
+        bounds,
+    };
+    Ok((pending, report, streamed_exact))
 }
 
 /// `a` and `b`: natively `b` on a thread of its own beside `a` (on the calling thread),
@@ -579,7 +618,8 @@ pub fn build_streaming(
     stream: Option<StreamTo<'_>>,
 ) -> Result<(Validation, bool), crate::Error> {
     let built = build_devices(&snap, capacity, stream)?;
-    Ok(built.validation(crate::trace::SnapshotInfo::of(snap)))
+    let read = SnapshotInfo::read(&snap);
+    Ok(built.validation(snap, read))
 }
 
 /// Every device's trace and report, built from a snapshot the caller still holds
@@ -588,8 +628,9 @@ pub fn build_streaming(
 /// traces ([`Built::validation`]).
 #[derive(Debug)]
 pub struct Built {
-    /// Each device's trace, by index (a device without entries or segments too).
-    pub devices: Vec<DeviceTrace>,
+    /// Each device's trace, by index (a device without entries or segments too), its ops
+    /// still slim.
+    devices: Vec<Pending>,
     reports: Vec<DeviceReport>,
     /// Whether what was streamed is the streamed device's start state and ops in the
     /// trace ([`build_streaming`]'s flag).
@@ -597,16 +638,30 @@ pub struct Built {
 }
 
 impl Built {
-    /// The validation: the trace of these devices and what it keeps of the snapshot
-    /// (`info`, [`crate::trace::SnapshotInfo::of`] the snapshot they were built from), and
-    /// [`Built::exact`].
+    /// The validation: the trace of these devices and what it keeps of the snapshot they
+    /// were built from, `snap` (`read`: [`SnapshotInfo::read`] of it), and
+    /// [`Built::exact`]. Each device's ops are written over its entries, which `snap`
+    /// hands over: the entries' memory becomes the ops' ([`slim`]).
     #[must_use]
-    pub fn validation(self, info: crate::trace::SnapshotInfo) -> (Validation, bool) {
+    pub fn validation(self, mut snap: RawSnapshot, read: SnapshotRead) -> (Validation, bool) {
+        let devices = self
+            .devices
+            .into_iter()
+            .enumerate()
+            .map(|(d, pending)| {
+                let events = snap
+                    .device_traces
+                    .get_mut(d)
+                    .map(std::mem::take)
+                    .unwrap_or_default();
+                pending.written_over(events)
+            })
+            .collect();
         (
             Validation {
                 trace: Trace {
-                    snapshot: info,
-                    devices: self.devices,
+                    snapshot: SnapshotInfo::with(snap, read),
+                    devices,
                 },
                 devices: self.reports,
             },
@@ -655,7 +710,7 @@ pub fn build_devices(
         let streamed = sink.is_some();
         let (t, r, e) = annotate_streaming(snap, d, &cfg, capacity, sink)?;
         exact |= streamed && e;
-        if t.events > 0 || !t.start.is_empty() {
+        if t.trace.events > 0 || !t.trace.start.is_empty() {
             reports.push(r);
         }
         devices.push(t);
