@@ -9,8 +9,8 @@ use allocsim_core::capacity::CapacityArg;
 use allocsim_core::models::ModelSpec;
 use allocsim_core::replay::{ReplayOptions, ReplayResult};
 use allocsim_core::session;
-use allocsim_core::snapshot::{RawEvent, RawSettings, decode_snapshot};
-use allocsim_core::trace::{Op, OpsPiece, StartSegment};
+use allocsim_core::snapshot::{RawEvent, RawSettings, RawSnapshot, decode_snapshot};
+use allocsim_core::trace::{Op, OpsPiece, SnapshotInfo, StartSegment};
 use allocsim_core::validate::Validation;
 
 /// What the CLI's JSON shows of a replay, and more.
@@ -48,8 +48,6 @@ struct StreamedBuild {
     pieces: Vec<OpsPiece>,
     built: Validation,
     exact: bool,
-    /// Where the streamed device's entries lay, and how many.
-    entries: (usize, usize),
 }
 
 impl StreamedBuild {
@@ -92,7 +90,6 @@ fn build_streamed(t: &allocsim_tests::CorpusTrace) -> Option<StreamedBuild> {
     let settings = snap.settings.clone();
     let segment_events = build::segment_events(events);
     let expected_ops = build::expected_ops(events, &[]);
-    let entries = (events.as_ptr() as usize, events.len());
     let mut start: Option<Vec<StartSegment>> = None;
     let mut pieces: Vec<OpsPiece> = Vec::new();
     let mut sink = |x: Streamed<'_>| match x {
@@ -117,7 +114,6 @@ fn build_streamed(t: &allocsim_tests::CorpusTrace) -> Option<StreamedBuild> {
         pieces,
         built,
         exact,
-        entries,
     })
 }
 
@@ -175,30 +171,81 @@ fn a_replay_beside_the_build_is_the_replay_after_it() {
     assert!(compared > 0);
 }
 
-/// The built trace's ops take the memory of the entries they were made from (the build's
-/// floor is the entries and the ops kept slim, not the entries and the ops: 1.1 GB less
-/// 0.1 GB on the gigabyte snapshot), wherever they are fewer than the entries, and they
-/// are the ops the build handed on as it made them (`a_replay_beside_the_build_is_…`).
+/// A trace built with its ops kept slim (`OpsMemory::Slim`, the browser's) is the trace
+/// built with them whole (natively), on every trace of the corpus and of the repository,
+/// incoming included; and its ops take the memory of the entries they were made from
+/// (the build's floor is the entries and the slim ops, not the entries and the ops),
+/// wherever they are fewer than the entries.
 #[test]
-fn a_built_trace_s_ops_are_written_over_its_entries() {
-    let mut over = 0;
+fn ops_kept_slim_build_the_trace_they_build_whole_over_its_entries() {
+    let (mut compared, mut over) = (0, 0);
     for t in allocsim_tests::corpus()
         .into_iter()
+        .chain(allocsim_tests::incoming())
         .chain(allocsim_tests::repo_traces())
     {
-        let Some(b) = build_streamed(&t) else {
+        let Ok(snap) = decode_snapshot(&std::fs::read(&t.path).unwrap()) else {
             continue;
         };
-        let ops = &b.built.trace.devices[b.device].ops;
-        let (memory, entries) = b.entries;
-        if ops.is_empty() || ops.len() > entries {
+        let build = |snap: RawSnapshot, memory| {
+            let entries: Vec<(usize, usize)> = snap
+                .device_traces
+                .iter()
+                .map(|e| (e.as_ptr() as usize, e.len()))
+                .collect();
+            let built = build::build_devices_in(&snap, t.cap_bytes, None, memory).ok()?;
+            let read = SnapshotInfo::read(&snap);
+            Some((built.validation(snap, read).0, entries))
+        };
+        let Some((whole, _)) = build(snap.clone(), build::OpsMemory::Whole) else {
             continue;
+        };
+        let (slim, entries) = build(snap, build::OpsMemory::Slim).unwrap();
+        assert_eq!(whole.trace.devices.len(), slim.trace.devices.len());
+        for (d, (w, s)) in whole
+            .trace
+            .devices
+            .iter()
+            .zip(&slim.trace.devices)
+            .enumerate()
+        {
+            let name = format!("{} device {d}", t.name);
+            assert!(w.ops == s.ops, "{name}: the ops differ");
+            assert_eq!(w.pools, s.pools, "{name}");
+            assert_eq!(w.start, s.start, "{name}");
+            assert_eq!(w.inferred, s.inferred, "{name}");
+            assert_eq!(w.capacity, s.capacity, "{name}");
+            assert_eq!(
+                (w.events, w.initial_ops),
+                (s.events, s.initial_ops),
+                "{name}"
+            );
+            assert_eq!(w.segment_events, s.segment_events, "{name}");
+            let Some(&(memory, n)) = entries.get(d) else {
+                continue;
+            };
+            if !s.ops.is_empty() && s.ops.len() <= n {
+                assert_eq!(
+                    s.ops.as_ptr() as usize,
+                    memory,
+                    "{name}: ops not over the entries"
+                );
+                assert_eq!(s.ops.capacity(), s.ops.len(), "{name}");
+                over += 1;
+            }
         }
-        assert_eq!(ops.as_ptr() as usize, memory, "{}", t.name);
-        assert_eq!(ops.capacity(), ops.len(), "{}", t.name);
-        over += 1;
+        assert_eq!(
+            format!("{:?}", whole.devices),
+            format!("{:?}", slim.devices),
+            "{}: the reports differ",
+            t.name
+        );
+        compared += 1;
     }
-    assert!(over >= 20, "{over} traces");
+    assert!(
+        compared >= 20 && over >= 20,
+        "{compared} traces, {over} over their entries"
+    );
 }
 
 /// The replay beside the build as the app keeps it (`engine/open.rs`): with its timeline

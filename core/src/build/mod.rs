@@ -19,7 +19,7 @@ mod tests;
 use std::collections::BTreeMap;
 
 pub use recorded::RecordedDevice;
-use slim::SlimOps;
+use slim::MadeOps;
 
 use crate::device::SimulatedDevice;
 use crate::models::common::hasher::AddrMap;
@@ -61,8 +61,8 @@ struct Annotator<'a, 's> {
     capacity: Option<u64>,
     model: PyTorchModel,
     synth: SimulatedDevice,
-    /// The ops made, slim until the build is done ([`slim`]).
-    ops: SlimOps,
+    /// The ops made, slim until the build is done where [`OpsMemory::Slim`].
+    ops: MadeOps,
     /// The private pools the ops name.
     pools: PoolTable,
     inferred: Vec<Inference>,
@@ -133,8 +133,8 @@ impl Annotator<'_, '_> {
     /// Hands the ops not yet handed on to the sink, if any.
     fn flush(&mut self) {
         if let Some(sink) = self.sink.as_mut() {
-            self.ops.copy_from(self.sent, self.events, &mut self.piece);
-            sink(Streamed::Ops(&self.piece, self.pools.ids()));
+            let ops = self.ops.since(self.sent, self.events, &mut self.piece);
+            sink(Streamed::Ops(ops, self.pools.ids()));
             self.sent = self.ops.len();
         }
     }
@@ -288,6 +288,7 @@ fn pass<'a, 's>(
     capacity: Option<u64>,
     start: &[StartSegment],
     entries: usize,
+    memory: OpsMemory,
     revised: BTreeMap<usize, Revision>,
     sink: Option<&'s mut dyn FnMut(Streamed<'_>)>,
 ) -> Result<Annotator<'a, 's>, TraceError> {
@@ -300,7 +301,7 @@ fn pass<'a, 's>(
         capacity,
         model,
         synth: SimulatedDevice::new(cfg.device_total_bytes, capacity),
-        ops: SlimOps::with_capacity(ops_room(start, entries)),
+        ops: MadeOps::with_capacity(memory == OpsMemory::Slim, ops_room(start, entries)),
         pools: PoolTable::default(),
         inferred: Vec::new(),
         live: AddrMap::default(),
@@ -403,7 +404,8 @@ pub fn annotate(
         .device_traces
         .get(device as usize)
         .map_or(&[][..], Vec::as_slice);
-    annotate_streaming(snap, device, cfg, capacity, None).map(|(t, r, _)| (t.copied(events), r))
+    annotate_streaming(snap, device, cfg, capacity, OpsMemory::HERE, None)
+        .map(|(t, r, _)| (t.copied(events), r))
 }
 
 /// A device's trace once its passes are done, its ops still slim: made whole from the
@@ -413,22 +415,22 @@ pub fn annotate(
 struct Pending {
     /// The trace, its `ops` empty and its capacity's evidence not yet read.
     trace: DeviceTrace,
-    ops: SlimOps,
+    ops: MadeOps,
     bounds: Option<crate::capacity::EventBounds>,
 }
 
 impl Pending {
     /// The trace, its ops copied out of `events` (the device's entries).
     fn copied(self, events: &[RawEvent]) -> DeviceTrace {
-        self.made(|ops| ops.ops_from(events))
+        self.made(|ops| ops.copied(events))
     }
 
     /// The trace, its ops written over `events` (the device's entries).
     fn written_over(self, events: Vec<RawEvent>) -> DeviceTrace {
-        self.made(|ops| ops.into_ops(events))
+        self.made(|ops| ops.written_over(events))
     }
 
-    fn made(self, whole: impl FnOnce(SlimOps) -> Vec<Op>) -> DeviceTrace {
+    fn made(self, whole: impl FnOnce(MadeOps) -> Vec<Op>) -> DeviceTrace {
         let Pending {
             mut trace,
             ops,
@@ -450,6 +452,7 @@ fn annotate_streaming(
     device: u32,
     cfg: &PyTorchConfig,
     capacity: Option<u64>,
+    memory: OpsMemory,
     mut sink: Option<&mut dyn FnMut(Streamed<'_>)>,
 ) -> Result<(Pending, DeviceReport, bool), TraceError> {
     let events = snap
@@ -479,6 +482,7 @@ fn annotate_streaming(
                 capacity,
                 &start,
                 entries,
+                memory,
                 BTreeMap::new(),
                 sink,
             )
@@ -501,7 +505,7 @@ fn annotate_streaming(
         let mut revised = a.revised.clone();
         revised.insert(group_end, revision);
         match pass(
-            snap, device, events, cfg, capacity, &start, entries, revised, None,
+            snap, device, events, cfg, capacity, &start, entries, memory, revised, None,
         ) {
             Ok(b) if b.diverges_later_than(&a) => {
                 a = b;
@@ -640,8 +644,9 @@ pub struct Built {
 impl Built {
     /// The validation: the trace of these devices and what it keeps of the snapshot they
     /// were built from, `snap` (`read`: [`SnapshotInfo::read`] of it), and
-    /// [`Built::exact`]. Each device's ops are written over its entries, which `snap`
-    /// hands over: the entries' memory becomes the ops' ([`slim`]).
+    /// [`Built::exact`]. Each device's entries are taken from `snap`: where the ops were
+    /// kept slim ([`OpsMemory::Slim`]) they are written over them, whose memory becomes
+    /// the ops'; else the entries are dropped.
     #[must_use]
     pub fn validation(self, mut snap: RawSnapshot, read: SnapshotRead) -> (Validation, bool) {
         let devices = self
@@ -670,11 +675,46 @@ impl Built {
     }
 }
 
+/// Where a build keeps the ops of a trace while it makes them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OpsMemory {
+    /// Whole, as they are made (48 bytes an op); the entries are dropped after the build.
+    Whole,
+    /// Slim while the trace is built (12 bytes an op, the rest read from its entry), then
+    /// written over the entries they came from ([`Built::validation`]): the build's peak
+    /// is the entries and the slim ops, not the entries and the ops (on the 1.12 GB
+    /// snapshot 0.78 GB, not 1.1), for one more pass over the entries (0.3 s there on a
+    /// 2-core VM).
+    Slim,
+}
+
+impl OpsMemory {
+    /// Slim in wasm, where the build is the browser engine worker's floor (its memory is
+    /// never given back); whole natively, where the app's peak comes later (every
+    /// configuration replayed and drawn) and the pass would lengthen the way to the first
+    /// frame (by 0.2–0.3 s on the 16-core host).
+    pub const HERE: OpsMemory = if cfg!(target_arch = "wasm32") {
+        OpsMemory::Slim
+    } else {
+        OpsMemory::Whole
+    };
+}
+
 /// [`build_streaming`]'s work on every device, the snapshot borrowed.
 pub fn build_devices(
     snap: &RawSnapshot,
     capacity: Option<u64>,
+    stream: Option<StreamTo<'_>>,
+) -> Result<Built, crate::Error> {
+    build_devices_in(snap, capacity, stream, OpsMemory::HERE)
+}
+
+/// [`build_devices`], the ops kept as `memory` says.
+pub fn build_devices_in(
+    snap: &RawSnapshot,
+    capacity: Option<u64>,
     mut stream: Option<StreamTo<'_>>,
+    memory: OpsMemory,
 ) -> Result<Built, crate::Error> {
     let cfg = PyTorchConfig::from_settings(&snap.settings).map_err(ConfigError::from)?;
     // PyTorch's device index is an `int8_t` (`c10::DeviceIndex`): no recording has a
@@ -708,7 +748,7 @@ pub fn build_devices(
             _ => None,
         };
         let streamed = sink.is_some();
-        let (t, r, e) = annotate_streaming(snap, d, &cfg, capacity, sink)?;
+        let (t, r, e) = annotate_streaming(snap, d, &cfg, capacity, memory, sink)?;
         exact |= streamed && e;
         if t.trace.events > 0 || !t.trace.start.is_empty() {
             reports.push(r);

@@ -11,6 +11,9 @@
 //! An op is kept slim only where expanding it from its entry gives the op back exactly
 //! (checked as it is pushed); any other op (the blocks alive at the start, which have no
 //! entry, or a pool release) is kept whole.
+//!
+//! [`MadeOps`] is where a build keeps its ops, slim or whole as
+//! [`crate::build::OpsMemory`] says.
 
 use std::collections::VecDeque;
 
@@ -193,17 +196,11 @@ impl SlimOps {
                 s.word = renamed(PoolIx(s.word)).0;
             }
         }
-        for op in &mut self.whole {
-            match &mut op.kind {
-                OpKind::Alloc { pool, .. } => *pool = renamed(*pool),
-                OpKind::ReleasePool { pool } => *pool = resolve(*pool),
-                _ => {}
-            }
-        }
+        rename_whole(&mut self.whole, new_ix, resolve);
     }
 
     /// The entries an inferred `empty_cache()` was placed at, in op order.
-    pub(super) fn empty_cache_at(&self) -> Vec<u32> {
+    fn empty_cache_at(&self) -> Vec<u32> {
         self.ops
             .iter()
             .filter(|s| match s.kind {
@@ -216,7 +213,7 @@ impl SlimOps {
     }
 
     /// Gives the room not used back.
-    pub(super) fn shrink_to_fit(&mut self) {
+    fn shrink_to_fit(&mut self) {
         self.ops.shrink_to_fit();
         self.whole.shrink_to_fit();
     }
@@ -269,6 +266,127 @@ impl SlimOps {
         out.extend(next.map(|s| whole[s.word as usize]));
         out.shrink_to_fit();
         out
+    }
+}
+
+/// [`SlimOps::rename_pools`] of ops kept whole.
+fn rename_whole(
+    ops: &mut [Op],
+    new_ix: &[PoolIx],
+    resolve: impl Fn(crate::trace::PoolId) -> crate::trace::PoolId,
+) {
+    for op in ops {
+        match &mut op.kind {
+            OpKind::Alloc { pool, .. } => {
+                if let Some(k) = pool.0.checked_sub(1) {
+                    *pool = new_ix[k as usize];
+                }
+            }
+            OpKind::ReleasePool { pool } => *pool = resolve(*pool),
+            _ => {}
+        }
+    }
+}
+
+/// Where a build keeps the ops it makes, in order ([`crate::build::OpsMemory`]).
+#[derive(Debug)]
+pub(super) enum MadeOps {
+    /// Whole, as made.
+    Whole(Vec<Op>),
+    /// Slim, made whole at the end.
+    Slim(SlimOps),
+}
+
+impl MadeOps {
+    /// Room for `n` ops, slim or whole.
+    pub(super) fn with_capacity(slim: bool, n: usize) -> MadeOps {
+        if slim {
+            MadeOps::Slim(SlimOps::with_capacity(n))
+        } else {
+            MadeOps::Whole(Vec::with_capacity(n))
+        }
+    }
+
+    /// How many ops.
+    pub(super) fn len(&self) -> usize {
+        match self {
+            MadeOps::Whole(ops) => ops.len(),
+            MadeOps::Slim(ops) => ops.len(),
+        }
+    }
+
+    /// Adds `op`, made from `events[op.event_index]` (if it is an entry's).
+    pub(super) fn push(&mut self, op: Op, events: &[RawEvent]) {
+        match self {
+            MadeOps::Whole(ops) => ops.push(op),
+            MadeOps::Slim(ops) => ops.push(op, events),
+        }
+    }
+
+    /// Ops `from..`, `events` the entries they were made from; made whole in `piece` if
+    /// they are slim.
+    pub(super) fn since<'a>(
+        &'a self,
+        from: usize,
+        events: &[RawEvent],
+        piece: &'a mut Vec<Op>,
+    ) -> &'a [Op] {
+        match self {
+            MadeOps::Whole(ops) => ops.get(from..).unwrap_or(&[]),
+            MadeOps::Slim(ops) => {
+                ops.copy_from(from, events, piece);
+                piece
+            }
+        }
+    }
+
+    /// [`SlimOps::rename_pools`].
+    pub(super) fn rename_pools(
+        &mut self,
+        new_ix: &[PoolIx],
+        resolve: impl Fn(crate::trace::PoolId) -> crate::trace::PoolId,
+    ) {
+        match self {
+            MadeOps::Whole(ops) => rename_whole(ops, new_ix, resolve),
+            MadeOps::Slim(ops) => ops.rename_pools(new_ix, resolve),
+        }
+    }
+
+    /// The entries an inferred `empty_cache()` was placed at, in op order.
+    pub(super) fn empty_cache_at(&self) -> Vec<u32> {
+        match self {
+            MadeOps::Whole(ops) => ops
+                .iter()
+                .filter(|o| o.kind == OpKind::EmptyCache)
+                .map(|o| o.event_index)
+                .collect(),
+            MadeOps::Slim(ops) => ops.empty_cache_at(),
+        }
+    }
+
+    /// Gives the room not used back.
+    pub(super) fn shrink_to_fit(&mut self) {
+        match self {
+            MadeOps::Whole(ops) => ops.shrink_to_fit(),
+            MadeOps::Slim(ops) => ops.shrink_to_fit(),
+        }
+    }
+
+    /// The ops, whole; `events` the entries they were made from.
+    pub(super) fn copied(self, events: &[RawEvent]) -> Vec<Op> {
+        match self {
+            MadeOps::Whole(ops) => ops,
+            MadeOps::Slim(ops) => ops.ops_from(events),
+        }
+    }
+
+    /// The ops, whole; `entries` the entries they were made from, given up (slim ops are
+    /// written over them, [`SlimOps::into_ops`]).
+    pub(super) fn written_over(self, entries: Vec<RawEvent>) -> Vec<Op> {
+        match self {
+            MadeOps::Whole(ops) => ops,
+            MadeOps::Slim(ops) => ops.into_ops(entries),
+        }
     }
 }
 
