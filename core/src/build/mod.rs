@@ -408,9 +408,10 @@ pub fn annotate(
         .map(|(t, r, _)| (t.copied(events), r))
 }
 
-/// A device's trace once its passes are done, its ops still slim: made whole from the
-/// entries they came from ([`Pending::copied`]), or written over them
-/// ([`Pending::written_over`]: the entries handed over, their memory becomes the ops').
+/// A device's trace once its passes are done, its ops as the build keeps them
+/// ([`OpsMemory`]): made whole from the entries they came from ([`Pending::copied`]), or
+/// with the entries handed over ([`Pending::written_over`]: slim ops are written over
+/// them, their memory becomes the ops').
 #[derive(Debug)]
 struct Pending {
     /// The trace, its `ops` empty and its capacity's evidence not yet read.
@@ -425,7 +426,8 @@ impl Pending {
         self.made(|ops| ops.copied(events))
     }
 
-    /// The trace, its ops written over `events` (the device's entries).
+    /// The trace, `events` (the device's entries) given up: slim ops are written over
+    /// them.
     fn written_over(self, events: Vec<RawEvent>) -> DeviceTrace {
         self.made(|ops| ops.written_over(events))
     }
@@ -633,7 +635,7 @@ pub fn build_streaming(
 #[derive(Debug)]
 pub struct Built {
     /// Each device's trace, by index (a device without entries or segments too), its ops
-    /// still slim.
+    /// as the build keeps them.
     devices: Vec<Pending>,
     reports: Vec<DeviceReport>,
     /// Whether what was streamed is the streamed device's start state and ops in the

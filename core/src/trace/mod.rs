@@ -269,13 +269,6 @@ pub struct SnapshotRead {
 }
 
 impl SnapshotInfo {
-    /// What a trace keeps of `snap`; the rest is dropped.
-    #[must_use]
-    pub fn of(snap: RawSnapshot) -> SnapshotInfo {
-        let read = SnapshotInfo::read(&snap);
-        SnapshotInfo::with(snap, read)
-    }
-
     /// What a trace keeps of `snap` that is read from its entries ([`SnapshotRead`]):
     /// it may be read on another thread while the snapshot is built.
     #[must_use]
@@ -304,7 +297,8 @@ impl SnapshotInfo {
         SnapshotRead { markers, extras }
     }
 
-    /// [`SnapshotInfo::of`] `snap`, given what was [`SnapshotInfo::read`] of it.
+    /// What a trace keeps of `snap`, given what was [`SnapshotInfo::read`] of it; the rest
+    /// (the entries among it) is dropped.
     #[must_use]
     pub fn with(snap: RawSnapshot, read: SnapshotRead) -> SnapshotInfo {
         SnapshotInfo {
