@@ -345,10 +345,27 @@ pub struct OpStepper<'r> {
     /// The replay's outcomes, read for the ops before `base` (none for a stepper at op 0).
     before: &'r Outcomes,
     /// Address served to alloc op `base + i` (0 for other ops), or [`DEAD`]: the program
-    /// never held its memory. Shared with a fork's stepper up to the fork.
+    /// never held its memory. Shared with a fork's stepper up to the fork. Empty where
+    /// `dead` is kept instead.
     addrs: OpAddrs,
+    /// For a stepper that reads what it served from its replay's outcomes
+    /// ([`OpStepper::reading_outcomes`]): the allocs served whose memory the program never
+    /// held (a recorded OOM the model served), in order. A replay that keeps its outcomes
+    /// (8 bytes an op) so does not keep the addresses too (77 MB more on the 1.12 GB
+    /// snapshot's 9.67 M ops, in each replay the app shows).
+    dead: Option<Vec<u32>>,
     /// The model was loaded with the start state (see [`ReplayOptions::preloaded`]).
     preloaded: bool,
+}
+
+/// Where a stepper reads back what it served an alloc before the op it steps.
+#[derive(Clone, Copy)]
+enum Served<'a> {
+    /// Its own addresses (`addrs`), its replay's outcomes before its window and the ops
+    /// before it (see [`OpStepper::step_op`]).
+    Kept(&'a [Op]),
+    /// Its replay's outcomes of every op before the one stepped.
+    Outcomes(&'a Outcomes),
 }
 
 /// No outcomes: what a stepper at op 0 looks up.
@@ -368,6 +385,21 @@ impl OpStepper<'static> {
             base: 0,
             before: &NO_OUTCOMES,
             addrs: OpAddrs::zeroed(ops),
+            dead: None,
+            preloaded,
+        }
+    }
+
+    /// A stepper at the first op that reads what it served an alloc from its replay's
+    /// outcomes, which the replay passes to [`OpStepper::step_reading`] (a replay that
+    /// keeps them: [`ReplayRun`]).
+    #[must_use]
+    fn reading_outcomes(preloaded: bool) -> OpStepper<'static> {
+        OpStepper {
+            base: 0,
+            before: &NO_OUTCOMES,
+            addrs: OpAddrs::zeroed(0),
+            dead: Some(Vec::new()),
             preloaded,
         }
     }
@@ -390,6 +422,7 @@ impl<'r> OpStepper<'r> {
             base: window.start,
             before: outcomes,
             addrs: OpAddrs::zeroed(len),
+            dead: None,
             preloaded,
         }
     }
@@ -447,11 +480,41 @@ impl<'r> OpStepper<'r> {
         device: &mut dyn Device,
         out: &mut Vec<ModelEvent>,
     ) -> Step {
+        self.step_reading(
+            op,
+            k,
+            initial_ops,
+            Served::Kept(ops),
+            pools,
+            model,
+            device,
+            out,
+        )
+    }
+
+    /// [`OpStepper::step_op`], what was served read back from `served`: a stepper made by
+    /// [`OpStepper::reading_outcomes`] is given its replay's outcomes of every op before
+    /// `k`, any other its own (`Served::Kept`).
+    #[allow(clippy::too_many_arguments)]
+    #[inline]
+    fn step_reading<M: Allocator + ?Sized>(
+        &mut self,
+        op: &Op,
+        k: usize,
+        initial_ops: usize,
+        served: Served<'_>,
+        pools: &[PoolId],
+        model: &mut M,
+        device: &mut dyn Device,
+        out: &mut Vec<ModelEvent>,
+    ) -> Step {
         let i = k - self.base;
-        self.addrs.grow_to(i + 1);
+        if self.dead.is_none() {
+            self.addrs.grow_to(i + 1);
+        }
         match op.kind {
             OpKind::Alloc { .. } if self.preloaded && k < initial_ops => {
-                self.addrs.set(i, op.recorded_addr);
+                self.keep(i, op.recorded_addr);
                 Step::Served(op.recorded_addr)
             }
             OpKind::Alloc {
@@ -471,14 +534,14 @@ impl<'r> OpStepper<'r> {
                         if recorded_oom {
                             // The program never got this memory: give it back at once.
                             let _ = model.free(device, a, false, out);
-                            self.addrs.set(i, DEAD);
+                            self.keep(i, DEAD);
                         } else {
-                            self.addrs.set(i, a);
+                            self.keep(i, a);
                         }
                         Step::Served(a)
                     }
                     Err(info) => {
-                        self.addrs.set(i, DEAD);
+                        self.keep(i, DEAD);
                         Step::Oom {
                             info,
                             fatal: !recorded_oom,
@@ -487,13 +550,13 @@ impl<'r> OpStepper<'r> {
                 }
             }
             OpKind::Free { alloc, deferred } => {
-                if let Some(a) = self.served(ops, alloc as usize) {
+                if let Some(a) = self.served_from(served, alloc as usize) {
                     let _ = model.free(device, a, deferred, out);
                 }
                 Step::Done
             }
             OpKind::CompleteFree { alloc } => {
-                if let Some(a) = self.served(ops, alloc as usize) {
+                if let Some(a) = self.served_from(served, alloc as usize) {
                     // Already completed if a cache flush synchronised it: not an error.
                     let _ = model.complete_free(device, a, out);
                 }
@@ -507,6 +570,33 @@ impl<'r> OpStepper<'r> {
                 model.release_pool(pool);
                 Step::Done
             }
+        }
+    }
+
+    /// Keeps what op `base + i` served (`DEAD`: the program never held its memory).
+    #[inline]
+    fn keep(&mut self, i: usize, addr: u64) {
+        match &mut self.dead {
+            None => self.addrs.set(i, addr),
+            Some(dead) => {
+                if addr == DEAD {
+                    dead.push((self.base + i) as u32);
+                }
+            }
+        }
+    }
+
+    /// [`OpStepper::served`], read back from `served`.
+    #[inline]
+    fn served_from(&self, served: Served<'_>, alloc: usize) -> Option<u64> {
+        match (served, &self.dead) {
+            (Served::Outcomes(outcomes), Some(dead)) => match outcomes.get(alloc) {
+                Some(Outcome::Served(a)) if dead.binary_search(&(alloc as u32)).is_err() => Some(a),
+                _ => None,
+            },
+            (Served::Kept(ops), _) => self.served(ops, alloc),
+            // A stepper that keeps its own addresses reads them.
+            (Served::Outcomes(_), None) => self.served(&[], alloc),
         }
     }
 
@@ -662,7 +752,12 @@ impl<'m, M: Allocator + ?Sized> ReplayRun<'m, M> {
             ops_done: 0,
             pushed: 0,
             invariant_error: None,
-            stepper: OpStepper::with_room(n, opts.preloaded),
+            // A replay keeping its outcomes reads what it served from them.
+            stepper: if opts.keep_timeline {
+                OpStepper::reading_outcomes(opts.preloaded)
+            } else {
+                OpStepper::with_room(n, opts.preloaded)
+            },
             pools: Vec::new(),
             allocs_seen: 0,
             stopped: false,
@@ -768,11 +863,16 @@ impl<'m, M: Allocator + ?Sized> ReplayRun<'m, M> {
         }
         self.out.clear();
         let mut stop = false;
-        let outcome = match self.stepper.step_op(
+        let served = if self.opts.keep_timeline {
+            Served::Outcomes(&self.outcomes)
+        } else {
+            Served::Kept(&[])
+        };
+        let outcome = match self.stepper.step_reading(
             op,
             k,
             self.initial_ops,
-            &[],
+            served,
             &self.pools,
             self.model,
             &mut self.device,
