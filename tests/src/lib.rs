@@ -137,3 +137,29 @@ pub fn skip_without_corpus() -> bool {
     }
     false
 }
+
+/// What the CLI's JSON shows of a replay, and more, in one line: two replays that should
+/// agree are compared by it.
+#[must_use]
+pub fn replay_summary(r: &allocsim_core::replay::ReplayResult) -> String {
+    format!(
+        "{} {} {:?} ops_done={} requests={} peaks={} {} {} final={} waste={} frag={} {} seg={} {:?} oom={:?} ooms={} reproduced={}",
+        r.allocator,
+        r.config,
+        r.capacity_bytes,
+        r.ops_done,
+        r.requests,
+        r.peak_reserved_bytes,
+        r.peak_allocated_bytes,
+        r.peak_requested_bytes,
+        r.final_reserved_bytes,
+        r.internal_waste_bytes_at_peak,
+        r.fragmentation_at_peak,
+        r.max_fragmentation,
+        r.segment_ops,
+        r.driver,
+        r.oom,
+        r.ooms.len(),
+        r.recorded_ooms_reproduced,
+    )
+}

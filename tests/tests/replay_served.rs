@@ -9,31 +9,8 @@
 
 use allocsim_core::capacity::CapacityArg;
 use allocsim_core::models::ModelSpec;
-use allocsim_core::replay::{OpStepper, Outcome, ReplayOptions, ReplayResult, Step};
+use allocsim_core::replay::{OpStepper, Outcome, ReplayOptions, Step};
 use allocsim_core::session;
-
-/// What the CLI's JSON shows of a replay.
-fn answer(r: &ReplayResult) -> String {
-    format!(
-        "{} {:?} ops_done={} requests={} peaks={} {} {} final={} waste={} frag={} {} seg={} {:?} oom={:?} ooms={} reproduced={}",
-        r.config,
-        r.capacity_bytes,
-        r.ops_done,
-        r.requests,
-        r.peak_reserved_bytes,
-        r.peak_allocated_bytes,
-        r.peak_requested_bytes,
-        r.final_reserved_bytes,
-        r.internal_waste_bytes_at_peak,
-        r.fragmentation_at_peak,
-        r.max_fragmentation,
-        r.segment_ops,
-        r.driver,
-        r.oom,
-        r.ooms.len(),
-        r.recorded_ooms_reproduced,
-    )
-}
 
 #[test]
 fn a_replay_reads_what_it_served_from_its_outcomes_as_a_stepper_from_its_addresses() {
@@ -65,7 +42,11 @@ fn a_replay_reads_what_it_served_from_its_outcomes_as_a_stepper_from_its_address
                 };
                 let without = session::replay_device(&v.trace, d, spec, cap, without).unwrap();
                 let what = format!("{} {} cap {cap:?}", t.name, spec.label());
-                assert_eq!(answer(&with), answer(&without), "{what}");
+                assert_eq!(
+                    allocsim_tests::replay_summary(&with),
+                    allocsim_tests::replay_summary(&without),
+                    "{what}"
+                );
                 // Each op's outcome, against a stepper keeping its own addresses.
                 let (mut model, mut dev, preloaded) =
                     session::start_model(&v.trace, d, spec, cap).unwrap();

@@ -13,30 +13,6 @@ use allocsim_core::snapshot::{RawEvent, RawSettings, RawSnapshot, decode_snapsho
 use allocsim_core::trace::{Op, OpsPiece, SnapshotInfo, StartSegment};
 use allocsim_core::validate::Validation;
 
-/// What the CLI's JSON shows of a replay, and more.
-fn summary(r: &ReplayResult) -> String {
-    format!(
-        "{} {} {:?} ops_done={} requests={} peaks={} {} {} final={} waste={} frag={} {} seg={} {:?} oom={:?} ooms={} reproduced={}",
-        r.allocator,
-        r.config,
-        r.capacity_bytes,
-        r.ops_done,
-        r.requests,
-        r.peak_reserved_bytes,
-        r.peak_allocated_bytes,
-        r.peak_requested_bytes,
-        r.final_reserved_bytes,
-        r.internal_waste_bytes_at_peak,
-        r.fragmentation_at_peak,
-        r.max_fragmentation,
-        r.segment_ops,
-        r.driver,
-        r.oom,
-        r.ooms.len(),
-        r.recorded_ooms_reproduced,
-    )
-}
-
 /// The build of `t` streaming its busiest device, as the CLI and the app run it.
 struct StreamedBuild {
     device: usize,
@@ -158,7 +134,12 @@ fn a_replay_beside_the_build_is_the_replay_after_it() {
                 continue;
             };
             if is_exact {
-                assert_eq!(summary(&beside), summary(&after), "{} {spec:?}", t.name);
+                assert_eq!(
+                    allocsim_tests::replay_summary(&beside),
+                    allocsim_tests::replay_summary(&after),
+                    "{} {spec:?}",
+                    t.name
+                );
                 compared += 1;
             }
         }
@@ -272,7 +253,12 @@ fn a_replay_beside_the_build_with_checkpoints_rebuilds_the_same_layouts() {
             continue;
         };
         let dt = &b.built.trace.devices[b.device];
-        assert_eq!(summary(&beside), summary(&after), "{}", t.name);
+        assert_eq!(
+            allocsim_tests::replay_summary(&beside),
+            allocsim_tests::replay_summary(&after),
+            "{}",
+            t.name
+        );
         assert!(beside.timeline == after.timeline, "{}: timeline", t.name);
         let n = after.ops_done;
         assert!(
