@@ -105,6 +105,8 @@ async function oneRun(i) {
   r.memory_before_mib = { ...processMemory(s.profile), js_heap: await jsHeap(s) };
 
   const sampling = sampleMemory(s.profile);
+  // The whole run's peak: the open, what the app does after it, the scrubbing.
+  const wholeRun = sampleMemory(s.profile, 250);
   const cpuAtDrop = threadCpu(s.profile);
   const dropT = await dropFile(page, join(traces, trace), trace);
   await waitFrame(page, `ready:${trace}`, 300000);
@@ -164,6 +166,8 @@ async function oneRun(i) {
   }
   await page.waitForTimeout(500);
   r.memory_after_scrub_mib = { ...processMemory(s.profile), js_heap: await jsHeap(s) };
+  const whole = wholeRun();
+  r.peak_in_run_mib = { renderer: whole.renderer, tab: whole.tab, gpu: whole.gpu };
   await canvasStats(page, join(out, `bench-${i}-scrubbed.png`));
   r.console_errors = s.errors;
   await s.close();
@@ -183,6 +187,7 @@ for (let i = 1; i <= runs; i++) {
       `(painted: median ${painted[painted.length >> 1]} ms, max ${painted[painted.length - 1]} ms; ${r.layout.length} keys, skipped where the cursor cannot move: ${r.keys_skipped.join(", ") || "none"}); ` +
       `renderer RSS ${r.memory_after_open_mib.renderer} MiB after open (peak ${r.peak_while_opening_mib.renderer} MiB while opening; ` +
       `wasm: page ${r.wasm_memory_after_open_mib.page} MiB, workers ${r.wasm_memory_after_open_mib.workers.join(", ")} MiB), ${r.memory_after_scrub_mib.renderer} MiB after scrubbing; ` +
+      `the tab's renderer ${r.memory_after_open_mib.tab} MiB after open, peak ${r.peak_while_opening_mib.tab} MiB while opening, ${r.peak_in_run_mib.tab} MiB in the whole run (all renderers ${r.peak_in_run_mib.renderer}); ` +
       `GPU process ${r.memory_after_scrub_mib.gpu} MiB; JS heap ${r.memory_after_scrub_mib.js_heap.used_mib} MiB; warm-up ${r.warm_up}`,
   );
   for (const st of r.stages) log(`  +${st.t_ms} ms (${st.ms ?? "-"} ms, ${st.paints} frames drawn, renderer up to ${st.renderer_max_mib ?? "-"} MiB) ${st.what}`);
@@ -221,6 +226,10 @@ const summary = {
   page_wasm_mib_after_open_max: max((r) => r.wasm_memory_after_open_mib.page ?? 0),
   engine_worker_wasm_mib_after_open_max: max((r) => r.wasm_memory_after_open_mib.workers[0] ?? 0),
   renderer_rss_mib_after_scrub_max: max((r) => r.memory_after_scrub_mib.renderer),
+  tab_renderer_rss_mib_after_open_max: max((r) => r.memory_after_open_mib.tab),
+  tab_renderer_rss_mib_peak_while_opening_max: max((r) => r.peak_while_opening_mib.tab),
+  tab_renderer_rss_mib_peak_in_run_max: max((r) => r.peak_in_run_mib.tab),
+  renderer_rss_mib_peak_in_run_max: max((r) => r.peak_in_run_mib.renderer),
   gpu_process_rss_mib_after_scrub_max: max((r) => r.memory_after_scrub_mib.gpu),
   js_heap_used_mib_after_scrub_max: max((r) => r.memory_after_scrub_mib.js_heap.used_mib),
 };

@@ -251,7 +251,9 @@ export async function dropFile(page, path, name, selector = "#allocsim_canvas") 
 
 /// Resident memory (MiB) of this Chromium's processes by kind, from /proc: the browser
 /// process is the one started with our profile folder, the rest are its descendants (the
-/// renderer holds the tab, its worker and the wasm memories; the GPU process SwiftShader).
+/// renderers: the tab's, which holds the page, its workers and their wasm memories, and
+/// Chromium's own, which any tab has beside it: its top-chrome WebUI and a spare one; the
+/// GPU process SwiftShader). `tab`: the biggest renderer, the tab's.
 export function processMemory(profile) {
   const procs = new Map();
   for (const pid of readdirSync("/proc").filter((p) => /^\d+$/.test(p))) {
@@ -266,7 +268,7 @@ export function processMemory(profile) {
     }
   }
   const root = [...procs.entries()].find(([, p]) => p.cmd.includes(profile) && !p.cmd.includes("--type="));
-  const out = { renderer: 0, gpu: 0, browser: 0, other: 0 };
+  const out = { renderer: 0, tab: 0, gpu: 0, browser: 0, other: 0 };
   if (!root) return out;
   const mine = new Set([root[0]]);
   for (let grew = true; grew; ) {
@@ -281,7 +283,10 @@ export function processMemory(profile) {
   for (const pid of mine) {
     const p = procs.get(pid);
     if (pid === root[0]) out.browser += p.mib;
-    else if (p.cmd.includes("--type=renderer")) out.renderer += p.mib;
+    else if (p.cmd.includes("--type=renderer")) {
+      out.renderer += p.mib;
+      out.tab = Math.max(out.tab, p.mib);
+    }
     else if (p.cmd.includes("--type=gpu-process")) out.gpu += p.mib;
     else out.other += p.mib;
   }
@@ -452,12 +457,13 @@ function ownedBy(pid, profile) {
 /// ([`rendererMappings`]) read at the renderer's highest sample (read again only when a
 /// sample passes the last by 64 MiB), and `samples`: `[ms since the start, renderer MiB]`.
 export function sampleMemory(profile, ms = 200) {
-  const peak = { renderer: 0, gpu: 0, at_peak: null, samples: [] };
+  const peak = { renderer: 0, tab: 0, gpu: 0, at_peak: null, samples: [] };
   const t0 = Date.now();
   let mapped = 0;
   const take = () => {
     const m = processMemory(profile);
     peak.renderer = Math.max(peak.renderer, m.renderer);
+    peak.tab = Math.max(peak.tab, m.tab);
     peak.gpu = Math.max(peak.gpu, m.gpu);
     peak.samples.push([Date.now() - t0, m.renderer]);
     if (m.renderer > mapped + 64) {

@@ -4,7 +4,7 @@
 //! a band is cut into a new piece only when it has slid by at least `epsilon` bytes
 //! (1/4096 of the peak), which bounds the pieces without a visible difference.
 
-use super::wire::{BandPiece, Bands, NO_OP, OpsTable};
+use super::wire::{BandPiece, Bands, NO_OP, OpsTable, op_kind};
 
 /// Pieces beyond which `epsilon` doubles (memory and GPU upload stay bounded).
 pub const MAX_PIECES: usize = 6_000_000;
@@ -98,12 +98,13 @@ where
 {
     let n = ops.len();
     let mut delta = vec![T::default(); n];
-    for k in 0..n {
-        if ops.is_alloc(k) {
-            let size = T::try_from(ops.size_bytes[k]).ok()?;
+    let each = ops.kind.iter().zip(ops.sizes()).zip(ops.ends());
+    for (k, ((&kind, size), end)) in each.enumerate() {
+        if kind == op_kind::ALLOC {
+            let size = T::try_from(size).ok()?;
             delta[k] = delta[k].checked_add(size)?;
-            let end = ops.end[k] as usize;
-            if ops.end[k] != NO_OP && end < n {
+            let end = end as usize;
+            if end != NO_OP as usize && end < n {
                 delta[end] = delta[end].checked_sub(size)?;
             }
         }
@@ -152,9 +153,11 @@ enum Cut {
 
 /// The ops at which an allocation ends, (end op, alloc), in op order.
 fn ends(ops: &OpsTable) -> Vec<(u32, u32)> {
-    let mut ends: Vec<(u32, u32)> = (0..ops.len())
-        .filter(|&k| ops.is_alloc(k) && ops.end[k] != NO_OP && ops.size_bytes[k] > 0)
-        .map(|k| (ops.end[k], k as u32))
+    let each = ops.kind.iter().zip(ops.sizes()).zip(ops.ends());
+    let mut ends: Vec<(u32, u32)> = each
+        .enumerate()
+        .filter(|&(_, ((&kind, size), end))| kind == op_kind::ALLOC && end != NO_OP && size > 0)
+        .map(|(k, (_, end))| (end, k as u32))
         .collect();
     ends.sort_unstable();
     ends
@@ -181,8 +184,8 @@ fn cut(
     let mut top = 0u64;
     for k in 0..n {
         let ku = k as usize;
-        if ops.is_alloc(ku) && ops.size_bytes[ku] > 0 {
-            let size = ops.size_bytes[ku];
+        let size = ops.size_bytes(ku);
+        if ops.is_alloc(ku) && size > 0 {
             live.push(Live {
                 alloc: k,
                 size,
@@ -275,29 +278,10 @@ pub fn area(p: &BandPiece, ops: &OpsTable) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::wire::op_kind;
 
     /// Ops from a tiny script: `a(size)` allocates, `f(i)` frees the i-th alloc op.
     fn ops(script: &[(char, u64)]) -> OpsTable {
-        let mut t = OpsTable::default();
-        for (k, &(c, v)) in script.iter().enumerate() {
-            t.kind.push(if c == 'a' {
-                op_kind::ALLOC
-            } else {
-                op_kind::FREE
-            });
-            t.size_bytes.push(if c == 'a' { v } else { 0 });
-            t.link.push(if c == 'a' { NO_OP } else { v as u32 });
-            t.end.push(NO_OP);
-            t.stack.push(0);
-            t.event_index.push(k as u32);
-            t.push_time_us(0);
-            if c == 'f' {
-                t.link[v as usize] = k as u32;
-                t.end[v as usize] = k as u32;
-            }
-        }
-        t
+        OpsTable::from_script(script)
     }
 
     /// The stack height at op k from the pieces: every live byte covered exactly once.
@@ -400,8 +384,8 @@ mod tests {
     /// Live bytes by their definition: the sizes of the allocs live after op `k`.
     fn live_by_definition(t: &OpsTable, k: usize) -> u64 {
         let live = (0..=k)
-            .filter(|&a| t.is_alloc(a) && (t.end[a] == NO_OP || t.end[a] as usize > k))
-            .map(|a| u128::from(t.size_bytes[a]))
+            .filter(|&a| t.is_alloc(a) && (t.end(a) == NO_OP || t.end(a) as usize > k))
+            .map(|a| u128::from(t.size_bytes(a)))
             .sum::<u128>();
         u64::try_from(live).unwrap_or(u64::MAX)
     }

@@ -32,7 +32,7 @@ impl LiveIndex {
         let leaves = allocs.len().next_power_of_two();
         let mut max_end = vec![0; 2 * leaves];
         for (i, &a) in allocs.iter().enumerate() {
-            let end = ops.end[a as usize];
+            let end = ops.end(a as usize);
             max_end[leaves + i] = if end == NO_OP { u32::MAX } else { end };
         }
         for j in (1..leaves).rev() {
@@ -85,11 +85,7 @@ mod tests {
     /// An ops table of allocs (`Some(end)`: the op it ends at, `None`: never) and other
     /// ops, as the engine builds it.
     fn table(ops: &[(u8, Option<u32>)]) -> OpsTable {
-        OpsTable {
-            kind: ops.iter().map(|o| o.0).collect(),
-            end: ops.iter().map(|o| o.1.unwrap_or(NO_OP)).collect(),
-            ..OpsTable::default()
-        }
+        OpsTable::with_ends(ops)
     }
 
     fn brute(ops: &OpsTable, at: usize) -> Vec<u32> {

@@ -9,6 +9,7 @@ pub mod examples;
 pub mod live;
 pub mod multi;
 pub mod open;
+pub mod ops;
 pub mod parallel;
 pub mod recorded;
 pub mod search;
@@ -23,13 +24,13 @@ use allocsim_core::explain::Explanation;
 use allocsim_core::models::{LayoutBlockState, ModelSpec};
 use allocsim_core::offline::{self, BestPossible};
 use allocsim_core::replay::{self, OomReport, Outcome, ReplayOptions, ReplayResult};
-use allocsim_core::trace::{DeviceTrace, OpKind, Trace};
+use allocsim_core::trace::{DeviceTrace, Trace};
 use allocsim_core::validate::DeviceReport;
 use allocsim_core::{session, workloads};
 
 use wire::{
     AddressHit, BlockView, LayoutData, MainReplay, NO_OP, OomData, OpsTable, ReplayData,
-    ReplaySummary, Request, Response, SegmentView, StackTable, TraceData, block_state, op_kind,
+    ReplaySummary, Request, Response, SegmentView, StackTable, TraceData, block_state,
 };
 
 /// The cancel flags of an engine's jobs in flight ([`Engine::cancels`]).
@@ -499,7 +500,7 @@ impl Engine {
             stage: "building the ops table".into(),
             fraction: 0.7,
         });
-        self.ops = Arc::new(ops_table(dt));
+        self.ops = Arc::new(OpsTable::of(&dt.ops));
         self.live = Arc::default();
         let report = self.reports.iter().find(|r| r.device == dt.device);
         let mut notes = Vec::new();
@@ -701,7 +702,7 @@ impl Engine {
         let mut hits = Vec::new();
         for (a, o) in s.result.outcomes.iter().enumerate() {
             if let Outcome::Served(base) = o {
-                let size = self.ops.size_bytes[a];
+                let size = self.ops.size_bytes(a);
                 if base <= addr && addr < base + size.max(1) {
                     hits.push(AddressHit {
                         alloc: a as u32,
@@ -852,79 +853,6 @@ impl Engine {
 
 /// Work [`Engine::detached`] hands out: run it with the sink for its answers.
 pub type DetachedWork = Box<dyn FnOnce(&mut dyn FnMut(Response)) + Send + 'static>;
-
-/// The ops of a device as columns: the kinds, sizes and links beside the stacks, entries
-/// and times ([`parallel::join`]: natively on two threads; on the 1.12 GB snapshot's 9.7 M
-/// ops the table is on the way to the first full frame).
-#[must_use]
-pub fn ops_table(dt: &DeviceTrace) -> OpsTable {
-    let n = dt.ops.len();
-    let ((kind, size_bytes, link, end), mut t) = parallel::join(
-        || kinds_and_links(&dt.ops),
-        || {
-            let mut t = OpsTable {
-                stack: Vec::with_capacity(n),
-                event_index: Vec::with_capacity(n),
-                ..OpsTable::default()
-            };
-            for op in &dt.ops {
-                t.stack.push(op.stack.0);
-                t.event_index.push(op.event_index);
-                t.push_time_us(op.time_us);
-            }
-            t.times.shrink_to_fit();
-            t
-        },
-    );
-    (t.kind, t.size_bytes, t.link, t.end) = (kind, size_bytes, link, end);
-    t
-}
-
-/// [`ops_table`]'s kinds, sizes, links and ends.
-fn kinds_and_links(ops: &[allocsim_core::trace::Op]) -> (Vec<u8>, Vec<u64>, Vec<u32>, Vec<u32>) {
-    let n = ops.len();
-    let (mut kinds, mut sizes) = (Vec::with_capacity(n), Vec::with_capacity(n));
-    let (mut link, mut end) = (vec![NO_OP; n], vec![NO_OP; n]);
-    for (k, op) in ops.iter().enumerate() {
-        let (kind, size) = match op.kind {
-            OpKind::Alloc {
-                size_bytes,
-                recorded_oom,
-                ..
-            } => (
-                if recorded_oom {
-                    op_kind::ALLOC_RECORDED_OOM
-                } else {
-                    op_kind::ALLOC
-                },
-                size_bytes,
-            ),
-            OpKind::Free { alloc, deferred } => {
-                if let Some(a) = link.get_mut(alloc as usize) {
-                    *a = k as u32;
-                    // A deferred free holds its memory until its completion (if any).
-                    if !deferred {
-                        end[alloc as usize] = k as u32;
-                    }
-                }
-                link[k] = alloc;
-                (op_kind::FREE, 0)
-            }
-            OpKind::CompleteFree { alloc } => {
-                if let Some(e) = end.get_mut(alloc as usize) {
-                    *e = k as u32;
-                }
-                link[k] = alloc;
-                (op_kind::COMPLETE_FREE, 0)
-            }
-            OpKind::EmptyCache => (op_kind::EMPTY_CACHE, 0),
-            OpKind::ReleasePool { .. } => (op_kind::RELEASE_POOL, 0),
-        };
-        kinds.push(kind);
-        sizes.push(size);
-    }
-    (kinds, sizes, link, end)
-}
 
 /// A flat copy of the core's frame table.
 #[must_use]

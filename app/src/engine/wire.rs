@@ -17,8 +17,7 @@ use std::sync::Arc;
 /// browser: a worker whose wasm instance cannot run again).
 pub const CRASHED: &str = "the engine crashed";
 
-/// `u32::MAX`: no op (an allocation never freed, an op that is no allocation).
-pub const NO_OP: u32 = u32::MAX;
+pub use super::ops::{NO_OP, OpsTable, op_kind};
 
 /// The main configuration of a file being opened ([`Request::Open`]): its spec, and its
 /// capacity — given (`capacity_bytes`), or as recorded (`as_recorded`; then unlimited is
@@ -413,112 +412,6 @@ mod bytes {
     }
 }
 
-/// Kinds of op in [`OpsTable::kind`].
-pub mod op_kind {
-    pub const ALLOC: u8 = 0;
-    pub const FREE: u8 = 1;
-    pub const COMPLETE_FREE: u8 = 2;
-    pub const EMPTY_CACHE: u8 = 3;
-    pub const RELEASE_POOL: u8 = 4;
-    /// An alloc the recording itself could not serve (the program went on).
-    pub const ALLOC_RECORDED_OOM: u8 = 5;
-}
-
-/// The requests of one device, column by column (one entry per op).
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub struct OpsTable {
-    /// An [`op_kind`] constant.
-    #[serde(deserialize_with = "exact_vec")]
-    pub kind: Vec<u8>,
-    /// Requested bytes of an alloc (0 for other ops).
-    #[serde(deserialize_with = "exact_vec")]
-    pub size_bytes: Vec<u64>,
-    /// Alloc: its free op ([`NO_OP`] if never freed). Free, complete-free: its alloc op.
-    #[serde(deserialize_with = "exact_vec")]
-    pub link: Vec<u32>,
-    /// Alloc: the op after which its memory is no longer the program's (the completion of
-    /// a deferred free, else the free; [`NO_OP`] if never).
-    #[serde(deserialize_with = "exact_vec")]
-    pub end: Vec<u32>,
-    /// Index into [`StackTable`] (0: no frames).
-    #[serde(deserialize_with = "exact_vec")]
-    pub stack: Vec<u32>,
-    /// Index of the trace entry in `device_traces[d]`.
-    #[serde(deserialize_with = "exact_vec")]
-    pub event_index: Vec<u32>,
-    /// `time_us` of the trace entry (0 when the trace has no times), exact in core's
-    /// compact column (times move little within 64 ops: 2 to 4 bytes an op where a
-    /// `Vec<i64>` takes 8); read through [`OpsTable::time_us`].
-    pub times: Column,
-}
-
-/// A time as a column's sample: `i64` onto `u64` in the same order (the sign bit
-/// flipped), so differences within a block stay those of the times.
-const TIME_KEY: u64 = 1 << 63;
-
-impl OpsTable {
-    /// Number of ops.
-    #[must_use]
-    pub fn len(&self) -> usize {
-        self.kind.len()
-    }
-
-    /// Whether there are no ops.
-    #[must_use]
-    pub fn is_empty(&self) -> bool {
-        self.kind.is_empty()
-    }
-
-    /// The heap bytes of its columns (their capacity).
-    #[must_use]
-    pub fn heap_bytes(&self) -> usize {
-        self.kind.capacity()
-            + 8 * self.size_bytes.capacity()
-            + 4 * (self.link.capacity()
-                + self.end.capacity()
-                + self.stack.capacity()
-                + self.event_index.capacity())
-            + self.times.capacity_bytes()
-    }
-
-    /// Drops the columns only the UI reads (stacks, trace entries, times), keeping those the
-    /// engine reads itself (kinds, sizes, links, ends): for an engine whose UI took the
-    /// table as its contents ([`Engine`](super::Engine) in the browser's worker).
-    pub fn keep_engine_columns(&mut self) {
-        self.stack = Vec::new();
-        self.event_index = Vec::new();
-        self.times = Column::default();
-    }
-
-    /// `time_us` of op `k`'s trace entry.
-    #[must_use]
-    pub fn time_us(&self, k: usize) -> Option<i64> {
-        self.times.get(k).map(|v| (v ^ TIME_KEY) as i64)
-    }
-
-    /// `time_us` of every op, in order.
-    pub fn times_us(&self) -> impl Iterator<Item = i64> + '_ {
-        self.times.iter().map(|v| (v ^ TIME_KEY) as i64)
-    }
-
-    /// Appends the time of the next op.
-    pub fn push_time_us(&mut self, t: i64) {
-        self.times.push(t as u64 ^ TIME_KEY);
-    }
-
-    /// Whether op `k` allocates memory the program held (not a recorded OOM).
-    #[must_use]
-    pub fn is_alloc(&self, k: usize) -> bool {
-        self.kind.get(k) == Some(&op_kind::ALLOC)
-    }
-
-    /// Whether allocation `a` is held by the program after ops `0..=op`.
-    #[must_use]
-    pub fn live_after(&self, a: usize, op: usize) -> bool {
-        a <= op && self.is_alloc(a) && (self.end[a] == NO_OP || self.end[a] as usize > op)
-    }
-}
-
 /// Stack frames, each stored once (a flattened copy of the core's frame table).
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct StackTable {
@@ -605,10 +498,7 @@ impl BandPiece {
     /// stacked from.
     #[must_use]
     pub fn height_bytes(&self, ops: &OpsTable) -> u64 {
-        ops.size_bytes
-            .get(self.alloc as usize)
-            .copied()
-            .unwrap_or(0)
+        ops.size_bytes(self.alloc as usize)
     }
 }
 
@@ -920,20 +810,23 @@ mod tests {
         let back: Bands = decode(&bytes).unwrap();
         assert_eq!(back.pieces, bands.pieces);
         assert_eq!(back.pieces.capacity(), back.pieces.len());
-        let mut ops = OpsTable::default();
+        let mut ops = super::super::ops::OpsBuilder::default();
         for k in 0..n {
-            ops.kind.push(op_kind::ALLOC);
-            ops.size_bytes.push(u64::from(k));
-            ops.link.push(NO_OP);
-            ops.end.push(NO_OP);
-            ops.stack.push(k % 3);
-            ops.event_index.push(k);
-            ops.push_time_us(i64::from(k));
+            let alloc = allocsim_core::trace::OpKind::Alloc {
+                size_bytes: u64::from(k) << (k % 40),
+                stream: 0,
+                pool: allocsim_core::trace::PoolIx(0),
+                recorded_oom: false,
+                restored: false,
+            };
+            ops.push(&alloc, k % 3, k, i64::from(k));
         }
+        let ops = ops.finish();
         let back: OpsTable = decode(&encode(&ops).unwrap()).unwrap();
-        assert_eq!(back.size_bytes, ops.size_bytes);
-        assert_eq!(back.times, ops.times);
-        assert_eq!(back.size_bytes.capacity(), n as usize);
+        assert!(back.sizes().eq(ops.sizes()));
+        assert!(back.times_us().eq(ops.times_us()));
+        assert!(back.event_indexes().eq(ops.event_indexes()));
+        assert_eq!(back.heap_bytes(), ops.heap_bytes(), "in exactly their room");
         assert_eq!(back.kind.capacity(), n as usize);
         // A column of 8-byte differences past serde's 1 MiB start (1.6 MB of them), and a
         // replay's timeline of such columns: their bytes come back in exactly their room.

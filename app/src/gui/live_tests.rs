@@ -75,7 +75,7 @@ fn recorded_stream(app: &AllocsimApp, every: usize) -> (Vec<Message>, Vec<Sample
         let sim = reserved.get(op).expect("a sample");
         let s = Sample {
             op: op as u64,
-            event_index: u64::from(doc.trace.ops.event_index[op]),
+            event_index: u64::from(doc.trace.ops.event_index(op)),
             real_used_bytes: sim.div_ceil(2 * MIB) * 2 * MIB + 2 * MIB,
             model_reserved_bytes: sim,
             sim_reserved_bytes: Some(sim),

@@ -109,7 +109,7 @@ fn the_recorded_timeline_and_end_state_are_drawn_before_the_replays_answer() {
     let (doc, rd) = built_without_replays(app);
     assert_eq!(rd.reserved.len(), doc.trace.ops.len());
     // Each op shows its trace entry's recorded values, exactly.
-    for (k, &e) in doc.trace.ops.event_index.iter().enumerate() {
+    for (k, e) in doc.trace.ops.event_indexes().enumerate() {
         for (per_op, entries) in [&rd.reserved, &rd.requested].into_iter().zip(&per_entry) {
             assert_eq!(per_op.bytes(k), entries.get(e as usize).copied(), "op {k}");
         }

@@ -214,7 +214,7 @@ impl RecordedView {
         // An op the recording has no entry of (one inferred) keeps the value before it.
         let at = |env: &ColumnEnvelope| {
             let (mut last, mut column) = (0, allocsim_core::metrics::Column::default());
-            for &e in &trace.ops.event_index {
+            for e in trace.ops.event_indexes() {
                 last = env.bytes(e as usize).unwrap_or(last);
                 column.push(last);
             }
@@ -645,7 +645,7 @@ pub fn band_quad(
 fn timed(trace: &TraceData) -> bool {
     let mut last = i64::MIN;
     trace.has_times
-        && !trace.ops.times.is_empty()
+        && !trace.ops.has_no_times()
         && trace.ops.times_us().all(|t| {
             let on = t >= last;
             last = t;
@@ -719,8 +719,7 @@ impl Seconds<'_> {
 /// from it, else the last op before it (None before the first op).
 #[must_use]
 pub fn op_of_event(trace: &TraceData, event: u64) -> Option<u32> {
-    let ev = &trace.ops.event_index;
-    let k = ev.partition_point(|&e| u64::from(e) <= event);
+    let k = trace.ops.ops_up_to_event(event);
     k.checked_sub(1).map(|k| k as u32)
 }
 
@@ -733,7 +732,7 @@ pub fn sites_at(trace: &TraceData, op: u32) -> Vec<(u32, u64, u32)> {
     for a in 0..=op.min(ops.len().saturating_sub(1)) {
         if ops.live_after(a, op) {
             let e = by.entry(ops.stack[a]).or_default();
-            e.0 += ops.size_bytes[a];
+            e.0 += ops.size_bytes(a);
             e.1 += 1;
         }
     }
@@ -890,11 +889,11 @@ mod seconds_tests {
     use super::*;
 
     fn trace_with_times(times: &[i64]) -> TraceData {
-        let mut ops = OpsTable::default();
+        let mut ops = crate::engine::ops::OpsBuilder::default();
         for &x in times {
-            ops.kind.push(crate::engine::wire::op_kind::EMPTY_CACHE);
-            ops.push_time_us(x);
+            ops.push(&allocsim_core::trace::OpKind::EmptyCache, 0, 0, x);
         }
+        let ops = ops.finish();
         TraceData {
             has_times: true,
             ops: Arc::new(ops),

@@ -137,7 +137,7 @@ fn arrow_keys_step_the_cursor_and_the_layout_follows() {
     let ev = h
         .state()
         .document()
-        .map(|d| d.trace.ops.event_index[(start + 1) as usize])
+        .map(|d| d.trace.ops.event_index((start + 1) as usize))
         .expect("doc");
     assert!(
         has_text(&h, &format!("event {ev} · op {}", start + 1)),
@@ -652,7 +652,7 @@ fn the_oom_explained_names_the_blockers_highlights_them_and_goes_to_their_alloca
     let app = h.state();
     let doc = app.document().expect("doc");
     let op = app.cursor;
-    assert_eq!(u64::from(doc.trace.ops.event_index[op as usize]), first);
+    assert_eq!(u64::from(doc.trace.ops.event_index(op as usize)), first);
     assert!(doc.trace.ops.is_alloc(op as usize));
     assert_eq!(app.selected_alloc, Some(op));
     let l = doc.slots[0].layout.as_ref().expect("layout");
@@ -680,7 +680,7 @@ fn the_oom_explained_names_the_blockers_highlights_them_and_goes_to_their_alloca
     let app = h.state();
     let doc = app.document().expect("doc");
     assert_eq!(
-        u64::from(doc.trace.ops.event_index[app.cursor as usize]),
+        u64::from(doc.trace.ops.event_index(app.cursor as usize)),
         ev
     );
 }
@@ -754,9 +754,12 @@ fn addresses_parse_as_hex() {
 fn band_quads_are_built_a_slice_per_call_and_published_as_they_double() {
     use super::state::{Document, band_quads};
     use crate::engine::wire::{BandPiece, TraceData};
-    let mut trace = TraceData::default();
     // Each piece's height is its allocation's size.
-    std::sync::Arc::make_mut(&mut trace.ops).size_bytes = vec![1 << 20; 300_000];
+    let allocs = vec![('a', 1 << 20); 300_000];
+    let mut trace = TraceData {
+        ops: std::sync::Arc::new(crate::engine::wire::OpsTable::from_script(&allocs)),
+        ..TraceData::default()
+    };
     std::sync::Arc::make_mut(&mut trace.bands).pieces = (0..300_000u32)
         .map(|i| BandPiece {
             x0: i,
@@ -833,7 +836,7 @@ fn an_oom_trace_opens_on_its_first_oom_at_the_capacity_as_recorded() {
     assert!(first.recorded && !first.fatal);
     assert_eq!(main.data.summary.ooms.len(), 3);
     assert_eq!(app.cursor, first.op_index);
-    assert_eq!(doc.trace.ops.event_index[app.cursor as usize], 933);
+    assert_eq!(doc.trace.ops.event_index(app.cursor as usize), 933);
     // The capacity control says where the capacity came from.
     assert!(
         h.query(by().role(Role::ComboBox).value("as recorded: 78.50 GiB"))

@@ -476,16 +476,14 @@ pub fn block_details_ui(
     let ops = &trace.ops;
     if b.alloc != NO_OP {
         let a = b.alloc as usize;
-        let ev = |k: u32| ops.event_index.get(k as usize).copied().unwrap_or(0);
+        let ev = |k: u32| ops.event_index(k as usize);
         let mut life = format!("allocated at event {}", ev(b.alloc));
         match ops.link.get(a) {
             Some(&f) if f != NO_OP => {
                 let _ = write!(life, ", freed at event {}", ev(f));
-                if let Some(&e) = ops.end.get(a)
-                    && e != f
-                    && e != NO_OP
-                {
-                    let _ = write!(life, ", free completed at event {}", ev(e));
+                let done = ops.end(a);
+                if done != f && done != NO_OP {
+                    let _ = write!(life, ", free completed at event {}", ev(done));
                 }
             }
             _ => life.push_str(", never freed in the trace"),

@@ -25,12 +25,7 @@ pub(crate) fn peak_tab_ui(ui: &mut Ui, app: &mut AllocsimApp) {
     ui.horizontal(|ui| {
         ui.label(format!(
             "At the peak (event {}): {} live in {} allocations from {} call sites",
-            doc.trace
-                .ops
-                .event_index
-                .get(peak_op as usize)
-                .copied()
-                .unwrap_or(0),
+            doc.trace.ops.event_index(peak_op as usize),
             format_size(total),
             sites.iter().map(|s| s.2).sum::<u32>(),
             sites.len()

@@ -61,13 +61,7 @@ pub(crate) fn search_ui(ui: &mut Ui, app: &mut AllocsimApp) {
                 .max_height(140.0)
                 .show(ui, |ui| {
                     for h in app.search.hits.iter().take(200) {
-                        let ev = doc
-                            .trace
-                            .ops
-                            .event_index
-                            .get(h.alloc as usize)
-                            .copied()
-                            .unwrap_or(0);
+                        let ev = doc.trace.ops.event_index(h.alloc as usize);
                         if ui
                             .link(format!(
                                 "event {ev}: {:#x}, {}",
@@ -88,7 +82,7 @@ pub(crate) fn search_ui(ui: &mut Ui, app: &mut AllocsimApp) {
                 doc.trace.ops.live_after(a, c as usize) && stacks.contains(&doc.trace.ops.stack[a])
             })
             .fold((0u32, 0u64), |(n, b), a| {
-                (n + 1, b + doc.trace.ops.size_bytes[a])
+                (n + 1, b + doc.trace.ops.size_bytes(a))
             });
         ui.label(format!(
             "{} call sites match; {n} of their allocations ({}) are live here",
@@ -111,14 +105,15 @@ pub(crate) fn selection_ui(ui: &mut Ui, app: &mut AllocsimApp) {
         return;
     };
     let ops = &doc.trace.ops;
-    let Some(&size) = ops.size_bytes.get(a as usize) else {
+    if a as usize >= ops.len() {
         return;
-    };
+    }
+    let size = ops.size_bytes(a as usize);
     ui.heading("Selected allocation");
     ui.label(format!(
         "{} requested at event {}",
         format_size(size),
-        ops.event_index.get(a as usize).copied().unwrap_or(0)
+        ops.event_index(a as usize)
     ));
     let mut go = None;
     ui.horizontal(|ui| {

@@ -772,12 +772,11 @@ fn x_label(doc: &Document, timed: bool, x: f64) -> String {
     if timed {
         return format_seconds(x);
     }
-    let op = (x as usize).min(doc.trace.ops.len().saturating_sub(1));
-    doc.trace
-        .ops
-        .event_index
-        .get(op)
-        .map_or_else(|| format!("{x}"), |e| format!("{e}"))
+    let ops = &doc.trace.ops;
+    if ops.is_empty() {
+        return format!("{x}");
+    }
+    format!("{}", ops.event_index((x as usize).min(ops.len() - 1)))
 }
 
 /// Tooltip for the sample under the mouse; returns the band's alloc op in band mode.
@@ -794,13 +793,7 @@ fn hover_tooltip(
 ) -> Option<u32> {
     let mut picked = None;
     let mut lines: Vec<(String, Color32)> = Vec::new();
-    let ev = doc
-        .trace
-        .ops
-        .event_index
-        .get(op as usize)
-        .copied()
-        .unwrap_or(0);
+    let ev = doc.trace.ops.event_index(op as usize);
     lines.push((format!("event {ev} (op {op})"), theme::AXIS_TEXT));
     if st.mode == Mode::Bands && plot.contains(hover) {
         let bytes = (f64::from(plot.bottom() - hover.y) / f64::from(plot.height()) * ymax) as u64;
@@ -839,20 +832,14 @@ fn hover_tooltip(
                 Color32::WHITE,
             ));
             lines.push((
-                format!(
-                    "allocated at event {}",
-                    ops.event_index.get(a).copied().unwrap_or(0)
-                ),
+                format!("allocated at event {}", ops.event_index(a)),
                 theme::AXIS_TEXT,
             ));
             if let Some(&f) = ops.link.get(a)
                 && f != crate::engine::wire::NO_OP
             {
                 lines.push((
-                    format!(
-                        "freed at event {}",
-                        ops.event_index.get(f as usize).copied().unwrap_or(0)
-                    ),
+                    format!("freed at event {}", ops.event_index(f as usize)),
                     theme::AXIS_TEXT,
                 ));
             }

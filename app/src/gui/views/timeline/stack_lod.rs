@@ -7,7 +7,7 @@
 //! column is its peak at every zoom, and a left-out piece shows as the folded colour,
 //! which the hover explains (how many allocations, how many bytes).
 
-use crate::engine::wire::{BandPiece, NO_OP, OpsTable, TraceData};
+use crate::engine::wire::{BandPiece, OpsTable, TraceData};
 use crate::gui::envelope::Envelope;
 use crate::gui::render::Quad;
 
@@ -130,12 +130,10 @@ pub fn folded_at(ops: &OpsTable, drawn: &[BandPiece], k: u32) -> (usize, u64) {
     let ku = k as usize;
     let (mut count, mut bytes) = (0usize, 0u64);
     for a in 0..=ku.min(ops.len().saturating_sub(1)) {
-        if ops.is_alloc(a)
-            && ops.size_bytes[a] > 0
-            && (ops.end[a] == NO_OP || ops.end[a] as usize > ku)
-        {
+        let size = ops.size_bytes(a);
+        if size > 0 && ops.live_after(a, ku) {
             count += 1;
-            bytes += ops.size_bytes[a];
+            bytes += size;
         }
     }
     for p in drawn.iter().filter(|p| p.x0 <= k && k < p.x1) {

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use super::*;
 use crate::engine::Engine;
 use crate::engine::bands::live_bytes_per_op;
-use crate::engine::wire::{ReplayData, Request, Response, TraceData, op_kind};
+use crate::engine::wire::{ReplayData, Request, Response, TraceData};
 use crate::gui::state::{Document, MIB};
 use crate::gui::theme;
 use crate::gui::views::timeline::{Axis, TimelineState};
@@ -207,25 +207,7 @@ fn the_largest_real_snapshot_draws_every_byte_at_every_level_of_detail() {
 
 /// Ops from a script: `a(size)` allocates, `f(i)` frees the alloc at op i.
 fn ops(script: &[(char, u64)]) -> OpsTable {
-    let mut t = OpsTable::default();
-    for (k, &(c, v)) in script.iter().enumerate() {
-        t.kind.push(if c == 'a' {
-            op_kind::ALLOC
-        } else {
-            op_kind::FREE
-        });
-        t.size_bytes.push(if c == 'a' { v } else { 0 });
-        t.link.push(if c == 'a' { NO_OP } else { v as u32 });
-        t.end.push(NO_OP);
-        t.stack.push(0);
-        t.event_index.push(k as u32);
-        t.push_time_us(0);
-        if c == 'f' {
-            t.link[v as usize] = k as u32;
-            t.end[v as usize] = k as u32;
-        }
-    }
-    t
+    OpsTable::from_script(script)
 }
 
 #[test]
