@@ -30,23 +30,15 @@ const KEPT_WHILE_COUNTING: usize = 1 << 18;
 #[must_use]
 pub fn build(ops: &OpsTable) -> Bands {
     let peak = peak_live_bytes(ops);
-    let ends = ends(ops);
     let mut epsilon = (peak / 4096).max(1);
     loop {
-        match cut(
-            ops,
-            &ends,
-            epsilon,
-            MAX_PIECES,
-            KEPT_WHILE_COUNTING,
-            Vec::new(),
-        ) {
+        match cut(ops, epsilon, MAX_PIECES, KEPT_WHILE_COUNTING, Vec::new()) {
             None => epsilon *= 2,
             Some(cut_pieces) => {
                 let mut pieces = match cut_pieces {
                     Cut::Kept(pieces) => pieces,
                     Cut::Counted(count) => {
-                        match cut(ops, &ends, epsilon, count, count, Vec::with_capacity(count)) {
+                        match cut(ops, epsilon, count, count, Vec::with_capacity(count)) {
                             Some(Cut::Kept(pieces)) => pieces,
                             _ => unreachable!("the same cut twice gives the same pieces"),
                         }
@@ -151,30 +143,16 @@ enum Cut {
     Counted(usize),
 }
 
-/// The ops at which an allocation ends, (end op, alloc), in op order.
-fn ends(ops: &OpsTable) -> Vec<(u32, u32)> {
-    let each = ops.kind.iter().zip(ops.sizes()).zip(ops.ends());
-    let mut ends: Vec<(u32, u32)> = each
-        .enumerate()
-        .filter(|&(_, ((&kind, size), end))| kind == op_kind::ALLOC && end != NO_OP && size > 0)
-        .map(|(k, (_, end))| (end, k as u32))
-        .collect();
-    ends.sort_unstable();
-    ends
-}
-
 /// The pieces sliding by `epsilon` cuts, in the order they are cut: kept in `kept` while
 /// there are at most `keep` of them, then only counted; `None` past `max_pieces`.
 fn cut(
     ops: &OpsTable,
-    ends: &[(u32, u32)],
     epsilon: u64,
     max_pieces: usize,
     keep: usize,
     kept: Vec<BandPiece>,
 ) -> Option<Cut> {
     let n = ops.len() as u32;
-    let mut next_end = 0usize;
     let mut live: Vec<Live> = Vec::new();
     let mut out = Pieces {
         kept: Some(kept),
@@ -196,10 +174,13 @@ fn cut(
             top += size;
         }
         // Sample k (the state after op k) is drawn over x in k..k + 1: an allocation that
-        // ends at op k is drawn up to x = k.
-        while next_end < ends.len() && ends[next_end].0 == k {
-            let alloc = ends[next_end].1;
-            next_end += 1;
+        // ends at op k is drawn up to x = k. An allocation ends at its free or at the
+        // completion of its deferred free, each linked to it: no list of ends is needed.
+        let alloc = ops.link[ku];
+        let ends_here = matches!(ops.kind[ku], op_kind::FREE | op_kind::COMPLETE_FREE)
+            && alloc != NO_OP
+            && ops.end(alloc as usize) == k;
+        if ends_here {
             let Ok(i) = live.binary_search_by_key(&alloc, |l| l.alloc) else {
                 continue;
             };
@@ -352,22 +333,20 @@ mod tests {
         let mut freed = std::collections::BTreeSet::new();
         script.retain(|&(c, v)| c == 'a' || freed.insert(v));
         let t = ops(&script);
-        let ends = ends(&t);
-        let Some(Cut::Kept(all)) = cut(&t, &ends, 1, usize::MAX, usize::MAX, Vec::new()) else {
+        let Some(Cut::Kept(all)) = cut(&t, 1, usize::MAX, usize::MAX, Vec::new()) else {
             panic!("kept")
         };
         assert!(all.len() > 300);
-        let Some(Cut::Counted(count)) = cut(&t, &ends, 1, usize::MAX, 10, Vec::new()) else {
+        let Some(Cut::Counted(count)) = cut(&t, 1, usize::MAX, 10, Vec::new()) else {
             panic!("counted")
         };
         assert_eq!(count, all.len());
-        let Some(Cut::Kept(again)) = cut(&t, &ends, 1, count, count, Vec::with_capacity(count))
-        else {
+        let Some(Cut::Kept(again)) = cut(&t, 1, count, count, Vec::with_capacity(count)) else {
             panic!("kept again")
         };
         assert_eq!(again, all);
         assert_eq!(again.capacity(), count);
-        assert!(cut(&t, &ends, 1, count - 1, 10, Vec::new()).is_none());
+        assert!(cut(&t, 1, count - 1, 10, Vec::new()).is_none());
     }
 
     #[test]
