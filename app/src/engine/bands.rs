@@ -240,12 +240,7 @@ impl Pieces {
             self.kept = None;
         }
         if let Some(kept) = &mut self.kept {
-            kept.push(BandPiece {
-                x0,
-                x1,
-                y0_bytes: y0,
-                alloc,
-            });
+            kept.push(BandPiece::new(x0, x1, y0, alloc));
         }
     }
 }
@@ -285,7 +280,7 @@ mod tests {
                 .pieces
                 .iter()
                 .filter(|p| p.alloc == alloc)
-                .map(|p| (p.x0, p.x1, p.y0_bytes))
+                .map(|p| (p.x0, p.x1, p.y0_bytes()))
                 .collect();
             v.sort_unstable();
             v

@@ -633,8 +633,8 @@ pub fn band_quad(
     };
     let stack = trace.ops.stack.get(p.alloc as usize).copied().unwrap_or(0);
     let c = color.unwrap_or_else(|| theme::site(stack, p.alloc));
-    let y0 = (p.y0_bytes as f64 / MIB) as f32;
-    let y1 = ((p.y0_bytes + p.height_bytes(&trace.ops)) as f64 / MIB) as f32;
+    let y0 = (p.y0_bytes() as f64 / MIB) as f32;
+    let y1 = ((p.y0_bytes() + p.height_bytes(&trace.ops)) as f64 / MIB) as f32;
     let mut q = Quad::new(p.x0 as f32, y0, p.x1 as f32, y1, c);
     q.alt_x = [t(p.x0), t(p.x1)];
     q

@@ -761,12 +761,7 @@ fn band_quads_are_built_a_slice_per_call_and_published_as_they_double() {
         ..TraceData::default()
     };
     std::sync::Arc::make_mut(&mut trace.bands).pieces = (0..300_000u32)
-        .map(|i| BandPiece {
-            x0: i,
-            x1: i + 3,
-            y0_bytes: u64::from(i) << 10,
-            alloc: i,
-        })
+        .map(|i| BandPiece::new(i, i + 3, u64::from(i) << 10, i))
         .collect();
     let mut doc = Document::new(std::sync::Arc::new(trace));
     assert!(doc.bands.is_empty() && !doc.bands_complete());

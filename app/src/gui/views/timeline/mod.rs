@@ -802,8 +802,8 @@ fn hover_tooltip(
         let hit = drawn.iter().find(|p| {
             p.x0 <= x
                 && x < p.x1
-                && p.y0_bytes <= bytes
-                && bytes < p.y0_bytes + p.height_bytes(&doc.trace.ops)
+                && p.y0_bytes() <= bytes
+                && bytes < p.y0_bytes() + p.height_bytes(&doc.trace.ops)
         });
         let top = doc
             .stack_top
