@@ -47,6 +47,8 @@ const openOnly = arg("--open-only", "0") === "1";
 /// `--view allocations`: step in the timeline's stacked Allocations view (its button clicked
 /// where the 1400 × 900 window shows it) instead of the Metrics view the app opens in.
 const view = arg("--view", "metrics");
+/// `--view-wait-ms`: how long the stacked view is given to build its quads after the click.
+const viewWait = Number(arg("--view-wait-ms", "1500"));
 /// `--cold 1`: the file dropped 300 ms after the example is on screen, whether or not the
 /// page's warm-up (which optimizes the code an open runs) has ended; by default the drop
 /// waits for it, as a user's does.
@@ -136,7 +138,7 @@ async function oneRun(i) {
 
   if (view === "allocations") {
     await page.mouse.click(454, 43);
-    await page.waitForTimeout(1500);
+    await page.waitForTimeout(viewWait);
   }
   await page.mouse.move(700, 890);
   r.layout = [];

@@ -823,7 +823,12 @@ mod tests {
         let bytes = encode(&bands).unwrap();
         let back: Bands = decode(&bytes).unwrap();
         assert_eq!(back.pieces, bands.pieces);
-        assert!(back.pieces.iter().zip(0u64..).all(|(p, i)| p.y0_bytes() == i << 20));
+        assert!(
+            back.pieces
+                .iter()
+                .zip(0u64..)
+                .all(|(p, i)| p.y0_bytes() == i << 20)
+        );
         assert_eq!(std::mem::size_of::<BandPiece>(), 20, "no padding");
         assert_eq!(back.pieces.capacity(), back.pieces.len());
         let mut ops = super::super::ops::OpsBuilder::default();
