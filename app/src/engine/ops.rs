@@ -24,6 +24,10 @@ pub mod op_kind {
     pub const ALLOC_RECORDED_OOM: u8 = 5;
 }
 
+/// The trace entry of an op the trace has none of: a block alive when the trace begins
+/// (a wrapped ring buffer's), made the first ops so that every model replays it.
+pub const NO_ENTRY: u32 = u32::MAX;
+
 /// A size in [`OpsTable`]'s `u32` column that is kept in its list of large sizes.
 const LARGE: u32 = u32::MAX;
 
@@ -192,18 +196,44 @@ impl OpsTable {
         self.events.get(k).map_or(0, |e| e as u32)
     }
 
+    /// Op `k`'s trace entry as the UI names it: `event N`, or the trace's start for a
+    /// block alive before its first event ([`NO_ENTRY`]).
+    #[must_use]
+    pub fn event_name(&self, k: usize) -> String {
+        match self.event_index(k) {
+            NO_ENTRY => "the trace's start".into(),
+            e => format!("event {e}"),
+        }
+    }
+
+    /// When op `k` happened, as the UI says it: `at event N`, or `before the trace's first
+    /// event` for a block alive when the trace begins ([`NO_ENTRY`]).
+    #[must_use]
+    pub fn at_event(&self, k: usize) -> String {
+        match self.event_index(k) {
+            NO_ENTRY => "before the trace's first event".into(),
+            e => format!("at event {e}"),
+        }
+    }
+
     /// The trace entry of every op, in order.
     pub fn event_indexes(&self) -> impl Iterator<Item = u32> + '_ {
         self.events.iter().map(|e| e as u32)
     }
 
-    /// The number of ops whose trace entry is at most `event` (the ops' entries rise).
+    /// The number of ops whose trace entry is at most `event`, counting the blocks alive
+    /// at the trace's start (the first ops, [`NO_ENTRY`]) as before every entry: the
+    /// ops' entries rise after them.
     #[must_use]
     pub fn ops_up_to_event(&self, event: u64) -> usize {
         let (mut lo, mut hi) = (0, self.events.len());
         while lo < hi {
             let mid = lo + (hi - lo) / 2;
-            if self.events.get(mid).is_some_and(|e| e <= event) {
+            if self
+                .events
+                .get(mid)
+                .is_some_and(|e| e == u64::from(NO_ENTRY) || e <= event)
+            {
                 lo = mid + 1;
             } else {
                 hi = mid;
@@ -538,6 +568,29 @@ mod tests {
         assert_eq!(t.ops_up_to_event(1998), 1000);
         assert_eq!(t.ops_up_to_event(u64::MAX), 1000);
         assert_eq!(OpsTable::default().ops_up_to_event(5), 0);
+        // Two blocks alive at the start come first: before every entry.
+        let mut b = OpsBuilder::default();
+        for e in [NO_ENTRY, NO_ENTRY, 0, 1, 2] {
+            b.push(&OpKind::EmptyCache, 0, e, 0);
+        }
+        let t = b.finish();
+        assert_eq!(t.ops_up_to_event(0), 3);
+        assert_eq!(t.ops_up_to_event(1), 4);
+        assert_eq!(t.ops_up_to_event(7), 5);
+        assert_eq!(
+            (
+                t.event_name(0),
+                t.at_event(1),
+                t.event_name(2),
+                t.at_event(4)
+            ),
+            (
+                "the trace's start".to_string(),
+                "before the trace's first event".to_string(),
+                "event 0".to_string(),
+                "at event 2".to_string()
+            )
+        );
     }
 
     #[test]

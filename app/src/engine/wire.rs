@@ -17,7 +17,7 @@ use std::sync::Arc;
 /// browser: a worker whose wasm instance cannot run again).
 pub const CRASHED: &str = "the engine crashed";
 
-pub use super::ops::{NO_OP, OpsTable, op_kind};
+pub use super::ops::{NO_ENTRY, NO_OP, OpsTable, op_kind};
 
 /// The main configuration of a file being opened ([`Request::Open`]): its spec, and its
 /// capacity — given (`capacity_bytes`), or as recorded (`as_recorded`; then unlimited is

@@ -250,7 +250,7 @@ pub(crate) fn status_bar_ui(ui: &mut Ui, app: &mut AllocsimApp) {
             };
             let c = app.cursor as usize;
             let ops = &doc.trace.ops;
-            ui.label(format!("event {} · op {} of {}", ops.event_index(c), c, ops.len()));
+            ui.label(format!("{} · op {} of {}", ops.event_name(c), c, ops.len()));
             if let Some(t) = doc.seconds().get(c) {
                 ui.label(format!("· {}", format_seconds(t)));
             }

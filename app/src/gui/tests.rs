@@ -115,6 +115,30 @@ fn opens_on_the_oom_story_with_the_oom_explained() {
 }
 
 #[test]
+fn a_block_alive_at_a_wrapped_traces_start_is_named_so_not_by_a_number() {
+    let ex = examples::by_file("wrapped_history_pub.pickle.gz").expect("example");
+    let mut h = harness(Startup::Example(ex));
+    h.key_press(egui::Key::Home);
+    settle(&mut h);
+    assert_eq!(h.state().cursor, 0);
+    let first = h
+        .state()
+        .document()
+        .map(|d| d.trace.ops.event_index(0))
+        .expect("doc");
+    assert_eq!(
+        first,
+        crate::engine::wire::NO_ENTRY,
+        "the trace starts mid-program"
+    );
+    assert!(
+        has_text(&h, "the trace's start · op 0 of"),
+        "the status line"
+    );
+    assert!(!has_text(&h, &first.to_string()), "no entry number shown");
+}
+
+#[test]
 fn arrow_keys_step_the_cursor_and_the_layout_follows() {
     let mut h = harness(Startup::Example(&OOM_STORY));
     let start = h.state().cursor;

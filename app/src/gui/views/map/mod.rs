@@ -476,14 +476,14 @@ pub fn block_details_ui(
     let ops = &trace.ops;
     if b.alloc != NO_OP {
         let a = b.alloc as usize;
-        let ev = |k: u32| ops.event_index(k as usize);
-        let mut life = format!("allocated at event {}", ev(b.alloc));
+        let ev = |k: u32| ops.at_event(k as usize);
+        let mut life = format!("allocated {}", ev(b.alloc));
         match ops.link.get(a) {
             Some(&f) if f != NO_OP => {
-                let _ = write!(life, ", freed at event {}", ev(f));
+                let _ = write!(life, ", freed {}", ev(f));
                 let done = ops.end(a);
                 if done != f && done != NO_OP {
-                    let _ = write!(life, ", free completed at event {}", ev(done));
+                    let _ = write!(life, ", free completed {}", ev(done));
                 }
             }
             _ => life.push_str(", never freed in the trace"),

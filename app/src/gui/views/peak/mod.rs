@@ -24,8 +24,8 @@ pub(crate) fn peak_tab_ui(ui: &mut Ui, app: &mut AllocsimApp) {
     let mut pick = None;
     ui.horizontal(|ui| {
         ui.label(format!(
-            "At the peak (event {}): {} live in {} allocations from {} call sites",
-            doc.trace.ops.event_index(peak_op as usize),
+            "At the peak ({}): {} live in {} allocations from {} call sites",
+            doc.trace.ops.event_name(peak_op as usize),
             format_size(total),
             sites.iter().map(|s| s.2).sum::<u32>(),
             sites.len()

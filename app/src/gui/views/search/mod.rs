@@ -61,10 +61,10 @@ pub(crate) fn search_ui(ui: &mut Ui, app: &mut AllocsimApp) {
                 .max_height(140.0)
                 .show(ui, |ui| {
                     for h in app.search.hits.iter().take(200) {
-                        let ev = doc.trace.ops.event_index(h.alloc as usize);
+                        let ev = doc.trace.ops.event_name(h.alloc as usize);
                         if ui
                             .link(format!(
-                                "event {ev}: {:#x}, {}",
+                                "{ev}: {:#x}, {}",
                                 h.addr,
                                 format_size(h.size_bytes)
                             ))
@@ -111,9 +111,9 @@ pub(crate) fn selection_ui(ui: &mut Ui, app: &mut AllocsimApp) {
     let size = ops.size_bytes(a as usize);
     ui.heading("Selected allocation");
     ui.label(format!(
-        "{} requested at event {}",
+        "{} requested {}",
         format_size(size),
-        ops.event_index(a as usize)
+        ops.at_event(a as usize)
     ));
     let mut go = None;
     ui.horizontal(|ui| {

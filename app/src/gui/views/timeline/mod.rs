@@ -11,6 +11,7 @@ pub use axes::format_seconds;
 
 use egui::{Align2, Color32, FontId, Pos2, Rect, Sense, Shape, Stroke, pos2};
 
+use crate::engine::wire::NO_ENTRY;
 use crate::gui::envelope::Curve;
 use crate::gui::render::{self, Transform};
 use crate::gui::state::{Document, MIB};
@@ -776,7 +777,10 @@ fn x_label(doc: &Document, timed: bool, x: f64) -> String {
     if ops.is_empty() {
         return format!("{x}");
     }
-    format!("{}", ops.event_index((x as usize).min(ops.len() - 1)))
+    match ops.event_index((x as usize).min(ops.len() - 1)) {
+        NO_ENTRY => "start".into(),
+        e => format!("{e}"),
+    }
 }
 
 /// Tooltip for the sample under the mouse; returns the band's alloc op in band mode.
@@ -793,8 +797,8 @@ fn hover_tooltip(
 ) -> Option<u32> {
     let mut picked = None;
     let mut lines: Vec<(String, Color32)> = Vec::new();
-    let ev = doc.trace.ops.event_index(op as usize);
-    lines.push((format!("event {ev} (op {op})"), theme::AXIS_TEXT));
+    let ev = doc.trace.ops.event_name(op as usize);
+    lines.push((format!("{ev} (op {op})"), theme::AXIS_TEXT));
     if st.mode == Mode::Bands && plot.contains(hover) {
         let bytes = (f64::from(plot.bottom() - hover.y) / f64::from(plot.height()) * ymax) as u64;
         let x = op;
@@ -831,15 +835,12 @@ fn hover_tooltip(
                 format!("{} requested", format_size(p.height_bytes(ops))),
                 Color32::WHITE,
             ));
-            lines.push((
-                format!("allocated at event {}", ops.event_index(a)),
-                theme::AXIS_TEXT,
-            ));
+            lines.push((format!("allocated {}", ops.at_event(a)), theme::AXIS_TEXT));
             if let Some(&f) = ops.link.get(a)
                 && f != crate::engine::wire::NO_OP
             {
                 lines.push((
-                    format!("freed at event {}", ops.event_index(f as usize)),
+                    format!("freed {}", ops.at_event(f as usize)),
                     theme::AXIS_TEXT,
                 ));
             }
