@@ -341,6 +341,23 @@ impl Timeline {
         self.free_holes.push(s.free_holes.min(u64::from(u32::MAX)));
     }
 
+    /// Appends one sample of the columns a plot of the timeline draws (reserved, allocated,
+    /// largest free), leaving requested bytes and free holes out: a replay without
+    /// `ReplayOptions::keep_requested` (the app's, which draws neither; its CSV export
+    /// replays again with them).
+    pub fn push_drawn(&mut self, s: &ModelStats) {
+        self.reserved_bytes.push(s.reserved_bytes);
+        self.allocated_bytes.push(s.allocated_bytes);
+        self.largest_free_bytes.push(s.largest_free_bytes);
+    }
+
+    /// Whether it keeps every column (requested bytes and free holes too): only then are
+    /// [`Timeline::stats_at`] and the CSV defined.
+    #[must_use]
+    pub fn keeps_every_column(&self) -> bool {
+        self.requested_bytes.len() == self.len() && self.free_holes.len() == self.len()
+    }
+
     /// The columns.
     fn columns(&self) -> [&Column; 5] {
         [
@@ -383,7 +400,8 @@ impl Timeline {
         self.reserved_bytes.is_empty()
     }
 
-    /// The stats of sample `i` (`segment_ops` not kept per sample).
+    /// The stats of sample `i` (`segment_ops` not kept per sample) of a timeline that keeps
+    /// every column ([`Timeline::keeps_every_column`]).
     #[must_use]
     pub fn stats_at(&self, i: usize) -> ModelStats {
         let at = |c: &Column| c.get(i).expect("a sample of the timeline");
@@ -404,18 +422,29 @@ impl Timeline {
     }
 
     /// The metrics as CSV (`op,time_us,reserved_bytes,…`); `time_us[i]` is sample `i`'s
-    /// time (0 past its end: a trace without times).
+    /// time (0 past its end: a trace without times). Every column kept.
     #[must_use]
     pub fn to_csv(&self, time_us: &[i64]) -> String {
-        let mut s = String::from(
-            "op,time_us,reserved_bytes,allocated_bytes,requested_bytes,free_bytes,largest_free_bytes,free_holes,fragmentation\n",
-        );
-        for i in 0..self.len() {
+        let mut s = String::from(CSV_HEADER);
+        self.csv_rows(0..self.len(), |i| time_us.get(i).copied().unwrap_or(0), &mut s);
+        s
+    }
+
+    /// Appends the CSV rows of samples `rows` (clamped to the timeline) to `out`, sample
+    /// `i`'s time being `time_us(i)`: the CSV written a piece at a time (after
+    /// [`CSV_HEADER`]), so a long one is never held whole. Every column kept.
+    pub fn csv_rows(
+        &self,
+        rows: std::ops::Range<usize>,
+        time_us: impl Fn(usize) -> i64,
+        out: &mut String,
+    ) {
+        for i in rows.start..rows.end.min(self.len()) {
             let st = self.stats_at(i);
             let _ = writeln!(
-                s,
+                out,
                 "{i},{},{},{},{},{},{},{},{:.6}",
-                time_us.get(i).copied().unwrap_or(0),
+                time_us(i),
                 st.reserved_bytes,
                 st.allocated_bytes,
                 st.requested_bytes,
@@ -425,9 +454,11 @@ impl Timeline {
                 fragmentation(&st)
             );
         }
-        s
     }
 }
+
+/// The first line of [`Timeline::to_csv`].
+pub const CSV_HEADER: &str = "op,time_us,reserved_bytes,allocated_bytes,requested_bytes,free_bytes,largest_free_bytes,free_holes,fragmentation\n";
 
 #[cfg(test)]
 mod tests {

@@ -150,6 +150,9 @@ pub struct ReplayOptions {
     pub check_every: usize,
     /// Keep the per-op timeline and outcomes.
     pub keep_timeline: bool,
+    /// The timeline keeps requested bytes and free holes too (false: only the columns a
+    /// plot draws, `Timeline::push_drawn`; the app's replays, 5.5 bytes an op less).
+    pub keep_requested: bool,
     /// The model was loaded with the trace's start state: the first `initial_ops` ops
     /// (the blocks alive at the start) are already in place and are not replayed.
     pub preloaded: bool,
@@ -162,6 +165,7 @@ impl Default for ReplayOptions {
             max_checkpoints: MAX_CHECKPOINTS,
             check_every: 0,
             keep_timeline: true,
+            keep_requested: true,
             preloaded: false,
         }
     }
@@ -909,7 +913,11 @@ impl<'m, M: Allocator + ?Sized> ReplayRun<'m, M> {
             self.max_frag = st;
         }
         if self.opts.keep_timeline {
-            self.timeline.push(&st);
+            if self.opts.keep_requested {
+                self.timeline.push(&st);
+            } else {
+                self.timeline.push_drawn(&st);
+            }
             self.outcomes.push(outcome);
         }
         self.ops_done = k + 1;

@@ -24,6 +24,7 @@ pub fn summary_options() -> ReplayOptions {
         max_checkpoints: 0,
         check_every: 0,
         keep_timeline: false,
+        keep_requested: false,
         preloaded: false,
     }
 }

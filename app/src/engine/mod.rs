@@ -151,6 +151,11 @@ impl Engine {
                 spec,
                 capacity_bytes,
             } => self.replay(job, slot, &spec, capacity_bytes, emit),
+            Request::ExportCsv {
+                job,
+                spec,
+                capacity_bytes,
+            } => self.export_csv(job, &spec, capacity_bytes, emit),
             Request::DropSlot { slot } => {
                 if let Some(s) = self.slots.get_mut(slot as usize) {
                     *s = None;
@@ -584,7 +589,7 @@ impl Engine {
                 self.device,
                 &parsed,
                 capacity,
-                ReplayOptions::default(),
+                drawn_replay(),
             ),
         };
         let mut result = match replayed {
@@ -608,6 +613,57 @@ impl Engine {
             slot,
             replay: Box::new(data),
         });
+    }
+
+    /// Answers [`Request::ExportCsv`]: `spec` replayed again with every column of its
+    /// timeline (no checkpoints), its CSV handed on in pieces of [`CSV_PIECE_ROWS`] rows.
+    fn export_csv(
+        &mut self,
+        job: u64,
+        spec: &str,
+        capacity: Option<u64>,
+        emit: &mut dyn FnMut(Response),
+    ) {
+        let failed = |message: String| Response::Failed { job, message };
+        let Some(trace) = &self.trace else {
+            return emit(failed("no trace is loaded".into()));
+        };
+        let parsed = match ModelSpec::parse(spec) {
+            Ok(s) => s,
+            Err(e) => return emit(failed(e.to_string())),
+        };
+        emit(Response::Progress {
+            job,
+            stage: format!("exporting {spec} as CSV"),
+            fraction: 0.1,
+        });
+        let opts = ReplayOptions {
+            checkpoint_every: 0,
+            ..ReplayOptions::default()
+        };
+        let r = match session::replay_device(trace, self.device, &parsed, capacity, opts) {
+            Ok(r) => r,
+            Err(e) => return emit(failed(format!("{spec}: {e}"))),
+        };
+        let ops = &trace.devices[self.device].ops;
+        let time_us = |i: usize| ops.get(i).map_or(0, |o| o.time_us);
+        let n = r.timeline.len();
+        let mut piece = String::from(allocsim_core::metrics::CSV_HEADER);
+        let mut from = 0;
+        loop {
+            let to = (from + CSV_PIECE_ROWS).min(n);
+            r.timeline.csv_rows(from..to, time_us, &mut piece);
+            let done = to == n;
+            emit(Response::CsvPiece {
+                job,
+                bytes: std::mem::take(&mut piece).into_bytes(),
+                done,
+            });
+            if done {
+                return;
+            }
+            from = to;
+        }
     }
 
     fn slot(&self, slot: u32) -> Result<(&DeviceTrace, &Slot), String> {
@@ -884,6 +940,20 @@ pub fn stack_table(frames: &allocsim_core::snapshot::FrameTable) -> StackTable {
         t.offsets.push(t.frame_ids.len() as u32);
     }
     t
+}
+
+/// Rows of a [`Response::CsvPiece`]: about 6 MB of CSV.
+pub const CSV_PIECE_ROWS: usize = 1 << 16;
+
+/// The options of the app's replays: the timeline without requested bytes and free holes,
+/// which the app never draws (5.5 bytes an op of each replay in the browser's worker and
+/// page; the CSV export replays again with them: [`Request::ExportCsv`]).
+#[must_use]
+pub fn drawn_replay() -> ReplayOptions {
+    ReplayOptions {
+        keep_requested: false,
+        ..ReplayOptions::default()
+    }
 }
 
 /// What the UI gets of a replay: its numbers, and its timeline moved out of `r` (no

@@ -9,7 +9,7 @@ use std::sync::mpsc;
 
 use allocsim_core::build::{self, Streamed};
 use allocsim_core::models::ModelSpec;
-use allocsim_core::replay::{ReplayOptions, ReplayResult};
+use allocsim_core::replay::ReplayResult;
 use allocsim_core::snapshot::import::{DecodeOptions, ImportError};
 use allocsim_core::snapshot::stream::{Progress, StreamDecoder, StreamError};
 use allocsim_core::snapshot::{Action, RawSnapshot};
@@ -169,7 +169,7 @@ pub fn replay_built(
     spec: &ModelSpec,
 ) -> Option<Beside> {
     let capacity = main.capacity_bytes;
-    allocsim_core::session::replay_device(trace, device, spec, capacity, ReplayOptions::default())
+    allocsim_core::session::replay_device(trace, device, spec, capacity, super::drawn_replay())
         .ok()
         .map(|result| Beside {
             spec: main.spec.clone(),
@@ -240,7 +240,7 @@ pub fn build_beside(
                     &segment_events,
                     &spec,
                     capacity,
-                    ReplayOptions::default(),
+                    super::drawn_replay(),
                     start,
                     Some(expected),
                     pieces,

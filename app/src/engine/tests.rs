@@ -1294,3 +1294,83 @@ fn the_ops_table_states_each_op_and_links_each_allocation_to_its_free() {
         assert!(frees > 0, "{}: frees to link", e.file);
     }
 }
+
+/// The CSV export is core's CSV of a replay with every column, in pieces of
+/// `CSV_PIECE_ROWS` rows, the last one `done`; the app's own replays keep only the
+/// columns it draws, their samples those of the full replay.
+#[test]
+fn the_csv_export_is_cores_csv_of_the_full_replay_in_pieces() {
+    let ex = examples::by_file("kvcache_decode.pickle.gz").expect("built in");
+    let bytes = ex.bytes.to_vec();
+    let mut e = Engine::new();
+    loaded(&mut e, ex);
+    let spec = "pytorch@garbage_collection_threshold:0.5";
+    let cap = None;
+    let drawn = replayed(&mut e, 0, spec, cap);
+    let t = &drawn.timeline;
+    assert!(!t.is_empty() && !t.keeps_every_column());
+    assert!(t.requested_bytes.is_empty() && t.free_holes.is_empty());
+
+    let want = {
+        let v = allocsim_core::session::load(&bytes, None).expect("loads");
+        let device = v.trace.busiest_device();
+        let full = allocsim_core::session::replay_device(
+            &v.trace,
+            device,
+            &ModelSpec::parse(spec).expect("spec"),
+            cap,
+            ReplayOptions::default(),
+        )
+        .expect("replays");
+        assert!(full.timeline.keeps_every_column());
+        for (a, b) in [
+            (&full.timeline.reserved_bytes, &t.reserved_bytes),
+            (&full.timeline.allocated_bytes, &t.allocated_bytes),
+            (&full.timeline.largest_free_bytes, &t.largest_free_bytes),
+        ] {
+            assert_eq!(a.to_vec(), b.to_vec());
+        }
+        let times: Vec<i64> = v.trace.devices[device].ops.iter().map(|o| o.time_us).collect();
+        full.timeline.to_csv(&times)
+    };
+    let rows = want.lines().count() - 1;
+    assert!(rows > CSV_PIECE_ROWS, "{rows} rows: more than one piece");
+
+    let mut pieces = Vec::new();
+    for r in run(
+        &mut e,
+        Request::ExportCsv {
+            job: 9,
+            spec: spec.into(),
+            capacity_bytes: cap,
+        },
+    ) {
+        match r {
+            Response::CsvPiece { job, bytes, done } => {
+                assert_eq!(job, 9);
+                pieces.push((String::from_utf8(bytes).expect("UTF-8"), done));
+            }
+            Response::Progress { .. } => {}
+            other => panic!("{other:?}"),
+        }
+    }
+    assert_eq!(pieces.len(), rows.div_ceil(CSV_PIECE_ROWS).max(1));
+    let dones: Vec<bool> = pieces.iter().map(|p| p.1).collect();
+    assert!(dones.last() == Some(&true) && dones.iter().filter(|&&d| d).count() == 1);
+    assert!(pieces[0].0.starts_with("op,time_us,reserved_bytes,"));
+    let got: String = pieces.iter().map(|p| p.0.as_str()).collect();
+    assert!(got == want, "the export is core's CSV");
+
+    // A spec that does not parse fails the job, and the engine goes on.
+    assert!(matches!(
+        last(run(
+            &mut e,
+            Request::ExportCsv {
+                job: 10,
+                spec: "nonsense".into(),
+                capacity_bytes: None,
+            }
+        )),
+        Response::Failed { job: 10, .. }
+    ));
+}

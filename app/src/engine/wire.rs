@@ -117,6 +117,15 @@ pub enum Request {
         capacity_bytes: Option<u64>,
         at_event: u64,
     },
+    /// The metrics timeline of `spec` under `capacity_bytes` as CSV (core's
+    /// `Timeline::to_csv`), replayed again with every column (the app's replays keep only
+    /// those it draws): answered as [`Response::CsvPiece`]s, so that no side holds the
+    /// whole CSV (about 100 bytes an op).
+    ExportCsv {
+        job: u64,
+        spec: String,
+        capacity_bytes: Option<u64>,
+    },
     /// The best any allocator could do on the device shown (live-bytes peak, offline
     /// placement).
     Bounds { job: u64 },
@@ -205,6 +214,7 @@ impl Request {
             | Request::WhatIf { job, .. }
             | Request::Runtimes { job, .. }
             | Request::Explain { job, .. }
+            | Request::ExportCsv { job, .. }
             | Request::Bounds { job }
             | Request::Bands { job }
             | Request::Workload { job, .. }
@@ -235,6 +245,7 @@ impl Request {
             Request::WhatIf { .. } => "WhatIf",
             Request::Runtimes { .. } => "Runtimes",
             Request::Explain { .. } => "Explain",
+            Request::ExportCsv { .. } => "ExportCsv",
             Request::Bounds { .. } => "Bounds",
             Request::Bands { .. } => "Bands",
             Request::Cancel { .. } => "Cancel",
@@ -303,6 +314,13 @@ pub enum Response {
         op_index: u32,
         /// Without its layout: the memory map shows the replay's own.
         explanation: Box<Explanation>,
+    },
+    /// A piece of the CSV [`Request::ExportCsv`] asked for, in order (the first with the
+    /// header); `done` on the last.
+    CsvPiece {
+        job: u64,
+        bytes: Vec<u8>,
+        done: bool,
     },
     Bounds {
         job: u64,
@@ -373,6 +391,7 @@ impl Response {
             | Response::WhatIf { job, .. }
             | Response::Runtimes { job, .. }
             | Response::Explained { job, .. }
+            | Response::CsvPiece { job, .. }
             | Response::Bounds { job, .. }
             | Response::Bands { job, .. }
             | Response::MinCapacity { job, .. }

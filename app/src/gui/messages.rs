@@ -586,6 +586,7 @@ impl AllocsimApp {
                 x.answer = Some(Ok((op_index, explanation)));
                 self.refresh_highlight();
             }
+            Response::CsvPiece { job, bytes, done } => self.on_csv_piece(job, &bytes, done),
             Response::Bounds { job, bounds } => {
                 if let Some(doc) = &mut self.doc
                     && doc.bounds_job == Some(job)
@@ -612,6 +613,11 @@ impl AllocsimApp {
                 }
                 if self.search.job == Some(job) {
                     self.search.job = None;
+                }
+                if self.csv_export.as_ref().is_some_and(|(j, _)| *j == job) {
+                    self.csv_export = None;
+                    self.errors.push(format!("cannot export the CSV: {message}"));
+                    return;
                 }
                 if let Some(w) = &mut self.what_if
                     && w.job == job

@@ -138,6 +138,8 @@ pub struct AllocsimApp {
     opening: Option<Opening>,
     /// What the engine is doing: (job, stage, fraction).
     progress: Option<(u64, String, f32)>,
+    /// The CSV export in flight: its job and the file its pieces go to.
+    csv_export: Option<(u64, crate::gui::io::SaveInPieces)>,
     doc: Option<Document>,
     /// What the file in flight records, shown until its trace arrives (then kept, per op,
     /// in the document until the replays arrive).
@@ -275,6 +277,7 @@ impl AllocsimApp {
             load_cancellable: None,
             opening: None,
             progress: None,
+            csv_export: None,
             doc: None,
             recorded: None,
             config: ConfigState::default(),
@@ -580,7 +583,8 @@ impl AllocsimApp {
     }
 
     /// Builds a slice of the band quads while the stacked view is shown and some are
-    /// missing, and asks for the next frame to build the next slice.
+    /// missing, and asks for the next frame to build the next slice (only for the wgpu
+    /// pipeline, which uploads them; the other renderers make them from the pieces).
     pub(crate) fn build_bands(&mut self, ctx: &egui::Context) {
         if self.timeline.mode != crate::gui::views::timeline::Mode::Bands {
             return;
@@ -589,7 +593,7 @@ impl AllocsimApp {
         let budget =
             std::time::Duration::from_secs_f32((dt / 4.0).clamp(BAND_BUDGET.0, BAND_BUDGET.1));
         if let Some(doc) = &mut self.doc
-            && !doc.build_bands(budget)
+            && !doc.build_bands(budget, self.wgpu)
         {
             ctx.request_repaint();
         }

@@ -81,32 +81,131 @@ impl Transform {
     }
 }
 
-/// The instances of one view, shared with the callback without copying.
-#[derive(Debug, Clone, Default)]
+/// Quads made on demand from a table they are a view of (the stacked view's, from the band
+/// pieces: a held copy of 5.9 M quads was 189 MB of the browser tab's memory).
+pub trait QuadSource: Send + Sync {
+    fn len(&self) -> usize;
+    /// Quad `i` (`i < len()`).
+    fn quad(&self, i: usize) -> Quad;
+}
+
+/// Where a [`QuadSet`]'s quads are.
+#[derive(Clone)]
+enum Quads {
+    Held(Arc<Vec<Quad>>),
+    Made(Arc<dyn QuadSource>),
+}
+
+/// The instances of one view, shared with the callback without copying: held, or made
+/// from their source as they are drawn or uploaded.
+#[derive(Clone)]
 pub struct QuadSet {
-    /// Changes whenever `quads` does (the GPU copy is refreshed then).
+    /// Changes whenever the quads do (the GPU copy is refreshed then).
     pub generation: u64,
-    pub quads: Arc<Vec<Quad>>,
+    quads: Quads,
+}
+
+impl Default for QuadSet {
+    fn default() -> QuadSet {
+        QuadSet {
+            generation: 0,
+            quads: Quads::Held(Arc::default()),
+        }
+    }
+}
+
+impl std::fmt::Debug for QuadSet {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("QuadSet")
+            .field("generation", &self.generation)
+            .field("len", &self.len())
+            .field("held", &self.held().is_some())
+            .finish()
+    }
 }
 
 impl QuadSet {
-    /// A set with a fresh generation number.
+    /// A set of `quads`, with a fresh generation number.
     #[must_use]
     pub fn new(quads: Vec<Quad>) -> QuadSet {
         QuadSet {
             generation: next_generation(),
-            quads: Arc::new(quads),
+            quads: Quads::Held(Arc::new(quads)),
+        }
+    }
+
+    /// A set whose quads `source` makes when they are drawn, with a fresh generation.
+    #[must_use]
+    pub fn made(source: Arc<dyn QuadSource>) -> QuadSet {
+        QuadSet {
+            generation: next_generation(),
+            quads: Quads::Made(source),
         }
     }
 
     #[must_use]
     pub fn len(&self) -> usize {
-        self.quads.len()
+        match &self.quads {
+            Quads::Held(q) => q.len(),
+            Quads::Made(s) => s.len(),
+        }
     }
 
     #[must_use]
     pub fn is_empty(&self) -> bool {
-        self.quads.is_empty()
+        self.len() == 0
+    }
+
+    /// The quads when they are held (`None`: made from their source).
+    #[must_use]
+    pub fn held(&self) -> Option<&[Quad]> {
+        match &self.quads {
+            Quads::Held(q) => Some(q.as_slice()),
+            Quads::Made(_) => None,
+        }
+    }
+
+    /// The room of the held quads (tests: built in exactly their room).
+    #[cfg(test)]
+    #[must_use]
+    pub fn held_capacity(&self) -> Option<usize> {
+        match &self.quads {
+            Quads::Held(q) => Some(q.capacity()),
+            Quads::Made(_) => None,
+        }
+    }
+
+    /// Calls `f` on quads `range` (clamped to the set), in order, while it returns true.
+    pub fn for_each_while(&self, range: std::ops::Range<usize>, mut f: impl FnMut(&Quad) -> bool) {
+        let end = range.end.min(self.len());
+        let start = range.start.min(end);
+        match &self.quads {
+            Quads::Held(q) => {
+                for q in &q[start..end] {
+                    if !f(q) {
+                        return;
+                    }
+                }
+            }
+            Quads::Made(s) => {
+                for i in start..end {
+                    if !f(&s.quad(i)) {
+                        return;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Quads `range` (clamped to the set) copied out.
+    #[must_use]
+    pub fn to_vec(&self, range: std::ops::Range<usize>) -> Vec<Quad> {
+        let mut v = Vec::with_capacity(range.len().min(self.len()));
+        self.for_each_while(range, |q| {
+            v.push(*q);
+            true
+        });
+        v
     }
 }
 
@@ -347,9 +446,8 @@ pub fn paint_mesh(
         if glow() {
             let (vertices, indices) = (mesh.vertices.clone(), mesh.indices.clone());
             let key = mesh.generation.to_le_bytes().to_vec();
-            crate::gui::render_glow::paint_cached(painter, rect, layer, key, move || {
-                let (vertices, indices) = (vertices.clone(), indices.clone());
-                crate::gui::render_glow::Mesh { vertices, indices }
+            crate::gui::render_glow::paint_cached(painter, rect, layer, key, move |draw| {
+                draw(vertices.as_slice(), indices.as_slice());
             });
             return;
         }
@@ -712,22 +810,37 @@ fn upload(
     usage: wgpu::BufferUsages,
     bytes: &[u8],
 ) {
-    let needed = (bytes.len() as u64).max(16).next_multiple_of(4);
+    let b = reserve(device, buffer, capacity, usage, bytes.len() as u64);
+    if !bytes.is_empty() {
+        queue.write_buffer(b, 0, bytes);
+    }
+}
+
+/// `buffer`, made anew (a power of two of bytes, at least `len`) when it holds less.
+fn reserve<'a>(
+    device: &wgpu::Device,
+    buffer: &'a mut Option<wgpu::Buffer>,
+    capacity: &mut u64,
+    usage: wgpu::BufferUsages,
+    len: u64,
+) -> &'a wgpu::Buffer {
+    let needed = len.max(16).next_multiple_of(4);
     if buffer.is_none() || *capacity < needed {
         *capacity = needed.next_power_of_two();
-        *buffer = Some(device.create_buffer(&wgpu::BufferDescriptor {
+        *buffer = None;
+    }
+    buffer.get_or_insert_with(|| {
+        device.create_buffer(&wgpu::BufferDescriptor {
             label: Some("allocsim_view"),
             size: *capacity,
             usage: usage | wgpu::BufferUsages::COPY_DST,
             mapped_at_creation: false,
-        }));
-    }
-    if let Some(b) = buffer
-        && !bytes.is_empty()
-    {
-        queue.write_buffer(b, 0, bytes);
-    }
+        })
+    })
 }
+
+/// Quads made as they are uploaded go in pieces of this many, each written at its place.
+const UPLOAD_PIECE_QUADS: usize = 1 << 16;
 
 struct Resources {
     pipeline: wgpu::RenderPipeline,
@@ -771,11 +884,29 @@ impl LayerDraw for QuadCallback {
         key.extend_from_slice(&self.range.end.to_le_bytes());
     }
     fn upload(&self, device: &wgpu::Device, queue: &wgpu::Queue, layer: &mut Layer) {
-        layer.upload_vertices(
+        if let Some(quads) = self.set.held() {
+            layer.upload_vertices(device, queue, bytemuck::cast_slice(quads));
+            return;
+        }
+        // Made from their source: written a piece at a time, never all held here.
+        let n = self.set.len();
+        let size = std::mem::size_of::<Quad>();
+        let b = reserve(
             device,
-            queue,
-            bytemuck::cast_slice(self.set.quads.as_slice()),
+            &mut layer.buffer,
+            &mut layer.capacity,
+            wgpu::BufferUsages::VERTEX,
+            (n * size) as u64,
         );
+        let mut piece = Vec::with_capacity(UPLOAD_PIECE_QUADS.min(n));
+        for from in (0..n).step_by(UPLOAD_PIECE_QUADS) {
+            piece.clear();
+            self.set.for_each_while(from..from + UPLOAD_PIECE_QUADS, |q| {
+                piece.push(*q);
+                true
+            });
+            queue.write_buffer(b, (from * size) as u64, bytemuck::cast_slice(&piece));
+        }
     }
     fn draw(&self, res: &Resources, layer: &Layer, pass: &mut wgpu::RenderPass<'_>) {
         let Some(buffer) = &layer.buffer else { return };
@@ -843,7 +974,8 @@ pub fn paint_quads_with(
     #[cfg(target_arch = "wasm32")]
     if cached && glow() {
         // Under glow, a cached view is tessellated and drawn into a texture once per change
-        // (`render_glow`), like the wgpu pipeline's, not re-rasterized every frame.
+        // (`render_glow`), like the wgpu pipeline's, not re-rasterized every frame; in
+        // batches, so that a view of millions of quads never holds their mesh whole.
         let mut key = bytemuck::bytes_of(&transform).to_vec();
         for v in [set.generation, u64::from(range.start), u64::from(range.end)] {
             key.extend(v.to_le_bytes());
@@ -852,13 +984,8 @@ pub fn paint_quads_with(
             key.extend(v.to_bits().to_le_bytes());
         }
         let set = set.clone();
-        crate::gui::render_glow::paint_cached(painter, rect, layer, key, move || {
-            let m = quads_mesh(rect, ppp, &set, range.clone(), transform, usize::MAX);
-            let m = MeshSet::from_egui(&m);
-            crate::gui::render_glow::Mesh {
-                vertices: m.vertices,
-                indices: m.indices,
-            }
+        crate::gui::render_glow::paint_cached(painter, rect, layer, key, move |draw| {
+            quads_batches(rect, ppp, &set, range.clone(), transform, GLOW_BATCH_QUADS, draw);
         });
         return;
     }
@@ -866,26 +993,24 @@ pub fn paint_quads_with(
     painter.add(egui::Shape::mesh(mesh));
 }
 
-/// The quads `range` of `set` as an egui mesh in `rect`, at most `limit` of them (the CPU
-/// fallback draws [`CPU_QUAD_LIMIT`] per frame; glow's cached views all, once per change).
-fn quads_mesh(
+/// Calls `f` with the rectangle (points) and colour of each quad of `range` of `set` that
+/// falls in `rect`, clipped to it, in order, while `f` returns true.
+fn quad_rects(
     rect: Rect,
     ppp: f32,
     set: &QuadSet,
     range: std::ops::Range<u32>,
     transform: Transform,
-    limit: usize,
-) -> egui::Mesh {
-    let mut mesh = egui::Mesh::default();
-    let end = (range.end as usize).min(set.len());
-    let mut drawn = 0usize;
-    for q in &set.quads[range.start as usize..end] {
+    mut f: impl FnMut(Rect, Color32) -> bool,
+) {
+    let px = |v: f32, o: f32, s: f32| (v - o) * s / ppp;
+    let min_w = transform.min_px[0] / ppp;
+    set.for_each_while(range.start as usize..range.end as usize, |q| {
         let (x0, x1) = if transform.use_alt_x > 0.5 {
             (q.alt_x[0], q.alt_x[1])
         } else {
             (q.rect[0], q.rect[2])
         };
-        let px = |v: f32, o: f32, s: f32| (v - o) * s / ppp;
         let (mut ax, mut bx) = (
             px(x0, transform.origin[0], transform.scale[0]),
             px(x1, transform.origin[0], transform.scale[0]),
@@ -900,7 +1025,6 @@ fn quads_mesh(
         if ay > by {
             std::mem::swap(&mut ay, &mut by);
         }
-        let min_w = transform.min_px[0] / ppp;
         if bx - ax < min_w {
             let c = 0.5 * (ax + bx);
             ax = c - 0.5 * min_w;
@@ -911,19 +1035,77 @@ fn quads_mesh(
             egui::pos2(rect.left() + bx, rect.top() + by),
         );
         if !r.intersects(rect) {
-            continue;
+            return true;
         }
         let [cr, cg, cb, ca] = q.color;
-        mesh.add_colored_rect(
+        f(
             r.intersect(rect),
             Color32::from_rgba_premultiplied(cr, cg, cb, ca),
-        );
+        )
+    });
+}
+
+/// The quads `range` of `set` as an egui mesh in `rect`, at most `limit` of them (the CPU
+/// fallback draws [`CPU_QUAD_LIMIT`] per frame).
+fn quads_mesh(
+    rect: Rect,
+    ppp: f32,
+    set: &QuadSet,
+    range: std::ops::Range<u32>,
+    transform: Transform,
+    limit: usize,
+) -> egui::Mesh {
+    let mut mesh = egui::Mesh::default();
+    let mut drawn = 0usize;
+    quad_rects(rect, ppp, set, range, transform, |r, color| {
+        mesh.add_colored_rect(r, color);
         drawn += 1;
-        if drawn >= limit {
-            break;
-        }
-    }
+        drawn < limit
+    });
     mesh
+}
+
+/// Quads a glow view tessellates per draw call: 64 Ki quads are 3 MiB of vertices and
+/// 1.5 MiB of indices (the 1.12 GB snapshot's stacked view drew millions in one mesh, some
+/// hundred MB of the tab's memory while it was made).
+#[cfg_attr(not(target_arch = "wasm32"), allow(dead_code))]
+const GLOW_BATCH_QUADS: usize = 1 << 16;
+
+/// The quads `range` of `set` in `rect` as flat-coloured triangles (points), handed to
+/// `draw` at most `batch` quads at a time: the triangles of [`quads_mesh`], in its order.
+#[cfg_attr(not(target_arch = "wasm32"), allow(dead_code))]
+fn quads_batches(
+    rect: Rect,
+    ppp: f32,
+    set: &QuadSet,
+    range: std::ops::Range<u32>,
+    transform: Transform,
+    batch: usize,
+    draw: &mut dyn FnMut(&[MeshVertex], &[u32]),
+) {
+    let room = batch.min(set.len()).max(1);
+    let mut vertices: Vec<MeshVertex> = Vec::with_capacity(4 * room);
+    let mut indices: Vec<u32> = Vec::with_capacity(6 * room);
+    quad_rects(rect, ppp, set, range, transform, |r, color| {
+        let base = vertices.len() as u32;
+        let color = color.to_array();
+        for p in [r.left_top(), r.right_top(), r.left_bottom(), r.right_bottom()] {
+            vertices.push(MeshVertex {
+                pos: [p.x, p.y],
+                color,
+            });
+        }
+        indices.extend([base, base + 1, base + 2, base + 2, base + 1, base + 3]);
+        if vertices.len() >= 4 * batch {
+            draw(&vertices, &indices);
+            vertices.clear();
+            indices.clear();
+        }
+        true
+    });
+    if !indices.is_empty() {
+        draw(&vertices, &indices);
+    }
 }
 
 /// Most quads the CPU fallback draws per view.
@@ -962,6 +1144,73 @@ pub const LAYER_FILLS: u64 = 1 << 40;
 #[cfg(test)]
 mod tests {
     use super::wgpu::naga;
+    use super::{MeshVertex, Quad, QuadSet, QuadSource, Transform};
+    use egui::{Color32, Rect, pos2};
+
+    /// Quads made on demand: quad `i` a bar at `i` of height `i % 7`, some off the view.
+    struct Bars(usize);
+
+    impl QuadSource for Bars {
+        fn len(&self) -> usize {
+            self.0
+        }
+        fn quad(&self, i: usize) -> Quad {
+            let x = i as f32 * 0.37 - 3.0;
+            Quad::new(
+                x,
+                0.0,
+                x + 0.2,
+                (i % 7) as f32,
+                Color32::from_rgb(i as u8, 7, (i >> 8) as u8),
+            )
+        }
+    }
+
+    /// Glow's batches are the CPU fallback's mesh, cut at batch boundaries, for quads held
+    /// or made: the same triangles in the same order, never more than a batch at a time.
+    #[test]
+    fn glow_batches_are_the_cpu_mesh_in_pieces_held_or_made() {
+        let made = QuadSet::made(std::sync::Arc::new(Bars(1000)));
+        let held = QuadSet::new(made.to_vec(0..1000));
+        assert_eq!(held.held().map(<[Quad]>::len), Some(1000));
+        assert!(made.held().is_none());
+        let rect = Rect::from_min_max(pos2(10.0, 20.0), pos2(210.0, 120.0));
+        let mut t = Transform::new([0.0, 6.0], [2.5, -12.0], [400.0, 200.0]);
+        t.min_px = [1.5, 0.0];
+        for (set, range) in [(&made, 0..1000), (&held, 0..1000), (&made, 17..513)] {
+            let mesh = super::quads_mesh(rect, 2.0, set, range.clone(), t, usize::MAX);
+            assert!(mesh.vertices.len() > 400, "most bars in view");
+            for batch in [1, 7, 64, 4096] {
+                let (mut vertices, mut indices) = (Vec::<MeshVertex>::new(), Vec::new());
+                let mut calls = 0;
+                super::quads_batches(rect, 2.0, set, range.clone(), t, batch, &mut |v, i| {
+                    assert!(v.len() <= 4 * batch && i.len() == v.len() / 4 * 6);
+                    let base = vertices.len() as u32;
+                    indices.extend(i.iter().map(|k| k + base));
+                    vertices.extend_from_slice(v);
+                    calls += 1;
+                });
+                assert_eq!(calls, mesh.vertices.len().div_ceil(4 * batch));
+                assert_eq!(indices, mesh.indices);
+                let want: Vec<MeshVertex> = mesh
+                    .vertices
+                    .iter()
+                    .map(|v| MeshVertex {
+                        pos: [v.pos.x, v.pos.y],
+                        color: v.color.to_array(),
+                    })
+                    .collect();
+                assert_eq!(vertices, want);
+            }
+        }
+        // The CPU fallback's limit stops early, made or held alike.
+        let capped = super::quads_mesh(rect, 2.0, &made, 0..1000, t, 10);
+        assert_eq!(capped.vertices.len(), 40);
+        assert_eq!(
+            super::quads_mesh(rect, 2.0, &held, 0..1000, t, 10).vertices,
+            capped.vertices
+        );
+    }
 
     /// Both shaders parse and validate as the GPU's WGSL front end does (a broken shader
     /// would otherwise show only when a window or the browser creates the pipeline).

@@ -128,13 +128,14 @@ unsafe fn cached(gl: &glow::Context) -> Result<Cached, String> {
     }
 }
 
-/// Draws `mesh` (positions in points) into `c`'s texture, `size` pixels for the rectangle
-/// whose top left is `origin` (points) at `ppp` pixels per point.
-unsafe fn draw_into(
+/// Draws the triangles `build` hands over (positions in points; a batch at a time, each
+/// drawn as it comes) into `c`'s texture, `size` pixels for the rectangle whose top left is
+/// `origin` (points) at `ppp` pixels per point.
+unsafe fn draw_into<V: bytemuck::Pod>(
     gl: &glow::Context,
     p: &Programs,
     c: &mut Cached,
-    mesh: &Mesh<impl bytemuck::Pod>,
+    build: &dyn Fn(&mut dyn FnMut(&[V], &[u32])),
     origin: [f32; 2],
     ppp: f32,
     size: [i32; 2],
@@ -184,18 +185,8 @@ unsafe fn draw_into(
         gl.uniform_2_f32(at("u_size").as_ref(), size[0] as f32, size[1] as f32);
         gl.bind_vertex_array(Some(p.vao));
         gl.bind_buffer(glow::ARRAY_BUFFER, Some(p.vbo));
-        gl.buffer_data_u8_slice(
-            glow::ARRAY_BUFFER,
-            bytemuck::cast_slice(mesh.vertices.as_slice()),
-            glow::STREAM_DRAW,
-        );
         gl.bind_buffer(glow::ELEMENT_ARRAY_BUFFER, Some(p.ibo));
-        gl.buffer_data_u8_slice(
-            glow::ELEMENT_ARRAY_BUFFER,
-            bytemuck::cast_slice(mesh.indices.as_slice()),
-            glow::STREAM_DRAW,
-        );
-        let stride = i32::try_from(std::mem::size_of_val(&mesh.vertices[0])).unwrap_or(12);
+        let stride = i32::try_from(std::mem::size_of::<V>()).unwrap_or(12);
         if let Some(pos) = gl.get_attrib_location(p.mesh, "a_pos") {
             gl.enable_vertex_attrib_array(pos);
             gl.vertex_attrib_pointer_f32(pos, 2, glow::FLOAT, false, stride, 0);
@@ -207,29 +198,40 @@ unsafe fn draw_into(
         // Premultiplied colours, as egui blends them.
         gl.enable(glow::BLEND);
         gl.blend_func(glow::ONE, glow::ONE_MINUS_SRC_ALPHA);
-        let count = i32::try_from(mesh.indices.len()).unwrap_or(i32::MAX);
-        gl.draw_elements(glow::TRIANGLES, count, glow::UNSIGNED_INT, 0);
+        build(&mut |vertices: &[V], indices: &[u32]| {
+            if vertices.is_empty() || indices.is_empty() {
+                return;
+            }
+            gl.buffer_data_u8_slice(
+                glow::ARRAY_BUFFER,
+                bytemuck::cast_slice(vertices),
+                glow::STREAM_DRAW,
+            );
+            gl.buffer_data_u8_slice(
+                glow::ELEMENT_ARRAY_BUFFER,
+                bytemuck::cast_slice(indices),
+                glow::STREAM_DRAW,
+            );
+            let count = i32::try_from(indices.len()).unwrap_or(i32::MAX);
+            gl.draw_elements(glow::TRIANGLES, count, glow::UNSIGNED_INT, 0);
+        });
         gl.bind_vertex_array(None);
         gl.bind_framebuffer(glow::FRAMEBUFFER, None);
     }
 }
 
-/// A flat-coloured mesh: each vertex a position in points (two `f32`) then a premultiplied
-/// colour (four `u8`), as `render::MeshVertex`.
-pub struct Mesh<V> {
-    pub vertices: std::sync::Arc<Vec<V>>,
-    pub indices: std::sync::Arc<Vec<u32>>,
-}
-
-/// Paints the mesh `build` makes, clipped to `rect`, through `layer`'s texture: `build` is
-/// called and its mesh drawn into the texture only when `key` (what the mesh is made from),
-/// the rectangle's pixel size or its place changed; otherwise the texture is copied.
+/// Paints the triangles `build` makes, clipped to `rect`, through `layer`'s texture:
+/// `build` is called — handing its triangles (vertices: a position in points, two `f32`,
+/// then a premultiplied colour, four `u8`, as `render::MeshVertex`; indices into them) to
+/// the function it is given, in as many batches as it likes — and they are drawn into the
+/// texture only when `key` (what they are made from), the rectangle's pixel size or its
+/// place changed; otherwise the texture is copied.
 pub fn paint_cached<V: bytemuck::Pod>(
     painter: &egui::Painter,
     rect: Rect,
     layer: u64,
     key: Vec<u8>,
-    build: impl Fn() -> Mesh<V> + Send + Sync + 'static,
+    build: impl Fn(&mut dyn FnMut(&[V], &[u32])) + Send + Sync + 'static,
 ) {
     let callback = egui_glow::CallbackFn::new(move |info, painter| {
         let gl = painter.gl();
@@ -276,11 +278,7 @@ pub fn paint_cached<V: bytemuck::Pod>(
                     },
                 };
                 if c.key.as_ref() != Some(&key) {
-                    let mesh = build();
-                    if mesh.indices.is_empty() || mesh.vertices.is_empty() {
-                        return;
-                    }
-                    draw_into(gl, p, c, &mesh, origin, info.pixels_per_point, size);
+                    draw_into(gl, p, c, &build, origin, info.pixels_per_point, size);
                     c.key = Some(key);
                     gl.viewport(vp.left_px, vp.from_bottom_px, vp.width_px, vp.height_px);
                     gl.enable(glow::SCISSOR_TEST);

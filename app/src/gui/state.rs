@@ -5,10 +5,9 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use allocsim_core::models::ModelStats;
 
 use super::envelope::{ColumnEnvelope, Curve, Envelope, Levels, Samples};
-use super::render::{Quad, QuadSet};
+use super::render::{self, Quad, QuadSet};
 use super::theme;
 use crate::engine::parallel::join;
 use crate::engine::wire::{
@@ -28,10 +27,11 @@ pub struct Document {
     pub trace: Arc<TraceData>,
     /// Whether the ops have times that never go backwards ([`Document::seconds`]).
     timed: bool,
-    /// The band quads built so far (x: op, alt x: seconds, y: MiB): quad `i` is band
-    /// piece `i` of the trace, so a prefix is the largest pieces. Built only once the
-    /// stacked view is shown, a slice per frame ([`Document::build_bands`]), so that no
-    /// frame stalls on millions of pieces.
+    /// The band quads (x: op, alt x: seconds, y: MiB): quad `i` is band piece `i` of the
+    /// trace, so a prefix is the largest pieces. Only once the stacked view is shown
+    /// ([`Document::build_bands`]): made from the pieces as they are drawn, or, for the
+    /// wgpu pipeline's upload, those built so far, a slice per frame, so that no frame
+    /// stalls on millions of pieces.
     pub bands: QuadSet,
     /// The quads converted so far (`bands` is republished from it as it grows).
     bands_building: Vec<Quad>,
@@ -118,12 +118,26 @@ impl Document {
         self.bands.len() >= self.trace.bands.pieces.len()
     }
 
-    /// Converts band pieces into quads for about `budget` of time (at least one slice),
-    /// and republishes [`Document::bands`] when the quads built have doubled since it was
-    /// last published (up to `BAND_PREVIEW_MAX`), and at the end: the largest pieces show
-    /// first, and the GPU copy is refreshed a logarithmic number of times. Returns whether
-    /// every piece is built.
-    pub fn build_bands(&mut self, budget: std::time::Duration) -> bool {
+    /// Publishes the band quads for a renderer that draws them from the pieces (`held`
+    /// false: glow and the CPU fallback tessellate the pieces a view draws; the quads are
+    /// made from them there, never held), or converts pieces into quads for about `budget`
+    /// of time (at least one slice) for one that uploads them (`held`: the wgpu pipeline's
+    /// instances), and republishes [`Document::bands`] when the quads built have doubled
+    /// since it was last published (up to `BAND_PREVIEW_MAX`), and at the end: the largest
+    /// pieces show first, and the GPU copy is refreshed a logarithmic number of times.
+    /// Returns whether every piece is built.
+    pub fn build_bands(&mut self, budget: std::time::Duration, held: bool) -> bool {
+        if !held {
+            if self.bands.held().is_some() || self.bands.len() != self.trace.bands.pieces.len()
+            {
+                self.bands_building = Vec::new();
+                self.bands = QuadSet::made(Arc::new(BandQuads {
+                    trace: self.trace.clone(),
+                    timed: self.timed,
+                }));
+            }
+            return true;
+        }
         let pieces = &self.trace.bands.pieces;
         let seconds = Seconds::of(&self.trace, self.timed);
         if self.bands.len() >= pieces.len() {
@@ -363,6 +377,15 @@ pub struct ReplayView {
     pub peak_op: u32,
 }
 
+/// A replay's sample after one op, of the columns the app keeps (its replays leave
+/// requested bytes and free holes out: `engine::drawn_replay`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DrawnStats {
+    pub reserved_bytes: u64,
+    pub allocated_bytes: u64,
+    pub largest_free_bytes: u64,
+}
+
 impl ReplayView {
     #[must_use]
     pub fn new(data: ReplayData) -> ReplayView {
@@ -433,10 +456,15 @@ impl ReplayView {
             .over(Samples::Fragmentation(&self.data.timeline))
     }
 
-    /// The stats after op `k` (`None` past the ops done).
+    /// The drawn columns after op `k` (`None` past the ops done).
     #[must_use]
-    pub fn stats_at(&self, k: usize) -> Option<ModelStats> {
-        (k < self.len()).then(|| self.data.timeline.stats_at(k))
+    pub fn stats_at(&self, k: usize) -> Option<DrawnStats> {
+        let t = &self.data.timeline;
+        Some(DrawnStats {
+            reserved_bytes: t.reserved_bytes.get(k)?,
+            allocated_bytes: t.allocated_bytes.get(k)?,
+            largest_free_bytes: t.largest_free_bytes.get(k)?,
+        })
     }
 
     /// Samples (ops done).
@@ -644,6 +672,24 @@ pub fn band_quad(
     let mut q = Quad::new(p.x0 as f32, y0, p.x1 as f32, y1, c);
     q.alt_x = [t(p.x0), t(p.x1)];
     q
+}
+
+/// The band quads made from the pieces as they are drawn ([`Document::build_bands`]
+/// without `held`): quad `i` is [`band_quad`] of piece `i`.
+struct BandQuads {
+    trace: Arc<TraceData>,
+    timed: bool,
+}
+
+impl render::QuadSource for BandQuads {
+    fn len(&self) -> usize {
+        self.trace.bands.pieces.len()
+    }
+
+    fn quad(&self, i: usize) -> Quad {
+        let seconds = Seconds::of(&self.trace, self.timed);
+        band_quad(&self.trace, seconds, &self.trace.bands.pieces[i], None)
+    }
 }
 
 /// Whether the ops of `trace` have times that never go backwards (else the time axis is

@@ -787,12 +787,13 @@ fn band_quads_are_built_a_slice_per_call_and_published_as_they_double() {
     std::sync::Arc::make_mut(&mut trace.bands).pieces = (0..300_000u32)
         .map(|i| BandPiece::new(i, i + 3, u64::from(i) << 10, i))
         .collect();
-    let mut doc = Document::new(std::sync::Arc::new(trace));
+    let trace = std::sync::Arc::new(trace);
+    let mut doc = Document::new(trace.clone());
     assert!(doc.bands.is_empty() && !doc.bands_complete());
     // No time to spare: one slice per call.
     let mut published = Vec::new();
     let mut calls = 0;
-    while !doc.build_bands(std::time::Duration::ZERO) {
+    while !doc.build_bands(std::time::Duration::ZERO, true) {
         calls += 1;
         if published.last() != Some(&doc.bands.len()) {
             published.push(doc.bands.len());
@@ -803,13 +804,24 @@ fn band_quads_are_built_a_slice_per_call_and_published_as_they_double() {
     // frame), then all of them.
     assert_eq!(published, [16_384, 32_768, 65_536, 131_072, 262_144]);
     assert!(doc.bands_complete());
-    assert_eq!(doc.bands.quads.capacity(), 300_000, "in exactly their room");
+    assert_eq!(doc.bands.held_capacity(), Some(300_000), "in exactly their room");
     let all = band_quads(&doc.trace, doc.seconds(), &|_| true, None);
-    assert_eq!(doc.bands.quads.as_slice(), all.as_slice());
+    assert_eq!(doc.bands.held(), Some(all.as_slice()));
     // Built: nothing more to do.
     let generation = doc.bands.generation;
-    assert!(doc.build_bands(std::time::Duration::from_secs(1)));
+    assert!(doc.build_bands(std::time::Duration::from_secs(1), true));
     assert_eq!(doc.bands.generation, generation);
+
+    // For a renderer that draws them from the pieces: every quad at once, none held, the
+    // same quads.
+    let mut made = Document::new(trace);
+    assert!(made.build_bands(std::time::Duration::ZERO, false));
+    assert!(made.bands_complete() && made.bands.held().is_none());
+    assert_eq!(made.bands.to_vec(0..300_000), all);
+    assert_eq!(made.bands.to_vec(299_990..400_000), all[299_990..]);
+    let generation = made.bands.generation;
+    assert!(made.build_bands(std::time::Duration::ZERO, false));
+    assert_eq!(made.bands.generation, generation, "published once");
 }
 
 #[test]

@@ -787,6 +787,127 @@ pub fn save_file(file_name: &str, bytes: Vec<u8>) {
     web::download(file_name, &bytes);
 }
 
+/// A file saved a piece at a time (an export too big to hold whole): natively the pieces
+/// go to a file in the temporary directory as they come, moved where the save dialog says
+/// at the end (removed if it is cancelled); in the browser each piece becomes a `Blob`
+/// (the browser's storage, not the page's memory), all of them downloaded as one file.
+pub struct SaveInPieces {
+    name: String,
+    #[cfg(not(target_arch = "wasm32"))]
+    file: Option<(std::path::PathBuf, std::io::BufWriter<std::fs::File>)>,
+    #[cfg(target_arch = "wasm32")]
+    parts: js_sys::Array,
+}
+
+impl SaveInPieces {
+    /// A file to be saved as `file_name`, empty so far.
+    pub fn new(file_name: &str) -> Result<SaveInPieces, String> {
+        #[cfg(not(target_arch = "wasm32"))]
+        {
+            use std::sync::atomic::{AtomicU64, Ordering};
+            static NEXT: AtomicU64 = AtomicU64::new(0);
+            let path = std::env::temp_dir().join(format!(
+                "allocsim-{}-{}-{file_name}",
+                std::process::id(),
+                NEXT.fetch_add(1, Ordering::Relaxed)
+            ));
+            let file = std::fs::File::create(&path)
+                .map_err(|e| format!("{}: {e}", path.display()))?;
+            Ok(SaveInPieces {
+                name: file_name.to_string(),
+                file: Some((path, std::io::BufWriter::new(file))),
+            })
+        }
+        #[cfg(target_arch = "wasm32")]
+        Ok(SaveInPieces {
+            name: file_name.to_string(),
+            parts: js_sys::Array::new(),
+        })
+    }
+
+    /// Appends `bytes`.
+    pub fn push(&mut self, bytes: &[u8]) -> Result<(), String> {
+        #[cfg(not(target_arch = "wasm32"))]
+        {
+            use std::io::Write;
+            let Some((path, w)) = &mut self.file else {
+                return Err("already saved".into());
+            };
+            w.write_all(bytes)
+                .map_err(|e| format!("{}: {e}", path.display()))
+        }
+        #[cfg(target_arch = "wasm32")]
+        {
+            let blob = web::blob_of(bytes).map_err(|e| format!("{e:?}"))?;
+            self.parts.push(&blob);
+            Ok(())
+        }
+    }
+
+    /// Saves the pieces as one file: a save dialog natively, a download in the browser.
+    #[cfg_attr(target_arch = "wasm32", allow(clippy::needless_pass_by_value))]
+    pub fn finish(self) {
+        #[cfg(not(target_arch = "wasm32"))]
+        {
+            let mut this = self;
+            let Some((from, w)) = this.file.take() else {
+                return;
+            };
+            let dialog = rfd::AsyncFileDialog::new().set_file_name(&this.name);
+            spawn(async move {
+                let done = match w.into_inner() {
+                    Err(e) => Err(e.into_error().to_string()),
+                    Ok(_) => match dialog.save_file().await {
+                        Some(handle) => move_file(&from, handle.path()),
+                        None => Ok(()),
+                    },
+                };
+                if let Err(e) = done {
+                    log::error!("cannot save: {e}");
+                }
+                let _ = std::fs::remove_file(&from);
+            });
+        }
+        #[cfg(target_arch = "wasm32")]
+        web::download_parts(&self.name, &self.parts);
+    }
+
+    /// Writes the pieces to `to` (the end of [`SaveInPieces::finish`] without its dialog).
+    #[cfg(not(target_arch = "wasm32"))]
+    pub fn finish_to(mut self, to: &std::path::Path) -> Result<(), String> {
+        let Some((from, w)) = self.file.take() else {
+            return Err("already saved".into());
+        };
+        let done = w
+            .into_inner()
+            .map_err(|e| e.into_error().to_string())
+            .and_then(|_| move_file(&from, to));
+        let _ = std::fs::remove_file(&from);
+        done
+    }
+}
+
+#[cfg(not(target_arch = "wasm32"))]
+impl Drop for SaveInPieces {
+    /// An export given up (the engine failed, another began) leaves no file behind.
+    fn drop(&mut self) {
+        if let Some((path, _)) = self.file.take() {
+            let _ = std::fs::remove_file(path);
+        }
+    }
+}
+
+/// Moves `from` to `to` (copied where a rename cannot: another file system).
+#[cfg(not(target_arch = "wasm32"))]
+fn move_file(from: &std::path::Path, to: &std::path::Path) -> Result<(), String> {
+    if std::fs::rename(from, to).is_ok() {
+        return Ok(());
+    }
+    std::fs::copy(from, to)
+        .map(|_| ())
+        .map_err(|e| format!("{}: {e}", to.display()))
+}
+
 #[cfg(not(target_arch = "wasm32"))]
 fn spawn(fut: impl std::future::Future<Output = ()> + Send + 'static) {
     // rfd's dialogs block their thread natively; keep them off the UI thread.

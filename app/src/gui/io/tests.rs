@@ -1,4 +1,4 @@
-use super::{DesktopLogger, EngineHandle, Request, Response};
+use super::{DesktopLogger, EngineHandle, Request, Response, SaveInPieces};
 
 #[test]
 fn rfd_errors_are_kept_as_the_reason_a_dialog_failed_and_winit_noise_is_filtered() {
@@ -446,4 +446,46 @@ fn a_search_trace_written_in_pieces_is_the_wire_message_of_the_shared_trace() {
         Engine::new().shared().is_err(),
         "no trace to share before one is loaded"
     );
+}
+
+/// An export saved in pieces is their concatenation at the path asked; one given up (or
+/// saved) leaves nothing in the temporary directory.
+#[test]
+fn a_file_saved_in_pieces_is_their_concatenation_and_leaves_no_temporary_file() {
+    let name = format!("pieces-{}.csv", std::process::id());
+    let temps = || {
+        std::fs::read_dir(std::env::temp_dir())
+            .expect("the temporary directory")
+            .filter_map(Result::ok)
+            .filter(|e| e.file_name().to_string_lossy().ends_with(&name))
+            .count()
+    };
+    let mut sink = SaveInPieces::new(&name).expect("a temporary file");
+    assert_eq!(temps(), 1);
+    let mut want = Vec::new();
+    for k in 0..50u32 {
+        let piece: Vec<u8> = (0..k * 997).map(|i| (i % 251) as u8).collect();
+        sink.push(&piece).expect("written");
+        want.extend_from_slice(&piece);
+    }
+    let dir = std::env::temp_dir().join(format!("allocsim-saved-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("a directory");
+    let to = dir.join("out.csv");
+    sink.finish_to(&to).expect("saved");
+    assert_eq!(std::fs::read(&to).expect("read back"), want);
+    assert_eq!(temps(), 0);
+
+    let mut given_up = SaveInPieces::new(&name).expect("a temporary file");
+    given_up.push(b"op,time_us\n").expect("written");
+    drop(given_up);
+    assert_eq!(temps(), 0);
+    // A path that cannot be written says which.
+    let mut bad = SaveInPieces::new(&name).expect("a temporary file");
+    bad.push(b"x").expect("written");
+    let err = bad
+        .finish_to(&dir.join("no-such-dir").join("out.csv"))
+        .expect_err("no such directory");
+    assert!(err.contains("no-such-dir"), "{err}");
+    assert_eq!(temps(), 0);
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -333,15 +333,34 @@ pub async fn fetch_bytes(url: &str) -> Result<Vec<u8>, String> {
     Ok(js_sys::Uint8Array::new(&buf).to_vec())
 }
 
+/// `bytes` as a `Blob` (copied out of the page's memory into the browser's).
+pub fn blob_of(bytes: &[u8]) -> Result<web_sys::Blob, JsValue> {
+    let parts = js_sys::Array::of1(&js_sys::Uint8Array::from(bytes));
+    web_sys::Blob::new_with_u8_array_sequence(&parts)
+}
+
+/// Downloads the `Blob`s `parts`, one after the other, as one file `file_name`.
+pub fn download_parts(file_name: &str, parts: &js_sys::Array) {
+    match web_sys::Blob::new_with_blob_sequence(parts) {
+        Ok(blob) => download_blob(file_name, &blob),
+        Err(e) => log::error!("cannot download {file_name}: {e:?}"),
+    }
+}
+
 pub fn download(file_name: &str, bytes: &[u8]) {
+    match blob_of(bytes) {
+        Ok(blob) => download_blob(file_name, &blob),
+        Err(e) => log::error!("cannot download {file_name}: {e:?}"),
+    }
+}
+
+fn download_blob(file_name: &str, blob: &web_sys::Blob) {
     let result = (|| -> Result<(), JsValue> {
         let document = web_sys::window()
             .ok_or("no window")?
             .document()
             .ok_or("no document")?;
-        let parts = js_sys::Array::of1(&js_sys::Uint8Array::from(bytes));
-        let blob = web_sys::Blob::new_with_u8_array_sequence(&parts)?;
-        let url = web_sys::Url::create_object_url_with_blob(&blob)?;
+        let url = web_sys::Url::create_object_url_with_blob(blob)?;
         let a: web_sys::HtmlAnchorElement = document.create_element("a")?.dyn_into()?;
         a.set_href(&url);
         a.set_download(file_name);

@@ -862,7 +862,7 @@ fn hover_tooltip(
                 lines.push((format!("{}: stopped (OOM)", s.spec), theme::slot(i)));
                 continue;
             }
-            let d = r.data.timeline.stats_at(k);
+            let Some(d) = r.stats_at(k) else { continue };
             lines.push((
                 format!(
                     "{}: reserved {}, allocated {}, largest free {}, fragmentation {:.0}%",

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use super::*;
 use crate::engine::Engine;
 use crate::engine::bands::live_bytes_per_op;
-use crate::engine::wire::{ReplayData, Request, Response, TraceData};
+use crate::engine::wire::{Request, Response, TraceData};
 use crate::gui::state::{Document, MIB};
 use crate::gui::theme;
 use crate::gui::views::timeline::{Axis, TimelineState};
@@ -19,8 +19,9 @@ fn answer(engine: &mut Engine, req: Request) -> Response {
     out.pop().expect("the engine answers every request")
 }
 
-/// The trace and its PyTorch replay (requested bytes per op).
-fn loaded(req: Request) -> (TraceData, ReplayData) {
+/// The trace and its PyTorch replay's requested bytes per op, read back from the
+/// engine's CSV export (the app's replays keep no requested column).
+fn loaded(req: Request) -> (TraceData, Vec<u64>) {
     let mut e = Engine::new();
     let mut trace = match answer(&mut e, req) {
         Response::Loaded { trace, .. } => *trace,
@@ -30,24 +31,36 @@ fn loaded(req: Request) -> (TraceData, ReplayData) {
         Response::Bands { bands, .. } => bands,
         other => panic!("{other:?}"),
     };
-    let replay = match answer(
-        &mut e,
-        Request::Replay {
-            job: 2,
-            slot: 0,
+    let mut csv = Vec::new();
+    e.handle(
+        Request::ExportCsv {
+            job: 4,
             spec: "pytorch".into(),
             capacity_bytes: None,
         },
-    ) {
-        Response::Replayed { replay, .. } => *replay,
-        other => panic!("{other:?}"),
-    };
-    (trace, replay)
+        &mut |r| match r {
+            Response::CsvPiece { bytes, .. } => csv.extend(bytes),
+            Response::Progress { .. } => {}
+            other => panic!("{other:?}"),
+        },
+    );
+    let csv = String::from_utf8(csv).expect("UTF-8");
+    let mut lines = csv.lines();
+    let header: Vec<&str> = lines.next().expect("a header").split(',').collect();
+    let col = header
+        .iter()
+        .position(|&h| h == "requested_bytes")
+        .expect("a requested_bytes column");
+    let requested = lines
+        .map(|l| l.split(',').nth(col).expect("a field").parse().expect("bytes"))
+        .collect();
+    (trace, requested)
 }
 
+/// The document with its band quads as the browser draws them: made from the pieces.
 fn document(trace: TraceData) -> Document {
     let mut doc = Document::new(Arc::new(trace));
-    while !doc.build_bands(std::time::Duration::from_hours(1)) {}
+    assert!(doc.build_bands(std::time::Duration::ZERO, false));
     doc
 }
 
@@ -56,6 +69,7 @@ fn document(trace: TraceData) -> Document {
 /// drawn, the view's own level, every 16th piece, everything. Returns the columns checked.
 fn check_conservation(doc: &Document, requested: &[u64]) -> usize {
     let ops = &doc.trace.ops;
+    let quads = doc.bands.to_vec(0..doc.bands.len());
     let live = live_bytes_per_op(ops);
     // The stack's top is the replay's live requested bytes, op by op.
     assert_eq!(live.len(), requested.len());
@@ -108,7 +122,7 @@ fn check_conservation(doc: &Document, requested: &[u64]) -> usize {
                 let folded = folded_quads(&doc.stack_top, &columns, origin, theme::FOLDED);
                 let all = doc.bands.len();
                 for lod in [0, view_lod, all / 16, all] {
-                    let quads = &doc.bands.quads[..lod];
+                    let quads = &quads[..lod];
                     let tops = drawn_tops(&folded, origin, quads, axis == Axis::Time, &columns);
                     let bare = drawn_tops(&[], 0.0, quads, axis == Axis::Time, &columns);
                     for (c, col) in columns.iter().enumerate() {
@@ -148,7 +162,7 @@ fn check_conservation(doc: &Document, requested: &[u64]) -> usize {
                 if (ohi - olo) > w_px || axis == Axis::Time {
                     continue;
                 }
-                let bare = drawn_tops(&[], 0.0, &doc.bands.quads, axis == Axis::Time, &columns);
+                let bare = drawn_tops(&[], 0.0, &quads, axis == Axis::Time, &columns);
                 for (c, col) in columns.iter().enumerate() {
                     // The op under the column's centre.
                     let centre = 0.5 * (col.x0 + col.x1);
@@ -175,13 +189,13 @@ fn f32_step(x: f32) -> f32 {
 
 #[test]
 fn a_million_event_workload_draws_every_byte_at_every_level_of_detail() {
-    let (trace, replay) = loaded(Request::Workload {
+    let (trace, requested) = loaded(Request::Workload {
         job: 1,
         spec: "kvcache:tokens=3000".into(),
     });
     assert!(trace.ops.len() >= 1_000_000, "{} ops", trace.ops.len());
     let doc = document(trace);
-    let checked = check_conservation(&doc, &replay.timeline.requested_bytes.to_vec());
+    let checked = check_conservation(&doc, &requested);
     assert!(checked > 10_000);
 }
 
@@ -195,14 +209,14 @@ fn the_largest_real_snapshot_draws_every_byte_at_every_level_of_detail() {
         println!("skipped: {path} not found");
         return;
     };
-    let (trace, replay) = loaded(Request::Load {
+    let (trace, requested) = loaded(Request::Load {
         job: 1,
         name: "big_gpt_long_stacks_s9.pickle.gz".into(),
         bytes,
     });
     let doc = document(trace);
     assert!(!doc.seconds().is_empty(), "the snapshot has times");
-    check_conservation(&doc, &replay.timeline.requested_bytes.to_vec());
+    check_conservation(&doc, &requested);
 }
 
 /// Ops from a script: `a(size)` allocates, `f(i)` frees the alloc at op i.
@@ -226,7 +240,7 @@ fn a_one_op_spike_left_out_by_the_level_of_detail_still_reaches_its_height() {
         bands: bands.into(),
         ..TraceData::default()
     }));
-    while !doc.build_bands(std::time::Duration::from_mins(1)) {}
+    while !doc.build_bands(std::time::Duration::from_mins(1), true) {}
     let st = TimelineState::default();
     let cols = columns(&st, &doc, 10);
     // At this zoom the spike (1 op of 1 GiB among 1002 ops over 10 pixels) is left out.
@@ -245,7 +259,7 @@ fn a_one_op_spike_left_out_by_the_level_of_detail_still_reaches_its_height() {
             .all(|p| p.alloc != spike as u32)
     );
     let folded = folded_quads(&doc.stack_top, &cols, 0.0, theme::FOLDED);
-    let tops = drawn_tops(&folded, 0.0, &doc.bands.quads[..lod], false, &cols);
+    let tops = drawn_tops(&folded, 0.0, &doc.bands.to_vec(0..lod), false, &cols);
     let spike_col = cols
         .iter()
         .position(|c| (c.ops.0..c.ops.1).contains(&spike))
