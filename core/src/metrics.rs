@@ -426,7 +426,11 @@ impl Timeline {
     #[must_use]
     pub fn to_csv(&self, time_us: &[i64]) -> String {
         let mut s = String::from(CSV_HEADER);
-        self.csv_rows(0..self.len(), |i| time_us.get(i).copied().unwrap_or(0), &mut s);
+        self.csv_rows(
+            0..self.len(),
+            |i| time_us.get(i).copied().unwrap_or(0),
+            &mut s,
+        );
         s
     }
 

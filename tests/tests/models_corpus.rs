@@ -51,6 +51,7 @@ fn every_model_replays_every_trace_without_breaking_an_invariant() {
                 max_checkpoints: 0,
                 check_every,
                 keep_timeline: false,
+                keep_requested: false,
                 preloaded: false,
             };
             let r = session::replay_device(&trace, d, &spec, t.cap_bytes, opts).unwrap();

@@ -10,7 +10,7 @@
 // configuration to replay once built, as the wire's bytes) and is read here in slices;
 // {cancel} stops it at once (not queued behind it). If the wasm stops (an allocation past
 // its memory runs no panic hook) while it opens a file, the page hears {crashed, job}.
-import init, { worker_init, worker_handle, worker_open, worker_cancel, search_handle, search_open, warm_up } from "./allocsim_web.js";
+import init, { worker_init, worker_handle, worker_open, worker_cancel, search_handle, search_open, warm_up, heap_bytes } from "./allocsim_web.js";
 
 const search = self.name === "allocsim-search";
 const handle = search ? search_handle : worker_handle;
@@ -27,6 +27,8 @@ self.onmessage = (event) => {
     chain = init({ module_or_path: event.data }).then((wasm) => {
       // This worker's wasm memory in bytes (a high-water mark), for the benchmarks.
       self.allocsimWasmBytes = () => wasm.memory.buffer.byteLength;
+      // Its heap: [bytes live, their highest mark].
+      self.allocsimHeapBytes = () => Array.from(heap_bytes());
       worker_init();
     });
     return;

@@ -27,6 +27,7 @@ import {
   jsHeap,
   paintedAfter,
   wasmMemory,
+  wasmHeaps,
   sampleMemory,
   threadCpu,
   cpuBetween,
@@ -168,6 +169,8 @@ async function oneRun(i) {
   }
   await page.waitForTimeout(500);
   r.memory_after_scrub_mib = { ...processMemory(s.profile), js_heap: await jsHeap(s) };
+  r.wasm_memory_after_scrub_mib = await wasmMemory(page);
+  r.wasm_heaps_after_scrub_mib = await wasmHeaps(page);
   const whole = wholeRun();
   r.peak_in_run_mib = { renderer: whole.renderer, tab: whole.tab, gpu: whole.gpu };
   await canvasStats(page, join(out, `bench-${i}-scrubbed.png`));
@@ -227,6 +230,8 @@ const summary = {
   renderer_rss_mib_peak_while_opening_max: max((r) => r.peak_while_opening_mib.renderer),
   page_wasm_mib_after_open_max: max((r) => r.wasm_memory_after_open_mib.page ?? 0),
   engine_worker_wasm_mib_after_open_max: max((r) => r.wasm_memory_after_open_mib.workers[0] ?? 0),
+  page_wasm_mib_after_scrub_max: max((r) => r.wasm_memory_after_scrub_mib.page ?? 0),
+  engine_worker_wasm_mib_after_scrub_max: max((r) => r.wasm_memory_after_scrub_mib.workers[0] ?? 0),
   renderer_rss_mib_after_scrub_max: max((r) => r.memory_after_scrub_mib.renderer),
   tab_renderer_rss_mib_after_open_max: max((r) => r.memory_after_open_mib.tab),
   tab_renderer_rss_mib_peak_while_opening_max: max((r) => r.peak_while_opening_mib.tab),

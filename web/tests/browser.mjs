@@ -276,6 +276,45 @@ try {
   };
   await checkProgress(BIG);
 
+  // 4a. File > Export timeline CSV…: the engine's worker replays the main configuration
+  // again with every column and hands the CSV on in pieces (65,536 rows each), which the
+  // page turns into Blobs and downloads as one file: a row per op, core's header, and the
+  // peaks of `allocsim replay --json` on the same file.
+  {
+    const [download] = await Promise.all([
+      page.waitForEvent("download", { timeout: 120000 }),
+      (async () => {
+        await page.mouse.click(19, 12);
+        await page.waitForTimeout(500);
+        await page.mouse.click(80, 163);
+      })(),
+    ]);
+    const csvPath = join(out, "kvcache_decode_timeline.csv");
+    await download.saveAs(csvPath);
+    const lines = readFileSync(csvPath, "utf8").trimEnd().split("\n");
+    const header = lines[0].split(",");
+    const ops = Number((await page.evaluate(() => document.body.getAttribute("data-allocsim-frame"))).split(":").pop());
+    const column = (name) => {
+      const c = header.indexOf(name);
+      if (c < 0) fail(`the exported CSV has no ${name} column: ${lines[0]}`);
+      return lines.slice(1).map((l) => Number(l.split(",")[c]));
+    };
+    const peak = (name) => column(name).reduce((a, b) => Math.max(a, b), 0);
+    const cli = JSON.parse(execFileSync(allocsim, ["replay", join(traces, BIG), "--json"], { encoding: "utf8" }));
+    log(
+      `exported ${download.suggestedFilename()}: ${lines.length - 1} rows for ${ops} ops; peaks reserved ${peak("reserved_bytes")}, requested ${peak("requested_bytes")} (allocsim replay: ${cli.peak_reserved_bytes}, ${cli.peak_requested_bytes})`,
+    );
+    if (lines[0] !== "op,time_us,reserved_bytes,allocated_bytes,requested_bytes,free_bytes,largest_free_bytes,free_holes,fragmentation") {
+      fail(`the exported CSV's header is ${lines[0]}`);
+    }
+    if (lines.length - 1 !== ops) fail(`the exported CSV has ${lines.length - 1} rows for ${ops} ops`);
+    if (ops <= 65536) fail(`${BIG} has ${ops} ops: the CSV came in one piece, not several`);
+    if (column("op").some((v, i) => v !== i)) fail("the exported CSV's rows are not every op in order");
+    if (peak("reserved_bytes") !== cli.peak_reserved_bytes || peak("requested_bytes") !== cli.peak_requested_bytes) {
+      fail("the exported CSV's peaks are not allocsim replay's");
+    }
+  }
+
   // 4b. A truncated big pickle (the plain bytes of ${BIG} cut at two thirds: several
   // slices and pieces): progress to the file's end (its single pass finds the cut), then
   // the one-line error naming the file and the byte offset in the whole file; the app

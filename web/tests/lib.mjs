@@ -333,6 +333,17 @@ export async function wasmMemory(page) {
   return out;
 }
 
+/// The heaps in the page's and each worker's wasm, in MiB: `[live, highest mark]` each
+/// (`allocsimHeapBytes`, web/src/lib.rs's counting allocator).
+export async function wasmHeaps(page) {
+  const mib = (v) => (Array.isArray(v) ? v.map((b) => Math.round(b / 1048576)) : null);
+  const out = { page: mib(await page.evaluate(() => self.allocsimHeapBytes?.()).catch(() => null)), workers: [] };
+  for (const w of page.workers()) {
+    out.workers.push(mib(await w.evaluate(() => self.allocsimHeapBytes?.()).catch(() => null)));
+  }
+  return out;
+}
+
 /// CPU seconds used so far by each thread of this Chromium's browser process, renderers
 /// and GPU process
 /// (utime + stime from /proc/PID/task/TID/stat), keyed `kind:thread name` (threads of one

@@ -584,13 +584,7 @@ impl Engine {
             .filter(|b| b.device == self.device && b.spec == spec && b.capacity_bytes == capacity);
         let replayed = match beside {
             Some(b) => Ok(b.result),
-            None => session::replay_device(
-                trace,
-                self.device,
-                &parsed,
-                capacity,
-                drawn_replay(),
-            ),
+            None => session::replay_device(trace, self.device, &parsed, capacity, drawn_replay()),
         };
         let mut result = match replayed {
             Ok(r) => r,
@@ -637,16 +631,16 @@ impl Engine {
             stage: format!("exporting {spec} as CSV"),
             fraction: 0.1,
         });
-        let opts = ReplayOptions {
+        let full = ReplayOptions {
             checkpoint_every: 0,
             ..ReplayOptions::default()
         };
-        let r = match session::replay_device(trace, self.device, &parsed, capacity, opts) {
+        let r = match session::replay_device(trace, self.device, &parsed, capacity, full) {
             Ok(r) => r,
             Err(e) => return emit(failed(format!("{spec}: {e}"))),
         };
-        let ops = &trace.devices[self.device].ops;
-        let time_us = |i: usize| ops.get(i).map_or(0, |o| o.time_us);
+        let device_ops = &trace.devices[self.device].ops;
+        let time_us = |i: usize| device_ops.get(i).map_or(0, |o| o.time_us);
         let n = r.timeline.len();
         let mut piece = String::from(allocsim_core::metrics::CSV_HEADER);
         let mut from = 0;

@@ -1330,7 +1330,11 @@ fn the_csv_export_is_cores_csv_of_the_full_replay_in_pieces() {
         ] {
             assert_eq!(a.to_vec(), b.to_vec());
         }
-        let times: Vec<i64> = v.trace.devices[device].ops.iter().map(|o| o.time_us).collect();
+        let times: Vec<i64> = v.trace.devices[device]
+            .ops
+            .iter()
+            .map(|o| o.time_us)
+            .collect();
         full.timeline.to_csv(&times)
     };
     let rows = want.lines().count() - 1;

@@ -616,7 +616,8 @@ impl AllocsimApp {
                 }
                 if self.csv_export.as_ref().is_some_and(|(j, _)| *j == job) {
                     self.csv_export = None;
-                    self.errors.push(format!("cannot export the CSV: {message}"));
+                    self.errors
+                        .push(format!("cannot export the CSV: {message}"));
                     return;
                 }
                 if let Some(w) = &mut self.what_if

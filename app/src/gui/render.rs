@@ -85,6 +85,9 @@ impl Transform {
 /// pieces: a held copy of 5.9 M quads was 189 MB of the browser tab's memory).
 pub trait QuadSource: Send + Sync {
     fn len(&self) -> usize;
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
     /// Quad `i` (`i < len()`).
     fn quad(&self, i: usize) -> Quad;
 }
@@ -120,7 +123,7 @@ impl std::fmt::Debug for QuadSet {
             .field("generation", &self.generation)
             .field("len", &self.len())
             .field("held", &self.held().is_some())
-            .finish()
+            .finish_non_exhaustive()
     }
 }
 
@@ -901,10 +904,11 @@ impl LayerDraw for QuadCallback {
         let mut piece = Vec::with_capacity(UPLOAD_PIECE_QUADS.min(n));
         for from in (0..n).step_by(UPLOAD_PIECE_QUADS) {
             piece.clear();
-            self.set.for_each_while(from..from + UPLOAD_PIECE_QUADS, |q| {
-                piece.push(*q);
-                true
-            });
+            self.set
+                .for_each_while(from..from + UPLOAD_PIECE_QUADS, |q| {
+                    piece.push(*q);
+                    true
+                });
             queue.write_buffer(b, (from * size) as u64, bytemuck::cast_slice(&piece));
         }
     }
@@ -985,7 +989,15 @@ pub fn paint_quads_with(
         }
         let set = set.clone();
         crate::gui::render_glow::paint_cached(painter, rect, layer, key, move |draw| {
-            quads_batches(rect, ppp, &set, range.clone(), transform, GLOW_BATCH_QUADS, draw);
+            quads_batches(
+                rect,
+                ppp,
+                &set,
+                range.clone(),
+                transform,
+                GLOW_BATCH_QUADS,
+                draw,
+            );
         });
         return;
     }
@@ -1089,7 +1101,12 @@ fn quads_batches(
     quad_rects(rect, ppp, set, range, transform, |r, color| {
         let base = vertices.len() as u32;
         let color = color.to_array();
-        for p in [r.left_top(), r.right_top(), r.left_bottom(), r.right_bottom()] {
+        for p in [
+            r.left_top(),
+            r.right_top(),
+            r.left_bottom(),
+            r.right_bottom(),
+        ] {
             vertices.push(MeshVertex {
                 pos: [p.x, p.y],
                 color,

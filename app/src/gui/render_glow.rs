@@ -128,6 +128,10 @@ unsafe fn cached(gl: &glow::Context) -> Result<Cached, String> {
     }
 }
 
+/// What makes a cached view's triangles: it hands them, a batch at a time, to the function
+/// it is given (vertices, then indices into them).
+type Build<'a, V> = dyn Fn(&mut dyn FnMut(&[V], &[u32])) + 'a;
+
 /// Draws the triangles `build` hands over (positions in points; a batch at a time, each
 /// drawn as it comes) into `c`'s texture, `size` pixels for the rectangle whose top left is
 /// `origin` (points) at `ppp` pixels per point.
@@ -135,7 +139,7 @@ unsafe fn draw_into<V: bytemuck::Pod>(
     gl: &glow::Context,
     p: &Programs,
     c: &mut Cached,
-    build: &dyn Fn(&mut dyn FnMut(&[V], &[u32])),
+    build: &Build<'_, V>,
     origin: [f32; 2],
     ppp: f32,
     size: [i32; 2],

@@ -5,7 +5,6 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-
 use super::envelope::{ColumnEnvelope, Curve, Envelope, Levels, Samples};
 use super::render::{self, Quad, QuadSet};
 use super::theme;
@@ -25,8 +24,9 @@ const BAR: f32 = theme::ROW_HEIGHT / (theme::ROW_HEIGHT + theme::ROW_GAP);
 #[derive(Debug)]
 pub struct Document {
     pub trace: Arc<TraceData>,
-    /// Whether the ops have times that never go backwards ([`Document::seconds`]).
-    timed: bool,
+    /// Where the ops' seconds count from, if they have times that never go backwards
+    /// ([`Document::seconds`]).
+    clock: Option<Clock>,
     /// The band quads (x: op, alt x: seconds, y: MiB): quad `i` is band piece `i` of the
     /// trace, so a prefix is the largest pieces. Only once the stacked view is shown
     /// ([`Document::build_bands`]): made from the pieces as they are drawn, or, for the
@@ -62,20 +62,20 @@ const BAND_SLICE: usize = 16_384;
 const BAND_PREVIEW_MAX: usize = 1 << 18;
 
 impl Document {
-    /// Seconds since the first op, per op (empty without times).
+    /// Seconds since the first op with an entry, per op (empty without times).
     #[must_use]
     pub fn seconds(&self) -> Seconds<'_> {
-        Seconds::of(&self.trace, self.timed)
+        Seconds::of(&self.trace, self.clock)
     }
 
     /// A document for `trace`, without replays yet and with no band built.
     #[must_use]
     pub fn new(trace: Arc<TraceData>) -> Document {
-        let timed = timed(&trace);
+        let clock = Clock::of(&trace);
         let stack_top = stack_top(&trace.ops);
         Document {
             trace,
-            timed,
+            clock,
             stack_top,
             bands: QuadSet::default(),
             bands_building: Vec::new(),
@@ -128,18 +128,17 @@ impl Document {
     /// Returns whether every piece is built.
     pub fn build_bands(&mut self, budget: std::time::Duration, held: bool) -> bool {
         if !held {
-            if self.bands.held().is_some() || self.bands.len() != self.trace.bands.pieces.len()
-            {
+            if self.bands.held().is_some() || self.bands.len() != self.trace.bands.pieces.len() {
                 self.bands_building = Vec::new();
                 self.bands = QuadSet::made(Arc::new(BandQuads {
                     trace: self.trace.clone(),
-                    timed: self.timed,
+                    clock: self.clock,
                 }));
             }
             return true;
         }
         let pieces = &self.trace.bands.pieces;
-        let seconds = Seconds::of(&self.trace, self.timed);
+        let seconds = Seconds::of(&self.trace, self.clock);
         if self.bands.len() >= pieces.len() {
             return true;
         }
@@ -678,7 +677,7 @@ pub fn band_quad(
 /// without `held`): quad `i` is [`band_quad`] of piece `i`.
 struct BandQuads {
     trace: Arc<TraceData>,
-    timed: bool,
+    clock: Option<Clock>,
 }
 
 impl render::QuadSource for BandQuads {
@@ -687,7 +686,7 @@ impl render::QuadSource for BandQuads {
     }
 
     fn quad(&self, i: usize) -> Quad {
-        let seconds = Seconds::of(&self.trace, self.timed);
+        let seconds = Seconds::of(&self.trace, self.clock);
         band_quad(&self.trace, seconds, &self.trace.bands.pieces[i], None)
     }
 }
@@ -705,21 +704,54 @@ fn timed(trace: &TraceData) -> bool {
         })
 }
 
-/// Seconds since the first op, per op: read from the ops table's times when asked (no
-/// copy of them; empty when the trace has no times or they go backwards).
+/// Where a timed trace's seconds count from: its first op with a trace entry. The blocks
+/// alive at a wrapped trace's start come before it, with no time of their own (their ops'
+/// is 0): they are at 0 s, not at minus the epoch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Clock {
+    /// The first op with an entry.
+    first: usize,
+    /// Its time.
+    origin_us: i64,
+}
+
+impl Clock {
+    /// The clock of `trace`'s ops if they have times that never go backwards ([`timed`]).
+    fn of(trace: &TraceData) -> Option<Clock> {
+        if !timed(trace) {
+            return None;
+        }
+        let ops = &trace.ops;
+        let first = (0..ops.len())
+            .find(|&k| ops.event_index(k) != crate::engine::ops::NO_ENTRY)
+            .unwrap_or(0);
+        Some(Clock {
+            first,
+            origin_us: ops.time_us(first)?,
+        })
+    }
+}
+
+/// Seconds since the first op with a trace entry, per op: read from the ops table's times
+/// when asked (no copy of them; empty when the trace has no times or they go backwards).
 #[derive(Debug, Clone, Copy)]
 pub struct Seconds<'a> {
     ops: &'a OpsTable,
     /// The ops with a time: all, or none.
     len: usize,
+    clock: Clock,
 }
 
 impl Seconds<'_> {
-    /// Those of `trace`'s ops if `timed`, else none.
-    fn of(trace: &TraceData, timed: bool) -> Seconds<'_> {
+    /// Those of `trace`'s ops on `clock`, or none without one.
+    fn of(trace: &TraceData, clock: Option<Clock>) -> Seconds<'_> {
         Seconds {
             ops: &trace.ops,
-            len: if timed { trace.ops.len() } else { 0 },
+            len: if clock.is_some() { trace.ops.len() } else { 0 },
+            clock: clock.unwrap_or(Clock {
+                first: 0,
+                origin_us: 0,
+            }),
         }
     }
 
@@ -734,13 +766,17 @@ impl Seconds<'_> {
         self.len == 0
     }
 
-    /// Seconds of op `i` since the first op.
+    /// Seconds of op `i` since the first op with an entry (0 for the blocks alive at the
+    /// trace's start, before it).
     #[must_use]
     pub fn get(&self, i: usize) -> Option<f64> {
         if i >= self.len {
             return None;
         }
-        let t0 = self.ops.time_us(0)?;
+        if i < self.clock.first {
+            return Some(0.0);
+        }
+        let t0 = self.clock.origin_us;
         self.ops.time_us(i).map(|t| (t - t0) as f64 / 1e6)
     }
 
@@ -953,6 +989,34 @@ mod seconds_tests {
         }
     }
 
+    /// A wrapped trace's blocks alive at its start (no entry, time 0) are at 0 s, and the
+    /// seconds count from its first op with an entry: not from 0 µs, which put every op
+    /// some 1.8e9 s after the first (the status line said "1795309612.898 s").
+    #[test]
+    fn a_wrapped_traces_seconds_count_from_its_first_entry_not_from_its_start_blocks() {
+        use crate::engine::ops::NO_ENTRY;
+        let mut ops = crate::engine::ops::OpsBuilder::default();
+        let alloc = allocsim_core::trace::OpKind::EmptyCache;
+        for _ in 0..3 {
+            ops.push(&alloc, 0, NO_ENTRY, 0);
+        }
+        let t0 = 1_795_309_612_898_000_i64;
+        for (e, dt) in [0, 1_500_000, 1_500_250, 4_000_000].into_iter().enumerate() {
+            ops.push(&alloc, 0, e as u32, t0 + dt);
+        }
+        let t = TraceData {
+            has_times: true,
+            ops: Arc::new(ops.finish()),
+            ..TraceData::default()
+        };
+        let doc = Document::new(Arc::new(t));
+        let s = doc.seconds();
+        let got: Vec<f64> = (0..s.len()).filter_map(|i| s.get(i)).collect();
+        assert_eq!(got, [0.0, 0.0, 0.0, 0.0, 1.5, 1.500_25, 4.0]);
+        assert_eq!(s.last(), Some(4.0));
+        assert_eq!(s.partition_point(|x| x <= 0.0), 4);
+    }
+
     /// The seconds read from the ops table's compact times are those of a plain copy:
     /// every op's, and every search of the time axis.
     #[test]
@@ -967,7 +1031,7 @@ mod seconds_tests {
         let round: Vec<i64> = t.ops.times_us().collect();
         assert_eq!(round, times);
         assert!(timed(&t));
-        let s = Seconds::of(&t, timed(&t));
+        let s = Seconds::of(&t, Clock::of(&t));
         let plain: Vec<f64> = times.iter().map(|&x| (x - times[0]) as f64 / 1e6).collect();
         assert_eq!(s.len(), plain.len());
         for (i, &p) in plain.iter().enumerate() {
@@ -1005,7 +1069,7 @@ mod seconds_tests {
         // Times that go backwards, or none: no time axis.
         let back = trace_with_times(&[5, 4]);
         assert!(!timed(&back));
-        assert!(Seconds::of(&back, timed(&back)).is_empty());
+        assert!(Seconds::of(&back, Clock::of(&back)).is_empty());
         assert!(!timed(&TraceData::default()));
     }
 }

@@ -804,7 +804,11 @@ fn band_quads_are_built_a_slice_per_call_and_published_as_they_double() {
     // frame), then all of them.
     assert_eq!(published, [16_384, 32_768, 65_536, 131_072, 262_144]);
     assert!(doc.bands_complete());
-    assert_eq!(doc.bands.held_capacity(), Some(300_000), "in exactly their room");
+    assert_eq!(
+        doc.bands.held_capacity(),
+        Some(300_000),
+        "in exactly their room"
+    );
     let all = band_quads(&doc.trace, doc.seconds(), &|_| true, None);
     assert_eq!(doc.bands.held(), Some(all.as_slice()));
     // Built: nothing more to do.

@@ -811,8 +811,8 @@ impl SaveInPieces {
                 std::process::id(),
                 NEXT.fetch_add(1, Ordering::Relaxed)
             ));
-            let file = std::fs::File::create(&path)
-                .map_err(|e| format!("{}: {e}", path.display()))?;
+            let file =
+                std::fs::File::create(&path).map_err(|e| format!("{}: {e}", path.display()))?;
             Ok(SaveInPieces {
                 name: file_name.to_string(),
                 file: Some((path, std::io::BufWriter::new(file))),

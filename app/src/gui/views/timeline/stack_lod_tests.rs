@@ -52,7 +52,13 @@ fn loaded(req: Request) -> (TraceData, Vec<u64>) {
         .position(|&h| h == "requested_bytes")
         .expect("a requested_bytes column");
     let requested = lines
-        .map(|l| l.split(',').nth(col).expect("a field").parse().expect("bytes"))
+        .map(|l| {
+            l.split(',')
+                .nth(col)
+                .expect("a field")
+                .parse()
+                .expect("bytes")
+        })
         .collect();
     (trace, requested)
 }
