@@ -444,21 +444,25 @@ impl Timeline {
         out: &mut String,
     ) {
         for i in rows.start..rows.end.min(self.len()) {
-            let st = self.stats_at(i);
-            let _ = writeln!(
-                out,
-                "{i},{},{},{},{},{},{},{},{:.6}",
-                time_us(i),
-                st.reserved_bytes,
-                st.allocated_bytes,
-                st.requested_bytes,
-                free_bytes(&st),
-                st.largest_free_bytes,
-                st.free_holes,
-                fragmentation(&st)
-            );
+            csv_row(i, time_us(i), &self.stats_at(i), out);
         }
     }
+}
+
+/// Appends the CSV row of sample `i` (at `time_us`, with stats `st`) to `out`: a line of
+/// [`Timeline::to_csv`], for a caller that reads the samples as a replay makes them.
+pub fn csv_row(i: usize, time_us: i64, st: &ModelStats, out: &mut String) {
+    let _ = writeln!(
+        out,
+        "{i},{time_us},{},{},{},{},{},{},{:.6}",
+        st.reserved_bytes,
+        st.allocated_bytes,
+        st.requested_bytes,
+        free_bytes(st),
+        st.largest_free_bytes,
+        st.free_holes.min(u64::from(u32::MAX)),
+        fragmentation(st)
+    );
 }
 
 /// The first line of [`Timeline::to_csv`].

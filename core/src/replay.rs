@@ -790,6 +790,14 @@ impl<'m, M: Allocator + ?Sized> ReplayRun<'m, M> {
         self.model
     }
 
+    /// The ops replayed so far: the timeline's samples (a fatal OOM stops it at its op).
+    /// With `model().stats()` after each op that added one, a caller reads the timeline
+    /// as it is made without keeping it (the app's CSV export).
+    #[must_use]
+    pub fn ops_done(&self) -> usize {
+        self.ops_done
+    }
+
     /// The simulated device the model's segments are on.
     #[must_use]
     pub fn device(&self) -> &SimulatedDevice {

@@ -609,8 +609,11 @@ impl Engine {
         });
     }
 
-    /// Answers [`Request::ExportCsv`]: `spec` replayed again with every column of its
-    /// timeline (no checkpoints), its CSV handed on in pieces of [`CSV_PIECE_ROWS`] rows.
+    /// Answers [`Request::ExportCsv`]: `spec` replayed again, its CSV handed on in pieces
+    /// of [`CSV_PIECE_ROWS`] rows as the replay makes them. The replay keeps no timeline,
+    /// outcomes or checkpoints: each row is read from the model after its op (the timeline
+    /// a replay would keep: the same samples, `ReplayRun::ops_done`), so the export costs
+    /// the worker a model and the addresses served, not a second timeline.
     fn export_csv(
         &mut self,
         job: u64,
@@ -626,38 +629,59 @@ impl Engine {
             Ok(s) => s,
             Err(e) => return emit(failed(e.to_string())),
         };
+        let (mut model, device, preloaded) =
+            match session::start_model(trace, self.device, &parsed, capacity) {
+                Ok(m) => m,
+                Err(e) => return emit(failed(format!("{spec}: {e}"))),
+            };
         emit(Response::Progress {
             job,
             stage: format!("exporting {spec} as CSV"),
-            fraction: 0.1,
+            fraction: 0.0,
         });
-        let full = ReplayOptions {
+        let dt = &trace.devices[self.device];
+        let opts = ReplayOptions {
             checkpoint_every: 0,
-            ..ReplayOptions::default()
+            max_checkpoints: 0,
+            check_every: 0,
+            keep_timeline: false,
+            keep_requested: false,
+            preloaded,
         };
-        let r = match session::replay_device(trace, self.device, &parsed, capacity, full) {
-            Ok(r) => r,
-            Err(e) => return emit(failed(format!("{spec}: {e}"))),
-        };
-        let device_ops = &trace.devices[self.device].ops;
-        let time_us = |i: usize| device_ops.get(i).map_or(0, |o| o.time_us);
-        let n = r.timeline.len();
+        let mut run = replay::ReplayRun::new(
+            model.as_mut(),
+            device,
+            capacity,
+            opts,
+            dt.initial_ops,
+            Some(dt.ops.len()),
+        );
+        run.set_pools(&dt.pools);
         let mut piece = String::from(allocsim_core::metrics::CSV_HEADER);
-        let mut from = 0;
-        loop {
-            let to = (from + CSV_PIECE_ROWS).min(n);
-            r.timeline.csv_rows(from..to, time_us, &mut piece);
-            let done = to == n;
-            emit(Response::CsvPiece {
-                job,
-                bytes: std::mem::take(&mut piece).into_bytes(),
-                done,
-            });
-            if done {
-                return;
+        let mut rows = 0;
+        for op in &dt.ops {
+            let k = run.ops_done();
+            run.push(op);
+            if run.ops_done() == k {
+                continue;
             }
-            from = to;
+            let stats = run.model().stats();
+            allocsim_core::metrics::csv_row(k, op.time_us, &stats, &mut piece);
+            rows += 1;
+            if rows == CSV_PIECE_ROWS {
+                emit(Response::CsvPiece {
+                    job,
+                    bytes: std::mem::take(&mut piece).into_bytes(),
+                    done: false,
+                });
+                rows = 0;
+            }
         }
+        emit(Response::CsvPiece {
+            job,
+            bytes: piece.into_bytes(),
+            done: true,
+        });
     }
 
     fn slot(&self, slot: u32) -> Result<(&DeviceTrace, &Slot), String> {

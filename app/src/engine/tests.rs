@@ -1295,24 +1295,32 @@ fn the_ops_table_states_each_op_and_links_each_allocation_to_its_free() {
     }
 }
 
-/// The CSV export is core's CSV of a replay with every column, in pieces of
-/// `CSV_PIECE_ROWS` rows, the last one `done`; the app's own replays keep only the
-/// columns it draws, their samples those of the full replay.
+/// The CSV export is core's CSV of a replay with every column (here read as the replay
+/// makes it, no timeline kept), in pieces of `CSV_PIECE_ROWS` rows, the last one `done`:
+/// on a trace of several pieces, on a wrapped one (its start state loaded) and under a
+/// capacity that stops the replay at an OOM (rows up to it). The app's own replays keep
+/// only the columns it draws, their samples those of the full replay.
 #[test]
 fn the_csv_export_is_cores_csv_of_the_full_replay_in_pieces() {
-    let ex = examples::by_file("kvcache_decode.pickle.gz").expect("built in");
-    let bytes = ex.bytes.to_vec();
-    let mut e = Engine::new();
-    loaded(&mut e, ex);
-    let spec = "pytorch@garbage_collection_threshold:0.5";
-    let cap = None;
-    let drawn = replayed(&mut e, 0, spec, cap);
-    let t = &drawn.timeline;
-    assert!(!t.is_empty() && !t.keeps_every_column());
-    assert!(t.requested_bytes.is_empty() && t.free_holes.is_empty());
+    for (file, spec, cap) in [
+        (
+            "kvcache_decode.pickle.gz",
+            "pytorch@garbage_collection_threshold:0.5",
+            None,
+        ),
+        ("wrapped_history_pub.pickle.gz", "pytorch", None),
+        ("kvcache_decode.pickle.gz", "pytorch", Some(300u64 << 20)),
+        ("kvcache_decode.pickle.gz", "bfc", None),
+    ] {
+        let ex = examples::by_file(file).expect("built in");
+        let mut e = Engine::new();
+        loaded(&mut e, ex);
+        let drawn = replayed(&mut e, 0, spec, cap);
+        let t = &drawn.timeline;
+        assert!(!t.is_empty() && !t.keeps_every_column(), "{file} {spec}");
+        assert!(t.requested_bytes.is_empty() && t.free_holes.is_empty());
 
-    let want = {
-        let v = allocsim_core::session::load(&bytes, None).expect("loads");
+        let v = allocsim_core::session::load(ex.bytes, None).expect("loads");
         let device = v.trace.busiest_device();
         let full = allocsim_core::session::replay_device(
             &v.trace,
@@ -1323,6 +1331,7 @@ fn the_csv_export_is_cores_csv_of_the_full_replay_in_pieces() {
         )
         .expect("replays");
         assert!(full.timeline.keeps_every_column());
+        assert_eq!(full.timeline.len(), t.len());
         for (a, b) in [
             (&full.timeline.reserved_bytes, &t.reserved_bytes),
             (&full.timeline.allocated_bytes, &t.allocated_bytes),
@@ -1335,36 +1344,57 @@ fn the_csv_export_is_cores_csv_of_the_full_replay_in_pieces() {
             .iter()
             .map(|o| o.time_us)
             .collect();
-        full.timeline.to_csv(&times)
-    };
-    let rows = want.lines().count() - 1;
-    assert!(rows > CSV_PIECE_ROWS, "{rows} rows: more than one piece");
-
-    let mut pieces = Vec::new();
-    for r in run(
-        &mut e,
-        Request::ExportCsv {
-            job: 9,
-            spec: spec.into(),
-            capacity_bytes: cap,
-        },
-    ) {
-        match r {
-            Response::CsvPiece { job, bytes, done } => {
-                assert_eq!(job, 9);
-                pieces.push((String::from_utf8(bytes).expect("UTF-8"), done));
-            }
-            Response::Progress { .. } => {}
-            other => panic!("{other:?}"),
+        let want = full.timeline.to_csv(&times);
+        let rows = want.lines().count() - 1;
+        if cap.is_some() {
+            assert!(
+                full.oom.is_some() && rows < times.len(),
+                "{file}: stopped at the OOM"
+            );
+        } else {
+            assert_eq!(rows, times.len(), "{file}: a row per op");
         }
-    }
-    assert_eq!(pieces.len(), rows.div_ceil(CSV_PIECE_ROWS).max(1));
-    let dones: Vec<bool> = pieces.iter().map(|p| p.1).collect();
-    assert!(dones.last() == Some(&true) && dones.iter().filter(|&&d| d).count() == 1);
-    assert!(pieces[0].0.starts_with("op,time_us,reserved_bytes,"));
-    let got: String = pieces.iter().map(|p| p.0.as_str()).collect();
-    assert!(got == want, "the export is core's CSV");
+        if file.starts_with("kvcache") && cap.is_none() {
+            assert!(
+                rows > CSV_PIECE_ROWS,
+                "{file}: {rows} rows, more than one piece"
+            );
+        }
 
+        let mut pieces = Vec::new();
+        for r in run(
+            &mut e,
+            Request::ExportCsv {
+                job: 9,
+                spec: spec.into(),
+                capacity_bytes: cap,
+            },
+        ) {
+            match r {
+                Response::CsvPiece { job, bytes, done } => {
+                    assert_eq!(job, 9);
+                    pieces.push((String::from_utf8(bytes).expect("UTF-8"), done));
+                }
+                Response::Progress { .. } => {}
+                other => panic!("{other:?}"),
+            }
+        }
+        assert_eq!(
+            pieces.len(),
+            rows / CSV_PIECE_ROWS + 1,
+            "{file}: {rows} rows"
+        );
+        let dones: Vec<bool> = pieces.iter().map(|p| p.1).collect();
+        assert!(dones.last() == Some(&true) && dones.iter().filter(|&&d| d).count() == 1);
+        assert!(pieces[0].0.starts_with("op,time_us,reserved_bytes,"));
+        let got: String = pieces.iter().map(|p| p.0.as_str()).collect();
+        assert!(
+            got == want,
+            "{file} {spec} {cap:?}: the export is core's CSV"
+        );
+    }
+    let mut e = Engine::new();
+    loaded(&mut e, &OOM_STORY);
     // A spec that does not parse fails the job, and the engine goes on.
     assert!(matches!(
         last(run(

@@ -333,9 +333,16 @@ pub async fn fetch_bytes(url: &str) -> Result<Vec<u8>, String> {
     Ok(js_sys::Uint8Array::new(&buf).to_vec())
 }
 
-/// `bytes` as a `Blob` (copied out of the page's memory into the browser's).
+/// `bytes` as a `Blob` (copied out of the page's memory into the browser's), through a
+/// view of the wasm memory rather than a JS copy: a CSV export of a gigabyte made a JS
+/// copy of each piece, garbage until collected, hundreds of MB of the tab's at its peak.
+#[allow(unsafe_code)]
 pub fn blob_of(bytes: &[u8]) -> Result<web_sys::Blob, JsValue> {
-    let parts = js_sys::Array::of1(&js_sys::Uint8Array::from(bytes));
+    // SAFETY: the view is read only by the `Blob` constructor below, which copies it,
+    // before anything can allocate (and so grow, and detach, the wasm memory) or free
+    // `bytes`.
+    let view = unsafe { js_sys::Uint8Array::view(bytes) };
+    let parts = js_sys::Array::of1(&view);
     web_sys::Blob::new_with_u8_array_sequence(&parts)
 }
 
