@@ -1,4 +1,9 @@
-// Diagnostic: the page's and the engine worker's wasm memory sampled through an open.
+// Diagnostic (README, session 22): the page's and each worker's wasm memory and heap
+// (`allocsimHeapBytes`: live, highest mark) and the tab's renderer RSS, sampled every
+// 300 ms (when the page and the workers answer) from a drop to 6 s after the open (26 s
+// with `allocations`: the stacked view shown), one line per change.
+//
+// node wasm-trace.mjs URL FILE NAME [allocations]
 import { launch, waitFrame, dropFile, warmedUp, wasmMemory, wasmHeaps, processMemory } from "./lib.mjs";
 const [url, file, name, view] = process.argv.slice(2);
 const s = await launch("/usr/bin/chromium");
