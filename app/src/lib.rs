@@ -6,6 +6,7 @@
 //!   [`engine::parallel`] runner replays on every core for the CLI too.
 //! - [`cli`] (feature `cli`): the `allocsim` command line, its contract in docs/cli.md.
 //! - [`gui`] (feature `gui`): the eframe app, desktop and web.
+//! - [`heap`]: a counting global allocator for the benchmarks and the browser build.
 //!
 //! Layers, each may use only those above it: core → `engine` → `cli`, `gui`; `cli` and
 //! `gui` never use each other (`scripts/layers.sh` checks it).
@@ -15,3 +16,4 @@ pub mod cli;
 pub mod engine;
 #[cfg(feature = "gui")]
 pub mod gui;
+pub mod heap;

@@ -15,64 +15,18 @@ mod entry {
     use wasm_bindgen::JsCast;
     use wasm_bindgen::prelude::*;
 
-    /// The heap's counters (a global allocator: `unsafe` by its trait).
-    #[allow(unsafe_code)]
-    mod heap {
-        use std::alloc::{GlobalAlloc, Layout, System};
-        use std::sync::atomic::{AtomicUsize, Ordering};
-        use wasm_bindgen::prelude::*;
+    #[global_allocator]
+    static ALLOC: allocsim_app::heap::Counting = allocsim_app::heap::Counting;
 
-        /// The system allocator, counting the bytes live and their highest mark, so that the
-        /// benchmarks can tell the heap the app holds from the wasm memory it has grown to
-        /// (which never shrinks): `heap_bytes` reports both, in the page and in each worker.
-        struct Counting;
-        static LIVE: AtomicUsize = AtomicUsize::new(0);
-        static PEAK: AtomicUsize = AtomicUsize::new(0);
-
-        fn grew(by: usize) {
-            let now = LIVE.fetch_add(by, Ordering::Relaxed) + by;
-            PEAK.fetch_max(now, Ordering::Relaxed);
-        }
-
-        // SAFETY: every call goes to the system allocator as it came; only counters are added.
-        unsafe impl GlobalAlloc for Counting {
-            unsafe fn alloc(&self, l: Layout) -> *mut u8 {
-                let p = unsafe { System.alloc(l) };
-                if !p.is_null() {
-                    grew(l.size());
-                }
-                p
-            }
-            unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
-                unsafe { System.dealloc(p, l) };
-                LIVE.fetch_sub(l.size(), Ordering::Relaxed);
-            }
-            unsafe fn realloc(&self, p: *mut u8, l: Layout, new: usize) -> *mut u8 {
-                let q = unsafe { System.realloc(p, l, new) };
-                if !q.is_null() {
-                    if new >= l.size() {
-                        grew(new - l.size());
-                    } else {
-                        LIVE.fetch_sub(l.size() - new, Ordering::Relaxed);
-                    }
-                }
-                q
-            }
-        }
-
-        #[global_allocator]
-        static ALLOC: Counting = Counting;
-
-        /// `[live, peak]`: the heap bytes live now and their highest mark so far.
-        #[wasm_bindgen]
-        #[must_use]
-        #[allow(clippy::cast_precision_loss)]
-        pub fn heap_bytes() -> Vec<f64> {
-            vec![
-                LIVE.load(Ordering::Relaxed) as f64,
-                PEAK.load(Ordering::Relaxed) as f64,
-            ]
-        }
+    /// `[live, peak]`: the heap bytes live now and their highest mark so far (the page's
+    /// or the worker's own: each has its wasm memory), so that the benchmarks can tell the
+    /// heap the app holds from the wasm memory it has grown to, which never shrinks.
+    #[wasm_bindgen]
+    #[must_use]
+    #[allow(clippy::cast_precision_loss)]
+    pub fn heap_bytes() -> Vec<f64> {
+        use allocsim_app::heap;
+        vec![heap::live() as f64, heap::peak() as f64]
     }
 
     /// Starts the app in the canvas with id `canvas_id`.

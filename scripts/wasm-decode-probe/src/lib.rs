@@ -76,47 +76,14 @@ pub extern "C" fn entries() -> f64 {
 
 // ---- The engine worker's open after the decode, stage by stage (`open()`). ----
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicUsize, Ordering};
-
 use allocsim_app::engine::Engine;
 use allocsim_app::engine::wire::{MainReplay, Request, Response};
+use allocsim_app::heap;
 
 /// The system allocator, counting the bytes live and their highest mark since the last
 /// stage recorded.
-struct Counting;
-static LIVE: AtomicUsize = AtomicUsize::new(0);
-static PEAK: AtomicUsize = AtomicUsize::new(0);
-
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
-        let p = unsafe { System.alloc(l) };
-        if !p.is_null() {
-            let now = LIVE.fetch_add(l.size(), Ordering::Relaxed) + l.size();
-            PEAK.fetch_max(now, Ordering::Relaxed);
-        }
-        p
-    }
-    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
-        unsafe { System.dealloc(p, l) };
-        LIVE.fetch_sub(l.size(), Ordering::Relaxed);
-    }
-    unsafe fn realloc(&self, p: *mut u8, l: Layout, new: usize) -> *mut u8 {
-        let q = unsafe { System.realloc(p, l, new) };
-        if !q.is_null() {
-            if new >= l.size() {
-                let now = LIVE.fetch_add(new - l.size(), Ordering::Relaxed) + new - l.size();
-                PEAK.fetch_max(now, Ordering::Relaxed);
-            } else {
-                LIVE.fetch_sub(l.size() - new, Ordering::Relaxed);
-            }
-        }
-        q
-    }
-}
-
 #[global_allocator]
-static ALLOC: Counting = Counting;
+static ALLOC: heap::Counting = heap::Counting;
 
 thread_local! {
     static REPORT: RefCell<String> = const { RefCell::new(String::new()) };
@@ -141,8 +108,8 @@ fn stage(what: &str, message: usize) {
     // SAFETY: the host's clock (probe.mjs's `env.now_ms`), no arguments, no memory.
     let now = unsafe { now_ms() };
     let ms = now - LAST_MS.with(|l| l.replace(now));
-    let live = LIVE.load(Ordering::Relaxed);
-    let peak = PEAK.swap(live, Ordering::Relaxed);
+    let live = heap::live();
+    let peak = heap::restart_peak();
     let memory = core::arch::wasm32::memory_size::<0>() * 65536;
     REPORT.with(|r| {
         r.borrow_mut().push_str(&format!(

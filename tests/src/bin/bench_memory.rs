@@ -8,8 +8,6 @@
 //! (default `big_gpt_long_stacks_s9`; the file is read in pieces, as the app reads it).
 //! On `/tmp/big.pickle` run it under `flock /tmp/allocsim-big.lock`.
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
 use allocsim_core::models::ModelSpec;
@@ -18,43 +16,11 @@ use allocsim_core::session;
 use allocsim_core::snapshot::import::DecodeOptions;
 use allocsim_core::snapshot::stream::decode_from;
 
-/// The system allocator, counting the bytes live and their peak.
-struct Counting;
-
-static LIVE: AtomicUsize = AtomicUsize::new(0);
-static PEAK: AtomicUsize = AtomicUsize::new(0);
-
-#[allow(unsafe_code)] // a global allocator is an unsafe trait: it forwards to `System`
-// SAFETY: every call forwards to `System` with the caller's layout unchanged.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        let p = unsafe { System.alloc(layout) };
-        if !p.is_null() {
-            let live = LIVE.fetch_add(layout.size(), Ordering::Relaxed) + layout.size();
-            PEAK.fetch_max(live, Ordering::Relaxed);
-        }
-        p
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        unsafe { System.dealloc(ptr, layout) };
-        LIVE.fetch_sub(layout.size(), Ordering::Relaxed);
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        let p = unsafe { System.realloc(ptr, layout, new_size) };
-        if !p.is_null() {
-            LIVE.fetch_sub(layout.size(), Ordering::Relaxed);
-            let live = LIVE.fetch_add(new_size, Ordering::Relaxed) + new_size;
-            PEAK.fetch_max(live, Ordering::Relaxed);
-        }
-        p
-    }
-}
-
 #[global_allocator]
-static GLOBAL: Counting = Counting;
+static GLOBAL: allocsim_app::heap::Counting = allocsim_app::heap::Counting;
 
 fn live() -> usize {
-    LIVE.load(Ordering::Relaxed)
+    allocsim_app::heap::live()
 }
 
 fn mb(bytes: usize) -> f64 {
@@ -97,7 +63,7 @@ fn main() -> anyhow::Result<()> {
         per_op(decoded, entries)
     );
     let t = Instant::now();
-    PEAK.store(live(), Ordering::Relaxed);
+    let _ = allocsim_app::heap::restart_peak();
     let v = allocsim_core::build::build(snap, None)?;
     let built = live() - base;
     let d = v.trace.busiest_device();
@@ -107,7 +73,7 @@ fn main() -> anyhow::Result<()> {
     println!(
         "built in {:.2} s (peak {:.1} MB while building): the trace and its report {:.1} MB; its ops {:.1} MB ({ops} ops, {} bytes an op); the rest (what it keeps of the snapshot, segment events, start state) {:.1} MB",
         t.elapsed().as_secs_f64(),
-        mb(PEAK.load(Ordering::Relaxed) - base),
+        mb(allocsim_app::heap::peak() - base),
         mb(built),
         mb(ops_bytes),
         std::mem::size_of::<allocsim_core::trace::Op>(),
