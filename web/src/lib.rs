@@ -90,6 +90,15 @@ mod entry {
         let Ok(scope) = js_sys::global().dyn_into::<web_sys::DedicatedWorkerGlobalScope>() else {
             return;
         };
+        if let wire::Response::CsvPiece { job, bytes, done } = r {
+            // A `Blob` made here, posted as a handle: the CSV never passes through the page.
+            let posted = allocsim_app::gui::io::csv_piece_message(*job, bytes, *done)
+                .and_then(|msg| scope.post_message(&msg));
+            if let Err(e) = posted {
+                web_sys::console::error_1(&e);
+            }
+            return;
+        }
         // Encoded straight into JS memory, in chunks posted as they are (their buffers
         // moved, not copied): the worker's wasm memory (never given back) does not hold the
         // message whole beside the trace, nor its JS memory a joined copy.

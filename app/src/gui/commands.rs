@@ -160,14 +160,14 @@ impl AllocsimApp {
             sanitize(&s.spec)
         );
         let (spec, capacity_bytes) = (s.spec.clone(), s.capacity_bytes);
-        let sink = match crate::gui::io::SaveInPieces::new(&name) {
+        let job = self.job();
+        let sink = match crate::gui::io::SaveInPieces::new(&name, job) {
             Ok(sink) => sink,
             Err(e) => {
                 self.errors.push(format!("cannot export {name}: {e}"));
                 return;
             }
         };
-        let job = self.job();
         self.csv_export = Some((job, sink));
         self.engine.send(Request::ExportCsv {
             job,

@@ -797,11 +797,26 @@ pub struct SaveInPieces {
     file: Option<(std::path::PathBuf, std::io::BufWriter<std::fs::File>)>,
     #[cfg(target_arch = "wasm32")]
     parts: js_sys::Array,
+    /// The job whose pieces the browser's engine worker posts as `Blob`s.
+    #[cfg(target_arch = "wasm32")]
+    job: u64,
+}
+
+/// A piece of a CSV export as the browser's engine worker posts it (the bytes made a
+/// `Blob` there, so that they never pass through the page).
+#[cfg(target_arch = "wasm32")]
+pub fn csv_piece_message(
+    job: u64,
+    bytes: &[u8],
+    done: bool,
+) -> Result<wasm_bindgen::JsValue, wasm_bindgen::JsValue> {
+    web::csv_piece_message(job, bytes, done)
 }
 
 impl SaveInPieces {
-    /// A file to be saved as `file_name`, empty so far.
-    pub fn new(file_name: &str) -> Result<SaveInPieces, String> {
+    /// A file to be saved as `file_name`, empty so far, for the pieces of job `job`.
+    #[cfg_attr(not(target_arch = "wasm32"), allow(unused_variables))]
+    pub fn new(file_name: &str, job: u64) -> Result<SaveInPieces, String> {
         #[cfg(not(target_arch = "wasm32"))]
         {
             use std::sync::atomic::{AtomicU64, Ordering};
@@ -822,10 +837,12 @@ impl SaveInPieces {
         Ok(SaveInPieces {
             name: file_name.to_string(),
             parts: js_sys::Array::new(),
+            job,
         })
     }
 
-    /// Appends `bytes`.
+    /// Appends `bytes` (in the browser, then the `Blob`s the engine's worker posted for
+    /// this job so far: its pieces come without bytes).
     pub fn push(&mut self, bytes: &[u8]) -> Result<(), String> {
         #[cfg(not(target_arch = "wasm32"))]
         {
@@ -838,8 +855,13 @@ impl SaveInPieces {
         }
         #[cfg(target_arch = "wasm32")]
         {
-            let blob = web::blob_of(bytes).map_err(|e| format!("{e:?}"))?;
-            self.parts.push(&blob);
+            if !bytes.is_empty() {
+                let blob = web::blob_of(bytes).map_err(|e| format!("{e:?}"))?;
+                self.parts.push(&blob);
+            }
+            for blob in web::take_csv_blobs(self.job) {
+                self.parts.push(&blob);
+            }
             Ok(())
         }
     }
@@ -887,13 +909,16 @@ impl SaveInPieces {
     }
 }
 
-#[cfg(not(target_arch = "wasm32"))]
 impl Drop for SaveInPieces {
-    /// An export given up (the engine failed, another began) leaves no file behind.
+    /// An export given up (the engine failed, another began) leaves no file behind, nor
+    /// in the browser a `Blob` its worker posted.
     fn drop(&mut self) {
+        #[cfg(not(target_arch = "wasm32"))]
         if let Some((path, _)) = self.file.take() {
             let _ = std::fs::remove_file(path);
         }
+        #[cfg(target_arch = "wasm32")]
+        let _ = web::take_csv_blobs(self.job);
     }
 }
 

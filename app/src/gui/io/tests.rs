@@ -460,7 +460,7 @@ fn a_file_saved_in_pieces_is_their_concatenation_and_leaves_no_temporary_file() 
             .filter(|e| e.file_name().to_string_lossy().ends_with(&name))
             .count()
     };
-    let mut sink = SaveInPieces::new(&name).expect("a temporary file");
+    let mut sink = SaveInPieces::new(&name, 1).expect("a temporary file");
     assert_eq!(temps(), 1);
     let mut want = Vec::new();
     for k in 0..50u32 {
@@ -475,12 +475,12 @@ fn a_file_saved_in_pieces_is_their_concatenation_and_leaves_no_temporary_file() 
     assert_eq!(std::fs::read(&to).expect("read back"), want);
     assert_eq!(temps(), 0);
 
-    let mut given_up = SaveInPieces::new(&name).expect("a temporary file");
+    let mut given_up = SaveInPieces::new(&name, 1).expect("a temporary file");
     given_up.push(b"op,time_us\n").expect("written");
     drop(given_up);
     assert_eq!(temps(), 0);
     // A path that cannot be written says which.
-    let mut bad = SaveInPieces::new(&name).expect("a temporary file");
+    let mut bad = SaveInPieces::new(&name, 1).expect("a temporary file");
     bad.push(b"x").expect("written");
     let err = bad
         .finish_to(&dir.join("no-such-dir").join("out.csv"))

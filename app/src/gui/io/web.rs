@@ -102,7 +102,9 @@ impl WorkerEngine {
                     crate::gui::workers::wake(&ctx, 0);
                     return;
                 }
-                let answer = if let Some(decoded) = chunked::decode_js::<Response>(&data) {
+                let answer = if let Some(piece) = csv_piece(&data) {
+                    Some(piece)
+                } else if let Some(decoded) = chunked::decode_js::<Response>(&data) {
                     // Decoded as it arrives, straight from the JS array it came in
                     // ([`chunked::decode_js`]): the page's wasm memory never holds it encoded.
                     match decoded {
@@ -252,6 +254,52 @@ impl WorkerEngine {
     pub fn take_shared(&self) -> Vec<(u64, JsValue)> {
         std::mem::take(&mut *self.shared.borrow_mut())
     }
+}
+
+thread_local! {
+    /// The `Blob`s of CSV exports the engine's worker posted ([`csv_piece`]), in order,
+    /// until their export takes them ([`take_csv_blobs`]).
+    static CSV_BLOBS: RefCell<Vec<(u64, web_sys::Blob)>> = const { RefCell::new(Vec::new()) };
+}
+
+/// A piece of a CSV export as the engine's worker posts it: `{csv, job, done}`, `csv` a
+/// `Blob` of the bytes made in the worker, so that the piece crosses as a handle: the
+/// bytes go to the browser's blob storage, never through the page (posted as a message,
+/// the 1.12 GB snapshot's 861 MB of CSV were garbage in the tab's JS heap until collected).
+pub fn csv_piece_message(job: u64, bytes: &[u8], done: bool) -> Result<JsValue, JsValue> {
+    let msg = js_sys::Object::new();
+    let set = |k: &str, v: &JsValue| js_sys::Reflect::set(&msg, &k.into(), v);
+    set("csv", &blob_of(bytes)?.into())?;
+    set("job", &JsValue::from_f64(job as f64))?;
+    set("done", &JsValue::from_bool(done))?;
+    Ok(msg.into())
+}
+
+/// `{csv, job, done}` ([`csv_piece_message`]): its `Blob` kept for the export of `job`,
+/// and the answer the app takes, a [`Response::CsvPiece`] without bytes.
+fn csv_piece(data: &JsValue) -> Option<Response> {
+    let csv = js_sys::Reflect::get(data, &"csv".into()).ok()?;
+    let blob: web_sys::Blob = csv.dyn_into().ok()?;
+    let job = js_sys::Reflect::get(data, &"job".into()).ok()?.as_f64()? as u64;
+    let done = js_sys::Reflect::get(data, &"done".into()).ok()?.as_bool()?;
+    CSV_BLOBS.with(|b| b.borrow_mut().push((job, blob)));
+    Some(Response::CsvPiece {
+        job,
+        bytes: Vec::new(),
+        done,
+    })
+}
+
+/// The `Blob`s the engine's worker posted for the CSV export of `job`, in order.
+pub fn take_csv_blobs(job: u64) -> Vec<web_sys::Blob> {
+    CSV_BLOBS.with(|b| {
+        let mut b = b.borrow_mut();
+        let (mine, rest) = std::mem::take(&mut *b)
+            .into_iter()
+            .partition(|(j, _)| *j == job);
+        *b = rest;
+        mine.into_iter().map(|(_, blob)| blob).collect::<Vec<_>>()
+    })
 }
 
 /// The worker's `{trace, job}` message (a shared trace): its job and its request.
