@@ -28,6 +28,7 @@ import {
   paintedAfter,
   wasmMemory,
   wasmHeaps,
+  exportTimelineCsv,
   sampleMemory,
   threadCpu,
   cpuBetween,
@@ -143,17 +144,9 @@ async function oneRun(i) {
 
   if (exportCsv) {
     const t = Date.now();
-    const [download] = await Promise.all([
-      page.waitForEvent("download", { timeout: 600000 }),
-      (async () => {
-        await page.mouse.click(19, 12);
-        await page.waitForTimeout(500);
-        await page.mouse.click(80, 163);
-      })(),
-    ]);
     const path = join(out, `bench-${i}-timeline.csv`);
-    await download.saveAs(path);
-    r.export_csv = { ms: Date.now() - t, bytes: statSync(path).size, name: download.suggestedFilename() };
+    const name = await exportTimelineCsv(page, path, 600000);
+    r.export_csv = { ms: Date.now() - t, bytes: statSync(path).size, name };
     unlinkSync(path);
     log(`exported ${r.export_csv.name}: ${r.export_csv.bytes} bytes in ${r.export_csv.ms} ms`);
   }

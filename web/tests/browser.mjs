@@ -32,6 +32,7 @@ import {
   dropFile,
   warmedUp,
   dropBytes,
+  exportTimelineCsv,
 } from "./lib.mjs";
 
 /// Drops the files at `paths` on the canvas in one drop (one DataTransfer).
@@ -277,20 +278,12 @@ try {
   await checkProgress(BIG);
 
   // 4a. File > Export timeline CSV…: the engine's worker replays the main configuration
-  // again with every column and hands the CSV on in pieces (65,536 rows each), which the
-  // page turns into Blobs and downloads as one file: a row per op, core's header, and the
-  // peaks of `allocsim replay --json` on the same file.
+  // again, reading every column from the model, and posts the CSV in pieces (65,536 rows
+  // each) as Blobs, which the page downloads as one file: a row per op, core's header, and
+  // the peaks of `allocsim replay --json` on the same file.
   {
-    const [download] = await Promise.all([
-      page.waitForEvent("download", { timeout: 120000 }),
-      (async () => {
-        await page.mouse.click(19, 12);
-        await page.waitForTimeout(500);
-        await page.mouse.click(80, 163);
-      })(),
-    ]);
     const csvPath = join(out, "kvcache_decode_timeline.csv");
-    await download.saveAs(csvPath);
+    const csvName = await exportTimelineCsv(page, csvPath, 120000);
     const lines = readFileSync(csvPath, "utf8").trimEnd().split("\n");
     const header = lines[0].split(",");
     const ops = Number((await page.evaluate(() => document.body.getAttribute("data-allocsim-frame"))).split(":").pop());
@@ -302,7 +295,7 @@ try {
     const peak = (name) => column(name).reduce((a, b) => Math.max(a, b), 0);
     const cli = JSON.parse(execFileSync(allocsim, ["replay", join(traces, BIG), "--json"], { encoding: "utf8" }));
     log(
-      `exported ${download.suggestedFilename()}: ${lines.length - 1} rows for ${ops} ops; peaks reserved ${peak("reserved_bytes")}, requested ${peak("requested_bytes")} (allocsim replay: ${cli.peak_reserved_bytes}, ${cli.peak_requested_bytes})`,
+      `exported ${csvName}: ${lines.length - 1} rows for ${ops} ops; peaks reserved ${peak("reserved_bytes")}, requested ${peak("requested_bytes")} (allocsim replay: ${cli.peak_reserved_bytes}, ${cli.peak_requested_bytes})`,
     );
     if (lines[0] !== "op,time_us,reserved_bytes,allocated_bytes,requested_bytes,free_bytes,largest_free_bytes,free_holes,fragmentation") {
       fail(`the exported CSV's header is ${lines[0]}`);

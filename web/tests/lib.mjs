@@ -221,6 +221,21 @@ export async function warmedUp(page, timeout = 60000) {
   return page.evaluate(() => document.body.getAttribute("data-allocsim-warm"));
 }
 
+/// File > Export timeline CSV… clicked where the 1400 × 900 window shows it; saves the
+/// download at `path` and returns its suggested name.
+export async function exportTimelineCsv(page, path, timeout) {
+  const [download] = await Promise.all([
+    page.waitForEvent("download", { timeout }),
+    (async () => {
+      await page.mouse.click(19, 12);
+      await page.waitForTimeout(500);
+      await page.mouse.click(80, 163);
+    })(),
+  ]);
+  await download.saveAs(path);
+  return download.suggestedFilename();
+}
+
 export async function dropFile(page, path, name, selector = "#allocsim_canvas") {
   const absolute = resolve(path);
   if (basename(absolute) !== name) return dropBytes(page, readFileSync(absolute), name, selector);
