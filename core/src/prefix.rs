@@ -294,15 +294,7 @@ pub fn replay_sharing(
         let mut opts = opts;
         opts.preloaded |= preloaded;
         let limit = model.limit_bytes();
-        let mut run = ReplayRun::new(
-            &mut model,
-            dev,
-            capacity,
-            opts,
-            dt.initial_ops,
-            Some(dt.ops.len()),
-        );
-        run.set_pools(&dt.pools);
+        let run = ReplayRun::over(dt, &mut model, dev, capacity, opts);
         let largest = if root.cfg.expandable_segments {
             // A mapped block is never larger than the memory reserved.
             run.model().reserved_bytes()

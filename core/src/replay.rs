@@ -650,15 +650,7 @@ fn replay_in<M: Allocator + ?Sized>(
     capacity: Option<u64>,
     opts: ReplayOptions,
 ) -> ReplayResult {
-    let mut run = ReplayRun::new(
-        model,
-        device,
-        capacity,
-        opts,
-        trace.initial_ops,
-        Some(trace.ops.len()),
-    );
-    run.set_pools(&trace.pools);
+    let mut run = ReplayRun::over(trace, model, device, capacity, opts);
     for op in &trace.ops {
         run.push(op);
     }
@@ -767,6 +759,28 @@ impl<'m, M: Allocator + ?Sized> ReplayRun<'m, M> {
             stopped: false,
             model,
         }
+    }
+
+    /// A replay of `model` on `device` before the first op of the whole of `trace` (its
+    /// ops to be pushed in order): [`ReplayRun::new`] with the trace's start ops, number of
+    /// ops and private pools.
+    pub fn over(
+        trace: &DeviceTrace,
+        model: &'m mut M,
+        device: SimulatedDevice,
+        capacity: Option<u64>,
+        opts: ReplayOptions,
+    ) -> Self {
+        let mut run = ReplayRun::new(
+            model,
+            device,
+            capacity,
+            opts,
+            trace.initial_ops,
+            Some(trace.ops.len()),
+        );
+        run.set_pools(&trace.pools);
+        run
     }
 
     /// Spaces the checkpoints (and makes room for the outcomes) as for about `ops` ops,

@@ -640,23 +640,13 @@ impl Engine {
             fraction: 0.0,
         });
         let dt = &trace.devices[self.device];
+        // A summary's options (no timeline, outcomes or checkpoints): the rows are read
+        // from the model.
         let opts = ReplayOptions {
-            checkpoint_every: 0,
-            max_checkpoints: 0,
-            check_every: 0,
-            keep_timeline: false,
-            keep_requested: false,
             preloaded,
+            ..allocsim_core::whatif::summary_options()
         };
-        let mut run = replay::ReplayRun::new(
-            model.as_mut(),
-            device,
-            capacity,
-            opts,
-            dt.initial_ops,
-            Some(dt.ops.len()),
-        );
-        run.set_pools(&dt.pools);
+        let mut run = replay::ReplayRun::over(dt, model.as_mut(), device, capacity, opts);
         let mut piece = String::from(allocsim_core::metrics::CSV_HEADER);
         let mut rows = 0;
         for op in &dt.ops {
