@@ -192,18 +192,28 @@ mod entry {
     }
 
     /// Opens a dropped `File`: read here whole as a stream (up to [`WHOLE_READ_BYTES`],
-    /// its first pass decoded as it arrives) or in slices (`Blob.slice(..).arrayBuffer()`),
+    /// its first pass decoded as it arrives) or in slices (`Blob.slice(..).arrayBuffer()`
+    /// in a reader worker of this one's, [`READ_AHEAD`] ahead of the decode),
     /// fed to the streamed decoder [`open::PIECE_BYTES`] at a time (a plain pickle of up
     /// to 64 MiB in a single pass, a bigger one twice), with progress; never the whole
     /// file in wasm's memory. A file too big for
     /// wasm's 4 GiB is refused before it is read.
     /// `main` (the wire's bytes of a [`wire::MainReplay`]) is replayed once the trace is
     /// built, before the page asks ([`Engine::open_decoded_replaying`]).
+    /// `big_read` (KiB, the page's `?big_read=`): the file read as a big one is whatever
+    /// its size, in slices of that many KiB, a plain pickle in two passes (the browser
+    /// test's way through [`Window::copy_sliced`] with small files).
     #[wasm_bindgen]
-    pub async fn worker_open(job: f64, name: String, file: web_sys::File, main: Option<Vec<u8>>) {
+    pub async fn worker_open(
+        job: f64,
+        name: String,
+        file: web_sys::File,
+        main: Option<Vec<u8>>,
+        big_read: Option<u32>,
+    ) {
         let job = job as u64;
         let main = main.and_then(|m| wire::decode::<wire::MainReplay>(&m).ok());
-        let decoded = read_job(job, &name, &file, true).await;
+        let decoded = read_job(job, &name, &file, Reading::new(true, big_read)).await;
         let _timed = Timed::new("the build, the ops table and the main replay", now_ms());
         ENGINE.with(|e| {
             e.borrow_mut()
@@ -217,7 +227,7 @@ mod entry {
     /// less than the single pass (`big_gpt_long_stacks_s9`: 26 MB less resident).
     #[wasm_bindgen]
     pub async fn search_open(job: f64, name: String, file: web_sys::File) {
-        let decoded = read_job(job as u64, &name, &file, false).await;
+        let decoded = read_job(job as u64, &name, &file, Reading::new(false, None)).await;
         ENGINE.with(|e| e.borrow_mut().search_adopt(name, decoded));
     }
 
@@ -332,19 +342,45 @@ mod entry {
         }
     }
 
-    /// Reads and decodes `file` as job `job` ([`read_file`]); its cancel flag is spent.
-    /// `single`: a plain pickle in a single pass where it can be
-    /// ([`StreamDecoder::with_single_pass_max`]), else in two.
+    /// How a file is read: `single`, a plain pickle in a single pass where it can be
+    /// ([`StreamDecoder::with_single_pass_max`]), else in two; in slices of `slice_bytes`
+    /// where it is not read whole, and never whole where `big`.
     ///
     /// [`StreamDecoder::with_single_pass_max`]: allocsim_core::snapshot::stream::StreamDecoder::with_single_pass_max
+    #[derive(Clone, Copy)]
+    struct Reading {
+        single: bool,
+        big: bool,
+        slice_bytes: u64,
+    }
+
+    impl Reading {
+        /// `big_read`: KiB a slice, every file read as a big one.
+        fn new(single: bool, big_read: Option<u32>) -> Reading {
+            match big_read.filter(|&k| k > 0) {
+                Some(kib) => Reading {
+                    single: false,
+                    big: true,
+                    slice_bytes: u64::from(kib) << 10,
+                },
+                None => Reading {
+                    single,
+                    big: false,
+                    slice_bytes: SLICE_BYTES,
+                },
+            }
+        }
+    }
+
+    /// Reads and decodes `file` as job `job` ([`read_file`]); its cancel flag is spent.
     async fn read_job(
         job: u64,
         name: &str,
         file: &web_sys::File,
-        single: bool,
+        how: Reading,
     ) -> Result<allocsim_core::snapshot::RawSnapshot, String> {
         JOB.with(|j| j.set(job));
-        let decoded = read_file(job, name, file, single).await;
+        let decoded = read_file(job, name, file, how).await;
         CANCELLED.with(|c| c.borrow_mut().remove(&job));
         decoded
     }
@@ -367,24 +403,17 @@ mod entry {
     /// The slices a bigger file is read in (fed to the decoder [`open::PIECE_BYTES`] at a
     /// time from each).
     const SLICE_BYTES: u64 = 16 << 20;
+    /// How many slices the reader reads ahead of the one the decode is on.
+    const READ_AHEAD: u32 = 3;
     /// The longest the worker decodes without letting a message in (a Cancel).
     const YIELD_MS: f64 = 50.0;
 
     /// Bytes `from..to` of `file` as a JS array (one read).
     async fn slice(file: &web_sys::File, from: u64, to: u64) -> Result<js_sys::Uint8Array, String> {
-        bytes_of(start_read(file, from, to)?).await
-    }
-
-    /// Starts reading bytes `from..to` of `file` (the browser reads them meanwhile).
-    fn start_read(file: &web_sys::File, from: u64, to: u64) -> Result<js_sys::Promise, String> {
-        let blob = file
+        let read = file
             .slice_with_f64_and_f64(from as f64, to as f64)
-            .map_err(|e| format!("{e:?}"))?;
-        Ok(blob.array_buffer())
-    }
-
-    /// The bytes a read started by [`start_read`] gives.
-    async fn bytes_of(read: js_sys::Promise) -> Result<js_sys::Uint8Array, String> {
+            .map_err(|e| format!("{e:?}"))?
+            .array_buffer();
         let buf = wasm_bindgen_futures::JsFuture::from(read)
             .await
             .map_err(|e| format!("{e:?}"))?;
@@ -394,13 +423,7 @@ mod entry {
     /// A reader of `file`'s bytes as a stream (`file.stream().getReader()`): the browser
     /// hands them on in chunks as it reads them.
     fn stream_reader(file: &web_sys::File) -> Result<JsValue, String> {
-        let call = |on: &JsValue, method: &str| -> Result<JsValue, String> {
-            js_sys::Reflect::get(on, &method.into())
-                .and_then(JsCast::dyn_into::<js_sys::Function>)
-                .and_then(|f| f.call0(on))
-                .map_err(|e| format!("{method}: {e:?}"))
-        };
-        call(&call(file, "stream")?, "getReader")
+        call(&call(file, "stream", &[])?, "getReader", &[])
     }
 
     /// The next chunk `reader` ([`stream_reader`]) gives, or `None` at the stream's end.
@@ -501,11 +524,12 @@ mod entry {
         /// its last chunk (from `from`), nothing kept: the decode does not ask for the
         /// file again (if it does, its next passes read slices).
         passing: Option<JsValue>,
-        /// The slice being read ahead (its bytes `from..to` and the read): the one after
-        /// `bytes`, or the file's first once `bytes` ends it (a plain pickle's second pass
-        /// starts there). Reading a slice of a `File` takes the browser a while (it is
-        /// another process's work): the worker decodes one while the next is read.
-        ahead: Option<(u64, u64, js_sys::Promise)>,
+        /// The reader of the file's slices (worker.js's `allocsimReadAhead`, a worker of
+        /// its own reading [`READ_AHEAD`] slices ahead while this one decodes) and the
+        /// byte its next slice starts at, once told where to start.
+        reader: Option<(JsValue, Option<u64>)>,
+        /// The bytes of a slice the reader reads ([`SLICE_BYTES`]).
+        slice_bytes: u64,
         /// Milliseconds spent waiting for slices, for the timing lines.
         waited_ms: f64,
     }
@@ -574,25 +598,59 @@ mod entry {
                 self.fill(to, file.size() as u64).await?;
             }
             if at < self.from || to > self.to() {
-                let size = file.size() as u64;
-                let started = now_ms();
-                // The slice before is garbage from here (JS memory, freed by its collector).
-                self.bytes = js_sys::Uint8Array::new_with_length(0);
-                self.bytes = match self.ahead.take() {
-                    Some((from, end, read)) if from == at && end >= to => bytes_of(read).await?,
-                    _ => slice(file, at, (at + SLICE_BYTES).max(to).min(size)).await?,
-                };
-                self.from = at;
-                self.waited_ms += now_ms() - started;
-                let next = if self.to() < size { self.to() } else { 0 };
-                let end = (next + SLICE_BYTES).min(size);
-                self.ahead = Some((next, end, start_read(file, next, end)?));
+                return self.copy_sliced(file, at, to, piece).await;
             }
             let offset = |x: u64| u32::try_from(x - self.from).unwrap_or(u32::MAX);
             piece.resize(usize::try_from(to - at).unwrap_or(0), 0);
             self.bytes
                 .subarray(offset(at), offset(to))
                 .copy_to(piece.as_mut_slice());
+            Ok(())
+        }
+
+        /// [`Window::copy`] of bytes `at..to` that `bytes` does not hold all of: from the
+        /// reader's slices, the reader told to start at `at` unless its next slice does.
+        async fn copy_sliced(
+            &mut self,
+            file: &web_sys::File,
+            mut at: u64,
+            to: u64,
+            piece: &mut Vec<u8>,
+        ) -> Result<(), String> {
+            piece.clear();
+            while at < to {
+                if at >= self.from && at < self.to() {
+                    let hi = to.min(self.to());
+                    let offset = |x: u64| u32::try_from(x - self.from).unwrap_or(u32::MAX);
+                    let old = piece.len();
+                    piece.resize(old + usize::try_from(hi - at).unwrap_or(0), 0);
+                    self.bytes
+                        .subarray(offset(at), offset(hi))
+                        .copy_to(piece.get_mut(old..).unwrap_or(&mut []));
+                    at = hi;
+                    continue;
+                }
+                let started = now_ms();
+                // The slice before is garbage from here (JS memory, freed by its collector).
+                self.bytes = js_sys::Uint8Array::new_with_length(0);
+                let (reader, next) = match &mut self.reader {
+                    Some(r) => r,
+                    None => self
+                        .reader
+                        .insert((read_ahead(file, self.slice_bytes)?, None)),
+                };
+                if *next != Some(at) {
+                    call(reader, "seek", &[JsValue::from_f64(at as f64)])?;
+                }
+                let (from, bytes) = next_slice(reader).await?;
+                if from != at || bytes.length() == 0 {
+                    return Err(format!("the reader gave byte {from}, not {at}"));
+                }
+                *next = Some(at + u64::from(bytes.length()));
+                self.from = at;
+                self.bytes = bytes;
+                self.waited_ms += now_ms() - started;
+            }
             Ok(())
         }
 
@@ -638,17 +696,68 @@ mod entry {
         }
     }
 
+    impl Drop for Window {
+        fn drop(&mut self) {
+            if let Some((reader, _)) = &self.reader {
+                let _ = call(reader, "stop", &[]);
+            }
+        }
+    }
+
+    /// A reader of `file`'s slices (worker.js's `allocsimReadAhead`: `slice_bytes` each,
+    /// [`READ_AHEAD`] read ahead), not yet told where to start.
+    fn read_ahead(file: &web_sys::File, slice_bytes: u64) -> Result<JsValue, String> {
+        let make = js_sys::Reflect::get(&js_sys::global(), &"allocsimReadAhead".into())
+            .and_then(JsCast::dyn_into::<js_sys::Function>)
+            .map_err(|_| "this worker has no reader (worker.js's allocsimReadAhead)".to_string())?;
+        make.call3(
+            &JsValue::NULL,
+            file,
+            &JsValue::from_f64(slice_bytes as f64),
+            &JsValue::from_f64(f64::from(READ_AHEAD)),
+        )
+        .map_err(|e| format!("{e:?}"))
+    }
+
+    /// Calls `method` of `on` with `args`.
+    fn call(on: &JsValue, method: &str, args: &[JsValue]) -> Result<JsValue, String> {
+        let f = js_sys::Reflect::get(on, &method.into())
+            .and_then(JsCast::dyn_into::<js_sys::Function>)
+            .map_err(|e| format!("{method}: {e:?}"))?;
+        f.apply(on, &args.iter().collect::<js_sys::Array>())
+            .map_err(|e| format!("{method}: {e:?}"))
+    }
+
+    /// The next slice a reader ([`read_ahead`]) gives: where it starts and its bytes.
+    async fn next_slice(reader: &JsValue) -> Result<(u64, js_sys::Uint8Array), String> {
+        let text = |e: JsValue| format!("{e:?}");
+        let next = call(reader, "next", &[])?
+            .dyn_into::<js_sys::Promise>()
+            .map_err(text)?;
+        let got = wasm_bindgen_futures::JsFuture::from(next)
+            .await
+            .map_err(text)?;
+        let field = |k: &str| js_sys::Reflect::get(&got, &k.into()).map_err(text);
+        if let Some(error) = field("error")?.as_string() {
+            return Err(error);
+        }
+        let at = field("at")?.as_f64().unwrap_or(-1.0);
+        let bytes = js_sys::Uint8Array::new(&field("bytes")?);
+        Ok((at as u64, bytes))
+    }
+
     async fn read_file(
         job: u64,
         name: &str,
         file: &web_sys::File,
-        single: bool,
+        how: Reading,
     ) -> Result<allocsim_core::snapshot::RawSnapshot, String> {
         let size = file.size() as u64;
+        let single = how.single;
         // A file its decode reads once (a single pass, or gzip's pass 1 with its inflated
         // bytes kept in wasm) is read as a stream and not kept; a plain pickle its decode
         // reads twice, whole into a JS array once.
-        if single && size <= allocsim_core::snapshot::pickle::SINGLE_PASS_MAX_BYTES {
+        if single && !how.big && size <= allocsim_core::snapshot::pickle::SINGLE_PASS_MAX_BYTES {
             let mut window = Window {
                 from: 0,
                 bytes: js_sys::Uint8Array::new_with_length(0),
@@ -656,12 +765,13 @@ mod entry {
                 passing: Some(
                     stream_reader(file).map_err(|e| format!("{name}: cannot read byte 0: {e}"))?,
                 ),
-                ahead: None,
+                reader: None,
+                slice_bytes: how.slice_bytes,
                 waited_ms: 0.0,
             };
             return decode(job, name, file, &mut window, single).await;
         }
-        let whole = size <= WHOLE_READ_BYTES;
+        let whole = !how.big && size <= WHOLE_READ_BYTES;
         let mut window = Window {
             from: 0,
             bytes: js_sys::Uint8Array::new_with_length(if whole {
@@ -678,7 +788,8 @@ mod entry {
                 None
             },
             passing: None,
-            ahead: None,
+            reader: None,
+            slice_bytes: how.slice_bytes,
             waited_ms: 0.0,
         };
         decode(job, name, file, &mut window, single).await

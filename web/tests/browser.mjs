@@ -383,6 +383,45 @@ try {
   log(`?trace= opened ${await byUrl.evaluate(() => document.body.getAttribute("data-allocsim-frame"))}`);
   await byUrl.close();
 
+  // 7b. A big file's way in, on small files: `?big_read=1000` has the engine's worker read
+  // every dropped file as it reads one past 256 MiB — in slices (of 1,000 KiB here, so
+  // that the decode's 4 MiB pieces straddle them) read ahead by its reader worker, a gzip
+  // file's trailer first and then the file from its start, a plain pickle in two passes.
+  // ${SWEPT}, gzip and plain, opens so with every event `allocsim replay` reads, its
+  // plain pickle read twice (progress "2 of 2").
+  {
+    const bigRead = await context.newPage();
+    bigRead.on("console", (m) => {
+      s.console.push(`[big_read ${m.type()}] ${m.text()}`);
+      if (m.type() === "error") s.errors.push("?big_read page: " + m.text());
+    });
+    bigRead.on("pageerror", (e) => s.errors.push("?big_read page error: " + e.message));
+    await bigRead.goto(`${url}?big_read=1000`, { waitUntil: "load" });
+    await bigRead.waitForFunction(() => document.body.getAttribute("data-allocsim-started") === "1", null, { timeout: 60000 });
+    const cli = JSON.parse(execFileSync(allocsim, ["replay", join(traces, SWEPT), "--json"], { encoding: "utf8" }));
+    const plain = gunzipSync(readFileSync(join(traces, SWEPT)));
+    for (const [name, drop] of [
+      [SWEPT, () => dropFile(bigRead, join(traces, SWEPT), SWEPT)],
+      ["big_gpt_plain.pickle", () => dropBytes(bigRead, plain, "big_gpt_plain.pickle")],
+    ]) {
+      const t = await drop();
+      await waitFrame(bigRead, `ready:${name}:`, 300000);
+      const recorded = await bigRead.evaluate(
+        ([name, t]) => window.__marks.find((m) => m.name === "data-allocsim-frame" && m.t >= t && m.value.startsWith(`recorded:${name}:`))?.value,
+        [name, t],
+      );
+      const twice = await bigRead.evaluate(
+        ([name, t]) => window.__marks.some((m) => m.name === "data-allocsim-progress" && m.t >= t && (m.value || "").startsWith(`reading ${name} (2 of 2)`)),
+        [name, t],
+      );
+      log(`?big_read=1000: ${name} opened (${recorded}); read twice: ${twice}`);
+      if (recorded !== `recorded:${name}:${cli.events}`) fail(`?big_read=1000: ${name} shows ${recorded}, not the ${cli.events} events allocsim replay reads`);
+      if (name.endsWith(".pickle") && !twice) fail(`?big_read=1000: the plain pickle ${name} was not read in two passes`);
+    }
+    await shot(bigRead, "8b-big-read.png");
+    await bigRead.close();
+  }
+
   // 8. "What would fit?" in its own worker: a big trace under a cap its defaults overrun
   // starts the sweep by itself; a layout is answered while it runs; Cancel (Escape)
   // terminates the search workers, the panel says cancelled, and layouts are still answered.

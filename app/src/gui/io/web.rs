@@ -312,10 +312,12 @@ fn shared_trace(data: &JsValue) -> Option<(u64, JsValue)> {
     Some((job as u64, trace))
 }
 
-/// `{open: job, name, file, main}`: what worker.js reads a dropped `File` from (the
-/// engine's worker, and the search worker for its copy of the trace); `main`, the main
-/// configuration the engine's worker replays once the trace is built, as the wire's bytes
-/// ([`crate::engine::Engine::open_decoded_replaying`]).
+/// `{open: job, name, file, main, big_read}`: what worker.js reads a dropped `File` from
+/// (the engine's worker, and the search worker for its copy of the trace); `main`, the
+/// main configuration the engine's worker replays once the trace is built, as the wire's
+/// bytes ([`crate::engine::Engine::open_decoded_replaying`]); `big_read`, the page's
+/// `?big_read=KIB` (the browser test's): every file read as a big one is, in slices of that
+/// many KiB through the worker's reader, a plain pickle in two passes.
 pub fn open_message(
     job: u64,
     name: &str,
@@ -329,6 +331,11 @@ pub fn open_message(
     set("file", file)?;
     let main: JsValue = chunked::encode_js(main).map_err(JsValue::from)?.into();
     set("main", &main)?;
+    if let Some(kib) = query_parameter("big_read").and_then(|v| v.trim().parse::<u32>().ok())
+        && kib > 0
+    {
+        set("big_read", &JsValue::from_f64(f64::from(kib)))?;
+    }
     Ok(msg.into())
 }
 
