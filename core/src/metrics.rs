@@ -73,8 +73,9 @@ pub fn internal_waste_bytes(s: &ModelStats) -> u64 {
     s.allocated_bytes.saturating_sub(s.requested_bytes)
 }
 
-/// Samples per block of a [`Column`].
-const BLOCK: usize = 64;
+/// Samples per block of a [`Column`] (a chunk of [`Column::read_chunk`], the last one
+/// shorter).
+pub const BLOCK: usize = 64;
 
 /// A column of `u64` samples held exactly in fewer bytes: in blocks of 64, each block its
 /// smallest sample and each sample's difference from it in the fewest whole bytes (0, 1,
@@ -88,7 +89,7 @@ pub struct Column {
     /// (shifted left 3) with its width's code (the low 3 bits, an index into `WIDTHS`).
     #[serde(deserialize_with = "exact_vec")]
     blocks: Vec<(u64, u64)>,
-    #[serde(deserialize_with = "exact_vec")]
+    #[serde(with = "bytes")]
     bytes: Vec<u8>,
     /// The open block: fewer than 64 samples, as they came.
     tail: Vec<u64>,
@@ -123,6 +124,46 @@ where
         }
     }
     d.deserialize_seq(Exact(std::marker::PhantomData))
+}
+
+/// A `Vec<u8>` as serde's bytes (`#[serde(with = "bytes")]`): postcard writes bytes as
+/// it writes a sequence of `u8` (its length, then each byte as it is), so the encoding is
+/// the same, but they are read and written whole, not through serde's visitor a byte at
+/// a time — in the browser's page that took 1.5 s of the 1.12 GB snapshot's open (its ops
+/// table's kinds and every column's bytes, tens of MB). A format that has no bytes of its
+/// own (JSON: an array of numbers) reads them as a sequence, to the length stated.
+pub mod bytes {
+    pub fn serialize<S: serde::Serializer>(v: &[u8], s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_bytes(v)
+    }
+
+    pub fn deserialize<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<u8>, D::Error> {
+        struct Bytes;
+        impl<'de> serde::de::Visitor<'de> for Bytes {
+            type Value = Vec<u8>;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("bytes")
+            }
+            fn visit_bytes<E: serde::de::Error>(self, v: &[u8]) -> Result<Vec<u8>, E> {
+                Ok(v.to_vec())
+            }
+            fn visit_byte_buf<E: serde::de::Error>(self, v: Vec<u8>) -> Result<Vec<u8>, E> {
+                Ok(v)
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> Result<Vec<u8>, A::Error> {
+                let mut out = Vec::new();
+                let _ = out.try_reserve_exact(seq.size_hint().unwrap_or(0));
+                while let Some(x) = seq.next_element()? {
+                    out.push(x);
+                }
+                Ok(out)
+            }
+        }
+        d.deserialize_byte_buf(Bytes)
+    }
 }
 
 /// The widths a block's differences are stored in, in bytes.
@@ -199,6 +240,29 @@ impl Column {
             next: 0,
             filled: 0,
         }
+    }
+
+    /// Chunks of its samples in order ([`Column::read_chunk`]): its blocks and the open
+    /// one.
+    #[must_use]
+    pub fn chunk_count(&self) -> usize {
+        self.blocks.len() + usize::from(!self.tail.is_empty())
+    }
+
+    /// Samples `b·64 ..` of chunk `b` (64 of them but in the last chunk), decoded into
+    /// `out`; none past the last chunk. A reader of every sample takes them a chunk at a
+    /// time so, not through [`ColumnIter`]'s call a sample.
+    pub fn read_chunk<'o>(&self, b: usize, out: &'o mut [u64; BLOCK]) -> &'o [u64] {
+        if b < self.blocks.len() {
+            self.decode_block(b, out);
+            return out;
+        }
+        if b > self.blocks.len() {
+            return &[];
+        }
+        let n = self.tail.len();
+        out[..n].copy_from_slice(&self.tail);
+        &out[..n]
     }
 
     /// Writes sealed block `b`'s samples into `out`.
@@ -554,6 +618,13 @@ mod tests {
 
     #[test]
     fn a_column_gives_back_every_sample_exactly_in_fewer_bytes() {
+        /// A column's fields, its bytes written as a sequence of `u8`s.
+        #[derive(serde::Serialize)]
+        struct AsSequence<'a> {
+            blocks: &'a [(u64, u64)],
+            bytes: &'a [u8],
+            tail: &'a [u64],
+        }
         let mut next = xorshift(0x9E37_79B9_7F4A_7C15);
         // Runs of samples whose spread needs each width: constant (0 bytes), < 2^8,
         // < 2^16, < 2^32, the whole u64 range; a run crosses block boundaries.
@@ -598,7 +669,37 @@ mod tests {
                 assert_eq!(it.next(), Some(v), "{n} samples, sample {i}");
             }
             assert_eq!((it.len(), it.next(), it.next()), (0, None, None), "{n}");
+            // And a chunk of 64 at a time: the same samples, then nothing.
+            let mut buf = [0u64; BLOCK];
+            let mut chunked = Vec::new();
+            for b in 0..c.chunk_count() {
+                let chunk = c.read_chunk(b, &mut buf);
+                assert_eq!(
+                    chunk.len(),
+                    BLOCK.min(n - b * BLOCK),
+                    "{n} samples, chunk {b}"
+                );
+                chunked.extend_from_slice(chunk);
+            }
+            assert_eq!(chunked, want[..n], "{n}");
+            assert!(c.read_chunk(c.chunk_count(), &mut buf).is_empty(), "{n}");
         }
+        // Postcard writes its bytes as serde's bytes, the same encoding as a sequence of
+        // `u8`s: a column reads back from either.
+        let encoded = postcard::to_allocvec(&c).expect("encodes");
+        assert_eq!(
+            postcard::from_bytes::<Column>(&encoded).ok(),
+            Some(c.clone())
+        );
+        let as_sequence = postcard::to_allocvec(&AsSequence {
+            blocks: &c.blocks,
+            bytes: &c.bytes,
+            tail: &c.tail,
+        })
+        .expect("encodes");
+        assert_eq!(as_sequence, encoded);
+        let json = serde_json::to_string(&c).expect("encodes");
+        assert_eq!(serde_json::from_str::<Column>(&json).ok(), Some(c.clone()));
         // The constant runs take no bytes, the narrow ones their width: far below 8 a sample.
         let held = collected.capacity_bytes();
         assert!(held < 3 * want.len(), "{held} bytes");

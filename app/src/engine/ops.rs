@@ -6,7 +6,7 @@
 //! bytes that state it exactly: on the 1.12 GB snapshot's 9.67 M ops, 27 bytes an op were
 //! 263 MB on each side.
 
-use allocsim_core::metrics::{Column, exact_vec};
+use allocsim_core::metrics::{Column, bytes, exact_vec};
 use allocsim_core::trace::{Op, OpKind};
 use serde::{Deserialize, Serialize};
 
@@ -40,7 +40,7 @@ const TIME_KEY: u64 = 1 << 63;
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct OpsTable {
     /// An [`op_kind`] constant.
-    #[serde(deserialize_with = "exact_vec")]
+    #[serde(with = "bytes")]
     pub kind: Vec<u8>,
     /// Requested bytes of an alloc (0 for other ops), below 4 GiB; read through
     /// [`OpsTable::size_bytes`].

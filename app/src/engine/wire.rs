@@ -6,7 +6,7 @@
 
 use allocsim_core::capacity::CapacityChoice;
 use allocsim_core::explain::Explanation;
-use allocsim_core::metrics::{Column, Timeline, exact_vec};
+use allocsim_core::metrics::{Column, Timeline, bytes, exact_vec};
 use allocsim_core::models::ModelSpec;
 use allocsim_core::offline::BestPossible;
 use allocsim_core::whatif::SweptReplay;
@@ -62,6 +62,7 @@ pub enum Request {
     Load {
         job: u64,
         name: String,
+        #[serde(with = "bytes")]
         bytes: Vec<u8>,
     },
     /// Decode the snapshot file at `path`, read in pieces by the engine (natively: the
@@ -196,6 +197,7 @@ pub enum Request {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct NamedBytes {
     pub name: String,
+    #[serde(with = "bytes")]
     pub bytes: Vec<u8>,
 }
 
@@ -319,6 +321,7 @@ pub enum Response {
     /// header); `done` on the last.
     CsvPiece {
         job: u64,
+        #[serde(with = "bytes")]
         bytes: Vec<u8>,
         done: bool,
     },
@@ -403,31 +406,6 @@ impl Response {
             | Response::SharedTrace { job, .. }
             | Response::Failed { job, .. } => *job,
         }
-    }
-}
-
-/// A `Vec<u8>` as serde's bytes (postcard: its length, then the bytes as they are),
-/// read and written whole rather than a byte at a time: an encoded trace is tens of MB.
-mod bytes {
-    pub fn serialize<S: serde::Serializer>(v: &[u8], s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_bytes(v)
-    }
-
-    pub fn deserialize<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<u8>, D::Error> {
-        struct Bytes;
-        impl serde::de::Visitor<'_> for Bytes {
-            type Value = Vec<u8>;
-            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-                f.write_str("bytes")
-            }
-            fn visit_bytes<E: serde::de::Error>(self, v: &[u8]) -> Result<Vec<u8>, E> {
-                Ok(v.to_vec())
-            }
-            fn visit_byte_buf<E: serde::de::Error>(self, v: Vec<u8>) -> Result<Vec<u8>, E> {
-                Ok(v)
-            }
-        }
-        d.deserialize_byte_buf(Bytes)
     }
 }
 

@@ -77,16 +77,51 @@ impl Levels {
     pub fn new(samples: Samples<'_>) -> Levels {
         match samples {
             Samples::Floats(v) => Levels::of(v.iter().copied(), v.len()),
-            Samples::Column(c) => Levels::of(c.iter().map(|b| b as f32), c.len()),
-            Samples::Fragmentation(t) => Levels::of(
-                t.reserved_bytes
-                    .iter()
-                    .zip(t.allocated_bytes.iter())
-                    .zip(t.largest_free_bytes.iter())
-                    .map(|((r, a), l)| fragmentation(r, a, l)),
-                t.len(),
-            ),
+            Samples::Column(c) => Levels::of_column(c),
+            Samples::Fragmentation(t) => Levels::of_fragmentation(t),
         }
+    }
+
+    /// The levels of a column, read a chunk of 64 samples at a time (the first level's
+    /// buckets of 16 lie within chunks); a bucket's bounds taken in `u64` and made `f32`
+    /// once, which is the same as of its samples made `f32` (the conversion keeps order).
+    fn of_column(c: &Column) -> Levels {
+        let mut first = Vec::with_capacity(c.len().div_ceil(FANOUT));
+        let mut buf = [0u64; metrics::BLOCK];
+        for b in 0..c.chunk_count() {
+            for g in c.read_chunk(b, &mut buf).chunks(FANOUT) {
+                let (lo, hi) = g
+                    .iter()
+                    .fold((u64::MAX, 0), |(lo, hi), &v| (lo.min(v), hi.max(v)));
+                first.push((lo as f32, hi as f32));
+            }
+        }
+        Levels::above(first)
+    }
+
+    /// The levels of core's fragmentation of each sample of `t`, its three columns read a
+    /// chunk at a time together (they have one length, so their chunks match).
+    fn of_fragmentation(t: &Timeline) -> Levels {
+        let mut first = Vec::with_capacity(t.len().div_ceil(FANOUT));
+        let mut bufs = [[0u64; metrics::BLOCK]; 3];
+        let [r, a, l] = &mut bufs;
+        for b in 0..t.reserved_bytes.chunk_count() {
+            let r = t.reserved_bytes.read_chunk(b, r);
+            let a = t.allocated_bytes.read_chunk(b, a);
+            let l = t.largest_free_bytes.read_chunk(b, l);
+            for ((r, a), l) in r.chunks(FANOUT).zip(a.chunks(FANOUT)).zip(l.chunks(FANOUT)) {
+                let acc = r
+                    .iter()
+                    .zip(a)
+                    .zip(l)
+                    .map(|((&r, &a), &l)| fragmentation(r, a, l))
+                    .fold((f32::INFINITY, f32::NEG_INFINITY), |acc, v| {
+                        (acc.0.min(v), acc.1.max(v))
+                    });
+                first.push(acc);
+            }
+        }
+        Levels::above(first)
     }
 
     /// The levels of `n` samples.
@@ -105,6 +140,11 @@ impl Levels {
         if k > 0 {
             first.push(acc);
         }
+        Levels::above(first)
+    }
+
+    /// The levels over a first level.
+    fn above(first: Vec<(f32, f32)>) -> Levels {
         let mut levels: Vec<Vec<(f32, f32)>> = Vec::new();
         let mut prev = first;
         while !prev.is_empty() {
