@@ -16,10 +16,12 @@
 import init, { worker_init, worker_handle, worker_open, worker_cancel, search_handle, search_open, warm_up, heap_bytes } from "./allocsim_web.js";
 
 /// The reader (allocsim-reader): reads slices of a File from where it is told to seek,
-/// up to as many ahead as it is given credit for, each posted (transferred) as it is read,
-/// with the number of the seek it belongs to. A worker of its own: a slice read by the
-/// engine's worker arrives only while that worker's thread is idle, so its reads and its
-/// decode took turns (1.12 GB: 2 s of 3.2 s in the first pass spent waiting).
+/// up to as many ahead as it is given credit for, two at a time, each posted
+/// (transferred) in order as it is read, with the number of the seek it belongs to. A
+/// worker of its own: a slice read by the engine's worker arrives only while that worker's
+/// thread is idle, so its reads and its decode took turns (1.12 GB: 2 s of 3.2 s in the
+/// first pass spent waiting). Two reads at once read a file about a third faster than
+/// one (Chromium, this VM: 0.92-0.97 GB/s against 0.71).
 function reader() {
   let file = null;
   let slice = 0;
@@ -27,17 +29,25 @@ function reader() {
   let pos = 0;
   let credit = 0;
   let running = false;
+  const reads = [];
   const pump = async () => {
     if (running) return;
     running = true;
-    while (file !== null && credit > 0 && pos < file.size) {
-      const g = gen;
-      const at = pos;
-      const end = Math.min(at + slice, file.size);
-      credit -= 1;
-      pos = end;
+    for (;;) {
+      while (file !== null && credit > 0 && pos < file.size && reads.length < 2) {
+        const at = pos;
+        const end = Math.min(at + slice, file.size);
+        credit -= 1;
+        pos = end;
+        const read = file.slice(at, end).arrayBuffer();
+        // A failed read is posted in its turn, below.
+        read.catch(() => {});
+        reads.push({ g: gen, at, read });
+      }
+      if (reads.length === 0) break;
+      const { g, at, read } = reads.shift();
       try {
-        const bytes = await file.slice(at, end).arrayBuffer();
+        const bytes = await read;
         if (g === gen) self.postMessage({ gen: g, at, bytes }, [bytes]);
       } catch (e) {
         if (g === gen) self.postMessage({ gen: g, at, error: String(e) });
