@@ -1045,10 +1045,20 @@ fn a_replay_beside_an_open_is_not_taken_for_another_configuration() {
 /// Example `e` opened by an engine that replays nothing ahead, and by one given `main`
 /// (`Engine::open_decoded_replaying`, the browser's worker), with the latter's answers.
 fn opened_ahead(e: &examples::Example, main: &wire::MainReplay) -> (Engine, Engine, Vec<Response>) {
+    opened_ahead_from(e, main, LoadedAheadOps::default())
+}
+
+/// [`opened_ahead`], the trace sent before its main replay from `loaded_ahead` ops.
+fn opened_ahead_from(
+    e: &examples::Example,
+    main: &wire::MainReplay,
+    loaded_ahead: LoadedAheadOps,
+) -> (Engine, Engine, Vec<Response>) {
     let snap = || allocsim_core::snapshot::import::decode_snapshot(e.bytes).expect("decodes");
     let mut asked = Engine::new();
     asked.open_decoded(1, e.file.into(), Ok(snap()), &mut |_| {});
     let mut ahead = Engine::new();
+    ahead.loaded_ahead = loaded_ahead;
     let mut answers = Vec::new();
     ahead.open_decoded_replaying(1, e.file.into(), Ok(snap()), Some(main), &mut |r| {
         answers.push(r);
@@ -1166,6 +1176,56 @@ fn the_main_replay_done_ahead_and_its_layout_are_answered_unasked_behind_the_tra
         assert_eq!(layout(&mut ahead, 0, 0).op, 0, "{}", e.file);
     }
     assert!(answered > 0, "no example was answered unasked");
+}
+
+/// A trace of at least `LoadedAheadOps` ops (every example, here, from 0) goes to the UI
+/// before its main replay is made, saying that the replay and its layout follow unasked;
+/// they follow, as they do behind a trace sent after its replay — also where no replay is
+/// made ahead (a refusal as recorded): then replayed as asked.
+#[test]
+fn a_big_trace_goes_before_its_main_replay_and_the_same_answers_follow() {
+    let main = wire::MainReplay {
+        answer: Some((5, 6)),
+        ..main_pytorch()
+    };
+    let encode = |r: &ReplayData| wire::encode(r).expect("encodes");
+    for e in EXAMPLES {
+        let (mut asked, mut ahead, out) = opened_ahead_from(e, &main, LoadedAheadOps(0));
+        let rest: Vec<&Response> = out
+            .iter()
+            .filter(|r| !matches!(r, Response::Progress { .. } | Response::Recorded { .. }))
+            .collect();
+        let want = replayed(&mut asked, 0, "pytorch", None);
+        match rest.as_slice() {
+            [
+                Response::Loaded {
+                    main_answered: true,
+                    ..
+                },
+                Response::Replayed {
+                    job: 5,
+                    slot: 0,
+                    replay,
+                },
+                Response::Layout {
+                    job: 6,
+                    slot: 0,
+                    layout: got,
+                },
+            ] => {
+                assert_eq!(encode(replay), encode(&want), "{}", e.file);
+                let want_layout = layout(&mut asked, 0, want.start_op());
+                assert_eq!(
+                    wire::encode(got.as_ref()).expect("encodes"),
+                    wire::encode(&want_layout).expect("encodes"),
+                    "{}",
+                    e.file
+                );
+            }
+            other => panic!("{}: {other:?}", e.file),
+        }
+        assert_eq!(layout(&mut ahead, 0, 0).op, 0, "{}", e.file);
+    }
 }
 
 /// An engine whose UI took the ops table as its contents (the browser's worker: each
