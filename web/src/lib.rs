@@ -600,12 +600,19 @@ mod entry {
             if at < self.from || to > self.to() {
                 return self.copy_sliced(file, at, to, piece).await;
             }
-            let offset = |x: u64| u32::try_from(x - self.from).unwrap_or(u32::MAX);
-            piece.resize(usize::try_from(to - at).unwrap_or(0), 0);
-            self.bytes
-                .subarray(offset(at), offset(to))
-                .copy_to(piece.as_mut_slice());
+            piece.clear();
+            self.append(at, to, piece);
             Ok(())
+        }
+
+        /// Appends bytes `at..hi` of the file, which `bytes` holds, to `piece`.
+        fn append(&self, at: u64, hi: u64, piece: &mut Vec<u8>) {
+            let offset = |x: u64| u32::try_from(x - self.from).unwrap_or(u32::MAX);
+            let old = piece.len();
+            piece.resize(old + usize::try_from(hi - at).unwrap_or(0), 0);
+            self.bytes
+                .subarray(offset(at), offset(hi))
+                .copy_to(piece.get_mut(old..).unwrap_or(&mut []));
         }
 
         /// [`Window::copy`] of bytes `at..to` that `bytes` does not hold all of: from the
@@ -621,12 +628,7 @@ mod entry {
             while at < to {
                 if at >= self.from && at < self.to() {
                     let hi = to.min(self.to());
-                    let offset = |x: u64| u32::try_from(x - self.from).unwrap_or(u32::MAX);
-                    let old = piece.len();
-                    piece.resize(old + usize::try_from(hi - at).unwrap_or(0), 0);
-                    self.bytes
-                        .subarray(offset(at), offset(hi))
-                        .copy_to(piece.get_mut(old..).unwrap_or(&mut []));
+                    self.append(at, hi, piece);
                     at = hi;
                     continue;
                 }
@@ -683,12 +685,7 @@ mod entry {
                     continue;
                 }
                 let hi = to.min(end);
-                let offset = |x: u64| u32::try_from(x - self.from).unwrap_or(u32::MAX);
-                let old = piece.len();
-                piece.resize(old + usize::try_from(hi - at).unwrap_or(0), 0);
-                self.bytes
-                    .subarray(offset(at), offset(hi))
-                    .copy_to(piece.get_mut(old..).unwrap_or(&mut []));
+                self.append(at, hi, piece);
                 at = hi;
             }
             self.waited_ms += now_ms() - started;

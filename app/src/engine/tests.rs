@@ -1141,41 +1141,45 @@ fn the_main_replay_done_ahead_and_its_layout_are_answered_unasked_behind_the_tra
             continue;
         }
         answered += 1;
-        let want = replayed(&mut asked, 0, "pytorch", None);
-        let encode = |r: &ReplayData| wire::encode(r).expect("encodes");
         let rest: Vec<&Response> = out[at + 1..]
             .iter()
             .filter(|r| !matches!(r, Response::Progress { .. }))
             .collect();
-        match rest.as_slice() {
-            [
-                Response::Replayed {
-                    job: 5,
-                    slot: 0,
-                    replay,
-                },
-                Response::Layout {
-                    job: 6,
-                    slot: 0,
-                    layout: got,
-                },
-            ] => {
-                assert_eq!(encode(replay), encode(&want), "{}", e.file);
-                assert_eq!(got.op, want.start_op(), "{}", e.file);
-                let want_layout = layout(&mut asked, 0, want.start_op());
-                assert_eq!(
-                    wire::encode(got.as_ref()).expect("encodes"),
-                    wire::encode(&want_layout).expect("encodes"),
-                    "{}",
-                    e.file
-                );
-            }
-            other => panic!("{}: {other:?}", e.file),
-        }
+        main_answers_as_asked(&rest, &mut asked, e.file);
         assert!(ahead.beside.is_none(), "{}: taken by the answer", e.file);
         assert_eq!(layout(&mut ahead, 0, 0).op, 0, "{}", e.file);
     }
     assert!(answered > 0, "no example was answered unasked");
+}
+
+/// `answers` are the main replay (job 5) and its start layout (job 6) answered unasked,
+/// equal to `asked`'s answers of them.
+fn main_answers_as_asked(answers: &[&Response], asked: &mut Engine, file: &str) {
+    let want = replayed(asked, 0, "pytorch", None);
+    let [
+        Response::Replayed {
+            job: 5,
+            slot: 0,
+            replay,
+        },
+        Response::Layout {
+            job: 6,
+            slot: 0,
+            layout: got,
+        },
+    ] = answers
+    else {
+        panic!("{file}: {answers:?}");
+    };
+    let encode = |r: &ReplayData| wire::encode(r).expect("encodes");
+    assert_eq!(encode(replay), encode(&want), "{file}");
+    assert_eq!(got.op, want.start_op(), "{file}");
+    let want_layout = layout(asked, 0, want.start_op());
+    assert_eq!(
+        wire::encode(got.as_ref()).expect("encodes"),
+        wire::encode(&want_layout).expect("encodes"),
+        "{file}"
+    );
 }
 
 /// A trace of at least `LoadedAheadOps` ops (every example, here, from 0) goes to the UI
@@ -1188,42 +1192,23 @@ fn a_big_trace_goes_before_its_main_replay_and_the_same_answers_follow() {
         answer: Some((5, 6)),
         ..main_pytorch()
     };
-    let encode = |r: &ReplayData| wire::encode(r).expect("encodes");
     for e in EXAMPLES {
         let (mut asked, mut ahead, out) = opened_ahead_from(e, &main, LoadedAheadOps(0));
         let rest: Vec<&Response> = out
             .iter()
             .filter(|r| !matches!(r, Response::Progress { .. } | Response::Recorded { .. }))
             .collect();
-        let want = replayed(&mut asked, 0, "pytorch", None);
-        match rest.as_slice() {
-            [
-                Response::Loaded {
-                    main_answered: true,
-                    ..
-                },
-                Response::Replayed {
-                    job: 5,
-                    slot: 0,
-                    replay,
-                },
-                Response::Layout {
-                    job: 6,
-                    slot: 0,
-                    layout: got,
-                },
-            ] => {
-                assert_eq!(encode(replay), encode(&want), "{}", e.file);
-                let want_layout = layout(&mut asked, 0, want.start_op());
-                assert_eq!(
-                    wire::encode(got.as_ref()).expect("encodes"),
-                    wire::encode(&want_layout).expect("encodes"),
-                    "{}",
-                    e.file
-                );
-            }
-            other => panic!("{}: {other:?}", e.file),
-        }
+        let Some((
+            Response::Loaded {
+                main_answered: true,
+                ..
+            },
+            answers,
+        )) = rest.split_first()
+        else {
+            panic!("{}: {rest:?}", e.file);
+        };
+        main_answers_as_asked(answers, &mut asked, e.file);
         assert_eq!(layout(&mut ahead, 0, 0).op, 0, "{}", e.file);
     }
 }
