@@ -512,8 +512,8 @@ mod entry {
     }
 
     /// The bytes of `file` the decoder reads from: the whole file (filled as its stream
-    /// reads it), or the slice holding the bytes it needs next, with the slice after it
-    /// read meanwhile.
+    /// reads it), its stream's last chunk (read once), or the slice holding the bytes it
+    /// needs next, the slices after it read meanwhile by the reader.
     struct Window {
         from: u64,
         bytes: js_sys::Uint8Array,
