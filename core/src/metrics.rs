@@ -113,17 +113,24 @@ where
         fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
             f.write_str("a sequence")
         }
-        fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Vec<T>, A::Error> {
-            let mut out = Vec::new();
-            // A length no memory can hold fails here, and the vector grows as it decodes.
-            let _ = out.try_reserve_exact(seq.size_hint().unwrap_or(0));
-            while let Some(x) = seq.next_element()? {
-                out.push(x);
-            }
-            Ok(out)
+        fn visit_seq<A: serde::de::SeqAccess<'de>>(self, seq: A) -> Result<Vec<T>, A::Error> {
+            collect_exact(seq)
         }
     }
     d.deserialize_seq(Exact(std::marker::PhantomData))
+}
+
+/// A sequence's elements in a vector of the length it states (where memory allows).
+fn collect_exact<'de, A: serde::de::SeqAccess<'de>, T: serde::Deserialize<'de>>(
+    mut seq: A,
+) -> Result<Vec<T>, A::Error> {
+    let mut out = Vec::new();
+    // A length no memory can hold fails here, and the vector grows as it decodes.
+    let _ = out.try_reserve_exact(seq.size_hint().unwrap_or(0));
+    while let Some(x) = seq.next_element()? {
+        out.push(x);
+    }
+    Ok(out)
 }
 
 /// A `Vec<u8>` as serde's bytes (`#[serde(with = "bytes")]`): postcard writes bytes as
@@ -150,16 +157,8 @@ pub mod bytes {
             fn visit_byte_buf<E: serde::de::Error>(self, v: Vec<u8>) -> Result<Vec<u8>, E> {
                 Ok(v)
             }
-            fn visit_seq<A: serde::de::SeqAccess<'de>>(
-                self,
-                mut seq: A,
-            ) -> Result<Vec<u8>, A::Error> {
-                let mut out = Vec::new();
-                let _ = out.try_reserve_exact(seq.size_hint().unwrap_or(0));
-                while let Some(x) = seq.next_element()? {
-                    out.push(x);
-                }
-                Ok(out)
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(self, seq: A) -> Result<Vec<u8>, A::Error> {
+                super::collect_exact(seq)
             }
         }
         d.deserialize_byte_buf(Bytes)

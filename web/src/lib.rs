@@ -429,10 +429,8 @@ mod entry {
     /// The next chunk `reader` ([`stream_reader`]) gives, or `None` at the stream's end.
     async fn next_chunk(reader: &JsValue) -> Result<Option<js_sys::Uint8Array>, String> {
         let text = |e: JsValue| format!("{e:?}");
-        let read = js_sys::Reflect::get(reader, &"read".into())
-            .and_then(JsCast::dyn_into::<js_sys::Function>)
-            .and_then(|f| f.call0(reader))
-            .and_then(JsCast::dyn_into::<js_sys::Promise>)
+        let read = call(reader, "read", &[])?
+            .dyn_into::<js_sys::Promise>()
             .map_err(text)?;
         let result = wasm_bindgen_futures::JsFuture::from(read)
             .await
