@@ -81,6 +81,17 @@ impl AllocsimApp {
         });
     }
 
+    /// Takes the files dropped out of a frame's raw input before egui sees them (the
+    /// frame's [`AllocsimApp::pump`] opens them), and the files hovered over the window
+    /// (the app shows nothing for them). egui draws another frame at once after a frame
+    /// with either, and one more every frame while files are hovered: in the browser on a
+    /// software rasterizer each is 40-90 ms of the two cores' time, which the drop's frame
+    /// spent beside the engine's worker decoding the file just dropped.
+    pub(crate) fn take_dropped_files(&mut self, raw: &mut egui::RawInput) {
+        self.dropped.append(&mut raw.dropped_files);
+        raw.hovered_files.clear();
+    }
+
     /// Handles the keyboard: arrows step one event, PageUp/PageDown jump, Home/End;
     /// Escape cancels "What would fit?" while it runs.
     pub(crate) fn keys(&mut self, ctx: &egui::Context) {

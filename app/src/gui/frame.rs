@@ -184,8 +184,10 @@ pub(crate) fn top_bar_ui(ui: &mut Ui, app: &mut AllocsimApp) {
                 let job = *job;
                 // Not animated (a repaint every frame): each progress message repaints it.
                 ui.add(egui::ProgressBar::new(*f).desired_width(220.0).text(stage.clone()));
-                // Opening a file can take a while: it can be stopped.
-                if app.load_job == Some(job) && app.load_cancellable == Some(job) && ui.small_button("Cancel").clicked() {
+                // Opening a file can take a while: it can be stopped. A link, not a button:
+                // egui draws one more frame to style a button it had not drawn before,
+                // which in the browser is the software rasterizer's CPU beside the decode.
+                if app.load_job == Some(job) && app.load_cancellable == Some(job) && ui.link("Cancel").clicked() {
                     app.engine.send(super::Request::Cancel { job });
                 }
             } else if app.busy() {

@@ -330,7 +330,10 @@ impl AllocsimApp {
     pub fn pump(&mut self, ctx: &egui::Context) {
         // Files dropped in this frame first: one whose handle arrives at once (a path
         // natively, a `File` in the browser) is opened in this frame, not the next.
-        let dropped = ctx.input(|i| i.raw.dropped_files.clone());
+        // Taken from egui's input before the frame ([`AllocsimApp::take_dropped_files`]),
+        // or still in it where the host did not take them.
+        let mut dropped = std::mem::take(&mut self.dropped);
+        dropped.extend(ctx.input(|i| i.raw.dropped_files.clone()));
         // Several files at once start a Diff (two) or Ranks (more); one file dropped on
         // either view is one more snapshot of it.
         if dropped.len() >= 2 {

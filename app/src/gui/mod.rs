@@ -207,6 +207,9 @@ pub struct AllocsimApp {
     /// The cursor keys taken out of egui's input by [`AllocsimApp::take_cursor_keys`],
     /// handled by the next frame's [`AllocsimApp::keys`].
     cursor_keys: Vec<egui::Event>,
+    /// The files dropped, taken out of egui's input by [`AllocsimApp::take_dropped_files`],
+    /// opened by the frame's [`AllocsimApp::pump`].
+    dropped: Vec<egui::DroppedFileHandle>,
     /// The live CUDA replay panel (desktop builds with CUDA support only).
     #[cfg(feature = "cuda")]
     pub live: crate::gui::views::live::LivePanel,
@@ -315,6 +318,7 @@ impl AllocsimApp {
             last_recorded_ms: None,
             marked_layout: None,
             cursor_keys: Vec::new(),
+            dropped: Vec::new(),
             nearby_for: None,
             multi: crate::gui::views::multi::MultiState::default(),
             #[cfg(feature = "cuda")]
@@ -733,6 +737,7 @@ impl eframe::App for AllocsimApp {
 
     fn raw_input_hook(&mut self, ctx: &egui::Context, raw_input: &mut egui::RawInput) {
         self.take_cursor_keys(ctx, raw_input);
+        self.take_dropped_files(raw_input);
     }
 
     /// The panels' colour: the panels are drawn without a fill of their own.

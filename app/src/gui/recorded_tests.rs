@@ -2,6 +2,7 @@
 //! is built and before any replay answers, then replaced by the replays.
 
 use egui_kittest::Harness;
+use egui_kittest::kittest::{NodeT, Queryable};
 
 use super::io::{EngineHandle, Pace};
 use super::tests::{has_text, settle};
@@ -303,6 +304,153 @@ fn a_dropped_file_is_opened_in_the_frame_of_the_drop() {
     drop_test_trace(&mut h, "devfull_oom_msg.pickle.gz");
     let doc = h.state().document().expect("a document");
     assert_eq!(doc.trace.name, "devfull_oom_msg.pickle.gz");
+}
+
+/// A bare egui context, run as eframe's runner runs it: a frame whenever egui's repaint
+/// callback asked for one.
+struct Frames {
+    ctx: egui::Context,
+    asked: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Frames {
+    fn new() -> Frames {
+        let ctx = egui::Context::default();
+        let asked = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+        let flag = asked.clone();
+        ctx.set_request_repaint_callback(move |_| {
+            flag.store(true, std::sync::atomic::Ordering::SeqCst);
+        });
+        let frames = Frames { ctx, asked };
+        frames.drawn(egui::RawInput::default(), |_| {});
+        frames
+    }
+
+    /// The frames drawn from one over `raw` until egui asks for no more, each drawing
+    /// `widget`.
+    fn drawn(&self, raw: egui::RawInput, mut widget: impl FnMut(&mut egui::Ui)) -> usize {
+        let mut raw = Some(raw);
+        let mut frames = 0;
+        while raw.is_some() || self.asked.swap(false, std::sync::atomic::Ordering::SeqCst) {
+            frames += 1;
+            assert!(frames < 20, "egui never settled");
+            let mut out = self.ctx.run_ui(raw.take().unwrap_or_default(), &mut widget);
+            out.textures_delta.clear();
+        }
+        frames
+    }
+}
+
+/// Files dropped are taken out of egui's raw input before its pass, as eframe's raw input
+/// hook does (`AllocsimApp::take_dropped_files`), with the files hovered: egui asks for a
+/// repaint at once after a pass whose input holds either, two more frames, which in the
+/// browser are the software rasterizer's beside the engine's decode of that very file. The
+/// frame of the drop opens the file as before.
+#[test]
+fn dropped_files_are_taken_before_egui_and_opened_in_their_frame() {
+    let path = format!(
+        "{}/../tests/traces/devfull_oom_msg.pickle.gz",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let with_drop = || {
+        let mut raw = egui::RawInput::default();
+        raw.dropped_files
+            .push(std::sync::Arc::new(Dropped(path.clone().into())));
+        raw.hovered_files.push(egui::HoveredFile::default());
+        raw
+    };
+    // What taking them saves: egui's own next frame.
+    let egui = Frames::new();
+    let window = |ui: &mut egui::Ui| {
+        ui.label("a window");
+    };
+    assert_eq!(egui.drawn(egui::RawInput::default(), window), 1);
+    // egui asks at once, and a repaint asked at once is two frames.
+    assert_eq!(
+        egui.drawn(with_drop(), window),
+        3,
+        "two frames more after a drop"
+    );
+    let mut h = super::tests::harness(Startup::Example(&OOM_STORY));
+    let mut raw = with_drop();
+    h.state_mut().take_dropped_files(&mut raw);
+    assert!(raw.dropped_files.is_empty() && raw.hovered_files.is_empty());
+    let taken = raw.clone();
+    assert_eq!(
+        egui.drawn(taken, window),
+        1,
+        "nothing left to ask a frame for"
+    );
+    *h.input_mut() = raw;
+    h.step();
+    let doc = h.state().document().expect("a document");
+    assert_eq!(doc.trace.name, "devfull_oom_msg.pickle.gz");
+}
+
+/// A file dropped with its handle at hand (a path natively, a `File` in the browser) goes
+/// into the inbox for the frame at hand to open, with no repaint asked: egui's
+/// `request_repaint` draws two more frames of the whole window. What arrives later
+/// (a file dialog's choice) still asks for one.
+#[test]
+fn a_dropped_file_at_hand_asks_for_no_other_frame() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let ctx = egui::Context::default();
+    let asked = std::sync::Arc::new(AtomicUsize::new(0));
+    let count = asked.clone();
+    ctx.set_request_repaint_callback(move |_| {
+        count.fetch_add(1, Ordering::SeqCst);
+    });
+    let inbox = super::io::Inbox::default();
+    let path = format!(
+        "{}/../tests/traces/devfull_oom_msg.pickle.gz",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    for by_path in [true, false] {
+        super::io::read_dropped(
+            &ctx,
+            &inbox,
+            std::sync::Arc::new(Dropped(path.clone().into())),
+            by_path,
+        );
+        let opened = inbox.take();
+        assert_eq!(opened.len(), 1);
+        assert!(opened[0].is_ok(), "read at once ({by_path})");
+    }
+    assert_eq!(asked.load(Ordering::SeqCst), 0);
+    inbox.push(&ctx, Err("a later answer".into()));
+    assert!(asked.load(Ordering::SeqCst) > 0);
+}
+
+/// While a file opens, the status bar offers Cancel as a link, which egui draws styled in
+/// the frame it first appears in: a button it had not drawn before asks for a repaint to
+/// style it (two more frames after every drop).
+#[test]
+fn an_open_offers_cancel_as_a_link_that_asks_for_no_other_frame() {
+    let appearing =
+        |widget: fn(&mut egui::Ui)| Frames::new().drawn(egui::RawInput::default(), widget);
+    assert_eq!(
+        appearing(|ui| {
+            let _ = ui.small_button("Cancel");
+        }),
+        3
+    );
+    assert_eq!(
+        appearing(|ui| {
+            let _ = ui.link("Cancel");
+        }),
+        1
+    );
+    let mut h = super::tests::harness(Startup::Example(&OOM_STORY));
+    let job = 1 << 40;
+    {
+        let app = h.state_mut();
+        app.progress = Some((job, "reading big.pickle".into(), 0.1));
+        app.load_job = Some(job);
+        app.load_cancellable = Some(job);
+    }
+    h.step();
+    let cancel = h.get_by_label("Cancel");
+    assert_eq!(cancel.accesskit_node().role(), egui::accesskit::Role::Link);
 }
 
 /// While another file opens, the document shown asks for no bands nor bounds (the engine

@@ -280,7 +280,8 @@ impl Annotator<'_, '_> {
         };
         self.cmp.compare(i, group_all, &out, &ctx);
         self.out = out;
-        if !is_oom {
+        // The stream's scope changes only where the pool does (most groups keep it).
+        if !is_oom && pool != scope {
             self.scope.insert(stream, pool);
         }
         let pool_ix = self.pools.intern(pool);

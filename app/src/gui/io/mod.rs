@@ -36,10 +36,19 @@ pub struct Inbox {
 impl Inbox {
     /// Adds a result and asks for a repaint.
     pub fn push(&self, ctx: &egui::Context, item: Result<Opened, String>) {
+        self.put(item);
+        ctx.request_repaint();
+    }
+
+    /// Adds a result that the frame at hand takes (a file dropped in it, its handle or
+    /// bytes at hand), asking for no repaint: that frame already shows the open it
+    /// starts, and egui's `request_repaint` would draw two more of the whole window (in
+    /// the browser 40-90 ms of a software rasterizer's CPU each, beside the engine's
+    /// worker decoding the file).
+    pub fn put(&self, item: Result<Opened, String>) {
         if let Ok(mut v) = self.arrived.lock() {
             v.push(item);
         }
-        ctx.request_repaint();
     }
 
     /// Takes everything that arrived.
@@ -493,9 +502,14 @@ fn coalesce(batch: Vec<Request>) -> Vec<Request> {
         .collect()
 }
 
-/// Reads a file dropped on the window or the page; its bytes arrive in `inbox`.
+/// Reads a file dropped on the window or the page; its bytes arrive in `inbox`: at once
+/// for the caller's frame to take (a path, a browser `File`, bytes read natively), or, in
+/// the browser without `by_path`, later with a repaint.
 /// Natively, `by_path` hands the engine the file's path instead of its bytes.
-#[allow(clippy::needless_pass_by_value)] // moved into the future on the web
+#[allow(clippy::needless_pass_by_value)]
+// moved into the future on the web
+// Natively every drop arrives at once: no later repaint to ask of `ctx`.
+#[cfg_attr(not(target_arch = "wasm32"), allow(unused_variables))]
 pub fn read_dropped(
     ctx: &egui::Context,
     inbox: &Inbox,
@@ -508,24 +522,20 @@ pub fn read_dropped(
     );
     #[cfg(not(target_arch = "wasm32"))]
     if by_path {
-        inbox.push(ctx, file_at(&file.path().to_string_lossy()));
+        inbox.put(file_at(&file.path().to_string_lossy()));
         return;
     }
     #[cfg(target_arch = "wasm32")]
     if by_path && let Some(web_file) = file.web_file() {
-        inbox.push(
-            ctx,
-            Ok(Opened {
-                name,
-                bytes: Vec::new(),
-                file: Some(web_file.clone()),
-            }),
-        );
+        inbox.put(Ok(Opened {
+            name,
+            bytes: Vec::new(),
+            file: Some(web_file.clone()),
+        }));
         return;
     }
     #[cfg(not(target_arch = "wasm32"))]
-    inbox.push(
-        ctx,
+    inbox.put(
         file.bytes()
             .map(|bytes| Opened {
                 name: name.clone(),
