@@ -191,12 +191,13 @@ mod entry {
         CANCELLED.with(|c| c.borrow_mut().insert(job as u64));
     }
 
-    /// Opens a dropped `File`: read here whole as a stream (up to [`WHOLE_READ_BYTES`],
-    /// its first pass decoded as it arrives) or in slices (`Blob.slice(..).arrayBuffer()`
-    /// in a reader worker of this one's, [`READ_AHEAD`] ahead of the decode),
-    /// fed to the streamed decoder [`open::PIECE_BYTES`] at a time (a plain pickle of up
-    /// to 64 MiB in a single pass, a bigger one twice), with progress; never the whole
-    /// file in wasm's memory. A file too big for
+    /// Opens a dropped `File`: a file its decode reads once (a plain pickle of up to 64
+    /// MiB, decoded in a single pass) in slices of [`ONCE_SLICE_BYTES`], a bigger one up
+    /// to [`WHOLE_READ_BYTES`] here whole as a stream (its first pass decoded as it
+    /// arrives), a bigger one still in slices of [`SLICE_BYTES`]; the slices read by a
+    /// reader worker of this one's (`Blob.slice(..).arrayBuffer()`, [`READ_AHEAD`] ahead
+    /// of the decode). The bytes are fed to the streamed decoder with progress; never the
+    /// whole file in wasm's memory. A file too big for
     /// wasm's 4 GiB is refused before it is read.
     /// `main` (the wire's bytes of a [`wire::MainReplay`]) is replayed once the trace is
     /// built, before the page asks ([`Engine::open_decoded_replaying`]).
@@ -385,10 +386,11 @@ mod entry {
         decoded
     }
 
-    /// A file up to this size is read whole, once, into a JS `Uint8Array` (outside wasm's
-    /// memory, which is never given back; garbage once the read ends: JS memory the tab
-    /// may reuse, though its RSS keeps it), and both passes of a plain pickle are fed from
-    /// it; a bigger one is read in slices of [`SLICE_BYTES`], in each pass. Reading a
+    /// A file its decode reads twice, up to this size, is read whole, once, into a JS
+    /// `Uint8Array` (outside wasm's memory, which is never given back; garbage once the
+    /// read ends: JS memory the tab may reuse, though its RSS keeps it), and both passes
+    /// of a plain pickle are fed from it; a bigger one is read in slices of
+    /// [`SLICE_BYTES`], in each pass. Reading a
     /// `File` costs per slice in Chromium: a 32 MB pickle's two passes in 4 MiB slices took
     /// 0.2–0.6 s in a worker, the whole file read once 0.04–0.05 s (74 MB: 0.35–1.6 s against
     /// 0.08–0.09 s). The whole file is read as a stream (`File.stream()`), its first pass
@@ -400,6 +402,13 @@ mod entry {
     /// decode starts soon after the read, big enough that the decoder's per-feed work is
     /// nothing beside the bytes.
     const STREAMED_PIECE_BYTES: u64 = 1 << 20;
+    /// The slices a file read once is read in (a plain pickle decoded in a single pass,
+    /// or gzip's kept): its decode starts as soon as the first is read, and the reader,
+    /// several times faster than the decode, is rarely behind it after that. Read as a
+    /// stream in this worker instead, its chunks came only while the decode let them in
+    /// (`big_gpt_long_stacks_s9`'s pass waited 41 ms of its 267 for them, median of 12
+    /// opens; 16 of 244 from the reader, which the engine's worker keeps started).
+    const ONCE_SLICE_BYTES: u64 = STREAMED_PIECE_BYTES;
     /// The slices a bigger file is read in (fed to the decoder [`open::PIECE_BYTES`] at a
     /// time from each).
     const SLICE_BYTES: u64 = 16 << 20;
@@ -407,18 +416,6 @@ mod entry {
     const READ_AHEAD: u32 = 3;
     /// The longest the worker decodes without letting a message in (a Cancel).
     const YIELD_MS: f64 = 50.0;
-
-    /// Bytes `from..to` of `file` as a JS array (one read).
-    async fn slice(file: &web_sys::File, from: u64, to: u64) -> Result<js_sys::Uint8Array, String> {
-        let read = file
-            .slice_with_f64_and_f64(from as f64, to as f64)
-            .map_err(|e| format!("{e:?}"))?
-            .array_buffer();
-        let buf = wasm_bindgen_futures::JsFuture::from(read)
-            .await
-            .map_err(|e| format!("{e:?}"))?;
-        Ok(js_sys::Uint8Array::new(&buf))
-    }
 
     /// A reader of `file`'s bytes as a stream (`file.stream().getReader()`): the browser
     /// hands them on in chunks as it reads them.
@@ -510,18 +507,14 @@ mod entry {
     }
 
     /// The bytes of `file` the decoder reads from: the whole file (filled as its stream
-    /// reads it), its stream's last chunk (read once), or the slice holding the bytes it
-    /// needs next, the slices after it read meanwhile by the reader.
+    /// reads it), or the slice holding the bytes it needs next, the slices after it read
+    /// meanwhile by the reader.
     struct Window {
         from: u64,
         bytes: js_sys::Uint8Array,
         /// While the whole file is read as a stream into `bytes`: the stream's reader and
         /// the bytes of the file in `bytes` so far.
         filling: Option<(JsValue, u64)>,
-        /// While a file decoded in a single pass is read as a stream: its reader, `bytes`
-        /// its last chunk (from `from`), nothing kept: the decode does not ask for the
-        /// file again (if it does, its next passes read slices).
-        passing: Option<JsValue>,
         /// The reader of the file's slices (worker.js's `allocsimReadAhead`, a worker of
         /// its own reading [`READ_AHEAD`] slices ahead while this one decodes) and the
         /// byte its next slice starts at, once told where to start.
@@ -576,22 +569,6 @@ mod entry {
             to: u64,
             piece: &mut Vec<u8>,
         ) -> Result<(), String> {
-            if self.passing.is_some() {
-                if at > self.from + u64::from(self.bytes.length()) {
-                    // Bytes ahead of the stream (a gzip file's trailer): read apart.
-                    let bytes = slice(file, at, to).await?;
-                    piece.resize(bytes.length() as usize, 0);
-                    bytes.copy_to(piece.as_mut_slice());
-                    return Ok(());
-                }
-                if at >= self.from {
-                    return self.copy_passing(file.size() as u64, at, to, piece).await;
-                }
-                // Read again from an earlier byte: the decode asked for another pass.
-                self.passing = None;
-                self.from = 0;
-                self.bytes = js_sys::Uint8Array::new_with_length(0);
-            }
             if self.filling.is_some() {
                 self.fill(to, file.size() as u64).await?;
             }
@@ -651,42 +628,6 @@ mod entry {
                 self.bytes = bytes;
                 self.waited_ms += now_ms() - started;
             }
-            Ok(())
-        }
-
-        /// [`Window::copy`] of a file read as a stream and not kept: bytes `at..to` from
-        /// its chunks as they come (`at` at or past the last chunk's start).
-        async fn copy_passing(
-            &mut self,
-            size: u64,
-            mut at: u64,
-            to: u64,
-            piece: &mut Vec<u8>,
-        ) -> Result<(), String> {
-            let started = now_ms();
-            piece.clear();
-            while at < to {
-                let end = self.from + u64::from(self.bytes.length());
-                if at >= end {
-                    let Some(reader) = &self.passing else {
-                        return Err(format!("byte {at} was read before"));
-                    };
-                    let Some(chunk) = next_chunk(reader).await? else {
-                        return Err(format!("the file ended at byte {end}"));
-                    };
-                    if end + u64::from(chunk.length()) > size {
-                        return Err(format!("the file grew past its {size} bytes"));
-                    }
-                    self.from = end;
-                    // The chunk before is garbage from here (JS memory).
-                    self.bytes = chunk;
-                    continue;
-                }
-                let hi = to.min(end);
-                self.append(at, hi, piece);
-                at = hi;
-            }
-            self.waited_ms += now_ms() - started;
             Ok(())
         }
     }
@@ -750,23 +691,11 @@ mod entry {
         let size = file.size() as u64;
         let single = how.single;
         // A file its decode reads once (a single pass, or gzip's pass 1 with its inflated
-        // bytes kept in wasm) is read as a stream and not kept; a plain pickle its decode
-        // reads twice, whole into a JS array once.
-        if single && !how.big && size <= allocsim_core::snapshot::pickle::SINGLE_PASS_MAX_BYTES {
-            let mut window = Window {
-                from: 0,
-                bytes: js_sys::Uint8Array::new_with_length(0),
-                filling: None,
-                passing: Some(
-                    stream_reader(file).map_err(|e| format!("{name}: cannot read byte 0: {e}"))?,
-                ),
-                reader: None,
-                slice_bytes: how.slice_bytes,
-                waited_ms: 0.0,
-            };
-            return decode(job, name, file, &mut window, single).await;
-        }
-        let whole = !how.big && size <= WHOLE_READ_BYTES;
+        // bytes kept in wasm) is read by the reader in small slices and not kept; a plain
+        // pickle its decode reads twice, whole into a JS array once.
+        let once =
+            single && !how.big && size <= allocsim_core::snapshot::pickle::SINGLE_PASS_MAX_BYTES;
+        let whole = !once && !how.big && size <= WHOLE_READ_BYTES;
         let mut window = Window {
             from: 0,
             bytes: js_sys::Uint8Array::new_with_length(if whole {
@@ -782,9 +711,12 @@ mod entry {
             } else {
                 None
             },
-            passing: None,
             reader: None,
-            slice_bytes: how.slice_bytes,
+            slice_bytes: if once {
+                ONCE_SLICE_BYTES
+            } else {
+                how.slice_bytes
+            },
             waited_ms: 0.0,
         };
         decode(job, name, file, &mut window, single).await
@@ -841,7 +773,7 @@ mod entry {
             window.waited_ms = 0.0;
             // While the file is still being read, its pre-pass is fed in smaller pieces as
             // they arrive; the progress is reported as often as before.
-            let step = if window.filling.is_some() || window.passing.is_some() {
+            let step = if window.filling.is_some() || window.slice_bytes <= STREAMED_PIECE_BYTES {
                 STREAMED_PIECE_BYTES
             } else {
                 open::PIECE_BYTES as u64

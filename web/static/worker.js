@@ -11,9 +11,10 @@
 // ?big_read=KIB, every file read as a big one is) and is read here;
 // {cancel} stops it at once (not queued behind it). If the wasm stops (an allocation past
 // its memory runs no panic hook) while it opens a file, the page hears {crashed, job}.
-// A file too big to read whole is read ahead in slices by a worker of the engine's own,
-// this file again under the name "allocsim-reader", which runs no wasm (allocsimReadAhead).
-import init, { worker_init, worker_handle, worker_open, worker_cancel, search_handle, search_open, warm_up, heap_bytes } from "./allocsim_web.js";
+// A file is read ahead in slices by a worker of the engine's own, this file again under
+// the name "allocsim-reader", which runs no wasm and loads none of its glue
+// (allocsimReadAhead); the engine's worker starts one once its wasm is ready and keeps it
+// between files, so no open waits for a worker to start.
 
 /// The reader (allocsim-reader): reads slices of a File from where it is told to seek,
 /// up to as many ahead as it is given credit for, two at a time, each posted
@@ -58,8 +59,11 @@ function reader() {
   self.onmessage = (event) => {
     const m = event.data;
     if (m.file !== undefined) {
+      // A new file (or none: the reading stopped); nothing read before is posted.
       file = m.file;
       slice = m.slice;
+      gen = -1;
+      credit = 0;
     } else if (m.seek !== undefined) {
       gen = m.gen;
       pos = m.seek;
@@ -71,12 +75,14 @@ function reader() {
   };
 }
 
-/// The engine's side of a reader of `file` (web/src/lib.rs, Window): `seek(at)` starts
-/// the slices at byte `at` (`slice` bytes each, `depth` read ahead), `next()` gives the
-/// next as {at, bytes} ({at, error} if it could not be read), `stop()` ends the reader.
-self.allocsimReadAhead = (file, slice, depth) => {
+/// The engine's side of a reader worker: `take(file, slice, depth, done)` hands it
+/// `file` (`slice` bytes a read, `depth` read ahead) and gives the handle
+/// `allocsimReadAhead` returns. Each seek's slices carry a number of their own (`gen`,
+/// never reused), so a slice of a file or seek before, still in flight, is dropped.
+function startReader() {
   const worker = new Worker(new URL(import.meta.url), { type: "module", name: "allocsim-reader" });
   let gen = 0;
+  let broken = false;
   const got = [];
   let wake = null;
   const arrive = (m) => {
@@ -92,30 +98,66 @@ self.allocsimReadAhead = (file, slice, depth) => {
   };
   worker.onerror = (event) => {
     event.preventDefault();
+    broken = true;
     arrive({ gen, at: -1, error: event.message || "the reader stopped" });
   };
-  worker.postMessage({ file, slice });
   return {
-    seek(at) {
+    get broken() {
+      return broken;
+    },
+    take(file, slice, depth, done) {
       gen += 1;
       got.length = 0;
-      worker.postMessage({ seek: at, gen, depth });
+      worker.postMessage({ file, slice });
+      return {
+        seek(at) {
+          gen += 1;
+          got.length = 0;
+          worker.postMessage({ seek: at, gen, depth });
+        },
+        async next() {
+          while (got.length === 0) await new Promise((resolve) => (wake = resolve));
+          const m = got.shift();
+          if (m.bytes !== undefined) worker.postMessage({ more: gen });
+          return m;
+        },
+        stop() {
+          gen += 1;
+          got.length = 0;
+          worker.postMessage({ file: null, slice: 0 });
+          done();
+        },
+      };
     },
-    async next() {
-      while (got.length === 0) await new Promise((resolve) => (wake = resolve));
-      const m = got.shift();
-      if (m.bytes !== undefined) worker.postMessage({ more: gen });
-      return m;
-    },
-    stop() {
+    terminate() {
       worker.terminate();
     },
   };
+}
+
+/// The reader kept between files (the engine's worker's; started once its wasm is ready).
+let standing = null;
+
+/// A reader of `file` (web/src/lib.rs, Window): `seek(at)` starts the slices at byte `at`
+/// (`slice` bytes each, `depth` read ahead), `next()` gives the next as {at, bytes}
+/// ({at, error} if it could not be read), `stop()` ends the reading (the standing reader
+/// waits for the next file; another is terminated).
+self.allocsimReadAhead = (file, slice, depth) => {
+  let reader = standing;
+  standing = null;
+  if (reader === null || reader.broken) {
+    if (reader !== null) reader.terminate();
+    reader = startReader();
+  }
+  return reader.take(file, slice, depth, () => {
+    if (standing === null && !reader.broken) standing = reader;
+    else reader.terminate();
+  });
 };
 
 const search = self.name === "allocsim-search";
-const handle = search ? search_handle : worker_handle;
-const open = search ? search_open : worker_open;
+/// The wasm's glue once loaded (allocsim_web.js).
+let glue = null;
 let chain = null;
 
 function crashed(e, job) {
@@ -126,40 +168,46 @@ function crashed(e, job) {
 if (self.name === "allocsim-reader") reader();
 else self.onmessage = (event) => {
   if (chain === null) {
-    chain = init({ module_or_path: event.data }).then((wasm) => {
+    // The glue is imported here, not at the top: the reader runs none of it.
+    chain = import("./allocsim_web.js").then(async (g) => {
+      const wasm = await g.default({ module_or_path: event.data });
       // This worker's wasm memory in bytes (a high-water mark), for the benchmarks.
       self.allocsimWasmBytes = () => wasm.memory.buffer.byteLength;
       // Its heap: [bytes live, their highest mark].
-      self.allocsimHeapBytes = () => Array.from(heap_bytes());
-      worker_init();
+      self.allocsimHeapBytes = () => Array.from(g.heap_bytes());
+      g.worker_init();
+      glue = g;
+      // The engine's worker (no name) keeps a reader ready for the files dropped.
+      if (self.name === "") standing = startReader();
     });
     return;
   }
   const msg = event.data;
   if (msg && msg.cancel !== undefined) {
-    // Initialised by now (a cancel follows a request); never queued behind the job.
-    try {
-      worker_cancel(msg.cancel);
-    } catch (e) {
-      chain = chain.then(() => worker_cancel(msg.cancel));
-    }
+    // Never queued behind the job it cancels.
+    if (glue !== null) glue.worker_cancel(msg.cancel);
+    else chain = chain.then(() => glue.worker_cancel(msg.cancel));
     return;
   }
   if (msg && msg.warm !== undefined) {
     // The warm-up worker (allocsim-warm): says how long it took when done.
     chain = chain
-      .then(() => warm_up())
+      .then(() => glue.warm_up())
       .then((ms) => self.postMessage({ warmed: ms }))
       .catch((e) => console.error("allocsim warm-up:", e));
     return;
   }
   if (msg && msg.open !== undefined) {
     chain = chain
-      .then(() => open(msg.open, msg.name, msg.file, msg.main, msg.big_read))
+      .then(() =>
+        search
+          ? glue.search_open(msg.open, msg.name, msg.file)
+          : glue.worker_open(msg.open, msg.name, msg.file, msg.main, msg.big_read),
+      )
       .catch((e) => crashed(e, msg.open));
     return;
   }
   chain = chain
-    .then(() => handle(msg))
+    .then(() => (search ? glue.search_handle(msg) : glue.worker_handle(msg)))
     .catch((e) => console.error("allocsim engine:", e));
 };
