@@ -74,6 +74,9 @@ pub(super) struct Vm<'a> {
     pub(super) builder: Builder,
     /// Scratch for interning stacks.
     pub(super) frame_buf: Vec<FrameId>,
+    /// Scratch for the frame dicts of a frames list run as one step
+    /// ([`Vm::frames_list`]).
+    pub(super) frame_objs: Vec<u32>,
     /// Stacks by a fast hash of their frame ids, checked against the table on a hit:
     /// every trace entry has its own frames list, and hashing each through the
     /// table's `SipHash` index was a visible cost.
@@ -188,6 +191,7 @@ impl<'a> Vm<'a> {
             extra_events: Vec::new(),
             builder: Builder::default(),
             frame_buf: Vec::new(),
+            frame_objs: Vec::new(),
             stack_cache: HashMap::default(),
             eager,
             elements_left: super::mapping::element_budget(input_len),
@@ -220,6 +224,7 @@ impl<'a> Vm<'a> {
             extra_events: self.extra_events,
             builder: self.builder,
             frame_buf: self.frame_buf,
+            frame_objs: self.frame_objs,
             stack_cache: self.stack_cache,
             eager: self.eager,
             elements_left: self.elements_left,

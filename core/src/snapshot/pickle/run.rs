@@ -1,9 +1,9 @@
 //! The loop: runs the opcodes to `STOP`.
 
 use super::machine::{Res, Vm, malformed, truncated};
-use super::opcodes::{op, parse_memo_index, refusal};
+use super::opcodes::{le_u32, op, parse_memo_index, refusal};
 use super::text::{escape_decode, raw_unicode_decode};
-use super::value::{Kind, Value};
+use super::value::{Kind, Seal, Value};
 use crate::snapshot::error::ImportError;
 use crate::snapshot::schema::lossy;
 
@@ -91,6 +91,9 @@ impl Vm<'_> {
                     self.stack.push(Value::Obj(id));
                 }
                 op::EMPTY_LIST => {
+                    if self.frames_list::<SINGLE>(at)? {
+                        continue;
+                    }
                     let id = self.alloc(Kind::List, at)?;
                     self.stack.push(Value::Obj(id));
                 }
@@ -387,6 +390,94 @@ impl Vm<'_> {
         Ok(())
     }
 
+    /// The `EMPTY_LIST` at `at` and what follows it where they are a list of frames as
+    /// the pickler writes one (`MEMOIZE`, `MARK`, a `BINGET` or `LONG_BINGET` of each
+    /// frame dict, `APPENDS`), run as one step: the list made and memoized as those
+    /// opcodes make it, each frame read from the memo as `GET` reads it and appended as
+    /// `APPENDS` appends it, without a trip through the stack or the loop for each (a
+    /// trace entry's frames are a quarter of a snapshot's opcodes). Returns false, with
+    /// nothing done, for anything else — another opcode, a slot that holds no frame, a
+    /// window that ends before the `APPENDS`, the machine not converting — and the loop
+    /// runs the opcodes one by one, as it would have.
+    fn frames_list<const SINGLE: bool>(&mut self, at: usize) -> Res<bool> {
+        #[cfg(test)]
+        if !FAST_FRAMES.with(std::cell::Cell::get) {
+            return Ok(false);
+        }
+        if !self.eager {
+            return Ok(false);
+        }
+        let d = self.data;
+        let mut i = self.rel();
+        if d.get(i..i + 2) != Some(&[op::MEMOIZE, op::MARK][..]) {
+            return Ok(false);
+        }
+        i += 2;
+        let mut objs = std::mem::take(&mut self.frame_objs);
+        objs.clear();
+        let found = loop {
+            let index = match d.get(i) {
+                Some(&op::BINGET) => d.get(i + 1).map(|&b| (u32::from(b), 2)),
+                Some(&op::LONG_BINGET) => le_u32(d, i + 1).map(|v| (v, 5)),
+                Some(&op::APPENDS) => break !objs.is_empty(),
+                _ => None,
+            };
+            let Some((index, width)) = index else {
+                break false;
+            };
+            i += width;
+            let obj = if SINGLE {
+                match self.memo.every.as_deref().and_then(|e| e.get(index)) {
+                    Some((Value::Obj(id), born)) => self
+                        .heap
+                        .get(id as usize)
+                        .filter(|c| c.offset == u64::from(born))
+                        .map(|c| (id, c.seal)),
+                    _ => None,
+                }
+            } else {
+                match index
+                    .checked_sub(self.memo.floor)
+                    .and_then(|j| self.memo.get(j))
+                {
+                    Some(Value::Obj(id)) => self.heap.get(id as usize).map(|c| (id, c.seal)),
+                    _ => None,
+                }
+            };
+            match obj {
+                Some((id, Seal::Frame(_))) => objs.push(id),
+                _ => break false,
+            }
+        };
+        if !found {
+            self.frame_objs = objs;
+            return Ok(false);
+        }
+        let list = self.alloc(Kind::List, at)?;
+        self.stack.push(Value::Obj(list));
+        self.pos = at + 2;
+        self.memoize_as::<SINGLE>(at + 1)?;
+        for &id in &objs {
+            if SINGLE {
+                // As `GET` of the single pass: a container read back is shared.
+                self.mark_shared(Value::Obj(id));
+            }
+            let frame = match self.heap.get(id as usize).map(|c| c.seal) {
+                Some(Seal::Frame(f)) => Value::Frame(f),
+                _ => Value::Obj(id),
+            };
+            if let Some(c) = self.heap.get_mut(list as usize) {
+                c.items.push(frame);
+            }
+        }
+        self.frame_objs = objs;
+        #[cfg(test)]
+        FAST_TAKEN.with(|n| n.set(n.get() + 1));
+        self.appends_at = self.base + i;
+        self.pos = self.base + i + 1;
+        Ok(true)
+    }
+
     /// `MEMOIZE` or `PUT` (`index`) of the single pass: every slot kept, with where its
     /// container was made.
     #[allow(clippy::inline_always)]
@@ -438,3 +529,16 @@ impl Vm<'_> {
         Ok(())
     }
 }
+
+#[cfg(test)]
+thread_local! {
+    /// Whether `EMPTY_LIST` takes the frames list's fast path ([`Vm::frames_list`]); the
+    /// tests compare both ways.
+    pub(super) static FAST_FRAMES: std::cell::Cell<bool> = const { std::cell::Cell::new(true) };
+    /// How many frames lists took it.
+    pub(super) static FAST_TAKEN: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+#[cfg(test)]
+#[path = "run_tests.rs"]
+mod tests;
