@@ -179,9 +179,11 @@ fn main() {
     // outcomes and checkpoints are `bench_memory`'s).
     let mb = |b: usize| b as f64 / 1e6;
     println!(
-        "the UI holds: ops table {:.0} MB (shared with the engine), stack's top {:.0} MB, bands {:.0} MB ({} pieces), replays {}",
+        "the UI holds: ops table {:.0} MB (shared with the engine), stack's top {:.0} MB (made once the stacked view is shown), bands {:.0} MB ({} pieces), replays {}",
         mb(doc.trace.ops.heap_bytes()),
-        mb(doc.stack_top.heap_bytes()),
+        mb(doc
+            .stack_top_made()
+            .map_or(0, allocsim_app::gui::envelope::Envelope::heap_bytes)),
         mb(doc.trace.bands.pieces.capacity()
             * std::mem::size_of::<allocsim_app::engine::wire::BandPiece>()),
         doc.trace.bands.pieces.len(),

@@ -93,6 +93,8 @@ if (openOnly) {
   const stamp = openChunks.find((e) => e.name === "TimeStamp" && e.args?.data?.message === "allocsim-drop");
   printTasks(openChunks, stamp ? stamp.ts : openChunks[0].ts, (readyT - dropT + 200) * 1000);
   writeFileSync(join(out, "open-trace.json"), JSON.stringify({ traceEvents: openChunks }));
+  // The page's CPU profile over the open, its times in µs of the trace's clock.
+  writeFileSync(join(out, "open.cpuprofile"), JSON.stringify(profile));
   await s.close();
   process.exit(0);
 }

@@ -376,6 +376,11 @@ impl AllocsimApp {
         for r in self.engine.poll() {
             self.on_response(r);
         }
+        // What the file records, per op, once no layout of the main configuration came
+        // with the trace to replace it.
+        if let Some(doc) = &mut self.doc {
+            doc.settle_recorded();
+        }
         self.release_held_replays();
         // The OOM's searches first: in the browser the engine's worker answers in order,
         // and the trace's share with the search workers must not wait behind the bands.
@@ -453,17 +458,20 @@ impl AllocsimApp {
                 self.explained = None;
                 // The band quads are built once the stacked view is shown, a slice per
                 // frame (`build_bands`).
-                // The recorded timeline per op and the document's tables, together.
+                // The recorded timeline goes per op before the document is drawn, unless
+                // the main configuration's layout comes first (`settle_recorded`).
                 let recorded = self.recorded.take().filter(|r| r.job == job);
                 let trace = Arc::new(*trace);
-                let (recorded, mut doc) = crate::engine::parallel::join(
-                    || recorded.and_then(|r| r.per_op(&trace)),
-                    || Document::new(Arc::clone(&trace)),
-                );
+                let mut doc = Document::new(Arc::clone(&trace));
+                let recorded = recorded.filter(|r| r.is_of(&trace));
                 // Until the main replay puts it on its OOM or peak, the cursor shows the
                 // recorded end state (after the last op).
-                self.cursor = recorded.as_ref().map_or(0, |r| r.layout.data.op);
-                doc.recorded = recorded;
+                self.cursor = if recorded.is_some() {
+                    trace.ops.len().saturating_sub(1) as u32
+                } else {
+                    0
+                };
+                doc.recorded_entries = recorded;
                 self.doc = Some(doc);
                 self.cursor_pending = true;
                 // The new document's first layout is marked even at the op marked last.
@@ -692,6 +700,7 @@ impl AllocsimApp {
         if slot == 0 {
             // The main configuration's own layout replaces the recorded end state.
             doc.recorded = None;
+            doc.recorded_entries = None;
         }
     }
 

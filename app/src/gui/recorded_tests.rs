@@ -453,6 +453,42 @@ fn an_open_offers_cancel_as_a_link_that_asks_for_no_other_frame() {
     assert_eq!(cancel.accesskit_node().role(), egui::accesskit::Role::Link);
 }
 
+/// The recorded timeline is made per op only for a frame that draws it: where the main
+/// configuration's replay and layout come with the trace (the browser's worker sends them
+/// together below a million ops), the layout replaces the recorded end state before any
+/// frame draws it, and the conversion (12 ms of the page's first full frame on
+/// `big_gpt_long_stacks_s9`) is not made. Where they come later, it is made once.
+#[test]
+fn the_recorded_timeline_goes_per_op_only_when_a_frame_draws_it() {
+    use super::state::PER_OP_MADE;
+    let made = || PER_OP_MADE.with(|n| n.replace(0));
+    let mut h = super::tests::harness(Startup::Example(&OOM_STORY));
+    let _ = made();
+    drop_test_trace(&mut h, "mlp_train.pickle.gz");
+    let app = h.state();
+    assert!(
+        app.document()
+            .is_some_and(|d| d.slots.first().is_some_and(|s| s.layout.is_some())),
+        "one frame brought the trace, the main replay and its layout"
+    );
+    assert!(app.recorded_in_document().is_none());
+    assert!(app.document().is_some_and(|d| d.recorded_entries.is_none()));
+    assert_eq!(made(), 0);
+    let mut h = paced_harness(Startup::Example(&OOM_STORY));
+    let _ = made();
+    for _ in 0..40 {
+        if h.state().document().is_some() {
+            break;
+        }
+        h.step();
+    }
+    let (_, rd) = built_without_replays(h.state());
+    assert!(!rd.is_empty());
+    assert_eq!(made(), 1);
+    settle(&mut h);
+    assert_eq!(made(), 0, "made once");
+}
+
 /// While another file opens, the document shown asks for no bands nor bounds (the engine
 /// would answer them for the file being opened, and in the browser ahead of its replays);
 /// once nothing is opening it asks for them.

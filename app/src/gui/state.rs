@@ -36,8 +36,10 @@ pub struct Document {
     /// The quads converted so far (`bands` is republished from it as it grows).
     bands_building: Vec<Quad>,
     /// The stack's top (live requested MiB) per op: the folded band of the stacked view
-    /// ([`stack_top`]; the timeline view draws it: `views/timeline/stack_lod.rs`), so a level of detail never loses bytes.
-    pub stack_top: Envelope,
+    /// ([`stack_top`]; the timeline view draws it: `views/timeline/stack_lod.rs`), so a
+    /// level of detail never loses bytes. Made when the stacked view first asks for it
+    /// ([`Document::stack_top`]), not on the way to the document's first frame.
+    stack_top: std::sync::OnceLock<Envelope>,
     pub slots: Vec<Slot>,
     /// The best any allocator could do on this device (live-bytes peak, offline
     /// placement's peak), once the engine has computed them.
@@ -52,6 +54,12 @@ pub struct Document {
     pub bands_job: Option<u64>,
     /// What the file records, per op, shown until the replays arrive.
     pub recorded: Option<RecordedView>,
+    /// What the file records, per trace entry, to be made [`Document::recorded`] before
+    /// the document is drawn ([`Document::settle_recorded`]), unless the main
+    /// configuration's layout replaces it first (it comes with the trace on a trace of
+    /// under a million ops: the conversion was work for nothing on the way to the first
+    /// full frame).
+    pub recorded_entries: Option<RecordedView>,
 }
 
 /// Pieces converted between two looks at the clock.
@@ -72,11 +80,10 @@ impl Document {
     #[must_use]
     pub fn new(trace: Arc<TraceData>) -> Document {
         let clock = Clock::of(&trace);
-        let stack_top = stack_top(&trace.ops);
         Document {
             trace,
             clock,
-            stack_top,
+            stack_top: std::sync::OnceLock::new(),
             bands: QuadSet::default(),
             bands_building: Vec::new(),
             slots: Vec::new(),
@@ -86,6 +93,27 @@ impl Document {
             bands_asked: false,
             bands_job: None,
             recorded: None,
+            recorded_entries: None,
+        }
+    }
+
+    /// The stack's top (live requested MiB) per op ([`stack_top`]), made at the first ask.
+    #[must_use]
+    pub fn stack_top(&self) -> &Envelope {
+        self.stack_top.get_or_init(|| stack_top(&self.trace.ops))
+    }
+
+    /// The stack's top if the stacked view made it already.
+    #[must_use]
+    pub fn stack_top_made(&self) -> Option<&Envelope> {
+        self.stack_top.get()
+    }
+
+    /// Makes the recorded timeline waiting per trace entry ([`Document::recorded_entries`])
+    /// the document's, per op.
+    pub fn settle_recorded(&mut self) {
+        if let Some(r) = self.recorded_entries.take() {
+            self.recorded = r.per_op(&self.trace);
         }
     }
 
@@ -223,13 +251,21 @@ impl RecordedView {
         self.len() == 0
     }
 
+    /// Whether this is what the file and device of `trace` record.
+    #[must_use]
+    pub fn is_of(&self, trace: &TraceData) -> bool {
+        self.name == trace.name && self.device == trace.device
+    }
+
     /// The same over the ops of `ops` (each op at its trace entry; the end state at the
     /// last op), or `None` when `ops` is of another file or device.
     #[must_use]
     pub fn per_op(self, trace: &TraceData) -> Option<RecordedView> {
-        if self.name != trace.name || self.device != trace.device {
+        if !self.is_of(trace) {
             return None;
         }
+        #[cfg(test)]
+        PER_OP_MADE.with(|n| n.set(n.get() + 1));
         // An op the recording has no entry of (one inferred) keeps the value before it.
         let at = |env: &ColumnEnvelope| {
             let (mut last, mut column) = (0, allocsim_core::metrics::Column::default());
@@ -1072,4 +1108,10 @@ mod seconds_tests {
         assert!(Seconds::of(&back, Clock::of(&back)).is_empty());
         assert!(!timed(&TraceData::default()));
     }
+}
+
+#[cfg(test)]
+thread_local! {
+    /// How many recorded timelines were made per op ([`RecordedView::per_op`]).
+    pub(crate) static PER_OP_MADE: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
 }

@@ -386,7 +386,7 @@ pub fn timeline_ui(
             let folded_key = (key.clone(), columns_px);
             if st.folded.as_ref().is_none_or(|(k, _)| *k != folded_key) {
                 let columns = stack_lod::columns(st, doc, columns_px);
-                let quads = stack_lod::folded_quads(&doc.stack_top, &columns, lo, theme::FOLDED);
+                let quads = stack_lod::folded_quads(doc.stack_top(), &columns, lo, theme::FOLDED);
                 st.folded = Some((folded_key, render::QuadSet::new(quads)));
             }
             let t = Transform {
@@ -810,7 +810,7 @@ fn hover_tooltip(
                 && bytes < p.y0_bytes() + p.height_bytes(&doc.trace.ops)
         });
         let top = doc
-            .stack_top
+            .stack_top()
             .get(op as usize)
             .map_or(0.0, |t| f64::from(t) * MIB);
         if hit.is_none() && (bytes as f64) < top {

@@ -125,7 +125,7 @@ fn check_conservation(doc: &Document, requested: &[u64]) -> usize {
                     1.0,
                 );
                 let origin = st.visible(doc).0;
-                let folded = folded_quads(&doc.stack_top, &columns, origin, theme::FOLDED);
+                let folded = folded_quads(doc.stack_top(), &columns, origin, theme::FOLDED);
                 let all = doc.bands.len();
                 for lod in [0, view_lod, all / 16, all] {
                     let quads = &quads[..lod];
@@ -264,7 +264,7 @@ fn a_one_op_spike_left_out_by_the_level_of_detail_still_reaches_its_height() {
             .iter()
             .all(|p| p.alloc != spike as u32)
     );
-    let folded = folded_quads(&doc.stack_top, &cols, 0.0, theme::FOLDED);
+    let folded = folded_quads(doc.stack_top(), &cols, 0.0, theme::FOLDED);
     let tops = drawn_tops(&folded, 0.0, &doc.bands.to_vec(0..lod), false, &cols);
     let spike_col = cols
         .iter()
