@@ -4,7 +4,9 @@
 // seconds. With `open`, then the engine worker's open after the decode, stage by stage
 // (`open()` in src/lib.rs): one JSON line per stage with the bytes live after it, their
 // highest mark during it, the wasm memory's size after it (the high-water) and the size
-// of the message it emitted, and the milliseconds since the stage before (`ms`).
+// of the message it emitted, and the milliseconds since the stage before (`ms`); before
+// each message's line, the milliseconds to encode it as the worker posts it and to decode
+// it as the page takes it (`encode_ms`, `decode_ms`, not counted in the stage's `ms`).
 // Build: cargo build --release --target wasm32-unknown-unknown (in this directory); the
 // module is target/wasm32-unknown-unknown/release/wasm_decode_probe.wasm.
 import fs from 'node:fs';

@@ -142,12 +142,26 @@ fn emit(r: Response) {
     if k.is_empty() {
         return;
     }
-    let size = postcard::serialize_with_flavor(&r, postcard::ser_flavors::Size::default())
-        .unwrap_or(0);
+    // SAFETY: as in `stage`.
+    let t0 = unsafe { now_ms() };
+    let bytes = allocsim_app::engine::wire::encode(&r).unwrap_or_default();
+    let t1 = unsafe { now_ms() };
+    let back = allocsim_app::engine::wire::decode::<Response>(&bytes);
+    let t2 = unsafe { now_ms() };
+    drop(back);
+    // The encode and the page's decode, apart from the stage's time.
+    LAST_MS.with(|l| l.set(l.get() + (t2 - t0)));
+    REPORT.with(|x| {
+        x.borrow_mut().push_str(&format!(
+            "{{\"message\":\"{k}\",\"encode_ms\":{:.1},\"decode_ms\":{:.1}}}\n",
+            t1 - t0,
+            t2 - t1
+        ));
+    });
     if let Response::Failed { message, .. } = &r {
         REPORT.with(|x| x.borrow_mut().push_str(&format!("failed: {message}\n")));
     }
-    stage(&format!("emitted {k}"), size);
+    stage(&format!("emitted {k}"), bytes.len());
 }
 
 /// The worker's open after its decode, as the page drives it: the recorded timeline, the
