@@ -506,9 +506,9 @@ fn coalesce(batch: Vec<Request>) -> Vec<Request> {
 /// for the caller's frame to take (a path, a browser `File`, bytes read natively), or, in
 /// the browser without `by_path`, later with a repaint.
 /// Natively, `by_path` hands the engine the file's path instead of its bytes.
+// `file` is moved into the future on the web; natively every drop arrives at once, with
+// no later repaint to ask of `ctx`.
 #[allow(clippy::needless_pass_by_value)]
-// moved into the future on the web
-// Natively every drop arrives at once: no later repaint to ask of `ctx`.
 #[cfg_attr(not(target_arch = "wasm32"), allow(unused_variables))]
 pub fn read_dropped(
     ctx: &egui::Context,
