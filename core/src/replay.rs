@@ -663,6 +663,14 @@ fn replay_in<M: Allocator + ?Sized>(
 /// same model and device, its result is that of [`replay`].
 pub struct ReplayRun<'m, M: Allocator + ?Sized> {
     model: &'m mut M,
+    run: Run,
+}
+
+/// What a replay keeps of its ops as they are stepped, all but the model: the device, the
+/// outcomes, the timeline, the checkpoints and the totals. [`ReplayRun`] steps the model
+/// on it; [`Shadow`] reads a model another pass steps.
+#[derive(Clone)]
+struct Run {
     device: SimulatedDevice,
     capacity: Option<u64>,
     opts: ReplayOptions,
@@ -697,18 +705,15 @@ pub struct ReplayRun<'m, M: Allocator + ?Sized> {
     stopped: bool,
 }
 
-impl<'m, M: Allocator + ?Sized> ReplayRun<'m, M> {
-    /// A replay of `model` on `device` before its first op; `initial_ops`: the trace's
-    /// ops of the blocks alive at its start ([`DeviceTrace::initial_ops`]); `total`: its
-    /// number of ops if known (the checkpoints are spaced from it: none without it).
-    pub fn new(
-        model: &'m mut M,
+impl Run {
+    fn new<M: Allocator + ?Sized>(
+        model: &M,
         device: SimulatedDevice,
         capacity: Option<u64>,
         opts: ReplayOptions,
         initial_ops: usize,
         total: Option<usize>,
-    ) -> Self {
+    ) -> Run {
         let n = total.unwrap_or(0);
         let outcomes = if opts.keep_timeline {
             Outcomes::with_capacity(n)
@@ -722,7 +727,7 @@ impl<'m, M: Allocator + ?Sized> ReplayRun<'m, M> {
             Some(n) => checkpoint_interval(n, opts.checkpoint_every, opts.max_checkpoints),
             None => 0,
         };
-        ReplayRun {
+        Run {
             device,
             capacity,
             opts,
@@ -757,174 +762,47 @@ impl<'m, M: Allocator + ?Sized> ReplayRun<'m, M> {
             pools: Vec::new(),
             allocs_seen: 0,
             stopped: false,
-            model,
         }
     }
 
-    /// A replay of `model` on `device` before the first op of the whole of `trace` (its
-    /// ops to be pushed in order): [`ReplayRun::new`] with the trace's start ops, number of
-    /// ops and private pools.
-    pub fn over(
-        trace: &DeviceTrace,
-        model: &'m mut M,
-        device: SimulatedDevice,
-        capacity: Option<u64>,
-        opts: ReplayOptions,
-    ) -> Self {
-        let mut run = ReplayRun::new(
-            model,
-            device,
-            capacity,
-            opts,
-            trace.initial_ops,
-            Some(trace.ops.len()),
-        );
-        run.set_pools(&trace.pools);
-        run
-    }
-
-    /// Spaces the checkpoints (and makes room for the outcomes) as for about `ops` ops,
-    /// where their number is not known before the last (a replay beside the trace's
-    /// build: [`crate::build::expected_ops`]). Before the first op only. The layouts
-    /// rebuilt from them are the same, however spaced; only their speed differs.
-    #[must_use]
-    pub fn expecting(mut self, ops: usize) -> Self {
+    /// See [`ReplayRun::expecting`].
+    fn expecting(&mut self, ops: usize) {
         debug_assert_eq!(self.pushed, 0, "before the first op");
         self.every =
             checkpoint_interval(ops, self.opts.checkpoint_every, self.opts.max_checkpoints);
         if self.opts.keep_timeline {
             self.outcomes = Outcomes::with_capacity(ops);
         }
-        self
     }
 
-    /// The model replayed.
-    #[must_use]
-    pub fn model(&self) -> &M {
-        self.model
-    }
-
-    /// The ops replayed so far: the timeline's samples (a fatal OOM stops it at its op).
-    /// With `model().stats()` after each op that added one, a caller reads the timeline
-    /// as it is made without keeping it (the app's CSV export).
-    #[must_use]
-    pub fn ops_done(&self) -> usize {
-        self.ops_done
-    }
-
-    /// The simulated device the model's segments are on.
-    #[must_use]
-    pub fn device(&self) -> &SimulatedDevice {
-        &self.device
-    }
-
-    /// What the model did in the last op pushed.
-    #[must_use]
-    pub fn last_events(&self) -> &[ModelEvent] {
-        &self.out
-    }
-
-    /// This replay's state (all of it but the model) driving `model` from here: a copy of
-    /// this replay's model, perhaps under another configuration. Where that configuration
-    /// decides every op before here as this one did, pushing it the rest of the ops ends
-    /// as a replay of the whole trace through it would have (`core::prefix`).
-    pub fn fork<'n, N: Allocator + ?Sized>(&self, model: &'n mut N) -> ReplayRun<'n, N> {
-        ReplayRun {
-            model,
-            device: self.device.clone(),
-            capacity: self.capacity,
-            opts: self.opts,
-            initial_ops: self.initial_ops,
-            total: self.total,
-            every: self.every,
-            outcomes: self.outcomes.clone(),
-            timeline: self.timeline.clone(),
-            out: Vec::with_capacity(16),
-            checkpoints: self.checkpoints.clone(),
-            peak: self.peak,
-            peak_at: self.peak_at,
-            peak_alloc: self.peak_alloc,
-            peak_req: self.peak_req,
-            max_frag: self.max_frag,
-            oom: self.oom.clone(),
-            ooms: self.ooms.clone(),
-            driver: self.driver,
-            reproduced: self.reproduced,
-            ops_done: self.ops_done,
-            pushed: self.pushed,
-            invariant_error: self.invariant_error.clone(),
-            stepper: self.stepper.clone(),
-            pools: self.pools.clone(),
-            allocs_seen: self.allocs_seen,
-            stopped: self.stopped,
-        }
-    }
-
-    /// The private pools the ops name ([`DeviceTrace::pools`]); before an op that names
-    /// one, with it and those before it (a replay beside the build: the pools named so
-    /// far, [`crate::build::Streamed::Ops`]).
-    /// The table only grows as a build names pools: one of the same length is the same.
-    pub fn set_pools(&mut self, pools: &[PoolId]) {
-        if pools.len() != self.pools.len() {
-            self.pools.clear();
-            self.pools.extend_from_slice(pools);
-        }
-    }
-
-    /// Replays the next op.
+    /// The next op begins, `model` as the ops before it left it: counted, and a
+    /// checkpoint taken where one is due. Its index, or none after a fatal OOM (the op is
+    /// then only counted).
     #[inline]
-    pub fn push(&mut self, op: &Op) {
+    fn begin<M: Allocator + ?Sized>(&mut self, is_alloc: bool, model: &M) -> Option<usize> {
         let k = self.pushed;
         self.pushed += 1;
-        self.allocs_seen += usize::from(op.is_alloc());
+        self.allocs_seen += usize::from(is_alloc);
         if self.stopped {
-            return;
+            return None;
         }
         if self.every > 0 && k.is_multiple_of(self.every) {
             self.checkpoints.push(Checkpoint {
                 ops_done: k,
-                model: self.model.clone_box(),
+                model: model.clone_box(),
                 device: self.device.clone(),
             });
         }
-        self.out.clear();
-        let mut stop = false;
-        let served = if self.opts.keep_timeline {
-            Served::Outcomes(&self.outcomes)
-        } else {
-            Served::Kept(&[])
-        };
-        let outcome = match self.stepper.step_reading(
-            op,
-            k,
-            self.initial_ops,
-            served,
-            &self.pools,
-            self.model,
-            &mut self.device,
-            &mut self.out,
-        ) {
-            Step::Served(a) => Outcome::Served(a),
-            Step::Done => Outcome::None,
-            Step::Oom { info, fatal } => {
-                if !fatal {
-                    self.reproduced += 1;
-                }
-                let report = self.oom_report(op, k, &info, fatal);
-                // The first OOM is reported, unless a fatal one follows reproduced ones.
-                if self.oom.is_none()
-                    || (fatal && self.oom.as_ref().is_some_and(|o: &OomReport| !o.fatal))
-                {
-                    self.oom = Some(report.clone());
-                }
-                self.ooms.push(report);
-                // The program would have died here.
-                stop = fatal;
-                Outcome::Oom
-            }
-        };
+        Some(k)
+    }
+
+    /// Op `k` (begun by [`Run::begin`]) is done, `model` as it left it, its events in
+    /// `self.out`: its outcome, the driver's time, the totals, the timeline; `stop`: a
+    /// fatal OOM ends the replay here.
+    #[inline]
+    fn end<M: Allocator + ?Sized>(&mut self, k: usize, outcome: Outcome, stop: bool, model: &M) {
         self.driver.add(cost::DEFAULT, &self.out);
-        let st = self.model.stats();
+        let st = model.stats();
         if st.reserved_bytes > self.peak.reserved_bytes {
             self.peak = st;
             self.peak_at = st;
@@ -946,25 +824,31 @@ impl<'m, M: Allocator + ?Sized> ReplayRun<'m, M> {
         if self.opts.check_every > 0
             && (k.is_multiple_of(self.opts.check_every) || self.total == Some(k + 1))
         {
-            self.check(k);
+            self.check(k, model);
         }
         self.stopped = stop;
     }
 
-    fn check(&mut self, k: usize) {
+    fn check<M: Allocator + ?Sized>(&mut self, k: usize, model: &M) {
         if self.invariant_error.is_none()
-            && let Err(e) = self.model.check_invariants()
+            && let Err(e) = model.check_invariants()
         {
             self.invariant_error = Some((k, e));
         }
     }
 
-    fn oom_report(&self, op: &Op, k: usize, info: &OomInfo, fatal: bool) -> OomReport {
+    fn oom_report<M: Allocator + ?Sized>(
+        &self,
+        model: &M,
+        op: &Op,
+        k: usize,
+        info: &OomInfo,
+        fatal: bool,
+    ) -> OomReport {
         let size_bytes = match op.kind {
             OpKind::Alloc { size_bytes, .. } => size_bytes,
             _ => 0,
         };
-        let model = &*self.model;
         let st = model.stats();
         let pytorch = model.kind() == Some(AllocatorKind::Pytorch);
         OomReport {
@@ -996,9 +880,7 @@ impl<'m, M: Allocator + ?Sized> ReplayRun<'m, M> {
         }
     }
 
-    /// The replay's result once every op is pushed.
-    #[must_use]
-    pub fn finish(mut self) -> ReplayResult {
+    fn finish<M: Allocator + ?Sized>(mut self, model: &M) -> ReplayResult {
         // Without the number of ops beforehand the last op is checked here, as
         // [`ReplayRun::push`] checks it when it is known.
         if self.total.is_none()
@@ -1007,13 +889,13 @@ impl<'m, M: Allocator + ?Sized> ReplayRun<'m, M> {
             && self.ops_done > 0
             && !(self.ops_done - 1).is_multiple_of(self.opts.check_every)
         {
-            self.check(self.ops_done - 1);
+            self.check(self.ops_done - 1, model);
         }
-        let fin = self.model.stats();
+        let fin = model.stats();
         self.timeline.shrink_to_fit();
         ReplayResult {
-            allocator: self.model.name(),
-            config: self.model.config_string(),
+            allocator: model.name(),
+            config: model.config_string(),
             capacity_bytes: self.capacity,
             ops_done: self.ops_done,
             requests: self.allocs_seen,
@@ -1035,6 +917,216 @@ impl<'m, M: Allocator + ?Sized> ReplayRun<'m, M> {
             invariant_error: self.invariant_error,
             preloaded: self.opts.preloaded,
         }
+    }
+}
+
+impl<'m, M: Allocator + ?Sized> ReplayRun<'m, M> {
+    /// A replay of `model` on `device` before its first op; `initial_ops`: the trace's
+    /// ops of the blocks alive at its start ([`DeviceTrace::initial_ops`]); `total`: its
+    /// number of ops if known (the checkpoints are spaced from it: none without it).
+    pub fn new(
+        model: &'m mut M,
+        device: SimulatedDevice,
+        capacity: Option<u64>,
+        opts: ReplayOptions,
+        initial_ops: usize,
+        total: Option<usize>,
+    ) -> Self {
+        let run = Run::new(&*model, device, capacity, opts, initial_ops, total);
+        ReplayRun { model, run }
+    }
+
+    /// A replay of `model` on `device` before the first op of the whole of `trace` (its
+    /// ops to be pushed in order): [`ReplayRun::new`] with the trace's start ops, number of
+    /// ops and private pools.
+    pub fn over(
+        trace: &DeviceTrace,
+        model: &'m mut M,
+        device: SimulatedDevice,
+        capacity: Option<u64>,
+        opts: ReplayOptions,
+    ) -> Self {
+        let mut run = ReplayRun::new(
+            model,
+            device,
+            capacity,
+            opts,
+            trace.initial_ops,
+            Some(trace.ops.len()),
+        );
+        run.set_pools(&trace.pools);
+        run
+    }
+
+    /// Spaces the checkpoints (and makes room for the outcomes) as for about `ops` ops,
+    /// where their number is not known before the last (a replay beside the trace's
+    /// build: [`crate::build::expected_ops`]). Before the first op only. The layouts
+    /// rebuilt from them are the same, however spaced; only their speed differs.
+    #[must_use]
+    pub fn expecting(mut self, ops: usize) -> Self {
+        self.run.expecting(ops);
+        self
+    }
+
+    /// The model replayed.
+    #[must_use]
+    pub fn model(&self) -> &M {
+        self.model
+    }
+
+    /// The ops replayed so far: the timeline's samples (a fatal OOM stops it at its op).
+    /// With `model().stats()` after each op that added one, a caller reads the timeline
+    /// as it is made without keeping it (the app's CSV export).
+    #[must_use]
+    pub fn ops_done(&self) -> usize {
+        self.run.ops_done
+    }
+
+    /// The simulated device the model's segments are on.
+    #[must_use]
+    pub fn device(&self) -> &SimulatedDevice {
+        &self.run.device
+    }
+
+    /// What the model did in the last op pushed.
+    #[must_use]
+    pub fn last_events(&self) -> &[ModelEvent] {
+        &self.run.out
+    }
+
+    /// This replay's state (all of it but the model) driving `model` from here: a copy of
+    /// this replay's model, perhaps under another configuration. Where that configuration
+    /// decides every op before here as this one did, pushing it the rest of the ops ends
+    /// as a replay of the whole trace through it would have (`core::prefix`).
+    pub fn fork<'n, N: Allocator + ?Sized>(&self, model: &'n mut N) -> ReplayRun<'n, N> {
+        let mut run = self.run.clone();
+        run.out = Vec::with_capacity(16);
+        ReplayRun { model, run }
+    }
+
+    /// The private pools the ops name ([`DeviceTrace::pools`]); before an op that names
+    /// one, with it and those before it (a replay beside the build: the pools named so
+    /// far, [`crate::build::Streamed::Ops`]).
+    /// The table only grows as a build names pools: one of the same length is the same.
+    pub fn set_pools(&mut self, pools: &[PoolId]) {
+        if pools.len() != self.run.pools.len() {
+            self.run.pools.clear();
+            self.run.pools.extend_from_slice(pools);
+        }
+    }
+
+    /// Replays the next op.
+    #[inline]
+    pub fn push(&mut self, op: &Op) {
+        let Some(k) = self.run.begin(op.is_alloc(), &*self.model) else {
+            return;
+        };
+        let r = &mut self.run;
+        r.out.clear();
+        let served = if r.opts.keep_timeline {
+            Served::Outcomes(&r.outcomes)
+        } else {
+            Served::Kept(&[])
+        };
+        let step = r.stepper.step_reading(
+            op,
+            k,
+            r.initial_ops,
+            served,
+            &r.pools,
+            self.model,
+            &mut r.device,
+            &mut r.out,
+        );
+        let (outcome, fatal_oom) = match step {
+            Step::Served(a) => (Outcome::Served(a), false),
+            Step::Done => (Outcome::None, false),
+            Step::Oom { info, fatal } => {
+                if !fatal {
+                    r.reproduced += 1;
+                }
+                let report = r.oom_report(&*self.model, op, k, &info, fatal);
+                // The first OOM is reported, unless a fatal one follows reproduced ones.
+                if r.oom.is_none()
+                    || (fatal && r.oom.as_ref().is_some_and(|o: &OomReport| !o.fatal))
+                {
+                    r.oom = Some(report.clone());
+                }
+                r.ooms.push(report);
+                // The program would have died here.
+                (Outcome::Oom, fatal)
+            }
+        };
+        r.end(k, outcome, fatal_oom, &*self.model);
+    }
+
+    /// The replay's result once every op is pushed.
+    #[must_use]
+    pub fn finish(self) -> ReplayResult {
+        self.run.finish(&*self.model)
+    }
+}
+
+/// A replay made by reading a model that another pass steps through the same ops (the
+/// trace's build: [`crate::build::build_replaying`]), not by stepping one: for each op,
+/// [`Shadow::begin`] before the model takes it and [`Shadow::end`] after, with what the
+/// model served and the events it emitted. Where the model took each op as a replay's
+/// model would have on this device (the caller's to ensure: the same model, the device's
+/// calls answered alike), its result is that replay's.
+pub struct Shadow {
+    run: Run,
+}
+
+impl Shadow {
+    /// Before the first op of a trace whose first `initial_ops` ops are the blocks alive at
+    /// its start, `model` as it is there; the checkpoints spaced as for `expected_ops` ops
+    /// ([`ReplayRun::expecting`]).
+    #[must_use]
+    pub fn new<M: Allocator + ?Sized>(
+        model: &M,
+        device: SimulatedDevice,
+        capacity: Option<u64>,
+        opts: ReplayOptions,
+        initial_ops: usize,
+        expected_ops: usize,
+    ) -> Shadow {
+        let mut run = Run::new(model, device, capacity, opts, initial_ops, None);
+        run.expecting(expected_ops);
+        Shadow { run }
+    }
+
+    /// The device the replay's segments are on, which the caller keeps as the replay's
+    /// would be: the model's device calls made on it too.
+    pub fn device_mut(&mut self) -> &mut SimulatedDevice {
+        &mut self.run.device
+    }
+
+    /// The next op begins (an alloc or not), `model` as the ops before it left it.
+    #[inline]
+    pub fn begin<M: Allocator + ?Sized>(&mut self, is_alloc: bool, model: &M) {
+        let _ = self.run.begin(is_alloc, model);
+    }
+
+    /// The op begun is done, `model` as it left it: an alloc served at `served`, another
+    /// op `None`; `events`: what the model emitted.
+    #[inline]
+    pub fn end<M: Allocator + ?Sized>(
+        &mut self,
+        served: Option<u64>,
+        events: &[ModelEvent],
+        model: &M,
+    ) {
+        let k = self.run.pushed - 1;
+        self.run.out.clear();
+        self.run.out.extend_from_slice(events);
+        let outcome = served.map_or(Outcome::None, Outcome::Served);
+        self.run.end(k, outcome, false, model);
+    }
+
+    /// The replay's result, `model` as the last op left it.
+    #[must_use]
+    pub fn finish<M: Allocator + ?Sized>(self, model: &M) -> ReplayResult {
+        self.run.finish(model)
     }
 }
 

@@ -19,6 +19,49 @@ pub fn load(bytes: &[u8], capacity: Option<u64>) -> Result<Validation, crate::Er
     crate::build::build(snap, capacity)
 }
 
+/// [`load`]'s build of a decoded snapshot (under `capacity`) with the replay of its device
+/// `device` through `spec` under the same capacity, where the build's first pass is that
+/// replay ([`crate::build::build_replaying`]: the replay [`replay_device`] makes of the
+/// built trace, its checkpoints spaced from the ops expected); else `None`, for the
+/// caller to replay the built trace. The browser's worker, on one thread, opens so.
+pub fn build_replaying(
+    snap: crate::snapshot::RawSnapshot,
+    capacity: Option<u64>,
+    device: u32,
+    spec: &ModelSpec,
+    opts: ReplayOptions,
+) -> Result<(Validation, Option<ReplayResult>), crate::Error> {
+    let ride = spec.resolve(&snap.settings).ok().and_then(|resolved| {
+        let cfg = resolved.pytorch_config()?.clone();
+        let events = snap
+            .device_traces
+            .get(device as usize)
+            .map_or(&[][..], Vec::as_slice);
+        let sim = simulated_device_from(
+            &snap.settings,
+            &crate::build::segment_events(events),
+            &resolved,
+            H200_TOTAL_BYTES,
+            capacity,
+        );
+        Some((
+            device,
+            crate::build::PassReplay {
+                device: sim,
+                opts,
+                cfg,
+            },
+        ))
+    });
+    let mut built = match ride {
+        Some(ride) => crate::build::build_replaying(&snap, capacity, ride)?,
+        None => crate::build::build_devices(&snap, capacity, None)?,
+    };
+    let replayed = built.replayed.take();
+    let read = crate::trace::SnapshotInfo::read(&snap);
+    Ok((built.validation(snap, read).0, replayed))
+}
+
 /// The capacity a replay of `trace`'s device `device` runs under when the caller asks for
 /// `arg`: a given one, unlimited, or as recorded (inferred from the recording's refusals).
 #[must_use]

@@ -452,14 +452,28 @@ impl Engine {
         // Decoded, the file's own timeline and end state go to the UI at once; the trace
         // is built and validated after.
         let mut ahead = None;
+        let mut kept = None;
         let r = decoded.and_then(|snap| {
             emit(recorded::response(job, &snap, &name));
             ahead = main.and_then(|m| open::replayed_ahead(&snap, m).map(|spec| (m, spec)));
-            allocsim_core::build::build(snap, None).map_err(|e| format!("{name}: {e}"))
+            let built = match &ahead {
+                Some((main, spec)) => open::build_keeping_replay(snap, main, spec),
+                None => allocsim_core::build::build(snap, None).map(|v| (v, None)),
+            };
+            built
+                .map(|(v, replayed)| {
+                    kept = replayed;
+                    v
+                })
+                .map_err(|e| format!("{name}: {e}"))
         });
         let ahead = |e: &Engine| {
             let (main, spec) = ahead?;
-            open::replay_built(e.trace.as_ref()?, e.device, main, &spec)
+            // The build's pass was the replay where it kept one (of the device shown).
+            match kept.filter(|b: &open::Beside| b.device == e.device) {
+                Some(b) => Some(b),
+                None => open::replay_built(e.trace.as_ref()?, e.device, main, &spec),
+            }
         };
         self.install_answering(job, name, r, main, ahead, emit);
     }

@@ -179,6 +179,36 @@ pub fn replay_built(
         })
 }
 
+/// Builds the trace of `snap` (as `build::build`, no capacity given), keeping the replay of
+/// `main` (its model `spec`: [`replayed_ahead`]) on the busiest device where the build's
+/// first pass is that replay (`session::build_replaying`: the main configuration is the
+/// recorded one, under no capacity, as the build runs, and the pass steps every op as a
+/// replay does). For the browser's worker, alone on its thread, which would otherwise
+/// replay the trace after building it; whether the device is the built trace's busiest
+/// is for the caller to check.
+///
+/// # Errors
+/// The build's.
+pub fn build_keeping_replay(
+    snap: RawSnapshot,
+    main: &MainReplay,
+    spec: &ModelSpec,
+) -> Result<(Validation, Option<Beside>), allocsim_core::Error> {
+    if main.capacity_bytes.is_some() {
+        return build::build(snap, None).map(|v| (v, None));
+    }
+    let d = super::recorded::busiest_device(&snap);
+    let (v, replayed) =
+        allocsim_core::session::build_replaying(snap, None, d, spec, super::drawn_replay())?;
+    let kept = replayed.map(|result| Beside {
+        spec: main.spec.clone(),
+        capacity_bytes: None,
+        device: d as usize,
+        result,
+    });
+    Ok((v, kept))
+}
+
 /// Builds the trace of `snap` (as `build::build`, no capacity given) while `main` replays
 /// its busiest device on another thread, fed the start state and ops as the build makes
 /// them (`build::build_streaming`, as `allocsim replay FILE` does), its checkpoints spaced

@@ -1067,15 +1067,20 @@ fn opened_ahead_from(
 }
 
 /// The browser's worker replays the main configuration as soon as the trace is built
-/// (`Engine::open_decoded_replaying`): the UI's first `Replay` of it is answered from that
-/// replay, as one replayed when asked is, and only once; another capacity is replayed when
-/// asked; a recording with a refusal, as recorded, is not replayed ahead.
+/// (`Engine::open_decoded_replaying`; kept from the build's own pass where that pass is the
+/// replay, `open::build_keeping_replay`): the UI's first `Replay` of it is answered from
+/// that replay, as one replayed when asked is, and only once; another capacity is replayed
+/// when asked; a recording with a refusal, as recorded, is not replayed ahead.
 #[test]
 fn a_main_replay_done_ahead_answers_as_one_replayed_when_asked() {
     let main = main_pytorch();
     let mut replayed_ahead = 0;
+    let mut from_the_pass = 0;
+    let spec = allocsim_core::models::ModelSpec::parse(&main.spec).expect("parses");
     for e in EXAMPLES {
         let snap = || allocsim_core::snapshot::import::decode_snapshot(e.bytes).expect("decodes");
+        let (_, kept) = open::build_keeping_replay(snap(), &main, &spec).expect("builds");
+        from_the_pass += usize::from(kept.is_some());
         let (mut asked, mut ahead, answers) = opened_ahead(e, &main);
         assert!(
             matches!(answers.last(), Some(Response::Loaded { .. })),
@@ -1108,6 +1113,10 @@ fn a_main_replay_done_ahead_answers_as_one_replayed_when_asked() {
         );
     }
     assert!(replayed_ahead > 0, "no example was replayed ahead");
+    assert!(
+        from_the_pass > 0,
+        "no example kept its build's pass as the replay"
+    );
 }
 
 /// Given the UI's jobs (`MainReplay::answer`), the worker answers the main replay done

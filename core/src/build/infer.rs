@@ -115,6 +115,12 @@ impl Annotator<'_, '_> {
             .find(|e| matches!(e.action, Action::SegmentAlloc | Action::SegmentMap))
             .copied();
         let stream = last.stream;
+        // A replay steps a malloc group as one malloc, from the state before it.
+        if is_oom || leading_free {
+            self.ride_off();
+        } else {
+            self.ride_begin(true);
+        }
         let scope = self.scope.get(&stream).copied().unwrap_or(PoolId::DEFAULT);
         // Which pools to try, most likely first.
         let mut pools = Pools::default();
@@ -146,6 +152,7 @@ impl Annotator<'_, '_> {
             {
                 self.model.rename_pool(scope, p);
                 self.renames.insert(scope, p);
+                self.ride_off();
                 self.inferred.push(Inference {
                     event_index: j as u32,
                     kind: "private_pool",
@@ -299,6 +306,10 @@ impl Annotator<'_, '_> {
         if !is_oom {
             self.live.insert(last.addr, op);
         }
+        match result {
+            Ok(a) => self.ride_end(Some(a)),
+            Err(()) => self.ride_off(),
+        }
         if result.is_ok() == is_oom {
             // Already counted as a divergence by the comparison.
         }
@@ -365,6 +376,7 @@ impl Annotator<'_, '_> {
     /// Applies the restore run `i..end` found by [`Self::restore_run`]: each block taken in
     /// place ([`Allocator::alloc_at`]).
     pub(super) fn restore_segment(&mut self, i: usize, end: usize, pool: PoolId, stream: u64) {
+        self.ride_off();
         let events = self.events;
         let base = events[i].addr;
         for (x, e) in events.iter().enumerate().take(end).skip(i) {
@@ -412,6 +424,7 @@ impl Annotator<'_, '_> {
     }
 
     pub(super) fn empty_cache_group(&mut self, i: usize, j: usize) {
+        self.ride_off();
         let events = self.events;
         let group = &events[i..j];
         self.release_private_pools_in(i, group);

@@ -25,6 +25,7 @@ use crate::device::SimulatedDevice;
 use crate::models::common::hasher::AddrMap;
 use crate::models::pytorch::{PyTorchConfig, PyTorchModel};
 use crate::models::{Allocator, ConfigError, ModelEvent, PoolId};
+use crate::replay::{ReplayOptions, ReplayResult, Shadow};
 use crate::snapshot::{Action, RawEvent, RawSnapshot};
 use crate::trace::{
     DeviceTrace, Inference, Op, OpKind, PoolTable, SnapshotInfo, SnapshotRead, StartSegment, Trace,
@@ -88,6 +89,20 @@ struct Annotator<'a, 's> {
     piece: Vec<Op>,
     /// The model's events of the group at hand: one vector for the pass, not one a group.
     out: Vec<ModelEvent>,
+    /// The replay this pass is, while it is one ([`build_replaying`]; the first pass
+    /// only).
+    ride: Option<Shadow>,
+}
+
+/// What [`build_replaying`] needs to keep the replay its first pass is: the device that
+/// replay runs on, as a replay of the built trace would start it (following the
+/// recording's segment events, its start state not yet preloaded), its options, and
+/// its model's configuration (the pass is that replay only where it is the build's).
+#[derive(Debug, Clone)]
+pub struct PassReplay {
+    pub device: SimulatedDevice,
+    pub opts: ReplayOptions,
+    pub cfg: PyTorchConfig,
 }
 
 /// The device [`build_streaming`] streams, and where to.
@@ -137,6 +152,36 @@ impl Annotator<'_, '_> {
             sink(Streamed::Ops(ops, self.pools.ids()));
             self.sent = self.ops.len();
         }
+    }
+
+    /// The ride's next op begins ([`Annotator::ride`]), an alloc or not: before the model
+    /// takes it.
+    fn ride_begin(&mut self, is_alloc: bool) {
+        if let Some(r) = self.ride.as_mut() {
+            r.begin(is_alloc, &self.model);
+        }
+    }
+
+    /// The ride's op is done, the model having served `served` (an alloc) and emitted
+    /// `self.out`. Its segment calls are made on the ride's device, which must answer
+    /// them as the recorded device did; one it would answer otherwise (another address,
+    /// a refusal, a call the ride does not follow) ends the ride.
+    fn ride_end(&mut self, served: Option<u64>) {
+        let Some(r) = self.ride.as_mut() else {
+            return;
+        };
+        if made_alike(r.device_mut(), &self.out) {
+            r.end(served, &self.out, &self.model);
+        } else {
+            self.ride = None;
+        }
+    }
+
+    /// The pass makes an op a replay would make otherwise, or takes one another way than
+    /// a replay steps it (an inferred `empty_cache()`, a pool release or rename, a
+    /// checkpoint restore, an OOM or a release inside a malloc): it is not the replay.
+    fn ride_off(&mut self) {
+        self.ride = None;
     }
 
     fn note_peak(&mut self) {
@@ -209,6 +254,7 @@ impl Annotator<'_, '_> {
                     let Some(alloc) = self.live.remove(&e.addr) else {
                         return Err(self.err(i, format!("free of address {:#x}, which holds no live allocation (unknown address or double free)", e.addr)));
                     };
+                    self.ride_begin(false);
                     self.op(i, OpKind::Free { alloc, deferred }, e.addr);
                     if deferred {
                         self.pending.insert(e.addr, alloc);
@@ -219,6 +265,7 @@ impl Annotator<'_, '_> {
                         self.cmp.diverge_input(i, &e, &m.to_string());
                     }
                     self.keep_synth(dev.into_synth());
+                    self.ride_end(None);
                     i += if deferred { 1 } else { 2 };
                 }
                 Action::FreeCompleted => {
@@ -228,6 +275,7 @@ impl Annotator<'_, '_> {
                             format!("free_completed at {:#x} without a pending free", e.addr),
                         ));
                     };
+                    self.ride_begin(false);
                     self.op(i, OpKind::CompleteFree { alloc }, e.addr);
                     self.out.clear();
                     let mut dev = RecordedDevice::new(&[], false, &self.synth);
@@ -235,6 +283,7 @@ impl Annotator<'_, '_> {
                         self.cmp.diverge_input(i, &e, &m.to_string());
                     }
                     self.keep_synth(dev.into_synth());
+                    self.ride_end(None);
                     i += 1;
                 }
                 Action::Snapshot | Action::Other => i += 1,
@@ -277,6 +326,22 @@ impl Annotator<'_, '_> {
     }
 }
 
+/// Whether `device` answers the segment calls behind the model's `events` as the recorded
+/// device did (the `cudaMalloc` of each `segment_alloc` at its address), making them on
+/// it; a call it does not follow (maps and unmaps, an OOM) answers no.
+fn made_alike(device: &mut SimulatedDevice, events: &[ModelEvent]) -> bool {
+    use crate::device::Device as _;
+    events.iter().all(|e| match e.action {
+        Action::SegmentAlloc => device.malloc(e.size, e.stream) == Ok(e.addr),
+        Action::SegmentFree => {
+            device.free(e.addr, e.size);
+            true
+        }
+        Action::Alloc | Action::FreeRequested | Action::FreeCompleted => true,
+        _ => false,
+    })
+}
+
 /// One pass of the annotation over device `device`'s events from the rebuilt start state,
 /// with the pool choices of `revised`.
 #[allow(clippy::too_many_arguments)]
@@ -291,9 +356,28 @@ fn pass<'a, 's>(
     memory: OpsMemory,
     revised: BTreeMap<usize, Revision>,
     sink: Option<&'s mut dyn FnMut(Streamed<'_>)>,
+    ride: Option<PassReplay>,
 ) -> Result<Annotator<'a, 's>, TraceError> {
     let mut model = PyTorchModel::new(cfg.clone(), capacity);
     model.load_start(start);
+    // The replay of this pass starts as a replay of the built trace would: its model
+    // loaded with the start state (this one), the start's segments preloaded on its
+    // device, the first ops those of the blocks alive at the start.
+    let ride = ride.filter(|r| r.cfg == *cfg).map(|mut r| {
+        if !start.is_empty() {
+            r.device.preload(start.iter().map(|s| s.size_bytes).sum());
+            r.opts.preloaded = true;
+        }
+        let blocks = start.iter().map(|s| s.blocks.len()).sum();
+        Shadow::new(
+            &model,
+            r.device,
+            capacity,
+            r.opts,
+            blocks,
+            ops_room(start, entries),
+        )
+    });
     let mut a = Annotator {
         snap,
         device,
@@ -318,6 +402,7 @@ fn pass<'a, 's>(
         sink,
         piece: Vec::new(),
         out: Vec::new(),
+        ride,
     };
     // Blocks alive at the start become the first ops, so every model can replay them.
     for s in start {
@@ -335,7 +420,9 @@ fn pass<'a, 's>(
                 stack: crate::snapshot::StackId::EMPTY,
                 time_us: 0,
             };
+            a.ride_begin(true);
             a.ops.push(block, events);
+            a.ride_end(Some(b.addr));
             let op = (a.ops.len() - 1) as u32;
             if b.pending {
                 a.pending.insert(b.addr, op);
@@ -404,8 +491,8 @@ pub fn annotate(
         .device_traces
         .get(device as usize)
         .map_or(&[][..], Vec::as_slice);
-    annotate_streaming(snap, device, cfg, capacity, OpsMemory::HERE, None)
-        .map(|(t, r, _)| (t.copied(events), r))
+    annotate_streaming(snap, device, cfg, capacity, OpsMemory::HERE, None, None)
+        .map(|(t, r, _, _)| (t.copied(events), r))
 }
 
 /// A device's trace once its passes are done, its ops as the build keeps them
@@ -448,7 +535,8 @@ impl Pending {
 
 /// [`annotate`], handing the start state and the first pass's ops to `sink` as they are
 /// made; the flag says whether they are the trace's ops (no later pass was kept and no
-/// pool was renamed).
+/// pool was renamed). With `ride`, the replay the first pass is, where it is the replay
+/// of the built trace ([`build_replaying`]).
 fn annotate_streaming(
     snap: &RawSnapshot,
     device: u32,
@@ -456,7 +544,8 @@ fn annotate_streaming(
     capacity: Option<u64>,
     memory: OpsMemory,
     mut sink: Option<&mut dyn FnMut(Streamed<'_>)>,
-) -> Result<(Pending, DeviceReport, bool), TraceError> {
+    ride: Option<PassReplay>,
+) -> Result<(Pending, DeviceReport, bool, Option<ReplayResult>), TraceError> {
     let events = snap
         .device_traces
         .get(device as usize)
@@ -487,6 +576,7 @@ fn annotate_streaming(
                 memory,
                 BTreeMap::new(),
                 sink,
+                ride,
             )
         },
         || {
@@ -498,6 +588,14 @@ fn annotate_streaming(
         },
     );
     let mut a = first?;
+    // The first pass's replay, kept where that pass is the trace's and followed the
+    // recording throughout (the ops a replay steps are then the ones it took).
+    let exact_pass = a.cmp.divergence.is_none() && a.cmp.matched == a.cmp.compared;
+    let mut replayed = a
+        .ride
+        .take()
+        .filter(|_| exact_pass)
+        .map(|r| r.finish(&a.model));
     let mut first_kept = true;
     // Revisit a pool choice the recording contradicts later, by a pass from the start with
     // the other choice, kept only where it follows the recording further. Each revision is
@@ -507,11 +605,12 @@ fn annotate_streaming(
         let mut revised = a.revised.clone();
         revised.insert(group_end, revision);
         match pass(
-            snap, device, events, cfg, capacity, &start, entries, memory, revised, None,
+            snap, device, events, cfg, capacity, &start, entries, memory, revised, None, None,
         ) {
             Ok(b) if b.diverges_later_than(&a) => {
                 a = b;
                 first_kept = false;
+                replayed = None;
             }
             _ => break,
         }
@@ -556,6 +655,7 @@ fn annotate_streaming(
     // Their room was estimated (`expected_ops`): only what they use is kept.
     a.ops.shrink_to_fit();
     let streamed_exact = first_kept && renames.is_empty();
+    let replayed = replayed.filter(|_| streamed_exact);
     let trace = DeviceTrace {
         device,
         ops: Vec::new(),
@@ -572,7 +672,7 @@ fn annotate_streaming(
         ops: a.ops,
         bounds,
     };
-    Ok((pending, report, streamed_exact))
+    Ok((pending, report, streamed_exact, replayed))
 }
 
 /// `a` and `b`: natively `b` on a thread of its own beside `a` (on the calling thread),
@@ -641,6 +741,9 @@ pub struct Built {
     /// Whether what was streamed is the streamed device's start state and ops in the
     /// trace ([`build_streaming`]'s flag).
     pub exact: bool,
+    /// The replay the first pass of the device asked for was ([`build_replaying`]),
+    /// where it is the replay of the built trace.
+    pub replayed: Option<ReplayResult>,
 }
 
 impl Built {
@@ -715,7 +818,41 @@ pub fn build_devices(
 pub fn build_devices_in(
     snap: &RawSnapshot,
     capacity: Option<u64>,
+    stream: Option<StreamTo<'_>>,
+    memory: OpsMemory,
+) -> Result<Built, crate::Error> {
+    build_devices_with(snap, capacity, stream, None, memory)
+}
+
+/// [`build_devices`], keeping the replay of device `ride.0` that its first pass is
+/// ([`Built::replayed`]), where that pass is the trace's and took every op as a replay of
+/// the built trace through `ride.1`'s model on its device would have:
+///
+/// - the model's configuration is the build's (so is the capacity: `capacity`);
+/// - the pass followed the recording at every event, and no later pass was kept;
+/// - it made no op a replay takes another way (an inferred `empty_cache()`, a pool
+///   release, a checkpoint restore), renamed no pool, and took no malloc that released
+///   segments or ran out of memory;
+/// - the replay's device answered each segment call of the model as the recorded device
+///   did.
+///
+/// The replay is then the one [`crate::session::replay_device`] makes of the built trace
+/// (its checkpoints spaced from the ops expected, as a replay beside the build's:
+/// [`crate::replay::ReplayRun::expecting`]), without stepping the model a second time:
+/// the browser's worker, on one thread, saves that replay.
+pub fn build_replaying(
+    snap: &RawSnapshot,
+    capacity: Option<u64>,
+    ride: (u32, PassReplay),
+) -> Result<Built, crate::Error> {
+    build_devices_with(snap, capacity, None, Some(ride), OpsMemory::HERE)
+}
+
+fn build_devices_with(
+    snap: &RawSnapshot,
+    capacity: Option<u64>,
     mut stream: Option<StreamTo<'_>>,
+    mut ride: Option<(u32, PassReplay)>,
     memory: OpsMemory,
 ) -> Result<Built, crate::Error> {
     let cfg = PyTorchConfig::from_settings(&snap.settings).map_err(ConfigError::from)?;
@@ -744,14 +881,20 @@ pub fn build_devices_in(
             .unwrap_or(0),
     );
     let mut exact = false;
+    let mut replayed = None;
     for d in 0..n as u32 {
         let sink = match stream.as_mut() {
             Some((sd, sink)) if *sd == d => Some(&mut **sink as &mut dyn FnMut(Streamed<'_>)),
             _ => None,
         };
         let streamed = sink.is_some();
-        let (t, r, e) = annotate_streaming(snap, d, &cfg, capacity, memory, sink)?;
+        let asked = match &ride {
+            Some((rd, _)) if *rd == d => ride.take().map(|(_, r)| r),
+            _ => None,
+        };
+        let (t, r, e, made) = annotate_streaming(snap, d, &cfg, capacity, memory, sink, asked)?;
         exact |= streamed && e;
+        replayed = replayed.or(made);
         if t.trace.events > 0 || !t.trace.start.is_empty() {
             reports.push(r);
         }
@@ -761,5 +904,6 @@ pub fn build_devices_in(
         devices,
         reports,
         exact,
+        replayed,
     })
 }
