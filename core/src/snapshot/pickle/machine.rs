@@ -77,6 +77,10 @@ pub(super) struct Vm<'a> {
     /// Scratch for the frame dicts of a frames list run as one step
     /// ([`Vm::frames_list`]).
     pub(super) frame_objs: Vec<u32>,
+    /// Scratch for a trace entry run as one step ([`Vm::entry`]).
+    pub(super) entry_scratch: super::entry::EntryScratch,
+    /// The list and mark of entries handed over ahead of their `APPENDS` ([`Vm::entry`]).
+    pub(super) entry_guard: super::entry::Guard,
     /// Stacks by a fast hash of their frame ids, checked against the table on a hit:
     /// every trace entry has its own frames list, and hashing each through the
     /// table's `SipHash` index was a visible cost.
@@ -136,6 +140,18 @@ pub(super) fn malformed(offset: usize, message: impl Into<String>) -> Box<Import
     })
 }
 
+/// What the single pass fails with where a list of entries handed over ahead of their
+/// `APPENDS` ([`Vm::entry`]) would be seen before it: it gives way to the two passes.
+#[cold]
+#[inline(never)]
+#[allow(clippy::unnecessary_box_returns)] // boxed on purpose, see `Res`
+pub(super) fn guarded(offset: usize) -> Box<ImportError> {
+    malformed(
+        offset,
+        "a list of trace entries seen before the APPENDS that fills it",
+    )
+}
+
 #[cold]
 #[inline(never)]
 #[allow(clippy::unnecessary_box_returns)] // boxed on purpose, see `Res`
@@ -192,6 +208,8 @@ impl<'a> Vm<'a> {
             builder: Builder::default(),
             frame_buf: Vec::new(),
             frame_objs: Vec::new(),
+            entry_scratch: super::entry::EntryScratch::default(),
+            entry_guard: super::entry::Guard::default(),
             stack_cache: HashMap::default(),
             eager,
             elements_left: super::mapping::element_budget(input_len),
@@ -225,6 +243,8 @@ impl<'a> Vm<'a> {
             builder: self.builder,
             frame_buf: self.frame_buf,
             frame_objs: self.frame_objs,
+            entry_scratch: self.entry_scratch,
+            entry_guard: self.entry_guard,
             stack_cache: self.stack_cache,
             eager: self.eager,
             elements_left: self.elements_left,
@@ -448,6 +468,9 @@ impl<'a> Vm<'a> {
     }
 
     pub(super) fn pop_mark(&mut self, at: usize, what: &'static str) -> Res<usize> {
+        if self.marks.len() == self.entry_guard.depth && self.entry_guard.depth != 0 {
+            self.close_guard(at, what)?;
+        }
         let mark = self
             .marks
             .pop()
@@ -456,6 +479,25 @@ impl<'a> Vm<'a> {
             return Err(malformed(at, "MARK above the stack (internal)"));
         }
         Ok(mark)
+    }
+
+    /// The guarded mark of entries handed over ahead ([`Vm::entry`]) closed by `what`: by
+    /// `APPENDS` as they would have been, anything else gives way.
+    #[cold]
+    #[inline(never)]
+    fn close_guard(&mut self, at: usize, what: &'static str) -> Res<()> {
+        if what != "APPENDS" {
+            return Err(guarded(at));
+        }
+        self.entry_guard.depth = 0;
+        Ok(())
+    }
+
+    /// Whether `list` is the guarded list of entries handed over ahead ([`Vm::entry`]):
+    /// appending to it or reading it back before its `APPENDS` gives way.
+    #[inline]
+    pub(super) fn is_guarded(&self, list: u32) -> bool {
+        self.entry_guard.depth != 0 && self.entry_guard.list == list
     }
 
     /// The container just below `mark`, which must be on Python's (restored) current stack.

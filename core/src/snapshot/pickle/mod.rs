@@ -26,6 +26,7 @@
 
 mod chunked;
 mod convert;
+mod entry;
 mod fields;
 mod ints;
 mod machine;

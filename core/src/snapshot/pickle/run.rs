@@ -1,6 +1,6 @@
 //! The loop: runs the opcodes to `STOP`.
 
-use super::machine::{Res, Vm, malformed, truncated};
+use super::machine::{Res, Vm, guarded, malformed, truncated};
 use super::opcodes::{le_u32, op, parse_memo_index, refusal};
 use super::text::{escape_decode, raw_unicode_decode};
 use super::value::{Kind, Seal, Value};
@@ -87,6 +87,9 @@ impl Vm<'_> {
                 }
                 op::MARK => self.marks.push(self.stack.len()),
                 op::EMPTY_DICT => {
+                    if SINGLE && self.entry(at)? {
+                        continue;
+                    }
                     let id = self.alloc(Kind::Dict, at)?;
                     self.stack.push(Value::Obj(id));
                 }
@@ -129,6 +132,9 @@ impl Vm<'_> {
                 op::APPENDS => {
                     let mark = self.pop_mark(at, "APPENDS")?;
                     let list = self.target_below(mark, at, "APPENDS", Kind::List)?;
+                    if self.is_guarded(list) {
+                        return Err(guarded(at));
+                    }
                     self.appends_at = at;
                     let stack = self.take_stack();
                     for &v in stack.get(mark..).unwrap_or(&[]) {
@@ -141,6 +147,9 @@ impl Vm<'_> {
                     let v = self.pop(at, "APPEND")?;
                     let list =
                         self.expect_kind(self.top(at, "APPEND")?, at, "APPEND", Kind::List)?;
+                    if self.is_guarded(list) {
+                        return Err(guarded(at));
+                    }
                     self.append(list, v);
                 }
                 op::ADDITEMS => {
@@ -298,6 +307,8 @@ impl Vm<'_> {
                 op::POP => {
                     if self.stack.len() > self.base() {
                         self.stack.pop();
+                    } else if self.marks.len() == self.entry_guard.depth && !self.marks.is_empty() {
+                        return Err(guarded(at));
                     } else if self.marks.pop().is_none() {
                         return Err(malformed(at, "POP on an empty stack"));
                     }
@@ -323,6 +334,9 @@ impl Vm<'_> {
                     self.take(8, at, "FRAME")?;
                 }
                 op::STOP => {
+                    if self.entry_guard.depth != 0 {
+                        return Err(guarded(at));
+                    }
                     let v = self.pop(at, "STOP")?;
                     return Ok(Some((v, at)));
                 }
@@ -374,6 +388,9 @@ impl Vm<'_> {
             return Err(malformed(at, format!("memo index {i} was never stored")));
         };
         if let Value::Obj(id) = v {
+            if self.is_guarded(id) {
+                return Err(guarded(at));
+            }
             if self
                 .heap
                 .get(id as usize)
