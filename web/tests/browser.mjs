@@ -241,6 +241,15 @@ try {
   if (recordedT === null) fail(`${BIG}: no frame with the recorded timeline before the first full frame`);
   else if (recordedT >= readyT) fail(`${BIG}: the recorded timeline was drawn only with the replays`);
   else log(`${BIG}: recorded timeline and end state on screen ${Math.round(recordedT - dropT)} ms after the drop`);
+  // The frame of the drop draws nothing (its composite would share the cores with the
+  // decode): the page paints again with the recorded timeline, or with the read's
+  // progress (asked to show within 500 ms).
+  if (recordedT !== null) {
+    // (That frame's paint is timed at its first draw, its marker at its end.)
+    const quiet = Math.min(recordedT - 150, dropT + 450);
+    const early = await page.evaluate(([a, b]) => window.__paints.filter((t) => t > a && t < b).map((t) => Math.round(t - a)), [dropT, quiet]);
+    if (early.length) fail(`${BIG}: painted ${JSON.stringify(early)} ms after the drop, before the recorded timeline`);
+  }
   // The first full frame: the main configuration replayed with its layout, marked once,
   // after the recorded timeline and no later than every configuration.
   const fullT = await markTime(page, "data-allocsim-frame", dropT, `v.startsWith('full:${BIG}:')`);

@@ -249,6 +249,11 @@ export async function dropFile(page, path, name, selector = "#allocsim_canvas") 
   });
   const input = page.locator("#__bench_drop");
   await input.setInputFiles(absolute);
+  // The page is idle when a user drops a file: the frame the bench's own file input asks
+  // for (its element added, its files set) is drawn and composited before the drop (on
+  // a software rasterizer its composite is 60-100 ms of a core, which the open would
+  // otherwise share).
+  await page.evaluate(() => new Promise((done) => requestAnimationFrame(() => requestAnimationFrame(() => setTimeout(done, 200)))));
   return input.evaluate((input, selector) => {
     const dt = new DataTransfer();
     dt.items.add(input.files[0]);

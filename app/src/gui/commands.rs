@@ -87,9 +87,32 @@ impl AllocsimApp {
     /// with either, and one more every frame while files are hovered: in the browser on a
     /// software rasterizer each is 40-90 ms of the two cores' time, which the drop's frame
     /// spent beside the engine's worker decoding the file just dropped.
+    ///
+    /// Where [`AllocsimApp::drops`] says so, the frame of a drop draws nothing:
+    /// its viewport is marked occluded, over which eframe runs no ui pass and paints
+    /// nothing, only the app's `logic` ([`AllocsimApp::open_unpainted`], which opens the
+    /// files), keeping the frame's input for the next. What the window shows changes with
+    /// the file's recorded timeline, or its progress while it is read.
     pub(crate) fn take_dropped_files(&mut self, raw: &mut egui::RawInput) {
+        let dropped = !raw.dropped_files.is_empty();
         self.dropped.append(&mut raw.dropped_files);
         raw.hovered_files.clear();
+        if dropped && self.drops.unpainted {
+            raw.viewports
+                .entry(egui::ViewportId::ROOT)
+                .or_default()
+                .occluded = Some(true);
+            self.drops.pending = true;
+        }
+    }
+
+    /// Opens the files of a drop whose frame is left unpainted ([`Self::take_dropped_files`]),
+    /// as that frame's pass would have (eframe's `logic`, run with no ui pass over an
+    /// occluded viewport).
+    pub(crate) fn open_unpainted(&mut self, ctx: &egui::Context) {
+        if std::mem::take(&mut self.drops.pending) {
+            self.pump(ctx);
+        }
     }
 
     /// Handles the keyboard: arrows step one event, PageUp/PageDown jump, Home/End;

@@ -210,6 +210,8 @@ pub struct AllocsimApp {
     /// The files dropped, taken out of egui's input by [`AllocsimApp::take_dropped_files`],
     /// opened by the frame's [`AllocsimApp::pump`].
     dropped: Vec<egui::DroppedFileHandle>,
+    /// Whether the frame of a drop draws nothing, and a drop's frame left so.
+    pub(crate) drops: UnpaintedDrops,
     /// The live CUDA replay panel (desktop builds with CUDA support only).
     #[cfg(feature = "cuda")]
     pub live: crate::gui::views::live::LivePanel,
@@ -319,6 +321,10 @@ impl AllocsimApp {
             marked_layout: None,
             cursor_keys: Vec::new(),
             dropped: Vec::new(),
+            drops: UnpaintedDrops {
+                unpainted: cfg!(target_arch = "wasm32"),
+                pending: false,
+            },
             nearby_for: None,
             multi: crate::gui::views::multi::MultiState::default(),
             #[cfg(feature = "cuda")]
@@ -730,6 +736,17 @@ impl AllocsimApp {
     }
 }
 
+/// Whether the frame of a drop draws nothing (the browser's: there a frame is a software
+/// rasterizer's composite of the whole window, 60-100 ms of one of the cores the engine's
+/// worker decodes the file on), its files opened by eframe's `logic`
+/// ([`AllocsimApp::open_unpainted`]).
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct UnpaintedDrops {
+    pub(crate) unpainted: bool,
+    /// A drop's frame was left unpainted: its `logic` opens the files.
+    pub(crate) pending: bool,
+}
+
 impl eframe::App for AllocsimApp {
     fn ui(&mut self, ui: &mut egui::Ui, _frame: &mut eframe::Frame) {
         AllocsimApp::ui(self, ui);
@@ -738,6 +755,10 @@ impl eframe::App for AllocsimApp {
     fn raw_input_hook(&mut self, ctx: &egui::Context, raw_input: &mut egui::RawInput) {
         self.take_cursor_keys(ctx, raw_input);
         self.take_dropped_files(raw_input);
+    }
+
+    fn logic(&mut self, ctx: &egui::Context, _frame: &mut eframe::Frame) {
+        self.open_unpainted(ctx);
     }
 
     /// The panels' colour: the panels are drawn without a fill of their own.

@@ -387,6 +387,64 @@ fn dropped_files_are_taken_before_egui_and_opened_in_their_frame() {
     assert_eq!(doc.trace.name, "devfull_oom_msg.pickle.gz");
 }
 
+/// In the browser the frame of a drop draws nothing (`AllocsimApp::drops`): the
+/// raw input hook marks the window occluded, over which eframe runs no ui pass and paints
+/// nothing, only the app's `logic`, which opens the file (the next frame, asked by the
+/// engine's answer, shows it). Natively the frame of the drop draws as before.
+#[test]
+fn in_the_browser_the_frame_of_a_drop_opens_the_file_and_draws_nothing() {
+    let path = format!(
+        "{}/../tests/traces/devfull_oom_msg.pickle.gz",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let with_drop = || {
+        let mut raw = egui::RawInput::default();
+        raw.dropped_files
+            .push(std::sync::Arc::new(Dropped(path.clone().into())));
+        raw
+    };
+    let visible = |raw: &egui::RawInput| {
+        raw.viewports
+            .get(&egui::ViewportId::ROOT)
+            .and_then(egui::ViewportInfo::visible)
+            != Some(false)
+    };
+    let mut h = super::tests::harness(Startup::Example(&OOM_STORY));
+    assert!(
+        !h.state().drops.unpainted,
+        "natively the drop's frame draws"
+    );
+    let mut raw = with_drop();
+    h.state_mut().take_dropped_files(&mut raw);
+    assert!(visible(&raw));
+    h.state_mut().dropped.clear();
+    // As the browser's app: the drop's frame is eframe's `logic` alone.
+    h.state_mut().drops.unpainted = true;
+    let mut raw = with_drop();
+    raw.events.push(egui::Event::PointerGone);
+    h.state_mut().take_dropped_files(&mut raw);
+    assert!(!visible(&raw), "the drop's frame is not drawn");
+    assert_eq!(raw.events.len(), 1, "its input is kept for the next frame");
+    let shown = |h: &Harness<'static, AllocsimApp>| {
+        h.state()
+            .document()
+            .map(|d| d.trace.name.clone())
+            .unwrap_or_default()
+    };
+    assert_eq!(shown(&h), OOM_STORY.file);
+    let ctx = h.ctx.clone();
+    h.state_mut().open_unpainted(&ctx);
+    // The inline engine answers as it is asked: the open is done.
+    assert_eq!(shown(&h), "devfull_oom_msg.pickle.gz", "opened by `logic`");
+    // Once: a frame with nothing dropped is drawn, and its `logic` opens nothing.
+    let mut raw = egui::RawInput::default();
+    h.state_mut().take_dropped_files(&mut raw);
+    assert!(visible(&raw));
+    assert!(!h.state().drops.pending);
+    h.step();
+    assert_eq!(shown(&h), "devfull_oom_msg.pickle.gz");
+}
+
 /// A file dropped with its handle at hand (a path natively, a `File` in the browser) goes
 /// into the inbox for the frame at hand to open, with no repaint asked: egui's
 /// `request_repaint` draws two more frames of the whole window. What arrives later
