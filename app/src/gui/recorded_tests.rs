@@ -287,11 +287,19 @@ impl egui::DroppedFile for Dropped {
 
 /// Drops `tests/traces/NAME` on the window and draws the frame that gets it.
 fn drop_test_trace(h: &mut Harness<'static, AllocsimApp>, name: &str) {
-    let path = format!("{}/../tests/traces/{name}", env!("CARGO_MANIFEST_DIR"));
     h.input_mut()
         .dropped_files
-        .push(std::sync::Arc::new(Dropped(path.into())));
+        .append(&mut dropping(name).dropped_files);
     h.step();
+}
+
+/// A frame's raw input with `tests/traces/NAME` dropped on the window.
+fn dropping(name: &str) -> egui::RawInput {
+    let path = format!("{}/../tests/traces/{name}", env!("CARGO_MANIFEST_DIR"));
+    let mut raw = egui::RawInput::default();
+    raw.dropped_files
+        .push(std::sync::Arc::new(Dropped(path.into())));
+    raw
 }
 
 /// A dropped file whose handle arrives at once (a path natively, a `File` in the browser)
@@ -348,14 +356,8 @@ impl Frames {
 /// frame of the drop opens the file as before.
 #[test]
 fn dropped_files_are_taken_before_egui_and_opened_in_their_frame() {
-    let path = format!(
-        "{}/../tests/traces/devfull_oom_msg.pickle.gz",
-        env!("CARGO_MANIFEST_DIR")
-    );
     let with_drop = || {
-        let mut raw = egui::RawInput::default();
-        raw.dropped_files
-            .push(std::sync::Arc::new(Dropped(path.clone().into())));
+        let mut raw = dropping("devfull_oom_msg.pickle.gz");
         raw.hovered_files.push(egui::HoveredFile::default());
         raw
     };
@@ -393,16 +395,7 @@ fn dropped_files_are_taken_before_egui_and_opened_in_their_frame() {
 /// engine's answer, shows it). Natively the frame of the drop draws as before.
 #[test]
 fn in_the_browser_the_frame_of_a_drop_opens_the_file_and_draws_nothing() {
-    let path = format!(
-        "{}/../tests/traces/devfull_oom_msg.pickle.gz",
-        env!("CARGO_MANIFEST_DIR")
-    );
-    let with_drop = || {
-        let mut raw = egui::RawInput::default();
-        raw.dropped_files
-            .push(std::sync::Arc::new(Dropped(path.clone().into())));
-        raw
-    };
+    let with_drop = || dropping("devfull_oom_msg.pickle.gz");
     let visible = |raw: &egui::RawInput| {
         raw.viewports
             .get(&egui::ViewportId::ROOT)

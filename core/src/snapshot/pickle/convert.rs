@@ -115,6 +115,21 @@ impl Vm<'_> {
         matches!(k, Value::Str { len: 6, off } if self.text().word(6, off) == Some(FRAMES))
     }
 
+    /// The number (from 1) of `list`'s own vector of events, made for it on its first.
+    pub(super) fn events_of(&mut self, list: u32) -> u32 {
+        let events = self.heap.get(list as usize).map_or(0, |c| c.events);
+        if events != 0 {
+            return events;
+        }
+        let new = self.new_event_list();
+        self.event_lists.push(new);
+        let events = self.event_lists.len() as u32;
+        if let Some(c) = self.heap.get_mut(list as usize) {
+            c.events = events;
+        }
+        events
+    }
+
     pub(super) fn append(&mut self, list: u32, v: Value) {
         let item = if self.eager {
             self.convert_item(v)
@@ -126,15 +141,7 @@ impl Vm<'_> {
         };
         match item {
             Item::Event(ev) if c.items.is_empty() => {
-                let mut events = c.events;
-                if events == 0 {
-                    let new = self.new_event_list();
-                    self.event_lists.push(new);
-                    events = self.event_lists.len() as u32;
-                    if let Some(c) = self.heap.get_mut(list as usize) {
-                        c.events = events;
-                    }
-                }
+                let events = self.events_of(list);
                 if events == 1
                     && let Some(r) = self.region.as_mut()
                 {

@@ -497,16 +497,8 @@ impl Vm<'_> {
         if let Some((_, Some(rel))) = plan.list {
             self.appends_at = self.base + rel;
         }
-        let mut events = self.heap.get(list as usize).map_or(0, |c| c.events);
-        if events == 0 {
-            // As `APPENDS` makes it (the single pass has no pre-pass's notes to size it by).
-            let new = self.new_event_list();
-            self.event_lists.push(new);
-            events = self.event_lists.len() as u32;
-            if let Some(c) = self.heap.get_mut(list as usize) {
-                c.events = events;
-            }
-        }
+        // As `APPENDS` makes it (the single pass has no pre-pass's notes to size it by).
+        let events = self.events_of(list);
         if let Some(l) = self.event_lists.get_mut(events as usize - 1) {
             l.push(event);
         }

@@ -5,42 +5,22 @@
 //! [`Vm::entry`]: super::super::machine::Vm
 
 use super::super::opcodes::op;
+use super::super::run::tests::streamed;
 use super::{ENTRIES_TAKEN, FAST_ENTRIES};
 use crate::snapshot::RawSnapshot;
 use crate::snapshot::error::ImportError;
-use crate::snapshot::import::DecodeOptions;
-use crate::snapshot::stream::StreamDecoder;
 
 /// `decode` of `data` with the fast path and without it, each as its `Debug` or error.
 fn both(
     data: &[u8],
     decode: &dyn Fn(&[u8]) -> Result<RawSnapshot, ImportError>,
 ) -> [Result<String, String>; 2] {
-    [true, false].map(|fast| {
-        FAST_ENTRIES.with(|f| f.set(fast));
-        let r = decode(data);
-        FAST_ENTRIES.with(|f| f.set(true));
-        r.map(|s| format!("{s:?}")).map_err(|e| e.to_string())
-    })
+    super::super::run::tests::both_ways(&FAST_ENTRIES, data, decode)
 }
 
 /// How many entries took the fast path since the last call.
 fn taken() -> usize {
     ENTRIES_TAKEN.with(|n| n.replace(0))
-}
-
-/// The streamed decode of `data` fed in pieces of `piece` bytes: a plain pickle of up to
-/// 64 MiB in the single pass, its windows ending wherever the pieces do.
-fn streamed(data: &[u8], piece: usize) -> Result<RawSnapshot, ImportError> {
-    let mut dec = StreamDecoder::new(data.len() as u64, DecodeOptions::default());
-    loop {
-        for p in data.chunks(piece) {
-            dec.feed(p)?;
-        }
-        if let Some(snap) = dec.end_of_input_with(&mut |_| true)? {
-            return Ok(snap);
-        }
-    }
 }
 
 fn serial(data: &[u8]) -> Result<RawSnapshot, ImportError> {

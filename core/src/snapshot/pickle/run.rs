@@ -558,4 +558,4 @@ thread_local! {
 
 #[cfg(test)]
 #[path = "run_tests.rs"]
-mod tests;
+pub(super) mod tests;

@@ -12,10 +12,20 @@ fn both(
     data: &[u8],
     decode: &dyn Fn(&[u8]) -> Result<RawSnapshot, ImportError>,
 ) -> [Result<String, String>; 2] {
+    both_ways(&FAST_FRAMES, data, decode)
+}
+
+/// `decode` of `data` with the fast path that `switch` turns on and off taken and not,
+/// each as its `Debug` or error.
+pub(in crate::snapshot::pickle) fn both_ways(
+    switch: &'static std::thread::LocalKey<std::cell::Cell<bool>>,
+    data: &[u8],
+    decode: &dyn Fn(&[u8]) -> Result<RawSnapshot, ImportError>,
+) -> [Result<String, String>; 2] {
     [true, false].map(|fast| {
-        FAST_FRAMES.with(|f| f.set(fast));
+        switch.with(|f| f.set(fast));
         let r = decode(data);
-        FAST_FRAMES.with(|f| f.set(true));
+        switch.with(|f| f.set(true));
         r.map(|s| format!("{s:?}")).map_err(|e| e.to_string())
     })
 }
@@ -27,7 +37,10 @@ fn taken() -> usize {
 
 /// The streamed decode of `data` fed in pieces of `piece` bytes: a plain pickle of up to
 /// 64 MiB in the single pass, its windows ending wherever the pieces do.
-fn streamed(data: &[u8], piece: usize) -> Result<RawSnapshot, ImportError> {
+pub(in crate::snapshot::pickle) fn streamed(
+    data: &[u8],
+    piece: usize,
+) -> Result<RawSnapshot, ImportError> {
     let mut dec = StreamDecoder::new(data.len() as u64, DecodeOptions::default());
     loop {
         for p in data.chunks(piece) {
