@@ -116,6 +116,7 @@ impl Vm<'_> {
     }
 
     /// The number (from 1) of `list`'s own vector of events, made for it on its first.
+    #[inline]
     pub(super) fn events_of(&mut self, list: u32) -> u32 {
         let events = self.heap.get(list as usize).map_or(0, |c| c.events);
         if events != 0 {
