@@ -37,9 +37,10 @@ pub fn build_replaying(
             .device_traces
             .get(device as usize)
             .map_or(&[][..], Vec::as_slice);
+        let segment_events = crate::build::segment_events(events);
         let sim = simulated_device_from(
             &snap.settings,
-            &crate::build::segment_events(events),
+            &segment_events,
             &resolved,
             H200_TOTAL_BYTES,
             capacity,
@@ -48,6 +49,7 @@ pub fn build_replaying(
             device,
             crate::build::PassReplay {
                 device: sim,
+                segment_events,
                 opts,
                 cfg,
             },

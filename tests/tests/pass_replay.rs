@@ -103,6 +103,15 @@ fn the_replay_a_build_keeps_of_its_pass_is_the_replay_of_the_built_trace() {
                 continue;
             };
             let report_exact = v.devices.iter().all(|r| r.exact);
+            // The trace keeps the segment events the replay's device was made from.
+            if let Some(dt) = v.trace.devices.get(d) {
+                assert_eq!(
+                    dt.segment_events,
+                    build::segment_events(&events),
+                    "{}",
+                    t.name
+                );
+            }
             if i == 0 && v.trace.devices.get(d).is_some_and(|dt| !dt.ops.is_empty()) {
                 exact += usize::from(report_exact);
             }

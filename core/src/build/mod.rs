@@ -96,11 +96,14 @@ struct Annotator<'a, 's> {
 
 /// What [`build_replaying`] needs to keep the replay its first pass is: the device that
 /// replay runs on, as a replay of the built trace would start it (following the
-/// recording's segment events, its start state not yet preloaded), its options, and
-/// its model's configuration (the pass is that replay only where it is the build's).
+/// recording's segment events, its start state not yet preloaded), those segment events
+/// ([`segment_events`] of the device's entries, which the trace keeps: not read again),
+/// its options, and its model's configuration (the pass is that replay only where it is
+/// the build's).
 #[derive(Debug, Clone)]
 pub struct PassReplay {
     pub device: SimulatedDevice,
+    pub segment_events: Vec<RawEvent>,
     pub opts: ReplayOptions,
     pub cfg: PyTorchConfig,
 }
@@ -544,8 +547,10 @@ fn annotate_streaming(
     capacity: Option<u64>,
     memory: OpsMemory,
     mut sink: Option<&mut dyn FnMut(Streamed<'_>)>,
-    ride: Option<PassReplay>,
+    mut ride: Option<PassReplay>,
 ) -> Result<(Pending, DeviceReport, bool, Option<ReplayResult>), TraceError> {
+    // Those the replay's device was made from, if any: read once.
+    let made = ride.as_mut().map(|r| std::mem::take(&mut r.segment_events));
     let events = snap
         .device_traces
         .get(device as usize)
@@ -582,7 +587,7 @@ fn annotate_streaming(
         || {
             (
                 peak_reserved_recorded(events, start_reserved),
-                segment_events(events),
+                made.unwrap_or_else(|| segment_events(events)),
                 recorded.then(|| crate::capacity::read_events(events, start_reserved, cfg)),
             )
         },
