@@ -86,13 +86,98 @@ pub const BLOCK: usize = 64;
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Column {
     /// Per sealed block: its smallest sample, and where its bytes start in `bytes`
-    /// (shifted left 3) with its width's code (the low 3 bits, an index into `WIDTHS`).
+    /// ([`Pieces`]' offsets, shifted left 3) with its width's code (the low 3 bits, an
+    /// index into `WIDTHS`).
     #[serde(deserialize_with = "exact_vec")]
     blocks: Vec<(u64, u64)>,
-    #[serde(with = "bytes")]
-    bytes: Vec<u8>,
+    bytes: Pieces,
     /// The open block: fewer than 64 samples, as they came.
     tail: Vec<u64>,
+}
+
+/// The bytes of a [`Column`]'s sealed blocks in one piece per [`PIECE_BYTES`] of them at
+/// most, a block's bytes never split between two, not in one vector: a vector grown by
+/// doubling to the tens of MB a column of millions of ops takes leaves the blocks it grew
+/// out of behind it, and in wasm, whose memory is never given back, those holes and the
+/// next doubling were what the browser's worker and page grew to (the 1.12 GB snapshot's
+/// columns: 64 MiB vectors made from 32 MiB ones, a dozen of them). A piece is made once
+/// at its whole size (the first one grows up to it, for the many small columns), fits
+/// the holes others left, and crosses to the page as a field short enough for its
+/// decoder's window ([`exact_vec`], [`bytes`]).
+///
+/// Offsets are those of the pieces laid end to end, each [`PIECE_BYTES`] long: piece
+/// `o >> PIECE_SHIFT`, byte `o & (PIECE_BYTES - 1)` in it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(transparent)]
+struct Pieces(#[serde(deserialize_with = "exact_vec")] Vec<Piece>);
+
+/// One of [`Pieces`], as serde's bytes.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(transparent)]
+struct Piece(#[serde(with = "bytes")] Vec<u8>);
+
+/// `log2` of [`PIECE_BYTES`].
+const PIECE_SHIFT: u32 = 18;
+
+/// The most bytes a piece of a [`Column`]'s holds (256 KiB).
+pub const PIECE_BYTES: usize = 1 << PIECE_SHIFT;
+
+impl Pieces {
+    /// Makes room for `need` bytes (at most a block's) in the last piece, or in a new
+    /// one where they would not fit in it; returns the offset where they go.
+    fn room(&mut self, need: usize) -> u64 {
+        let fits = self
+            .0
+            .last()
+            .is_some_and(|p| p.0.len() + need <= PIECE_BYTES);
+        if need > 0 && !fits {
+            // Past its first piece a column is long: each further one is made whole.
+            let capacity = if self.0.is_empty() { need } else { PIECE_BYTES };
+            self.0.push(Piece(Vec::with_capacity(capacity)));
+        }
+        let n = self.0.len() as u64;
+        let Some(last) = self.0.last_mut().map(|p| &mut p.0) else {
+            return 0;
+        };
+        if last.capacity() - last.len() < need {
+            let grown = (last.capacity() * 2)
+                .max(last.len() + need)
+                .min(PIECE_BYTES);
+            last.reserve_exact(grown - last.len());
+        }
+        ((n - 1) << PIECE_SHIFT) + last.len() as u64
+    }
+
+    /// The last piece, where [`Pieces::room`] made room for bytes.
+    fn last(&mut self) -> &mut Vec<u8> {
+        let n = self.0.len() - 1;
+        &mut self.0[n].0
+    }
+
+    /// `len` bytes from offset `at`.
+    fn slice(&self, at: u64, len: usize) -> &[u8] {
+        if len == 0 {
+            return &[];
+        }
+        let piece = &self.0[(at >> PIECE_SHIFT) as usize].0;
+        let from = (at & (PIECE_BYTES as u64 - 1)) as usize;
+        &piece[from..from + len]
+    }
+
+    /// The heap bytes held.
+    fn capacity_bytes(&self) -> usize {
+        self.0.capacity() * std::mem::size_of::<Piece>()
+            + self.0.iter().map(|p| p.0.capacity()).sum::<usize>()
+    }
+
+    /// Frees the room no byte uses: the last piece's (the others are full but for less
+    /// than a block).
+    fn shrink_to_fit(&mut self) {
+        self.0.shrink_to_fit();
+        if let Some(p) = self.0.last_mut() {
+            p.0.shrink_to_fit();
+        }
+    }
 }
 
 /// A column's vector decoded into exactly the length its encoding states (where memory
@@ -188,17 +273,20 @@ impl Column {
             .iter()
             .position(|&w| w == 8 || range < 1u64 << (8 * w))
             .unwrap_or(WIDTHS.len() - 1);
-        self.blocks
-            .push((lo, (self.bytes.len() as u64) << 3 | code as u64));
-        self.bytes.reserve(BLOCK * WIDTHS[code]);
+        let at = self.bytes.room(BLOCK * WIDTHS[code]);
+        self.blocks.push((lo, at << 3 | code as u64));
         // One fixed-size write per sample (the replay pushes a sample per op).
         let d = self.tail.iter().map(|&v| v - lo);
+        if code == 0 {
+            self.tail.clear();
+            return;
+        }
+        let out = self.bytes.last();
         match WIDTHS[code] {
-            0 => {}
-            1 => self.bytes.extend(d.map(|x| x as u8)),
-            2 => d.for_each(|x| self.bytes.extend_from_slice(&(x as u16).to_le_bytes())),
-            4 => d.for_each(|x| self.bytes.extend_from_slice(&(x as u32).to_le_bytes())),
-            _ => d.for_each(|x| self.bytes.extend_from_slice(&x.to_le_bytes())),
+            1 => out.extend(d.map(|x| x as u8)),
+            2 => d.for_each(|x| out.extend_from_slice(&(x as u16).to_le_bytes())),
+            4 => d.for_each(|x| out.extend_from_slice(&(x as u32).to_le_bytes())),
+            _ => d.for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
         }
         self.tail.clear();
     }
@@ -223,9 +311,9 @@ impl Column {
             return self.tail.get(i - self.blocks.len() * BLOCK).copied();
         };
         let width = WIDTHS[(at & 7) as usize];
-        let start = (at >> 3) as usize + j * width;
+        let start = (at >> 3) + (j * width) as u64;
         let mut le = [0u8; 8];
-        le[..width].copy_from_slice(&self.bytes[start..start + width]);
+        le[..width].copy_from_slice(self.bytes.slice(start, width));
         Some(base + u64::from_le_bytes(le))
     }
 
@@ -268,8 +356,7 @@ impl Column {
     fn decode_block(&self, b: usize, out: &mut [u64; BLOCK]) {
         let (base, at) = self.blocks[b];
         let width = WIDTHS[(at & 7) as usize];
-        let start = (at >> 3) as usize;
-        let bytes = &self.bytes[start..start + BLOCK * width];
+        let bytes = self.bytes.slice(at >> 3, BLOCK * width);
         match width {
             0 => out.fill(base),
             1 => decode_each::<1>(out, bytes, |d| base + u64::from(d[0])),
@@ -289,7 +376,7 @@ impl Column {
     #[must_use]
     pub fn capacity_bytes(&self) -> usize {
         self.blocks.capacity() * std::mem::size_of::<(u64, u64)>()
-            + self.bytes.capacity()
+            + self.bytes.capacity_bytes()
             + self.tail.capacity() * 8
     }
 
@@ -617,11 +704,11 @@ mod tests {
 
     #[test]
     fn a_column_gives_back_every_sample_exactly_in_fewer_bytes() {
-        /// A column's fields, its bytes written as a sequence of `u8`s.
+        /// A column's fields, each piece of its bytes written as a sequence of `u8`s.
         #[derive(serde::Serialize)]
         struct AsSequence<'a> {
             blocks: &'a [(u64, u64)],
-            bytes: &'a [u8],
+            bytes: Vec<&'a [u8]>,
             tail: &'a [u64],
         }
         let mut next = xorshift(0x9E37_79B9_7F4A_7C15);
@@ -692,7 +779,7 @@ mod tests {
         );
         let as_sequence = postcard::to_allocvec(&AsSequence {
             blocks: &c.blocks,
-            bytes: &c.bytes,
+            bytes: c.bytes.0.iter().map(|p| &p.0[..]).collect(),
             tail: &c.tail,
         })
         .expect("encodes");
@@ -703,6 +790,58 @@ mod tests {
         let held = collected.capacity_bytes();
         assert!(held < 3 * want.len(), "{held} bytes");
         assert!(Column::default().is_empty());
+    }
+
+    #[test]
+    fn a_long_column_keeps_its_bytes_in_pieces_no_block_split() {
+        // Blocks of every width in turn, 8 bytes a sample most often: tens of pieces,
+        // each ending where the next block would not fit whole.
+        let mut next = xorshift(0x2545_F491_4F6C_DD1D);
+        let want: Vec<u64> = (0..1_500_000u64)
+            .map(|i| match (i / BLOCK as u64) % 7 {
+                0 => 42,
+                1 => i % 200,
+                2 => (1 << 40) | (next() % (1 << 16)),
+                3 => next() % (1 << 32),
+                _ => next(),
+            })
+            .collect();
+        let c: Column = want.iter().copied().collect();
+        let pieces = &c.bytes.0;
+        assert!(pieces.len() > 20, "{} pieces", pieces.len());
+        let widest = BLOCK * 8;
+        for (k, p) in pieces.iter().enumerate() {
+            assert!(
+                p.0.capacity() <= PIECE_BYTES,
+                "piece {k}: {}",
+                p.0.capacity()
+            );
+            if k + 1 < pieces.len() {
+                assert!(
+                    p.0.len() + widest > PIECE_BYTES,
+                    "piece {k} ends early: {}",
+                    p.0.len()
+                );
+            }
+        }
+        // Every sample read back one at a time, a block at a time, and after a round trip.
+        for (i, &v) in want.iter().enumerate().step_by(7) {
+            assert_eq!(c.get(i), Some(v), "sample {i}");
+        }
+        assert_eq!(c.to_vec(), want);
+        let back: Column =
+            postcard::from_bytes(&postcard::to_allocvec(&c).expect("encodes")).expect("decodes");
+        assert_eq!(back, c);
+        assert_eq!(back.to_vec(), want);
+        // Pushed one at a time, the same pieces; held in little more than their bytes.
+        let mut pushed = Column::default();
+        for &v in &want {
+            pushed.push(v);
+        }
+        pushed.shrink_to_fit();
+        assert_eq!(pushed, c);
+        let used: usize = pieces.iter().map(|p| p.0.len()).sum();
+        assert!(c.capacity_bytes() < used + used / 50 + c.blocks.len() * 16 + 4096);
     }
 
     #[test]
