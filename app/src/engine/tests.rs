@@ -666,6 +666,12 @@ fn the_recorded_timeline_comes_first_and_agrees_with_the_trace_and_the_replay() 
         assert_eq!(recorded.requested_bytes.len(), events, "{}", ex.file);
         let ops = &trace.ops;
         let live = bands::live_bytes_per_op(ops);
+        assert_eq!(
+            Some(bands::peak_by_links(ops)),
+            live.iter().max().copied(),
+            "{}: the peak from the links",
+            ex.file
+        );
         let replay = replayed(&mut e, 0, "pytorch", ex.cap_bytes());
         let mut compared = 0;
         for (k, &live_bytes) in live.iter().enumerate() {
