@@ -1,5 +1,6 @@
 // node probe.mjs WASM FILE [open]: the streamed decode in wasm over FILE (pickle, gzip or
-// JSON; 4 MiB pieces, two passes as the browser worker feeds it); prints the entries
+// JSON; 4 MiB pieces, two passes as the browser worker feeds it, or more where the decode
+// asks: TWO_PASS=1 decodes a plain pickle in two passes whatever its size); prints the entries
 // decoded, the wasm memory's size after it (its peak: wasm memory never shrinks) and the
 // seconds. With `open`, then the engine worker's open after the decode, stage by stage
 // (`open()` in src/lib.rs): one JSON line per stage with the bytes live after it, their
@@ -16,11 +17,11 @@ const x = instance.exports;
 const total = fs.statSync(file).size;
 const PIECE = 4 << 20;
 const t0 = performance.now();
-x.start(total);
+if (process.env.TWO_PASS) x.start_two_pass(total); else x.start(total);
 let r = 0;
 const passes = [];
 let tPass = t0;
-for (let pass = 0; pass < 2 && r !== 2; pass++) {
+for (let pass = 0; pass < 4 && r !== 2; pass++) {
   const fd = fs.openSync(file, 'r');
   const tmp = Buffer.alloc(PIECE);
   for (;;) {

@@ -23,6 +23,18 @@ pub extern "C" fn start(total: f64) {
     });
 }
 
+/// [`start`], a plain pickle decoded in two passes whatever its size (as the browser
+/// worker decodes a file it does not read once).
+#[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+#[unsafe(no_mangle)]
+pub extern "C" fn start_two_pass(total: f64) {
+    DEC.with(|d| {
+        *d.borrow_mut() = Some(
+            StreamDecoder::new(total as u64, DecodeOptions::default()).with_single_pass_max(0),
+        );
+    });
+}
+
 #[unsafe(no_mangle)]
 pub extern "C" fn buf(n: usize) -> *mut u8 {
     BUF.with(|b| {
