@@ -222,18 +222,23 @@ impl GzipFile {
     }
 
     /// The second pass: the kept inflated bytes (dropped as they are fed), or the
-    /// compressed file inflated again, handed to `plain`.
+    /// compressed file inflated again, handed to `plain`; a pass after it (the pickle's
+    /// second pass run once more, [`PickleStream::passes`]) inflates the file again.
     fn second_pass(
-        self,
+        &mut self,
         plain: &mut Plain,
         limit_bytes: u64,
         window_step: u64,
         progress: &mut dyn FnMut(Progress) -> bool,
     ) -> Result<(), ImportError> {
+        let (pass, passes) = match plain {
+            Plain::Pickle(p) => p.passes(),
+            _ => (2, 2),
+        };
         let report = |bytes_done, bytes_total, progress: &mut dyn FnMut(Progress) -> bool| {
             let p = Progress {
-                pass: 2,
-                passes: 2,
+                pass,
+                passes,
                 bytes_done,
                 bytes_total,
             };
@@ -243,7 +248,7 @@ impl GzipFile {
                 Err(ImportError::Cancelled)
             }
         };
-        if let Some(kept) = self.kept {
+        if let Some(kept) = self.kept.take() {
             let total = kept.total_bytes;
             let mut done = 0u64;
             for chunk in kept.into_chunks() {
@@ -253,9 +258,9 @@ impl GzipFile {
             }
             return Ok(());
         }
-        let compressed = self.compressed.unwrap_or_default();
+        let compressed = self.compressed.as_deref().unwrap_or_default();
         let total = compressed.len() as u64;
-        gunzip_pieces(&compressed, limit_bytes, GZIP_PIECE, &mut |piece, read| {
+        gunzip_pieces(compressed, limit_bytes, GZIP_PIECE, &mut |piece, read| {
             report(read, total, progress)?;
             plain_feed(plain, piece, None, None, window_step)
         })?;
@@ -443,10 +448,17 @@ impl StreamDecoder {
         }
         self.pass = 2;
         let limit = self.gzip_limit();
-        gzip.second_pass(&mut self.plain, limit, self.window_step, progress)?;
-        plain_end(&mut self.plain)?.ok_or_else(|| {
-            ImportError::Format("the decoder asked for a third pass over the file".into())
-        })
+        let mut gzip = gzip;
+        // The pickle's second pass, and at most once more ([`PickleStream::passes`]).
+        for _ in 0..2 {
+            gzip.second_pass(&mut self.plain, limit, self.window_step, progress)?;
+            if let Some(snap) = plain_end(&mut self.plain)? {
+                return Ok(snap);
+            }
+        }
+        Err(ImportError::Format(
+            "the decoder asked for a fourth pass over the file".into(),
+        ))
     }
 }
 

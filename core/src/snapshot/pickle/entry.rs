@@ -1,15 +1,30 @@
-//! A trace entry run as one step in the single pass: the `EMPTY_DICT` of a dict that a list
-//! of entries will take, and the opcodes up to its `SETITEMS`, read straight into the
-//! entry's fields and converted, with no dict made, no trip through the stack and none
-//! through `APPENDS` (the loop spent more on these than on anything else).
+//! A trace entry run as one step, in the single pass and in the streamed second pass: the
+//! `EMPTY_DICT` of a dict that a list of entries will take, and the opcodes up to its
+//! `SETITEMS`, read straight into the entry's fields and converted, with no dict made, no
+//! trip through the stack and none through `APPENDS` (the loop spent more on these than on
+//! anything else).
 //!
 //! The entry is handed to its list before the `APPENDS` that would hand it over, so the
 //! list and its `MARK` are guarded until then ([`Vm::entry_guard`]): anything else that
 //! would see them — another opcode closing the mark, the list appended to or read back by
-//! a `GET`, `STOP` — is an error, and the single pass gives way to the two passes (which
-//! never take this path), as it does for an entry read back after it was freed. Whatever
-//! the loop does meanwhile (entries left to it, frames) runs above the mark and sees only
-//! values it made, so it goes as it would have.
+//! a `GET`, `STOP` — is an error. Whatever the loop does meanwhile (entries left to it,
+//! frames) runs above the mark and sees only values it made, so it goes as it would have:
+//! the loop's stack is the fast path's with the entries' dicts put back just above the
+//! mark, and an opcode that would reach them finds the mark instead and fails (`POP` of a
+//! guarded mark is an error too). So any error while the guard holds may be the fast
+//! path's own, and the machine's caller runs the input again without it: the single pass
+//! gives way to the two passes (as it does for an entry read back after it was freed), the
+//! streamed second pass runs once more ([`super::stream`]). Once the `APPENDS` closes the
+//! mark the two machines hold the same entries, in the same order.
+//!
+//! The single pass's memo keeps every slot; the second pass's keeps only those the
+//! pre-pass saw read back ([`super::memo::Memo::is_ref`]), and a container stored there is
+//! shared from its store on and never freed. There an entry is run as one step only when
+//! its own dict's slot is never read back (a dict kept in the memo is not converted by
+//! its list, [`Vm::convert_item`]) and its list is not shared, so that no `GET` can bring
+//! the list back while it is guarded; the strings and frames list it memoizes are kept
+//! where, and only where, the loop keeps them. The parallel decode's machines (a chunk's
+//! `outer` and `region`) never take this path.
 
 use super::fields::scalar;
 use super::machine::{Res, Vm, malformed};
@@ -20,7 +35,8 @@ use crate::snapshot::{FrameId, RawEvent, StackId};
 
 /// The heap id that the single pass's memo slot of an entry run as one step names: none,
 /// so a `GET` of it reads "a container consumed before", as it does of an entry converted
-/// and freed, and the single pass gives way to the two passes.
+/// and freed, and the single pass gives way to the two passes. (The second pass stores
+/// nothing there: the slot is never read back.)
 const GONE: u32 = u32::MAX;
 
 /// A memo slot an entry run as one step fills, in the order of its `MEMOIZE`s after the
@@ -51,6 +67,10 @@ pub(super) struct Guard {
     pub(super) depth: usize,
     /// The list's heap id.
     pub(super) list: u32,
+    /// The second pass made the list's vector of events for these entries, without the
+    /// pre-pass's hint (keyed by the `APPENDS`): it is given its room there
+    /// ([`Vm::reserve_late`]).
+    pub(super) fresh: bool,
 }
 
 /// An entry read by [`Vm::read_entry`], not yet done.
@@ -156,26 +176,31 @@ enum Part {
 }
 
 impl Vm<'_> {
-    /// In the single pass, the `EMPTY_DICT` at `at` and what follows it up to its
-    /// `SETITEMS`, where they are a trace entry that the list of entries below the last
+    /// Where [`Vm::fast_entries`] allows it (the single pass, the streamed second pass),
+    /// the `EMPTY_DICT` at `at` and what follows it up to its `SETITEMS`, where they are a trace entry that the list of entries below the last
     /// `MARK` would take when an `APPENDS` closes the mark, run as one step: its keys and
     /// values read from the memo and the opcodes into its fields, converted as the list
     /// would convert it (the frames list made there as [`Vm::frames_list`] makes one,
     /// converted as `SETITEMS` converts it), every memo slot filled as the opcodes fill them
-    /// (the entry's own naming no container: read back, it reads as freed), and the event
-    /// handed to the list as `APPENDS` would hand it, the list and mark guarded until then
-    /// (see the module). Only where that is what the loop would come to: the machine
-    /// converting, the list holding nothing but entries, no value left above its `MARK`,
-    /// the whole entry in the window, and an entry whose conversion changes no table (no
-    /// `pool_id`, no `user_metadata` text), so that doing it before the `APPENDS` changes
-    /// nothing. Returns false, with nothing done, for anything else, and the loop runs the
+    /// (the entry's own naming no container: read back, it reads as freed; in the second
+    /// pass it is never read back), and the event handed to the list as `APPENDS` would
+    /// hand it, the list and mark guarded until then (see the module). Only where that is
+    /// what the loop would come to: the machine converting, the list holding nothing but
+    /// entries and not shared, no value left above its `MARK`, the whole entry in the
+    /// window, and an entry whose conversion changes no table (no `pool_id`, no
+    /// `user_metadata` text), so that doing it before the `APPENDS` changes nothing. Returns false, with nothing done, for anything else, and the loop runs the
     /// opcodes one by one.
     pub(super) fn entry(&mut self, at: usize) -> Res<bool> {
         #[cfg(test)]
         if !FAST_ENTRIES.with(std::cell::Cell::get) {
             return Ok(false);
         }
-        if !self.eager || self.outer.is_some() || self.region.is_some() || self.memo.set.is_some() {
+        if !self.fast_entries
+            || !self.eager
+            || self.outer.is_some()
+            || self.region.is_some()
+            || self.memo.set.is_some()
+        {
             return Ok(false);
         }
         let Some(list) = self.entry_list() else {
@@ -200,7 +225,8 @@ impl Vm<'_> {
     }
 
     /// The list below the last `MARK`, with nothing above the mark, if `APPENDS` would take
-    /// it ([`Vm::target_below`]) and it holds no item but entries.
+    /// it ([`Vm::target_below`]), it holds no item but entries and it is not shared (so
+    /// that in the second pass no `GET` reads it back).
     #[inline]
     fn entry_list(&self) -> Option<u32> {
         let n = self.marks.len();
@@ -216,28 +242,37 @@ impl Vm<'_> {
             return None;
         };
         let c = self.heap.get(id as usize)?;
-        (c.kind == Kind::List && c.seal == Seal::Open && c.items.is_empty()).then_some(id)
+        (c.kind == Kind::List && c.seal == Seal::Open && c.items.is_empty() && !c.shared)
+            .then_some(id)
     }
 
-    /// Memo slot `index` as `GET` reads it, with where its container was made.
+    /// Memo slot `index` as `GET` reads it, if it reads it without an error: in the single
+    /// pass a container only if it is still the one stored there (not freed since); in the
+    /// second pass every container stored is (it is shared from its store on).
     #[inline]
-    fn slot(&self, index: u32) -> Option<(Value, u32)> {
+    fn slot(&self, index: u32) -> Option<Value> {
         if u64::from(index) >= self.memo.len {
             return None;
         }
-        self.memo.every.as_deref()?.get(index)
+        let Some(every) = self.memo.every.as_deref() else {
+            return self.memo.get(index);
+        };
+        let (v, born) = every.get(index)?;
+        if let Value::Obj(id) = v
+            && self.heap.get(id as usize)?.offset != u64::from(born)
+        {
+            return None;
+        }
+        Some(v)
     }
 
     /// The frame dict in memo slot `index`, if `GET` reads one there: its heap id and frame.
     #[inline]
     fn frame_slot(&self, index: u32) -> Option<(u32, FrameId)> {
-        let (Value::Obj(id), born) = self.slot(index)? else {
+        let Value::Obj(id) = self.slot(index)? else {
             return None;
         };
         let c = self.heap.get(id as usize)?;
-        if c.offset != u64::from(born) {
-            return None;
-        }
         match c.seal {
             Seal::Frame(f) => Some((id, f)),
             _ => None,
@@ -257,8 +292,12 @@ impl Vm<'_> {
         // The dict's own slot, and where the dict would have been made, as the memo keeps
         // them.
         let first = self.memo.len;
-        u32::try_from(first).ok()?;
+        let own = u32::try_from(first).ok()?;
         u32::try_from(at).ok()?;
+        // The second pass: a dict kept in the memo is left to the loop.
+        if self.memo.every.is_none() && self.memo.is_ref(own) {
+            return None;
+        }
         scratch.stores.clear();
         scratch.reads.clear();
         scratch.frames.clear();
@@ -279,7 +318,7 @@ impl Vm<'_> {
                 op::BINGET | op::LONG_BINGET => {
                     i = next;
                     match self.slot(get_index(d, code, k_at)?)? {
-                        (Value::Str { len, off }, _) => (len, off),
+                        Value::Str { len, off } => (len, off),
                         _ => return None,
                     }
                 }
@@ -298,15 +337,12 @@ impl Vm<'_> {
             i = next;
             let item = match code {
                 op::BINGET | op::LONG_BINGET => match self.slot(get_index(d, code, v_at)?)? {
-                    (Value::Obj(id), born) => {
-                        let c = self.heap.get(id as usize)?;
-                        match c.seal {
-                            Seal::Stack(s) if c.offset == u64::from(born) => Part::Stack(s, id),
-                            _ => return None,
-                        }
-                    }
-                    (Value::Frame(_) | Value::Stack(_) | Value::Event(_), _) => return None,
-                    (v, _) => Part::Scalar(v),
+                    Value::Obj(id) => match self.heap.get(id as usize)?.seal {
+                        Seal::Stack(s) => Part::Stack(s, id),
+                        _ => return None,
+                    },
+                    Value::Frame(_) | Value::Stack(_) | Value::Event(_) => return None,
+                    v => Part::Scalar(v),
                 },
                 op::BININT1 => Part::Scalar(Value::Int(i64::from(*d.get(v_at + 1)?))),
                 op::BININT2 => {
@@ -438,9 +474,21 @@ impl Vm<'_> {
         }
     }
 
-    /// `MEMOIZE` of `v` (made at `born`) as the single pass does it, `v` not on the stack.
+    /// `MEMOIZE` of `v` (made at `born`), `v` not on the stack, as the loop does it: the
+    /// single pass keeps it, with where it was made; the second pass keeps it only where
+    /// the pre-pass saw its slot read back, and a container kept there is shared.
     #[inline]
     fn memoize_value(&mut self, v: Value, born: u64, at: usize) -> Res<()> {
+        if self.memo.every.is_none() {
+            return match self.memo.memoize(v) {
+                Some(true) => {
+                    self.mark_shared(v);
+                    Ok(())
+                }
+                Some(false) => Ok(()),
+                None => Err(malformed(at, "more than 4 billion memo entries")),
+            };
+        }
         let i = self
             .memo
             .memoize_index()
@@ -450,27 +498,69 @@ impl Vm<'_> {
         Ok(())
     }
 
-    /// Does what the loop would have done for the entry [`Vm::read_entry`] read: its memo
-    /// slots, its frames list made and converted, the lists it read back shared, the event
-    /// handed to `list` (its list of entries made first as `APPENDS` would make it), the
-    /// list guarded, and the machine after the entry's `SETITEMS`.
+    /// `MEMOIZE` of the string of `len` bytes at `rel` in the window: its bytes kept
+    /// ([`Vm::keep_span`]) only where the memo keeps the slot (the second pass counts the
+    /// rest in `len(memo)` and stores them nowhere, as it would have).
+    #[inline]
+    fn memoize_str(&mut self, len: u32, rel: usize, at: usize) -> Res<()> {
+        let kept = self.memo.every.is_some()
+            || u32::try_from(self.memo.len).is_ok_and(|i| self.memo.is_ref(i));
+        if kept {
+            let off = self.keep_span(len, rel);
+            return self.memoize_value(Value::Str { len, off }, 0, at);
+        }
+        self.memo
+            .memoize_index()
+            .map(|_| ())
+            .ok_or_else(|| malformed(at, "more than 4 billion memo entries"))
+    }
+
+    /// The number (from 1) of `list`'s vector of events, for an entry handed over ahead:
+    /// the single pass's as `APPENDS` makes it ([`Vm::events_of`]: it has no pre-pass's
+    /// notes to size it by); the second pass's made without room, given its room by the
+    /// pre-pass's hint when the `APPENDS` comes ([`Guard::fresh`]).
+    fn events_ahead(&mut self, list: u32) -> u32 {
+        let events = self.heap.get(list as usize).map_or(0, |c| c.events);
+        if events != 0 || self.memo.every.is_some() {
+            return self.events_of(list);
+        }
+        self.event_lists.push(Vec::new());
+        let events = self.event_lists.len() as u32;
+        if let Some(c) = self.heap.get_mut(list as usize) {
+            c.events = events;
+        }
+        self.entry_guard.fresh = true;
+        events
+    }
+
+    /// Does what the loop would have done for the entry [`Vm::read_entry`] read: the list
+    /// guarded first (so that an error from here on is one while it is), its memo slots,
+    /// its frames list made and converted, the lists it read back shared as the single
+    /// pass's `GET` shares them, the event handed to `list` (its vector of events made
+    /// first, [`Vm::events_ahead`]), and the machine after the entry's `SETITEMS`.
     fn do_entry(&mut self, at: usize, list: u32, plan: Plan, scratch: &EntryScratch) -> Res<()> {
+        let g = self.entry_guard;
+        self.entry_guard = Guard {
+            depth: self.marks.len(),
+            list,
+            fresh: g.depth != 0 && g.fresh,
+        };
+        let single = self.memo.every.is_some();
         self.memoize_value(Value::Obj(GONE), at as u64, at)?;
         let mut made = None;
         for &s in &scratch.stores {
             match s {
-                Store::Str { len, rel } => {
-                    let off = self.keep_span(len, rel);
-                    self.memoize_value(Value::Str { len, off }, 0, at)?;
-                }
+                Store::Str { len, rel } => self.memoize_str(len, rel, at)?,
                 Store::List => {
                     let Some((rel, _)) = plan.list else { continue };
                     let list_at = self.base + rel;
                     let id = self.alloc(Kind::List, list_at)?;
                     self.memoize_value(Value::Obj(id), list_at as u64, list_at)?;
                     for &f in &scratch.frames {
-                        // As `GET` of the single pass: a container read back is shared.
-                        self.mark_shared(Value::Obj(f));
+                        if single {
+                            // As `GET` of the single pass: a container read back is shared.
+                            self.mark_shared(Value::Obj(f));
+                        }
                         let v = match self.heap.get(f as usize).map(|c| c.seal) {
                             Some(Seal::Frame(frame)) => Value::Frame(frame),
                             _ => Value::Obj(f),
@@ -483,8 +573,10 @@ impl Vm<'_> {
                 }
             }
         }
-        for &id in &scratch.reads {
-            self.mark_shared(Value::Obj(id));
+        if single {
+            for &id in &scratch.reads {
+                self.mark_shared(Value::Obj(id));
+            }
         }
         let mut event = plan.event;
         if let Some(id) = made {
@@ -497,15 +589,10 @@ impl Vm<'_> {
         if let Some((_, Some(rel))) = plan.list {
             self.appends_at = self.base + rel;
         }
-        // As `APPENDS` makes it (the single pass has no pre-pass's notes to size it by).
-        let events = self.events_of(list);
+        let events = self.events_ahead(list);
         if let Some(l) = self.event_lists.get_mut(events as usize - 1) {
             l.push(event);
         }
-        self.entry_guard = Guard {
-            depth: self.marks.len(),
-            list,
-        };
         self.pos = self.base + plan.end;
         Ok(())
     }

@@ -1,11 +1,13 @@
-//! A trace entry run as one step in the single pass ([`Vm::entry`]) decodes as the opcodes
-//! run one by one do: the same snapshot, tables and their numbering included, or the same
-//! error. (The two passes never take it; they are compared too.)
+//! A trace entry run as one step ([`Vm::entry`]), in the single pass and in the streamed
+//! second pass, decodes as the opcodes run one by one do: the same snapshot, tables and
+//! their numbering included, or the same error. (The whole input's two passes never take
+//! it; they are compared too.) The streamed two passes are fed in pieces of several sizes,
+//! their windows as small as a few opcodes, so that entries straddle them.
 //!
 //! [`Vm::entry`]: super::super::machine::Vm
 
 use super::super::opcodes::op;
-use super::super::run::tests::streamed;
+use super::super::run::tests::{streamed, two_passes};
 use super::{ENTRIES_TAKEN, FAST_ENTRIES};
 use crate::snapshot::RawSnapshot;
 use crate::snapshot::error::ImportError;
@@ -26,6 +28,23 @@ fn taken() -> usize {
 fn serial(data: &[u8]) -> Result<RawSnapshot, ImportError> {
     super::super::decode_serial(data)
 }
+
+/// The streamed two passes ([`two_passes`]) in pieces of `piece` bytes over windows of
+/// about `step`, the input's size known.
+fn twice(piece: usize, step: u64) -> impl Fn(&[u8]) -> Result<RawSnapshot, ImportError> {
+    move |d| two_passes(d, piece, step, true).0
+}
+
+/// Pieces and window steps the streamed two passes are run with on small files: windows
+/// of one opcode (no entry fits), of a few, and the whole file; pieces of one byte up.
+const SMALL_RUNS: [(usize, u64); 6] = [
+    (1, 1),
+    (1, 64),
+    (5, 16),
+    (64, 200),
+    (997, 97),
+    (1 << 20, 1 << 20),
+];
 
 fn unhex(hex: &str) -> Vec<u8> {
     (0..hex.len())
@@ -52,6 +71,22 @@ fn the_corpus_decodes_alike_with_entries_run_as_one_step() {
         }
     }
     assert!(taken() > 100_000, "real snapshots' entries take it");
+    for (name, data) in &files {
+        for (piece, step) in [(997, 1 << 20), (1 << 16, 4096), (1 << 20, 200)] {
+            let [fast, slow] = both(data, &twice(piece, step));
+            assert!(fast.is_ok(), "{name}: {fast:?}");
+            assert_eq!(
+                fast, slow,
+                "{name}: two passes, pieces {piece}, windows {step}"
+            );
+        }
+        let (_, passes) = two_passes(data, 1 << 20, 1 << 20, false);
+        assert_eq!(passes, 2, "{name}: its second pass ran once more");
+    }
+    assert!(
+        taken() > 100_000,
+        "real snapshots' entries take it in the second pass"
+    );
 }
 
 /// `pickle.dumps(snap, protocol=4)` by `CPython` 3.11: the frame dicts first (under a key
@@ -79,11 +114,22 @@ fn an_entry_read_back_decodes_as_before() {
     assert_eq!(Ok(fast.clone()), slow);
     let _ = taken();
     let _ = streamed(&data, data.len());
-    // `e0`, `e1`, `E`, `e3`; then `E` is read back, and the single pass gives way.
-    assert_eq!(taken(), 4);
+    // `e0`, `e1`, `E`, `e3`; then `E` is read back, and the single pass gives way to the
+    // two passes, whose second takes `e0` and `e1` (see below).
+    assert_eq!(taken(), 4 + 2);
     for piece in [1, 5, 64, data.len()] {
         let [f, s] = both(&data, &|d| streamed(d, piece));
         assert_eq!(f.as_ref(), Ok(&fast), "pieces of {piece}");
+        assert_eq!(f, s);
+    }
+    // The second pass knows `E`'s slot is read back: `e0`, `e1`, and then `E`'s dict is
+    // the loop's, left on the stack above the mark, and so are the entries after it.
+    let _ = taken();
+    assert_eq!(two_passes(&data, data.len(), 1 << 20, true).1, 2);
+    assert_eq!(taken(), 2);
+    for (piece, step) in SMALL_RUNS {
+        let [f, s] = both(&data, &twice(piece, step));
+        assert_eq!(f.as_ref(), Ok(&fast), "pieces of {piece}, windows {step}");
         assert_eq!(f, s);
     }
     let snap = serial(&data).expect("decodes");
@@ -294,6 +340,15 @@ fn entries_of_unusual_forms_decode_as_before() {
         assert_eq!(f.as_ref(), Ok(&fast), "pieces of {piece}");
         assert_eq!(f, s);
     }
+    // The second pass takes the same: no entry's dict is read back.
+    let _ = taken();
+    assert_eq!(two_passes(&data, data.len(), 1 << 20, true).1, 2);
+    assert_eq!(taken(), n);
+    for (piece, step) in SMALL_RUNS {
+        let [f, s] = both(&data, &twice(piece, step));
+        assert_eq!(f.as_ref(), Ok(&fast), "pieces of {piece}, windows {step}");
+        assert_eq!(f, s);
+    }
     let snap = serial(&data).expect("decodes");
     assert_eq!(snap.device_traces.len(), 16);
     let _ = taken();
@@ -307,8 +362,19 @@ fn entries_of_unusual_forms_decode_as_before() {
             assert_eq!(f, fast, "{k}: pieces of {piece}");
             assert_eq!(f, s, "{k}");
         }
+        for (piece, step) in SMALL_RUNS {
+            let [f, s] = both(&data, &twice(piece, step));
+            assert_eq!(
+                f, fast,
+                "{k}: two passes, pieces of {piece}, windows {step}"
+            );
+            assert_eq!(f, s, "{k}");
+        }
     }
-    assert!(taken() >= 2 * REFUSED.len(), "the two entries before each");
+    assert!(
+        taken() >= 4 * REFUSED.len(),
+        "the two entries before each, both ways"
+    );
 }
 
 /// A file cut anywhere in its second device trace (inside its entries and between them):
@@ -326,9 +392,17 @@ fn a_file_cut_inside_an_entry_fails_as_before() {
         assert!(fast.is_err(), "cut at {cut}");
         assert_eq!(fast, slow, "cut at {cut}");
         if cut % 7 == 0 {
-            let [fast, slow] = both(cut_data, &|d| streamed(d, 64));
-            assert_eq!(fast, slow, "cut at {cut}, streamed");
+            let [f, s] = both(cut_data, &|d| streamed(d, 64));
+            assert_eq!(f, fast, "cut at {cut}, streamed");
+            assert_eq!(f, s, "cut at {cut}, streamed");
         }
+        let (piece, step) = SMALL_RUNS[cut % SMALL_RUNS.len()];
+        let [f, s] = both(cut_data, &twice(piece, step));
+        assert_eq!(
+            f, fast,
+            "cut at {cut}, two passes, pieces {piece}, windows {step}"
+        );
+        assert_eq!(f, s, "cut at {cut}, two passes");
     }
 }
 
@@ -392,6 +466,80 @@ fn a_list_seen_before_its_appends_decodes_as_before() {
             assert_eq!(f, fast, "{k}: pieces of {piece}");
             assert_eq!(f, s, "{k}: pieces of {piece}");
         }
+        for (piece, step) in SMALL_RUNS {
+            let [f, s] = both(d, &twice(piece, step));
+            assert_eq!(
+                f, fast,
+                "{k}: two passes, pieces of {piece}, windows {step}"
+            );
+            assert_eq!(f, s, "{k}: two passes, pieces of {piece}, windows {step}");
+        }
     }
     assert!(taken() >= files.len(), "the first two entries of each");
+    // The streamed two passes: the files that read the trace list back (`h\x0f`) keep it in
+    // the memo, shared, and take no entry; in every other the guarded mark is seen, and the
+    // second pass runs once more, without the fast path (the answers compared above).
+    let passes: Vec<u8> = files
+        .iter()
+        .map(|d| two_passes(d, d.len(), 1 << 20, true).1)
+        .collect();
+    assert_eq!(passes, [3, 3, 3, 3, 3, 3, 3, 2, 2, 3, 3, 3, 3, 3, 2]);
+    assert_eq!(
+        taken(),
+        7 * 4 + 5 * 2,
+        "the four entries of the first seven, the first two of five more"
+    );
+}
+
+/// The streamed decode of the gzip file `gz` fed in pieces of `piece` bytes, its inflated
+/// bytes kept for the second pass up to `keep`, over one window; and the last
+/// pass it reported, of how many.
+fn gzip_streamed(gz: &[u8], keep: u64, piece: usize) -> (Result<String, String>, Option<(u8, u8)>) {
+    use crate::snapshot::import::DecodeOptions;
+    use crate::snapshot::stream::StreamDecoder;
+    let mut dec = StreamDecoder::new(gz.len() as u64, DecodeOptions::default())
+        .with_keep_bound(keep)
+        .with_window_step(1 << 20);
+    let mut last = None;
+    for _ in 0..3 {
+        let fed = gz.chunks(piece).try_for_each(|p| dec.feed(p));
+        let done = fed.and_then(|()| {
+            dec.end_of_input_with(&mut |p| {
+                last = Some((p.pass, p.passes));
+                true
+            })
+        });
+        match done {
+            Ok(None) => {}
+            Ok(Some(snap)) => return (Ok(format!("{snap:?}")), last),
+            Err(e) => return (Err(e.to_string()), last),
+        }
+    }
+    panic!("a fourth pass asked for");
+}
+
+/// A gzip file is decoded in two passes whatever its size: where its second pass runs once
+/// more (here the trace's `APPENDS` made a `TUPLE`), the file is inflated again, whether
+/// its inflated bytes were kept for the second pass or not, and the answer is the loop's.
+#[test]
+fn a_gzip_file_whose_second_pass_runs_once_more_decodes_as_before() {
+    use crate::snapshot::stream::KEEP_INFLATED_BYTES;
+    use std::io::Write as _;
+    let mut data = unhex(FOUR);
+    data[378] = b't';
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    gz.write_all(&data).expect("compresses");
+    let gz = gz.finish().expect("compresses");
+    let [want, slow] = both(&data, &serial);
+    assert!(want.is_err(), "{want:?}");
+    assert_eq!(want, slow);
+    let _ = taken();
+    for keep in [KEEP_INFLATED_BYTES, 0] {
+        for piece in [1, 64, gz.len()] {
+            let (got, last) = gzip_streamed(&gz, keep, piece);
+            assert_eq!(got, want, "kept up to {keep}, pieces of {piece}");
+            assert_eq!(last, Some((3, 3)), "kept up to {keep}, pieces of {piece}");
+        }
+    }
+    assert_eq!(taken(), 6 * 4, "the trace's four entries, each time");
 }

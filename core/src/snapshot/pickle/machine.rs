@@ -39,6 +39,9 @@ pub(super) enum Item {
     Event(RawEvent),
 }
 
+// Its switches (`last`, `copy_spans`, `eager`, `fast_entries`) are independent, each set
+// by the machine's caller.
+#[allow(clippy::struct_excessive_bools)]
 pub(super) struct Vm<'a> {
     /// The input, or the window of it being decoded (streamed: [`super::stream`]).
     pub(super) data: &'a [u8],
@@ -81,6 +84,11 @@ pub(super) struct Vm<'a> {
     pub(super) entry_scratch: super::entry::EntryScratch,
     /// The list and mark of entries handed over ahead of their `APPENDS` ([`Vm::entry`]).
     pub(super) entry_guard: super::entry::Guard,
+    /// Whether trace entries may run as one step ([`Vm::entry`]): only where the caller
+    /// runs the input again without it should a list of entries handed over ahead be seen
+    /// before its `APPENDS` (the single pass gives way to the two passes; the streamed
+    /// second pass runs once more, [`super::stream`]). Off for every other machine.
+    pub(super) fast_entries: bool,
     /// Stacks by a fast hash of their frame ids, checked against the table on a hit:
     /// every trace entry has its own frames list, and hashing each through the
     /// table's `SipHash` index was a visible cost.
@@ -210,6 +218,7 @@ impl<'a> Vm<'a> {
             frame_objs: Vec::new(),
             entry_scratch: super::entry::EntryScratch::default(),
             entry_guard: super::entry::Guard::default(),
+            fast_entries: false,
             stack_cache: HashMap::default(),
             eager,
             elements_left: super::mapping::element_budget(input_len),
@@ -245,6 +254,7 @@ impl<'a> Vm<'a> {
             frame_objs: self.frame_objs,
             entry_scratch: self.entry_scratch,
             entry_guard: self.entry_guard,
+            fast_entries: self.fast_entries,
             stack_cache: self.stack_cache,
             eager: self.eager,
             elements_left: self.elements_left,
@@ -482,15 +492,38 @@ impl<'a> Vm<'a> {
     }
 
     /// The guarded mark of entries handed over ahead ([`Vm::entry`]) closed by `what`: by
-    /// `APPENDS` as they would have been, anything else gives way.
+    /// `APPENDS` as they would have been (their list given the room the loop would have
+    /// given it there, [`Vm::reserve_late`]), anything else gives way.
     #[cold]
     #[inline(never)]
     fn close_guard(&mut self, at: usize, what: &'static str) -> Res<()> {
         if what != "APPENDS" {
             return Err(guarded(at));
         }
-        self.entry_guard.depth = 0;
+        let g = std::mem::take(&mut self.entry_guard);
+        if g.fresh {
+            self.reserve_late(g.list, at);
+        }
         Ok(())
+    }
+
+    /// The room the list of entries `list` would have been given had the `APPENDS` at `at`
+    /// made its vector of events, as the loop makes it ([`Vm::new_event_list`]), where its
+    /// entries were handed over ahead and the vector made then without a hint: the
+    /// pre-pass's hint is keyed by that `APPENDS`, unknown until it comes. Room only:
+    /// nothing decoded depends on it.
+    fn reserve_late(&mut self, list: u32, at: usize) {
+        let hint = self.take_hint(at);
+        let events = self.heap.get(list as usize).map_or(0, |c| c.events);
+        let Some(v) = (events as usize)
+            .checked_sub(1)
+            .and_then(|k| self.event_lists.get_mut(k))
+        else {
+            return;
+        };
+        let more = usize::try_from(hint).unwrap_or(0).saturating_sub(v.len());
+        // As `new_event_list`, room that cannot be had is not an error.
+        let _ = v.try_reserve_exact(more);
     }
 
     /// Whether `list` is the guarded list of entries handed over ahead ([`Vm::entry`]):
@@ -638,21 +671,17 @@ impl<'a> Vm<'a> {
     /// for all of them if the pre-pass noted its run. A hint is used once (a list made
     /// later by `APPEND` or `LIST`, or again after mixing, grows as it goes).
     pub(super) fn new_event_list(&mut self) -> Vec<RawEvent> {
-        let hint = self
-            .list_hints
-            .binary_search_by_key(&(self.appends_at as u64), |&(at, _)| at)
-            .ok()
-            .and_then(|i| self.list_hints.get_mut(i))
-            .map_or(0, |(_, n)| std::mem::take(n).min(self.reserve_left));
+        let hint = self.take_hint(self.appends_at);
         // The single pass has no hints: the first list gets room for as many entries as
         // a snapshot this size can hold (real ones spend 62-86 bytes an entry; room never
         // written is never touched, so it costs no resident memory), and grows past it.
         let hint = if hint == 0 && self.memo.every.is_some() && self.event_lists.is_empty() {
-            (self.input_len as u64 / SINGLE_PASS_ENTRY_BYTES).min(self.reserve_left)
+            let hint = (self.input_len as u64 / SINGLE_PASS_ENTRY_BYTES).min(self.reserve_left);
+            self.reserve_left -= hint;
+            hint
         } else {
             hint
         };
-        self.reserve_left -= hint;
         let mut list = Vec::new();
         if list
             .try_reserve_exact(usize::try_from(hint).unwrap_or(0))
@@ -661,6 +690,20 @@ impl<'a> Vm<'a> {
             list = Vec::new();
         }
         list
+    }
+
+    /// The entries the pre-pass counted in the run whose first `APPENDS` is at `at`, once
+    /// (a hint is used once), within what [`Vm::reserve_left`] still allows, which it
+    /// takes.
+    fn take_hint(&mut self, at: usize) -> u64 {
+        let hint = self
+            .list_hints
+            .binary_search_by_key(&(at as u64), |&(at, _)| at)
+            .ok()
+            .and_then(|i| self.list_hints.get_mut(i))
+            .map_or(0, |(_, n)| std::mem::take(n).min(self.reserve_left));
+        self.reserve_left -= hint;
+        hint
     }
 
     pub(super) fn new_container(&mut self, kind: Kind, items: &[Value], at: usize) -> Res<Value> {

@@ -87,7 +87,7 @@ impl Vm<'_> {
                 }
                 op::MARK => self.marks.push(self.stack.len()),
                 op::EMPTY_DICT => {
-                    if SINGLE && self.entry(at)? {
+                    if self.entry(at)? {
                         continue;
                     }
                     let id = self.alloc(Kind::Dict, at)?;

@@ -52,6 +52,34 @@ pub(in crate::snapshot::pickle) fn streamed(
     }
 }
 
+/// The streamed decode of `data` in two passes always ([`PickleStream::new`], its size
+/// known up front or, `known` false, only at its end, as a gzip file's), fed in pieces of
+/// `piece` bytes, its second pass run over windows of about `step` bytes; and the passes
+/// it took (3 where the second ran once more).
+///
+/// [`PickleStream::new`]: super::super::PickleStream::new
+pub(in crate::snapshot::pickle) fn two_passes(
+    data: &[u8],
+    piece: usize,
+    step: u64,
+    known: bool,
+) -> (Result<RawSnapshot, ImportError>, u8) {
+    let mut s = super::super::PickleStream::new(known.then_some(data.len() as u64), step);
+    for pass in 1..=3 {
+        for p in data.chunks(piece.max(1)) {
+            if let Err(e) = s.feed(p) {
+                return (Err(e), pass);
+            }
+        }
+        match s.end_pass() {
+            Ok(None) => {}
+            Ok(Some(snap)) => return (Ok(snap), pass),
+            Err(e) => return (Err(e), pass),
+        }
+    }
+    panic!("a fourth pass asked for");
+}
+
 #[test]
 fn the_corpus_decodes_alike_with_frames_lists_run_as_one_step() {
     let files = super::super::parallel::tests::corpus();

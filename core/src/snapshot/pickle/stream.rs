@@ -14,8 +14,16 @@
 //! it cannot decide ahead, a trace entry converted and freed and then read back by a
 //! `GET`, and anything else unexpected (any error: a refused opcode, a truncated file)
 //! gives way to the two passes from the start, which decode and report exactly as ever.
+//!
+//! Both run trace entries as one step ([`Vm::entry`]), handing each to its list ahead of
+//! the `APPENDS` that closes the list's mark. An error while such a list is guarded may be
+//! the fast path's own (the loop would have held the entries' dicts on the stack there), so
+//! the second pass then runs once more from the input's first byte, without the fast path
+//! ([`Decode::redo`]): one pass more, and the error or snapshot the loop gives. Only inputs
+//! that `pickle.dump` never writes take it.
 
 use super::machine::Vm;
+use super::memo::IndexSet;
 use super::prepass::{End, Scanner};
 use super::value::Value;
 use crate::snapshot::RawSnapshot;
@@ -38,7 +46,8 @@ pub const SINGLE_PASS_MAX_BYTES: u64 = 64 << 20;
 pub struct PickleStream {
     state: State,
     /// The passes over the input this decode takes (1: the single pass; 2; 3: a single
-    /// pass that gave way to two), and the one the bytes fed belong to.
+    /// pass that gave way to two, or a second pass run once more, [`Decode::redo`]; 4:
+    /// both), and the one the bytes fed belong to.
     passes: u8,
     pass: u8,
     /// Bytes fed but not scanned (first pass) or not run (second pass): they start an
@@ -85,6 +94,13 @@ struct Decode {
     /// The first pass's size of the input.
     total: u64,
     done: Option<(Value, usize)>,
+    /// The pre-pass's hints, for a pass run once more ([`super::machine::Vm::list_hints`]
+    /// takes each as it is used).
+    hints: Vec<(u64, u64)>,
+    /// The machine failed while a list of entries it handed over ahead was guarded: the
+    /// rest of this pass is ignored, and `vm` (made afresh, without the fast path) runs
+    /// the next one.
+    redo: bool,
 }
 
 /// The single pass: the machine between pieces.
@@ -130,6 +146,7 @@ impl PickleStream {
         let total_len = usize::try_from(total).unwrap_or(usize::MAX);
         let mut vm = Vm::with_refs(&[], super::memo::IndexSet::default(), total_len, true);
         vm.memo = super::memo::Memo::every(total_len);
+        vm.fast_entries = true;
         vm.copy_spans = true;
         vm.last = false;
         PickleStream {
@@ -147,8 +164,9 @@ impl PickleStream {
         }
     }
 
-    /// The passes over the input this decode takes, as far as it knows (1, 2, or 3 for
-    /// a single pass that gave way to two), and the pass the bytes fed now belong to.
+    /// The passes over the input this decode takes, as far as it knows (1, 2, 3 for a
+    /// single pass that gave way to two or a second pass run once more, 4 for both), and
+    /// the pass the bytes fed now belong to.
     #[must_use]
     pub fn passes(&self) -> (u8, u8) {
         (self.pass, self.passes)
@@ -233,10 +251,7 @@ impl PickleStream {
                 };
                 let total_len = usize::try_from(total).map_err(|_| too_big(total))?;
                 let hints = scanner.lengths.hints();
-                let mut vm = Vm::with_refs(&[], scanner.refs, total_len, true);
-                vm.list_hints = hints;
-                vm.copy_spans = true;
-                vm.last = false;
+                let vm = decode_machine(scanner.refs, hints.clone(), total_len, true);
                 self.state = State::Decode(Box::new(Decode {
                     vm: Some(vm),
                     boundaries: scanner.boundaries,
@@ -244,8 +259,18 @@ impl PickleStream {
                     end,
                     total,
                     done: None,
+                    hints,
+                    redo: false,
                 }));
                 self.fed = 0;
+                Ok(None)
+            }
+            State::Decode(mut d) if d.redo => {
+                d.redo = false;
+                self.state = State::Decode(d);
+                self.carry = Vec::new();
+                self.fed = 0;
+                self.passes += 1;
                 Ok(None)
             }
             State::Decode(mut d) => {
@@ -264,6 +289,28 @@ impl PickleStream {
             )),
         }
     }
+}
+
+/// The second pass's machine over an input of `total_len` bytes whose pre-pass found
+/// `refs` and `hints`; `fast`: trace entries may run as one step.
+fn decode_machine(
+    refs: IndexSet,
+    hints: Vec<(u64, u64)>,
+    total_len: usize,
+    fast: bool,
+) -> Vm<'static> {
+    let mut vm = Vm::with_refs(&[], refs, total_len, true);
+    vm.list_hints = hints;
+    vm.fast_entries = fast;
+    vm.copy_spans = true;
+    vm.last = false;
+    vm
+}
+
+/// The pre-pass's `refs` and the input's size that a machine was made with; the rest of
+/// it is dropped here, before a machine is made again from them.
+fn notes_of(vm: Vm<'static>) -> (IndexSet, usize) {
+    (vm.memo.refs, vm.input_len)
 }
 
 fn too_big(total: u64) -> ImportError {
@@ -357,7 +404,7 @@ impl Decode {
         start: u64,
         fed: u64,
     ) -> Result<(), ImportError> {
-        if self.done.is_some() {
+        if self.done.is_some() || self.redo {
             return Ok(());
         }
         let Some(mut vm) = self.vm.take() else {
@@ -406,6 +453,10 @@ impl Decode {
                 }
                 Ok(None) if last => return Err(changed(self.total, fed)),
                 Ok(None) => {}
+                Err(_) if vm.entry_guard.depth != 0 => {
+                    self.run_again(vm);
+                    return Ok(());
+                }
                 Err(e) => return Err(*e),
             }
             if pos as u64 != to {
@@ -415,6 +466,18 @@ impl Decode {
         carry.extend_from_slice(piece.get(used..).unwrap_or(&[]));
         self.vm = Some(vm);
         Ok(())
+    }
+}
+
+impl Decode {
+    /// The machine `failed` while a list of entries it handed over ahead was guarded: the
+    /// error may be the fast path's, so the pass runs once more without it, from the
+    /// pre-pass's notes as they were (its memo's `refs` are never changed by a run).
+    fn run_again(&mut self, failed: Vm<'static>) {
+        let (refs, total_len) = notes_of(failed);
+        self.vm = Some(decode_machine(refs, self.hints.clone(), total_len, false));
+        self.next = 0;
+        self.redo = true;
     }
 }
 
