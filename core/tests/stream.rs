@@ -574,3 +574,31 @@ fn an_entry_read_back_after_its_list_consumed_it_gives_way_to_the_two_passes() {
         }
     }
 }
+
+/// A file the fuzzer made (`fuzz/seeds/four_passes.pickle`): the single pass gives way to
+/// two, whose second pass meets a guarded list of entries and runs once more without the
+/// fast path: four passes, and the whole-file decode's answer.
+#[test]
+fn a_single_pass_given_way_and_a_second_pass_run_again_take_four_passes() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../fuzz/seeds/four_passes.pickle");
+    let bytes = std::fs::read(path).expect("the seed");
+    let mut dec = StreamDecoder::new(bytes.len() as u64, DecodeOptions::default());
+    let mut passes = 0;
+    let got = loop {
+        passes += 1;
+        assert!(passes <= 4, "a fifth pass asked for");
+        let fed = bytes.chunks(61).try_for_each(|p| dec.feed(p));
+        match fed.and_then(|()| dec.end_of_input()) {
+            Ok(None) => {}
+            Ok(Some(snap)) => break Ok(snap),
+            Err(e) => break Err(e),
+        }
+    };
+    assert_eq!(passes, 4);
+    match (decode_snapshot(&bytes), got) {
+        (Ok(a), Ok(b)) => assert_eq!(digest(&a), digest(&b)),
+        (Err(a), Err(b)) => assert_eq!(a, b),
+        (a, b) => panic!("whole {:?}, streamed {:?}", a.is_ok(), b.is_ok()),
+    }
+    same_result(&bytes, 61, 1 << 20, "four_passes.pickle");
+}
