@@ -580,7 +580,10 @@ fn an_entry_read_back_after_its_list_consumed_it_gives_way_to_the_two_passes() {
 /// fast path: four passes, and the whole-file decode's answer.
 #[test]
 fn a_single_pass_given_way_and_a_second_pass_run_again_take_four_passes() {
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../fuzz/seeds/four_passes.pickle");
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../fuzz/seeds/four_passes.pickle"
+    );
     let bytes = std::fs::read(path).expect("the seed");
     let mut dec = StreamDecoder::new(bytes.len() as u64, DecodeOptions::default());
     let mut passes = 0;
