@@ -23,14 +23,17 @@
 //! its own dict's slot is never read back (a dict kept in the memo is not converted by
 //! its list, [`Vm::convert_item`]) and its list is not shared, so that no `GET` can bring
 //! the list back while it is guarded; the strings and frames list it memoizes are kept
-//! where, and only where, the loop keeps them. The parallel decode's machines (a chunk's
+//! where, and only where, the loop keeps them. Its `pool_id` tuple (PyTorch 2.12+) is
+//! made nowhere: its slot is taken only where the loop's tuple would be freed unseen
+//! ([`Vm::tuple_slots_as_the_loop`]), and its pool is interned when the `APPENDS` comes,
+//! where the loop would intern it ([`Vm::intern_pools_ahead`]). The parallel decode's machines (a chunk's
 //! `outer` and `region`) never take this path.
 
 use super::fields::scalar;
 use super::machine::{Res, Vm, malformed};
 use super::opcodes::{le_u32, op};
-use super::value::{Kind, Seal, Text, Value};
-use crate::snapshot::schema::{EventFields, Key, Scalar};
+use super::value::{Container, Kind, Seal, Text, Value};
+use crate::snapshot::schema::{EventFields, Key, Pair, Scalar, entry_pool_id};
 use crate::snapshot::{FrameId, RawEvent, StackId};
 
 /// The heap id that the single pass's memo slot of an entry run as one step names: none,
@@ -47,6 +50,9 @@ pub(super) enum Store {
     Str { len: u32, rel: usize },
     /// The entry's frames list.
     List,
+    /// The entry's `pool_id` tuple, its `TUPLE2` at `rel` in the window: a slot naming no
+    /// container, as the entry's own ([`GONE`]).
+    Tuple { rel: usize },
 }
 
 /// Scratch of [`Vm::entry`], kept between entries.
@@ -84,6 +90,8 @@ struct Plan {
     list: Option<(usize, Option<usize>)>,
     /// Whether the entry's stack is that list's (else `event.stack`).
     stack_is_list: bool,
+    /// Its `pool_id`, interned when its list's `APPENDS` comes ([`Vm::intern_pools_ahead`]).
+    pool: Option<(u64, u64)>,
 }
 
 /// The opcode at `i` in `d` past any `FRAME`s, if it is one the fast path reads and whole:
@@ -102,6 +110,7 @@ fn token(d: &[u8], i: usize) -> Option<(u8, usize, usize)> {
         | op::SETITEMS
         | op::APPENDS
         | op::APPEND
+        | op::TUPLE2
         | op::NONE
         | op::NEWTRUE
         | op::NEWFALSE => 1,
@@ -166,6 +175,61 @@ fn memoized_string(
     }
 }
 
+/// The integer that the `BININT1`, `BININT2`, `BININT` or `LONG1` at `at` pushes, where
+/// the loop makes a [`Value::Int`] of it with no copy (a `LONG1` of up to 8 bytes,
+/// [`Vm::push_le_int`]).
+#[inline]
+fn int_at(text: &Text<'_>, code: u8, at: usize) -> Option<Value> {
+    let d = text.data;
+    let v = match code {
+        op::BININT1 => i64::from(*d.get(at + 1)?),
+        op::BININT2 => i64::from(u16::from_le_bytes(d.get(at + 1..at + 3)?.try_into().ok()?)),
+        op::BININT => i64::from(le_u32(d, at + 1)? as i32),
+        op::LONG1 => {
+            let n = u32::from(*d.get(at + 1)?);
+            if n == 0 {
+                0
+            } else if n <= 8 {
+                let w = text.word(n, (at + 2) as u64)?;
+                let shift = 64 - 8 * n;
+                ((w << shift) as i64) >> shift
+            } else {
+                return None;
+            }
+        }
+        _ => return None,
+    };
+    Some(Value::Int(v))
+}
+
+/// A `pool_id` as PyTorch 2.12+ writes one, from the integer opcode at `at`: two integers
+/// ([`int_at`]), `TUPLE2`, and a `MEMOIZE` of the tuple, if one follows, noted in
+/// `stores`. Returns the pool as the conversion reads it ([`entry_pool_id`]: none where
+/// either is not a `u64`) and where the next opcode starts.
+fn read_pool(
+    text: &Text<'_>,
+    at: usize,
+    stores: &mut Vec<Store>,
+) -> Option<(Option<(u64, u64)>, usize)> {
+    let d = text.data;
+    let (code, _, i) = token(d, at)?;
+    let a = int_at(text, code, at)?;
+    let (code, b_at, i) = token(d, i)?;
+    let b = int_at(text, code, b_at)?;
+    let (op::TUPLE2, rel, i) = token(d, i)? else {
+        return None;
+    };
+    let heap: &[Container] = &[];
+    let pool = entry_pool_id(Pair::Two(scalar(text, heap, a), scalar(text, heap, b)));
+    match token(d, i)? {
+        (op::MEMOIZE, _, next) => {
+            stores.push(Store::Tuple { rel });
+            Some((pool, next))
+        }
+        _ => Some((pool, i)),
+    }
+}
+
 /// A value of an entry as [`Vm::read_entry`] takes it.
 enum Part {
     Scalar(Value),
@@ -173,6 +237,8 @@ enum Part {
     Stack(StackId, u32),
     /// The frames list made here.
     List,
+    /// A `pool_id` tuple of two integers made here, as the schema reads it.
+    Pool(Option<(u64, u64)>),
 }
 
 impl Vm<'_> {
@@ -182,14 +248,17 @@ impl Vm<'_> {
     /// values read from the memo and the opcodes into its fields, converted as the list
     /// would convert it (the frames list made there as [`Vm::frames_list`] makes one,
     /// converted as `SETITEMS` converts it), every memo slot filled as the opcodes fill them
-    /// (the entry's own naming no container: read back, it reads as freed; in the second
-    /// pass it is never read back), and the event handed to the list as `APPENDS` would
-    /// hand it, the list and mark guarded until then (see the module). Only where that is
-    /// what the loop would come to: the machine converting, the list holding nothing but
-    /// entries and not shared, no value left above its `MARK`, the whole entry in the
-    /// window, and an entry whose conversion changes no table (no `pool_id`, no
-    /// `user_metadata` text), so that doing it before the `APPENDS` changes nothing. Returns false, with nothing done, for anything else, and the loop runs the
-    /// opcodes one by one.
+    /// (the entry's own and its `pool_id` tuple's naming no container: read back, they
+    /// read as freed; in the second pass they are never read back), and the event handed
+    /// to the list as `APPENDS` would hand it, the list and mark guarded until then (see
+    /// the module), its `pool_id` interned when the `APPENDS` comes
+    /// ([`Vm::intern_pools_ahead`]). Only where that is what the loop would come to: the
+    /// machine converting, the list holding nothing but entries and not shared, no value
+    /// left above its `MARK`, the whole entry in the window, a `pool_id` (if any) a tuple
+    /// of two integers written there ([`read_pool`]), and no `user_metadata` text (the
+    /// loop interns it into the strings the frames' share, in its order), so that doing it
+    /// before the `APPENDS` changes nothing. Returns false, with nothing done, for anything
+    /// else, and the loop runs the opcodes one by one.
     pub(super) fn entry(&mut self, at: usize) -> Res<bool> {
         #[cfg(test)]
         if !FAST_ENTRIES.with(std::cell::Cell::get) {
@@ -308,6 +377,7 @@ impl Vm<'_> {
         let mut fields = EventFields::<Value>::default();
         let mut stack = Some(StackId::EMPTY);
         let mut list = None;
+        let mut pool = None;
         loop {
             let (code, k_at, next) = token(d, i)?;
             let key = match code {
@@ -344,25 +414,14 @@ impl Vm<'_> {
                     Value::Frame(_) | Value::Stack(_) | Value::Event(_) => return None,
                     v => Part::Scalar(v),
                 },
-                op::BININT1 => Part::Scalar(Value::Int(i64::from(*d.get(v_at + 1)?))),
-                op::BININT2 => {
-                    let b = d.get(v_at + 1..v_at + 3)?;
-                    Part::Scalar(Value::Int(i64::from(u16::from_le_bytes(
-                        b.try_into().ok()?,
-                    ))))
+                // The entry's `pool_id`: a tuple of two integers made here.
+                op::BININT1 | op::BININT2 | op::BININT | op::LONG1 if key == Key::PoolId => {
+                    let (pool, end) = read_pool(&text, v_at, &mut scratch.stores)?;
+                    i = end;
+                    Part::Pool(pool)
                 }
-                op::BININT => Part::Scalar(Value::Int(i64::from(le_u32(d, v_at + 1)? as i32))),
-                op::LONG1 => {
-                    let n = u32::from(*d.get(v_at + 1)?);
-                    if n == 0 {
-                        Part::Scalar(Value::Int(0))
-                    } else if n <= 8 {
-                        let w = text.word(n, (v_at + 2) as u64)?;
-                        let shift = 64 - 8 * n;
-                        Part::Scalar(Value::Int(((w << shift) as i64) >> shift))
-                    } else {
-                        return None;
-                    }
+                op::BININT1 | op::BININT2 | op::BININT | op::LONG1 => {
+                    Part::Scalar(int_at(&text, code, v_at)?)
                 }
                 op::BINFLOAT => {
                     let b = d.get(v_at + 1..v_at + 9)?;
@@ -397,7 +456,10 @@ impl Vm<'_> {
                     stack = Some(s);
                 }
                 (Key::Frames, Part::List) => stack = None,
-                (Key::Frames | Key::PoolId, _) | (_, Part::Stack(..) | Part::List) => {
+                // One `pool_id` (a second would leave the first's tuple in the dict).
+                (Key::PoolId, Part::Pool(p)) if pool.is_none() => pool = Some(p),
+                (Key::Frames | Key::PoolId, _)
+                | (_, Part::Stack(..) | Part::List | Part::Pool(_)) => {
                     return None;
                 }
                 (key, Part::Scalar(v)) => {
@@ -408,6 +470,9 @@ impl Vm<'_> {
         }
         // Every slot the entry fills must have an index.
         u32::try_from(first + scratch.stores.len() as u64).ok()?;
+        if !self.tuple_slots_as_the_loop(first, &scratch.stores) {
+            return None;
+        }
         let text = Text {
             data: d,
             scratch: &self.scratch,
@@ -419,7 +484,7 @@ impl Vm<'_> {
         {
             return None;
         }
-        // Pure: no `pool_id`, no `user_metadata` text to intern.
+        // Pure: no `user_metadata` text to intern, and the `pool_id` is interned later.
         let mut event = self.builder.event(&scalars, StackId::EMPTY, None).ok()?;
         if let Some(s) = stack {
             event.stack = s;
@@ -429,6 +494,24 @@ impl Vm<'_> {
             event,
             list,
             stack_is_list: stack.is_none(),
+            pool: pool.flatten(),
+        })
+    }
+
+    /// Whether the `pool_id` tuple's memo slot (the entry's slots from `first`: its own,
+    /// then `stores`) can be filled as [`GONE`] where the loop stores the tuple. The single
+    /// pass keeps it with where the tuple was made, which must fit its 32 bits as the
+    /// loop's `MEMOIZE` needs; a `GET` of it reads "consumed before" where the loop's, made
+    /// before the list's `APPENDS` converted and freed the tuple, would read the tuple: the
+    /// single pass gives way to the two passes, as for the entry's own slot. The second
+    /// pass stores the tuple only where some `GET` reads it back, and shares it then; there
+    /// the entry is left to the loop.
+    fn tuple_slots_as_the_loop(&self, first: u64, stores: &[Store]) -> bool {
+        let single = self.memo.every.is_some();
+        (1u64..).zip(stores).all(|(k, s)| match *s {
+            Store::Tuple { rel } if single => u32::try_from(self.base + rel).is_ok(),
+            Store::Tuple { .. } => u32::try_from(first + k).is_ok_and(|j| !self.memo.is_ref(j)),
+            _ => true,
         })
     }
 
@@ -515,6 +598,32 @@ impl Vm<'_> {
             .ok_or_else(|| malformed(at, "more than 4 billion memo entries"))
     }
 
+    /// The `pool_id`s of the entries handed over ahead to `list`, interned now that its
+    /// `APPENDS` has come, in their order, as the loop's `APPENDS` would intern them
+    /// converting their dicts (before those above the mark, the loop's: [`Vm::entry_list`]
+    /// takes an entry only while there are none). Interned when read, they would have gone
+    /// ahead of any pool the loop interns meanwhile above the mark (an entry in a list in
+    /// an entry left to it), and the table's numbering would not be the loop's. Nothing
+    /// else interns a pool while the machine runs: the schema pass converts shared entries
+    /// after it ([`super::mapping`]), and the parallel decode, which merges its chunks'
+    /// tables, never takes this path.
+    pub(super) fn intern_pools_ahead(&mut self, list: u32) {
+        let events = self.heap.get(list as usize).map_or(0, |c| c.events) as usize;
+        let mut pools = std::mem::take(&mut self.entry_pools);
+        for &(k, pool) in &pools {
+            let n = self.builder.intern_pool(pool);
+            if let Some(e) = events
+                .checked_sub(1)
+                .and_then(|l| self.event_lists.get_mut(l))
+                .and_then(|l| l.get_mut(k))
+            {
+                e.pool = n;
+            }
+        }
+        pools.clear();
+        self.entry_pools = pools;
+    }
+
     /// The number (from 1) of `list`'s vector of events, for an entry handed over ahead:
     /// the single pass's as `APPENDS` makes it ([`Vm::events_of`]: it has no pre-pass's
     /// notes to size it by); the second pass's made without room, given its room by the
@@ -571,6 +680,10 @@ impl Vm<'_> {
                     }
                     made = Some(id);
                 }
+                Store::Tuple { rel } => {
+                    let tuple_at = self.base + rel;
+                    self.memoize_value(Value::Obj(GONE), tuple_at as u64, tuple_at)?;
+                }
             }
         }
         if single {
@@ -591,6 +704,9 @@ impl Vm<'_> {
         }
         let events = self.events_ahead(list);
         if let Some(l) = self.event_lists.get_mut(events as usize - 1) {
+            if let Some(pool) = plan.pool {
+                self.entry_pools.push((l.len(), pool));
+            }
             l.push(event);
         }
         self.pos = self.base + plan.end;

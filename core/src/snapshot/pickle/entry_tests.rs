@@ -329,10 +329,10 @@ fn entries_of_unusual_forms_decode_as_before() {
     let _ = taken();
     let _ = streamed(&data, data.len());
     let n = taken();
-    // All four of 10 traces; of the other 6 the two before `X` (a list of integers, a
-    // `pool_id`, `user_metadata` text, an `addr` of 9 bytes, `frames` of `None`, a tuple of
-    // frames: the loop's, and so the rest of their batch).
-    assert_eq!(n, 10 * 4 + 6 * 2, "{n}");
+    // All four of 11 traces (a `pool_id` tuple's among them); of the other 5 the two
+    // before `X` (a list of integers, `user_metadata` text, an `addr` of 9 bytes, `frames`
+    // of `None`, a tuple of frames: the loop's, and so the rest of their batch).
+    assert_eq!(n, 11 * 4 + 5 * 2, "{n}");
     assert_eq!(fast, slow);
     let fast = fast.expect("decodes");
     for piece in [1, 7, 64, 997, data.len()] {
@@ -542,4 +542,261 @@ fn a_gzip_file_whose_second_pass_runs_once_more_decodes_as_before() {
         }
     }
     assert_eq!(taken(), 6 * 4, "the trace's four entries, each time");
+}
+
+/// Runs `data` every way the fast path can take its entries, with it and without it: the
+/// whole input's two passes; the single pass streamed in pieces of `pieces`; the streamed
+/// two passes in each of `runs`. Every answer is the loop's and the same; returns it.
+fn alike(data: &[u8], pieces: &[usize], runs: &[(usize, u64)]) -> Result<String, String> {
+    let [want, slow] = both(data, &serial);
+    assert_eq!(want, slow, "the whole input's two passes");
+    for &piece in pieces {
+        let [f, s] = both(data, &|d| streamed(d, piece));
+        assert_eq!(f, want, "pieces of {piece}");
+        assert_eq!(f, s, "pieces of {piece}");
+    }
+    for &(piece, step) in runs {
+        let [f, s] = both(data, &twice(piece, step));
+        assert_eq!(f, want, "two passes, pieces of {piece}, windows {step}");
+        assert_eq!(f, s, "two passes, pieces of {piece}, windows {step}");
+    }
+    want
+}
+
+/// The entries taken by the single pass (the whole input in one piece, and the two passes
+/// it may give way to) and by the second of the two passes run on their own.
+fn taken_each_way(data: &[u8]) -> (usize, usize) {
+    let _ = taken();
+    let _ = streamed(data, data.len());
+    let single = taken();
+    assert_eq!(two_passes(data, data.len(), 1 << 20, true).1, 2);
+    (single, taken())
+}
+
+/// The snapshot's `pool_id` table.
+fn pools_of(data: &[u8]) -> Vec<(u64, u64)> {
+    serial(data).expect("decodes").event_pools
+}
+
+/// `pickle.dumps(snap, protocol=4)` by `CPython` 3.11 of a snapshot whose entries carry
+/// PyTorch 2.12's `pool_id` (here last, after `frames`; a tuple of its own in each entry),
+/// made by this script (`python3 gen.py pools`; `shared` and `inner` for the next two):
+///
+/// ```python
+/// import pickle, sys
+/// f0 = {'name': 'f0', 'filename': 'model.py', 'line': 1}
+/// f1 = {'name': 'f1', 'filename': 'model.py', 'line': 2}
+/// n = [0]
+/// def e(pool, same=False, **kw):
+///     # A tuple of its own, as PyTorch makes one per entry (literals are shared constants).
+///     if isinstance(pool, tuple) and not same:
+///         pool = tuple(list(pool))
+///     n[0] += 1
+///     d = {'action': 'alloc', 'addr': 0x1000 * n[0], 'size': 512, 'stream': 0,
+///          'time_us': n[0], 'compile_context': 'N/A', 'user_metadata': '',
+///          'frames': [f0, f1], 'pool_id': pool}
+///     d.update(kw)
+///     return d
+/// which = sys.argv[1]
+/// if which == 'pools':
+///     big = (2**64 - 1, 1)
+///     traces = [
+///         # distinct and repeated values, fresh tuples each
+///         [e((0, 1)), e((1, 0)), e((0, 1)), e((2, 3)), e((1, 0)), e((300, 70000))],
+///         # big ints: LONG1 of 6 and 8 bytes, a negative (no pool), BININT
+///         [e((2**40, 2**63 - 1)), e((0, 1)), e((-1, 0)), e((-5, 2**31 - 1)), e((65536, 0))],
+///         # a 9-byte LONG1 (declined)
+///         [e((9, 9)), e(big), e((9, 9))],
+///         # other shapes: a list, a 3-tuple, None, strings, a string, a 1-tuple, a float, a bool
+///         [e((1, 0)), e([1, 2]), e((1, 0))],
+///         [e((1, 0)), e((1, 2, 3)), e((1, 0))],
+///         [e((1, 0)), e(None), e((1, 0))],
+///         [e((1, 0)), e(('a', 'b')), e((1, 0))],
+///         [e((1, 0)), e('p'), e((1, 0))],
+///         [e((1, 0)), e((1,)), e((1, 0))],
+///         [e((1, 0)), e((1.0, 2)), e((1, 0))],
+///         [e((8, 0)), e((True, 0)), e((8, 0))],
+///         # no pool_id at all, and one after
+///         [{k: v for k, v in e((0, 0)).items() if k != 'pool_id'}, e((6, 0))],
+///     ]
+/// elif which == 'shared':
+///     # the same tuple object twice in one batch (a GET), and one read back in a later
+///     # trace, its batch converted
+///     s, s2 = (7, 7), (8, 8)
+///     traces = [
+///         [e((3, 3)), e(s, True), e((4, 4)), e(s, True), e((5, 5)), e(s2, True)],
+///         [e(s2, True), e((7, 8))],
+///     ]
+/// elif which == 'inner':
+///     # an entry left to the loop (an extra key: a list holding an entry with its own
+///     # pool) after one taken: the loop interns the inner pool first
+///     inner = e((6, 6))
+///     traces = [[e((5, 5)), e((4, 4), extra=[inner]), e((3, 3))]]
+/// snap = {'segments': [], 'x': [f0, f1], 'device_traces': traces}
+/// sys.stdout.write(pickle.dumps(snap, protocol=4).hex())
+/// ```
+///
+/// Twelve device traces: distinct and repeated pools; pools of `LONG1`s of 6 and 8 bytes,
+/// negative ones (no pool), `BININT`s; a 9-byte `LONG1`; then a `pool_id` of another
+/// shape between two of `(1, 0)` (or `(8, 0)`): a list, a 3-tuple, `None`, a tuple of
+/// strings, a string, a 1-tuple, a float in a tuple, a bool in a tuple; an entry without
+/// `pool_id`, and one after it.
+const POOLS: &str = concat!(
+    "8004956e090000000000007d94288c087365676d656e7473945d948c0178945d94287d94288c046e616d",
+    "65948c026630948c0866696c656e616d65948c086d6f64656c2e7079948c046c696e65944b01757d9428",
+    "68068c0266319468086809680a4b0275658c0d6465766963655f747261636573945d94285d94287d9428",
+    "8c06616374696f6e948c05616c6c6f63948c0461646472944d00108c0473697a65944d00028c06737472",
+    "65616d944b008c0774696d655f7573944b018c0f636f6d70696c655f636f6e74657874948c034e2f4194",
+    "8c0d757365725f6d65746164617461948c00948c066672616d6573945d94286805680b658c07706f6f6c",
+    "5f6964944b004b018694757d94286811681268134d002068144d000268154b0068164b02681768186819",
+    "681a681b5d94286805680b65681d4b014b008694757d94286811681268134d003068144d000268154b00",
+    "68164b03681768186819681a681b5d94286805680b65681d4b004b018694757d94286811681268134d00",
+    "4068144d000268154b0068164b04681768186819681a681b5d94286805680b65681d4b024b038694757d",
+    "94286811681268134d005068144d000268154b0068164b05681768186819681a681b5d94286805680b65",
+    "681d4b014b008694757d94286811681268134d006068144d000268154b0068164b06681768186819681a",
+    "681b5d94286805680b65681d4d2c014a70110100869475655d94287d94286811681268134d007068144d",
+    "000268154b0068164b07681768186819681a681b5d94286805680b65681d8a060000000000018a08ffff",
+    "ffffffffff7f8694757d94286811681268134d008068144d000268154b0068164b08681768186819681a",
+    "681b5d94286805680b65681d4b004b018694757d94286811681268134d009068144d000268154b006816",
+    "4b09681768186819681a681b5d94286805680b65681d4affffffff4b008694757d94286811681268134d",
+    "00a068144d000268154b0068164b0a681768186819681a681b5d94286805680b65681d4afbffffff4aff",
+    "ffff7f8694757d94286811681268134d00b068144d000268154b0068164b0b681768186819681a681b5d",
+    "94286805680b65681d4a000001004b00869475655d94287d94286811681268134d00c068144d00026815",
+    "4b0068164b0c681768186819681a681b5d94286805680b65681d4b094b098694757d9428681168126813",
+    "4d00d068144d000268154b0068164b0d681768186819681a681b5d94286805680b65681d8a09ffffffff",
+    "ffffffff004b018694757d94286811681268134d00e068144d000268154b0068164b0e68176818681968",
+    "1a681b5d94286805680b65681d4b094b09869475655d94287d94286811681268134d00f068144d000268",
+    "154b0068164b0f681768186819681a681b5d94286805680b65681d4b014b008694757d94286811681268",
+    "134a0000010068144d000268154b0068164b10681768186819681a681b5d94286805680b65681d5d9428",
+    "4b014b0265757d94286811681268134a0010010068144d000268154b0068164b11681768186819681a68",
+    "1b5d94286805680b65681d4b014b00869475655d94287d94286811681268134a0020010068144d000268",
+    "154b0068164b12681768186819681a681b5d94286805680b65681d4b014b008694757d94286811681268",
+    "134a0030010068144d000268154b0068164b13681768186819681a681b5d94286805680b65681d4b014b",
+    "024b038794757d94286811681268134a0040010068144d000268154b0068164b14681768186819681a68",
+    "1b5d94286805680b65681d4b014b00869475655d94287d94286811681268134a0050010068144d000268",
+    "154b0068164b15681768186819681a681b5d94286805680b65681d4b014b008694757d94286811681268",
+    "134a0060010068144d000268154b0068164b16681768186819681a681b5d94286805680b65681d4e757d",
+    "94286811681268134a0070010068144d000268154b0068164b17681768186819681a681b5d9428680568",
+    "0b65681d4b014b00869475655d94287d94286811681268134a0080010068144d000268154b0068164b18",
+    "681768186819681a681b5d94286805680b65681d4b014b008694757d94286811681268134a0090010068",
+    "144d000268154b0068164b19681768186819681a681b5d94286805680b65681d8c0161948c0162948694",
+    "757d94286811681268134a00a0010068144d000268154b0068164b1a681768186819681a681b5d942868",
+    "05680b65681d4b014b00869475655d94287d94286811681268134a00b0010068144d000268154b006816",
+    "4b1b681768186819681a681b5d94286805680b65681d4b014b008694757d94286811681268134a00c001",
+    "0068144d000268154b0068164b1c681768186819681a681b5d94286805680b65681d8c017094757d9428",
+    "6811681268134a00d0010068144d000268154b0068164b1d681768186819681a681b5d94286805680b65",
+    "681d4b014b00869475655d94287d94286811681268134a00e0010068144d000268154b0068164b1e6817",
+    "68186819681a681b5d94286805680b65681d4b014b008694757d94286811681268134a00f0010068144d",
+    "000268154b0068164b1f681768186819681a681b5d94286805680b65681d4b018594757d942868116812",
+    "68134a0000020068144d000268154b0068164b20681768186819681a681b5d94286805680b65681d4b01",
+    "4b00869475655d94287d94286811681268134a0010020068144d000268154b0068164b21681768186819",
+    "681a681b5d94286805680b65681d4b014b008694757d94286811681268134a0020020068144d00026815",
+    "4b0068164b22681768186819681a681b5d94286805680b65681d473ff00000000000004b028694757d94",
+    "286811681268134a0030020068144d000268154b0068164b23681768186819681a681b5d94286805680b",
+    "65681d4b014b00869475655d94287d94286811681268134a0040020068144d000268154b0068164b2468",
+    "1768186819681a681b5d94286805680b65681d4b084b008694757d94286811681268134a005002006814",
+    "4d000268154b0068164b25681768186819681a681b5d94286805680b65681d884b008694757d94286811",
+    "681268134a0060020068144d000268154b0068164b26681768186819681a681b5d94286805680b65681d",
+    "4b084b00869475655d94287d94286811681268134a0070020068144d000268154b0068164b2768176818",
+    "6819681a681b5d94286805680b65757d94286811681268134a0080020068144d000268154b0068164b28",
+    "681768186819681a681b5d94286805680b65681d4b064b008694756565752e",
+);
+
+/// Entries with `pool_id` tuples of two integers are taken (all but those of another form,
+/// and the rest of their batch), in the single pass and in the second of two: the same
+/// snapshot as the loop's, its pool table and numbering included.
+#[test]
+fn entries_with_a_pool_id_take_the_fast_path_and_decode_as_before() {
+    let data = unhex(POOLS);
+    let want = alike(&data, &[1, 7, 64, 997, data.len()], &SMALL_RUNS);
+    assert!(want.is_ok(), "{want:?}");
+    // 6 + 5 of the first two traces; the first of the next nine (the second declined, and
+    // so the third: the loop's); both of the last.
+    assert_eq!(taken_each_way(&data), (6 + 5 + 9 + 2, 6 + 5 + 9 + 2));
+    let pools = pools_of(&data);
+    assert_eq!(
+        pools[..10],
+        [
+            (0, 1),
+            (1, 0),
+            (2, 3),
+            (300, 70000),
+            (1 << 40, i64::MAX as u64),
+            (65536, 0),
+            (9, 9),
+            (u64::MAX, 1),
+            // The list `[1, 2]`, a pair too.
+            (1, 2),
+            (8, 0),
+        ]
+    );
+    assert_eq!(pools.last(), Some(&(6, 0)));
+}
+
+/// The same of a snapshot whose entries share a `pool_id` tuple (`pickle` writes it
+/// once and reads it back by `BINGET`): `(7, 7)` twice in one batch, `(8, 8)` at the end of
+/// the first trace and the start of the second.
+const SHARED_POOL: &str = concat!(
+    "80049568020000000000007d94288c087365676d656e7473945d948c0178945d94287d94288c046e616d",
+    "65948c026630948c0866696c656e616d65948c086d6f64656c2e7079948c046c696e65944b01757d9428",
+    "68068c0266319468086809680a4b0275658c0d6465766963655f747261636573945d94285d94287d9428",
+    "8c06616374696f6e948c05616c6c6f63948c0461646472944d00108c0473697a65944d00028c06737472",
+    "65616d944b008c0774696d655f7573944b018c0f636f6d70696c655f636f6e74657874948c034e2f4194",
+    "8c0d757365725f6d65746164617461948c00948c066672616d6573945d94286805680b658c07706f6f6c",
+    "5f6964944b034b038694757d94286811681268134d002068144d000268154b0068164b02681768186819",
+    "681a681b5d94286805680b65681d4b074b078694757d94286811681268134d003068144d000268154b00",
+    "68164b03681768186819681a681b5d94286805680b65681d4b044b048694757d94286811681268134d00",
+    "4068144d000268154b0068164b04681768186819681a681b5d94286805680b65681d6821757d94286811",
+    "681268134d005068144d000268154b0068164b05681768186819681a681b5d94286805680b65681d4b05",
+    "4b058694757d94286811681268134d006068144d000268154b0068164b06681768186819681a681b5d94",
+    "286805680b65681d4b084b08869475655d94287d94286811681268134d007068144d000268154b006816",
+    "4b07681768186819681a681b5d94286805680b65681d682c757d94286811681268134d008068144d0002",
+    "68154b0068164b08681768186819681a681b5d94286805680b65681d4b074b088694756565752e",
+);
+
+/// A `pool_id` tuple read back: the single pass takes the entry that makes it (its slot
+/// names no container), and gives way to the two passes at the `BINGET`, as the loop's
+/// does where the tuple was converted and freed; the second pass leaves the entry that
+/// makes it to the loop, as it does one that reads it back.
+#[test]
+fn a_pool_id_read_back_decodes_as_before() {
+    let data = unhex(SHARED_POOL);
+    let want = alike(&data, &[1, 7, 64, data.len()], &SMALL_RUNS);
+    assert!(want.is_ok(), "{want:?}");
+    // The single pass: `(3, 3)`, `(7, 7)`, `(4, 4)`; then `(3, 3)` in the second pass,
+    // whose next entry makes the tuple read back.
+    assert_eq!(taken_each_way(&data), (3 + 1, 1));
+    assert_eq!(
+        pools_of(&data),
+        [(3, 3), (7, 7), (4, 4), (5, 5), (8, 8), (7, 8)]
+    );
+}
+
+/// The same of a snapshot of one trace of three entries, the second, `(4, 4)`, with an
+/// extra key holding a list of one entry, `(6, 6)`.
+const INNER_POOL: &str = concat!(
+    "800495a6010000000000007d94288c087365676d656e7473945d948c0178945d94287d94288c046e616d",
+    "65948c026630948c0866696c656e616d65948c086d6f64656c2e7079948c046c696e65944b01757d9428",
+    "68068c0266319468086809680a4b0275658c0d6465766963655f747261636573945d945d94287d94288c",
+    "06616374696f6e948c05616c6c6f63948c0461646472944d00208c0473697a65944d00028c0673747265",
+    "616d944b008c0774696d655f7573944b028c0f636f6d70696c655f636f6e74657874948c034e2f41948c",
+    "0d757365725f6d65746164617461948c00948c066672616d6573945d94286805680b658c07706f6f6c5f",
+    "6964944b054b058694757d94286811681268134d003068144d000268154b0068164b0368176818681968",
+    "1a681b5d94286805680b65681d4b044b0486948c056578747261945d947d94286811681268134d001068",
+    "144d000268154b0068164b01681768186819681a681b5d94286805680b65681d4b064b0686947561757d",
+    "94286811681268134d004068144d000268154b0068164b04681768186819681a681b5d94286805680b65",
+    "681d4b034b038694756561752e",
+);
+
+/// The loop converts the list inside the second entry, interning its entry's pool, before
+/// the trace's `APPENDS` converts the first: the first entry's pool, taken by the fast
+/// path, is interned at that `APPENDS`, not when it is read, and the pools are numbered
+/// as the loop numbers them.
+#[test]
+fn a_pool_interned_by_the_loop_before_the_appends_comes_first() {
+    let data = unhex(INNER_POOL);
+    let want = alike(&data, &[1, 7, 64, data.len()], &SMALL_RUNS);
+    assert!(want.is_ok(), "{want:?}");
+    assert_eq!(taken_each_way(&data), (1, 1));
+    assert_eq!(pools_of(&data), [(6, 6), (5, 5), (4, 4), (3, 3)]);
 }

@@ -84,6 +84,9 @@ pub(super) struct Vm<'a> {
     pub(super) entry_scratch: super::entry::EntryScratch,
     /// The list and mark of entries handed over ahead of their `APPENDS` ([`Vm::entry`]).
     pub(super) entry_guard: super::entry::Guard,
+    /// The `pool_id`s of those entries, interned when the `APPENDS` comes
+    /// ([`Vm::intern_pools_ahead`]): where each entry is in its list's vector of events.
+    pub(super) entry_pools: Vec<(usize, (u64, u64))>,
     /// Whether trace entries may run as one step ([`Vm::entry`]): only where the caller
     /// runs the input again without it should a list of entries handed over ahead be seen
     /// before its `APPENDS` (the single pass gives way to the two passes; the streamed
@@ -218,6 +221,7 @@ impl<'a> Vm<'a> {
             frame_objs: Vec::new(),
             entry_scratch: super::entry::EntryScratch::default(),
             entry_guard: super::entry::Guard::default(),
+            entry_pools: Vec::new(),
             fast_entries: false,
             stack_cache: HashMap::default(),
             eager,
@@ -254,6 +258,7 @@ impl<'a> Vm<'a> {
             frame_objs: self.frame_objs,
             entry_scratch: self.entry_scratch,
             entry_guard: self.entry_guard,
+            entry_pools: self.entry_pools,
             fast_entries: self.fast_entries,
             stack_cache: self.stack_cache,
             eager: self.eager,
@@ -501,6 +506,7 @@ impl<'a> Vm<'a> {
             return Err(guarded(at));
         }
         let g = std::mem::take(&mut self.entry_guard);
+        self.intern_pools_ahead(g.list);
         if g.fresh {
             self.reserve_late(g.list, at);
         }
