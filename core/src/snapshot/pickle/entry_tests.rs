@@ -800,3 +800,85 @@ fn a_pool_interned_by_the_loop_before_the_appends_comes_first() {
     assert_eq!(taken_each_way(&data), (1, 1));
     assert_eq!(pools_of(&data), [(6, 6), (5, 5), (4, 4), (3, 3)]);
 }
+
+/// A snapshot of 5500 entries in two device traces, each with a `pool_id` of eight
+/// (`BININT1`, `BININT2`, `BININT`, `LONG1`s of 5 and 8 bytes), one of 9 bytes in the
+/// second trace's second batch, written by [`snapshot_bytes`] as `CPython`'s pickler
+/// writes PyTorch 2.12's (`pool_id` last; each entry's tuple its own).
+///
+/// [`snapshot_bytes`]: crate::snapshot::write::snapshot_bytes
+fn generated_with_pools() -> Vec<u8> {
+    use crate::snapshot::{Action, Frame, RawEvent};
+    let mut snap = RawSnapshot::default();
+    let t = &mut snap.frames;
+    let file = t.intern_str("model.py");
+    let frames: Vec<_> = (0..6)
+        .map(|k| {
+            let name = t.intern_str(&format!("f{k}"));
+            t.intern_frame(Frame {
+                name,
+                filename: file,
+                line: i64::from(k),
+                line_text: None,
+                fx: 0,
+            })
+        })
+        .collect();
+    let stacks: Vec<_> = (1..=6)
+        .map(|n| snap.frames.intern_stack(&frames[..n]))
+        .collect();
+    snap.event_pools = vec![
+        (0, 0),
+        (1, 0),
+        (0, 7),
+        (300, 2),
+        (70_000, 1),
+        (1 << 33, 5),
+        (i64::MAX as u64, 3),
+        (2, 1 << 40),
+        (u64::MAX, 0),
+    ];
+    let trace = |len: usize, big: Option<usize>| -> Vec<RawEvent> {
+        (0..len)
+            .map(|k| {
+                let mut e = RawEvent::new(Action::Alloc, 0x1000 * (k as u64 + 1), 512, 0);
+                e.time_us = k as i64;
+                e.stack = stacks[k % stacks.len()];
+                e.pool = if Some(k) == big {
+                    9
+                } else {
+                    1 + (k * 7 % 8) as u32
+                };
+                e
+            })
+            .collect()
+    };
+    snap.device_traces = vec![trace(3000, None), trace(2500, Some(1500))];
+    crate::snapshot::write::snapshot_bytes(&snap)
+}
+
+/// The generated snapshot decodes as the loop decodes it, every way, and its entries are
+/// taken but the first batch (its first entries write the frame dicts in their frames
+/// lists: the loop's, and so the rest of the batch) and the 500 from the 9-byte pool to
+/// the end of its batch. (`CPython` pickles what it loads of these bytes into the same
+/// bytes, as it does every snapshot the writer writes: `tests/tests/write.rs`.)
+#[test]
+fn a_generated_snapshot_with_pools_takes_the_fast_path_and_decodes_as_before() {
+    let data = generated_with_pools();
+    let runs = [
+        (997, 4096),
+        (1 << 16, 1 << 12),
+        (4093, 200),
+        (1 << 20, 1 << 20),
+    ];
+    let want = alike(&data, &[997, 1 << 16, data.len()], &runs);
+    let snap = want.expect("decodes");
+    assert!(
+        snap.contains("(18446744073709551615, 0)"),
+        "the 9-byte pool"
+    );
+    assert_eq!(
+        taken_each_way(&data),
+        (5500 - 1000 - 500, 5500 - 1000 - 500)
+    );
+}
