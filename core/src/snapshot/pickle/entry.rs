@@ -516,7 +516,8 @@ impl Vm<'_> {
     }
 
     /// A frames list from `i` (after its `EMPTY_LIST`): `MEMOIZE`, then frame dicts read back
-    /// by `MARK` … `APPENDS` or one and `APPEND`, or none; its frames' heap ids noted in
+    /// by `MARK` … `APPENDS` or one and `APPEND`, or none (what follows is then the entry's
+    /// next key, whatever it is, as the loop reads it); its frames' heap ids noted in
     /// `frames`. Returns where it ends and where its `APPENDS` is.
     fn read_frames(
         &self,
@@ -544,14 +545,16 @@ impl Vm<'_> {
                     i = next;
                 }
             }
-            op::BINGET | op::LONG_BINGET => {
-                let (id, _) = self.frame_slot(get_index(d, code, at)?)?;
-                frames.push(id);
-                match token(d, next)? {
-                    (op::APPEND, _, next) => Some((next, None)),
-                    _ => None,
+            op::BINGET | op::LONG_BINGET => match token(d, next)? {
+                (op::APPEND, _, after) => {
+                    let (id, _) = self.frame_slot(get_index(d, code, at)?)?;
+                    frames.push(id);
+                    Some((after, None))
                 }
-            }
+                // An empty list, the `GET` the next key's (2.12's `pool_id` follows
+                // `frames`).
+                _ => Some((i, None)),
+            },
             // An empty list.
             _ => Some((i, None)),
         }

@@ -616,6 +616,8 @@ fn pools_of(data: &[u8]) -> Vec<(u64, u64)> {
 ///         [e((1, 0)), e((1,)), e((1, 0))],
 ///         [e((1, 0)), e((1.0, 2)), e((1, 0))],
 ///         [e((8, 0)), e((True, 0)), e((8, 0))],
+///         # empty frames lists of their own, `pool_id` next
+///         [e((2, 2), frames=[]), e((2, 2), frames=[]), e((2, 2))],
 ///         # no pool_id at all, and one after
 ///         [{k: v for k, v in e((0, 0)).items() if k != 'pool_id'}, e((6, 0))],
 ///     ]
@@ -636,13 +638,14 @@ fn pools_of(data: &[u8]) -> Vec<(u64, u64)> {
 /// sys.stdout.write(pickle.dumps(snap, protocol=4).hex())
 /// ```
 ///
-/// Twelve device traces: distinct and repeated pools; pools of `LONG1`s of 6 and 8 bytes,
+/// Thirteen device traces: distinct and repeated pools; pools of `LONG1`s of 6 and 8 bytes,
 /// negative ones (no pool), `BININT`s; a 9-byte `LONG1`; then a `pool_id` of another
 /// shape between two of `(1, 0)` (or `(8, 0)`): a list, a 3-tuple, `None`, a tuple of
-/// strings, a string, a 1-tuple, a float in a tuple, a bool in a tuple; an entry without
-/// `pool_id`, and one after it.
+/// strings, a string, a 1-tuple, a float in a tuple, a bool in a tuple; entries with an
+/// empty frames list of their own (`EMPTY_LIST MEMOIZE`, the `pool_id` key's `GET` next);
+/// an entry without `pool_id`, and one after it.
 const POOLS: &str = concat!(
-    "8004956e090000000000007d94288c087365676d656e7473945d948c0178945d94287d94288c046e616d",
+    "800495080a0000000000007d94288c087365676d656e7473945d948c0178945d94287d94288c046e616d",
     "65948c026630948c0866696c656e616d65948c086d6f64656c2e7079948c046c696e65944b01757d9428",
     "68068c0266319468086809680a4b0275658c0d6465766963655f747261636573945d94285d94287d9428",
     "8c06616374696f6e948c05616c6c6f63948c0461646472944d00108c0473697a65944d00028c06737472",
@@ -698,8 +701,12 @@ const POOLS: &str = concat!(
     "4d000268154b0068164b25681768186819681a681b5d94286805680b65681d884b008694757d94286811",
     "681268134a0060020068144d000268154b0068164b26681768186819681a681b5d94286805680b65681d",
     "4b084b00869475655d94287d94286811681268134a0070020068144d000268154b0068164b2768176818",
-    "6819681a681b5d94286805680b65757d94286811681268134a0080020068144d000268154b0068164b28",
-    "681768186819681a681b5d94286805680b65681d4b064b008694756565752e",
+    "6819681a681b5d94681d4b024b028694757d94286811681268134a0080020068144d000268154b006816",
+    "4b28681768186819681a681b5d94681d4b024b028694757d94286811681268134a0090020068144d0002",
+    "68154b0068164b29681768186819681a681b5d94286805680b65681d4b024b02869475655d94287d9428",
+    "6811681268134a00a0020068144d000268154b0068164b2a681768186819681a681b5d94286805680b65",
+    "757d94286811681268134a00b0020068144d000268154b0068164b2b681768186819681a681b5d942868",
+    "05680b65681d4b064b008694756565752e",
 );
 
 /// Entries with `pool_id` tuples of two integers are taken (all but those of another form,
@@ -711,8 +718,11 @@ fn entries_with_a_pool_id_take_the_fast_path_and_decode_as_before() {
     let want = alike(&data, &[1, 7, 64, 997, data.len()], &SMALL_RUNS);
     assert!(want.is_ok(), "{want:?}");
     // 6 + 5 of the first two traces; the first of the next nine (the second declined, and
-    // so the third: the loop's); both of the last.
-    assert_eq!(taken_each_way(&data), (6 + 5 + 9 + 2, 6 + 5 + 9 + 2));
+    // so the third: the loop's); all three with empty frames lists; both of the last.
+    assert_eq!(
+        taken_each_way(&data),
+        (6 + 5 + 9 + 3 + 2, 6 + 5 + 9 + 3 + 2)
+    );
     let pools = pools_of(&data);
     assert_eq!(
         pools[..10],
