@@ -818,22 +818,9 @@ fn a_pool_interned_by_the_loop_before_the_appends_comes_first() {
 ///
 /// [`snapshot_bytes`]: crate::snapshot::write::snapshot_bytes
 fn generated_with_pools() -> Vec<u8> {
-    use crate::snapshot::{Action, Frame, RawEvent};
+    use crate::snapshot::{Action, RawEvent};
     let mut snap = RawSnapshot::default();
-    let t = &mut snap.frames;
-    let file = t.intern_str("model.py");
-    let frames: Vec<_> = (0..6)
-        .map(|k| {
-            let name = t.intern_str(&format!("f{k}"));
-            t.intern_frame(Frame {
-                name,
-                filename: file,
-                line: i64::from(k),
-                line_text: None,
-                fx: 0,
-            })
-        })
-        .collect();
+    let frames = super::super::run::tests::model_frames(&mut snap, 6);
     let stacks: Vec<_> = (1..=6)
         .map(|n| snap.frames.intern_stack(&frames[..n]))
         .collect();

@@ -135,6 +135,28 @@ fn a_list_read_back_and_lists_of_one_or_no_frame_decode_as_before() {
     );
 }
 
+/// `n` frames `f0`, `f1`, … of `model.py` (lines 0, 1, …) in `snap`'s table, for the
+/// hand-built snapshots the fast paths' tests write.
+pub(in crate::snapshot::pickle) fn model_frames(
+    snap: &mut RawSnapshot,
+    n: i64,
+) -> Vec<crate::snapshot::FrameId> {
+    let t = &mut snap.frames;
+    let file = t.intern_str("model.py");
+    (0..n)
+        .map(|k| {
+            let name = t.intern_str(&format!("f{k}"));
+            t.intern_frame(crate::snapshot::Frame {
+                name,
+                filename: file,
+                line: k,
+                line_text: None,
+                fx: 0,
+            })
+        })
+        .collect()
+}
+
 /// Lists the fast path must leave to the loop, around real ones: a frames list read back
 /// by a later `BINGET` (the same list object twice), a list whose slots hold no frame, a
 /// one-frame list (`APPEND`), an empty one, and a file cut inside a list.
@@ -143,20 +165,7 @@ fn lists_it_does_not_take_decode_as_before() {
     use crate::snapshot::write::snapshot_bytes;
     use crate::snapshot::{Action, RawEvent, StackId};
     let mut snap = RawSnapshot::default();
-    let t = &mut snap.frames;
-    let file = t.intern_str("model.py");
-    let frames: Vec<_> = (0..4)
-        .map(|k| {
-            let name = t.intern_str(&format!("f{k}"));
-            t.intern_frame(crate::snapshot::Frame {
-                name,
-                filename: file,
-                line: i64::from(k),
-                line_text: None,
-                fx: 0,
-            })
-        })
-        .collect();
+    let frames = model_frames(&mut snap, 4);
     let stacks = [
         snap.frames.intern_stack(&frames),
         snap.frames.intern_stack(&frames[1..2]),
