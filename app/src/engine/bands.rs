@@ -72,13 +72,21 @@ pub fn peak_live_bytes(ops: &OpsTable) -> u64 {
     peak
 }
 
-/// [`peak_live_bytes`] found from the ops' links, as [`cut`] finds the allocations that
-/// end, not from a change per op: nothing held but the running sum. The bands are stacked
-/// last of the worker's work on a trace, when its memory is the fullest; the 8 bytes an op
-/// of the changes (74 MiB on the 1.12 GB snapshot) were made above all it held, and the
-/// pieces, made next, could not go where they had been (wasm memory is never given back).
+/// [`peak_live_bytes`] found from the ops' links ([`each_live_bytes_by_links`]).
 pub(crate) fn peak_by_links(ops: &OpsTable) -> u64 {
-    let (mut live, mut peak) = (0i128, 0i128);
+    let mut peak = 0;
+    each_live_bytes_by_links(ops, |b| peak = peak.max(b));
+    peak
+}
+
+/// [`each_live_bytes`] found from the ops' links, as [`cut`] finds the allocations that
+/// end, not from a change per op: nothing held but the running sum. The bands are stacked,
+/// and the stacked view's top drawn, when the browser's worker and page hold the most; the
+/// 8 bytes an op of the changes (74 MiB on the 1.12 GB snapshot) were made above all they
+/// held, and what came next could not go where they had been (wasm memory is never given
+/// back).
+pub(crate) fn each_live_bytes_by_links(ops: &OpsTable, mut f: impl FnMut(u64)) {
+    let mut live = 0i128;
     for k in 0..ops.len() {
         if ops.is_alloc(k) {
             live += i128::from(ops.size_bytes(k));
@@ -91,9 +99,8 @@ pub(crate) fn peak_by_links(ops: &OpsTable) -> u64 {
         {
             live -= i128::from(ops.size_bytes(alloc as usize));
         }
-        peak = peak.max(live);
+        f(u64::try_from(live.max(0)).unwrap_or(u64::MAX));
     }
-    u64::try_from(peak).unwrap_or(u64::MAX)
 }
 
 /// Calls `f` with the live requested bytes after each op, in order, from the change at
@@ -435,6 +442,9 @@ mod tests {
         assert!(live.contains(&u64::MAX), "the sum passed 64 bits");
         assert_eq!(peak_live_bytes(&t), u64::MAX);
         assert_eq!(peak_by_links(&t), u64::MAX);
+        let mut by_links = Vec::new();
+        each_live_bytes_by_links(&t, |b| by_links.push(b));
+        assert_eq!(by_links, live, "past 64 bits");
         assert!(deltas::<i64>(&t).is_none(), "summed in i128");
         // Without the huge requests the i64 path answers alone, the same way.
         let small = ops(&script[..300]);
@@ -490,6 +500,9 @@ mod tests {
                 }
             }
             let t = ops(&script);
+            let mut by_links = Vec::new();
+            each_live_bytes_by_links(&t, |b| by_links.push(b));
+            assert_eq!(by_links, live_bytes_per_op(&t), "round {round}");
             let want = (0..t.len())
                 .map(|k| live_by_definition(&t, k))
                 .max()

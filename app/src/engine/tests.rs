@@ -666,6 +666,9 @@ fn the_recorded_timeline_comes_first_and_agrees_with_the_trace_and_the_replay() 
         assert_eq!(recorded.requested_bytes.len(), events, "{}", ex.file);
         let ops = &trace.ops;
         let live = bands::live_bytes_per_op(ops);
+        let mut by_links = Vec::new();
+        bands::each_live_bytes_by_links(ops, |b| by_links.push(b));
+        assert_eq!(by_links, live, "{}: the live bytes from the links", ex.file);
         assert_eq!(
             Some(bands::peak_by_links(ops)),
             live.iter().max().copied(),
