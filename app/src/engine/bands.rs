@@ -56,7 +56,10 @@ pub fn build(ops: &OpsTable) -> Bands {
 }
 
 /// Live requested bytes after each op: the top of the stack of live allocations (an
-/// allocation is live from its alloc op up to, not including, its end op).
+/// allocation is live from its alloc op up to, not including, its end op). This and
+/// [`peak_live_bytes`] sum a change per op: the definition the tests hold the app's sums
+/// from the ops' links to ([`each_live_bytes_by_links`]), kept apart from them.
+#[cfg(test)]
 #[must_use]
 pub fn live_bytes_per_op(ops: &OpsTable) -> Vec<u64> {
     let mut live = Vec::with_capacity(ops.len());
@@ -65,6 +68,7 @@ pub fn live_bytes_per_op(ops: &OpsTable) -> Vec<u64> {
 }
 
 /// The largest sum of live requested bytes after any op.
+#[cfg(test)]
 #[must_use]
 pub fn peak_live_bytes(ops: &OpsTable) -> u64 {
     let mut peak = 0;
@@ -72,15 +76,17 @@ pub fn peak_live_bytes(ops: &OpsTable) -> u64 {
     peak
 }
 
-/// [`peak_live_bytes`] found from the ops' links ([`each_live_bytes_by_links`]).
+/// The largest sum of live requested bytes after any op, from the ops' links
+/// ([`each_live_bytes_by_links`]).
 pub(crate) fn peak_by_links(ops: &OpsTable) -> u64 {
     let mut peak = 0;
     each_live_bytes_by_links(ops, |b| peak = peak.max(b));
     peak
 }
 
-/// [`each_live_bytes`] found from the ops' links, as [`cut`] finds the allocations that
-/// end, not from a change per op: nothing held but the running sum. The bands are stacked,
+/// Calls `f` with the live requested bytes after each op, in order (each clamped to
+/// `0..=u64::MAX`), found from the ops' links as [`cut`] finds the allocations that end,
+/// not from a change per op: nothing held but the running sum. The bands are stacked,
 /// and the stacked view's top drawn, when the browser's worker and page hold the most; the
 /// 8 bytes an op of the changes (74 MiB on the 1.12 GB snapshot) were made above all they
 /// held, and what came next could not go where they had been (wasm memory is never given
@@ -107,6 +113,7 @@ pub(crate) fn each_live_bytes_by_links(ops: &OpsTable, mut f: impl FnMut(u64)) {
 /// each op (+size at the alloc op, −size at the end op): 8 bytes an op while it runs,
 /// none kept. A change past `i64` (tens of thousands of the largest requests ending at
 /// one op, which no recording has) is summed in `i128` instead, 16 bytes an op.
+#[cfg(test)]
 pub fn each_live_bytes(ops: &OpsTable, mut f: impl FnMut(u64)) {
     match deltas::<i64>(ops) {
         Some(delta) => sum_deltas(&delta, &mut f),
@@ -115,6 +122,7 @@ pub fn each_live_bytes(ops: &OpsTable, mut f: impl FnMut(u64)) {
 }
 
 /// The change of live requested bytes at each op, or `None` if one does not fit `T`.
+#[cfg(test)]
 fn deltas<T>(ops: &OpsTable) -> Option<Vec<T>>
 where
     T: Copy + Default + TryFrom<u64> + num_add::CheckedAddSub,
@@ -136,6 +144,7 @@ where
 }
 
 /// Checked `+` and `-` of the two delta types.
+#[cfg(test)]
 mod num_add {
     pub trait CheckedAddSub: Sized {
         fn checked_add(self, x: Self) -> Option<Self>;
@@ -160,6 +169,7 @@ mod num_add {
 }
 
 /// The running sum of `delta`, each clamped to `0..=u64::MAX`, passed to `f`.
+#[cfg(test)]
 fn sum_deltas<T: Copy + Into<i128>>(delta: &[T], f: &mut impl FnMut(u64)) {
     let mut live = 0i128;
     for &d in delta {
